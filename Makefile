@@ -1,0 +1,43 @@
+# Two entry points work on a fresh machine: `make demo` and `make test`. Both install what they need.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export DAGSTER_DISABLE_TELEMETRY := 1
+export LAKEHOUSE_WAREHOUSE ?= $(CURDIR)/warehouse
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON := $(CURDIR)/$(PY)
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
+
+.PHONY: setup system-deps demo test dev bench clean
+
+setup: system-deps $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+
+system-deps:
+	@bash scripts/system-deps.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,servers,ui]'
+	@touch $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	@mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+
+demo: setup
+	$(PY) -m lakehouse_assets.demo
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+dev: setup
+	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
+
+bench: setup
+	$(PY) bench/write_throughput.py
+
+clean:
+	rm -rf warehouse .dagster_home

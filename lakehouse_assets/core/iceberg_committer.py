@@ -1,0 +1,96 @@
+"""Commit externally written Parquet files as one Iceberg snapshot (pyiceberg does the metadata).
+
+DataFiles are built from the Parquet footers the executors sent back: column sizes, value and null
+counts and min/max bounds come from pyiceberg's own footer-statistics code, so they are exactly what
+pyiceberg would have computed had it written the files itself.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.typedef import Record
+
+from .storage import join_uri
+from .writer import WrittenFile
+
+# Snapshot-summary keys written by the lakehouse (Iceberg keeps them with the snapshot forever).
+WRITE_ID = "lakehouse.write-id"  # idempotency key: a retried write with the same key never commits twice
+WRITER = "lakehouse.writer"  # who wrote it (Dagster run id, partition)
+OPERATION = "lakehouse.operation"  # append | overwrite | overwrite-window | merge | compaction
+DELTA_EXPECTED_VERSION = "lakehouse.delta.expected-version"
+
+
+def data_files_from_written(table: Table, root_uri: str, written: Iterable[WrittenFile]) -> list[DataFile]:
+    metadata = table.metadata
+    schema = metadata.schema()
+    stats_plan = compute_statistics_plan(schema, metadata.properties)
+    column_mapping = parquet_path_to_id_mapping(schema)
+    out = []
+    for f in written:
+        stats = data_file_statistics_from_parquet_metadata(f.parquet_metadata(), stats_plan, column_mapping)
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=join_uri(root_uri, f.path),
+            file_format=FileFormat.PARQUET,
+            partition=Record(*f.partition_values),
+            file_size_in_bytes=f.size,
+            sort_order_id=None,
+            equality_ids=None,
+            key_metadata=None,
+            **stats.to_serialized_dict(),
+        )
+        data_file.spec_id = metadata.default_spec_id  # not a from_args field in pyiceberg 0.12
+        out.append(data_file)
+    return out
+
+
+def commit_files(
+    table: Table,
+    adds: list[DataFile],
+    removes: list[DataFile],
+    summary: dict[str, str],
+) -> Snapshot | None:
+    """One snapshot: fast append when nothing is removed, else an overwrite. None when there is nothing to do.
+
+    pyiceberg retries on a concurrent commit and validates that files it removes still exist.
+    """
+    if not adds and not removes:
+        return None
+    with table.transaction() as tx:
+        if removes:
+            with tx.update_snapshot(snapshot_properties=summary).overwrite() as producer:
+                for f in removes:
+                    producer.delete_data_file(f)
+                for f in adds:
+                    producer.append_data_file(f)
+        else:
+            with tx.update_snapshot(snapshot_properties=summary).fast_append() as producer:
+                for f in adds:
+                    producer.append_data_file(f)
+    snapshot = table.current_snapshot()
+    return snapshot
+
+
+def find_snapshot_by_write_id(table: Table, write_id: str) -> Snapshot | None:
+    """A snapshot of the current branch written with this idempotency key (metadata JSON only, no manifests)."""
+    snap = table.current_snapshot()
+    metadata = table.metadata
+    while snap is not None:
+        if snap.summary is not None and snap.summary.additional_properties.get(WRITE_ID) == write_id:
+            return snap
+        snap = metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    return None
+
+
+def live_data_files(table: Table, snapshot_id: int | None = None, row_filter=None) -> list[DataFile]:
+    """Data files of a snapshot (optionally pruned by a row filter through partitions and min/max)."""
+    snap = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
+    if snap is None:
+        return []
+    scan = table.scan(snapshot_id=snap.snapshot_id, **({"row_filter": row_filter} if row_filter is not None else {}))
+    return [task.file for task in scan.plan_files()]

@@ -1,0 +1,404 @@
+"""Spark writes every Parquet file exactly once, on the executors.
+
+Each task turns its Arrow batches into Parquet files through pyarrow's filesystem layer (the same
+code for file:// and s3://). Files carry Iceberg field ids, hold exactly one Iceberg partition, and
+roll over at the target size. The driver receives one small row per file (path, size, row count,
+partition, Parquet footer) and never sees table rows.
+
+Partitioned writes take one extra Python pass that computes an Iceberg-exact partition key per row
+(pyiceberg's vectorized transforms: bucket is Iceberg's murmur3, not Spark's hash); Spark then
+shuffles and sorts by that key so each partition lands in as few files as possible.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import hashlib
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs  # noqa: F401  (pa.fs)
+import pyarrow.parquet as pq
+from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import BooleanType, DateType, TimestampType, TimestamptzType
+
+from .storage import StorageConfig, join_uri
+
+PARTITION_KEY_COLUMN = "_lakehouse_partition_key"
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+FILE_ROW_SCHEMA = "path string, size long, record_count long, partition_key string, footer binary"
+
+# ---------------------------------------------------------------- Arrow schema helpers
+
+
+def _small(t: pa.DataType) -> pa.DataType:
+    """pyiceberg's Arrow schema uses large_* types; Spark and Parquet want the plain ones."""
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(_small_field(t.value_field))
+    if pa.types.is_map(t):
+        return pa.map_(_small_field(t.key_field), _small_field(t.item_field))
+    if pa.types.is_struct(t):
+        return pa.struct([_small_field(t.field(i)) for i in range(t.num_fields)])
+    return t
+
+
+def _small_field(f: pa.Field) -> pa.Field:
+    return pa.field(f.name, _small(f.type), f.nullable, f.metadata)
+
+
+def arrow_file_schema(schema: Schema) -> pa.Schema:
+    """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    return pa.schema([_small_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)])
+
+
+def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls."""
+    names = batch.schema.names
+    columns = []
+    for f in target:
+        if f.name in names:
+            col = batch.column(names.index(f.name))
+            if col.type != f.type:
+                col = col.cast(f.type)
+        else:
+            col = pa.nulls(batch.num_rows, f.type)
+        columns.append(col)
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+# ---------------------------------------------------------------- partition keys
+
+
+def _json_value(v):
+    if isinstance(v, decimal.Decimal):
+        return {"decimal": str(v)}
+    if isinstance(v, bytes):
+        return {"bytes": base64.b64encode(v).decode()}
+    return v
+
+
+def decode_partition_value(v):
+    if isinstance(v, dict) and "decimal" in v:
+        return decimal.Decimal(v["decimal"])
+    if isinstance(v, dict) and "bytes" in v:
+        return base64.b64decode(v["bytes"])
+    return v
+
+
+def _delta_partition_string(source_type, value) -> str | None:
+    """Delta's partitionValues serialization (protocol: 'Partition Value Serialization')."""
+    if value is None:
+        return None
+    if isinstance(source_type, BooleanType):
+        return "true" if value else "false"
+    if isinstance(source_type, DateType):
+        return value.isoformat()
+    if isinstance(source_type, TimestamptzType):
+        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(source_type, TimestampType):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return str(value)
+
+
+_SAFE_DIR = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def _dir_value(human: str) -> str:
+    # File paths stay plain ASCII so the same relative path is valid in both logs without URL encoding.
+    return human if _SAFE_DIR.fullmatch(human) else "h" + hashlib.sha1(human.encode()).hexdigest()[:16]
+
+
+@dataclass
+class PartitionKeyer:
+    """Computes, per row, one JSON key holding the Iceberg partition tuple, Delta partition values and directory."""
+
+    schema_json: str
+    spec_json: str
+    delta_columns: tuple[str, ...]
+
+    def _setup(self):
+        schema = Schema.model_validate_json(self.schema_json)
+        spec = PartitionSpec.model_validate_json(self.spec_json)
+        fields = []
+        for pf in spec.fields:
+            source = schema.find_field(pf.source_id)
+            fields.append((pf, schema.find_column_name(pf.source_id), source.field_type, pf.transform.pyarrow_transform(source.field_type)))
+        return fields
+
+    def keys(self, batch: pa.RecordBatch) -> pa.Array:
+        if not hasattr(self, "_fields"):
+            self._fields = self._setup()
+        transformed = []
+        for pf, col_name, source_type, fn in self._fields:
+            col = _column(batch, col_name)
+            transformed.append((pf, col_name, source_type, col, fn(col)))
+        # Distinct combinations are few; build each key once and map rows onto them.
+        combos = pa.table({str(i): t[4] for i, t in enumerate(transformed)})
+        uniques = combos.group_by(combos.column_names, use_threads=False).aggregate([]).to_pylist()
+        out = pa.nulls(batch.num_rows, pa.string())
+        for u in uniques:
+            mask = None
+            values, delta_values, dirs = [], {}, []
+            for i, (pf, col_name, source_type, source_col, trans_col) in enumerate(transformed):
+                v = u[str(i)]
+                eq = pc.is_null(trans_col) if v is None else pc.fill_null(pc.equal(trans_col, pa.scalar(v, trans_col.type)), False)
+                mask = eq if mask is None else pc.and_(mask, eq)
+                internal = _to_partition_representation(source_type, v) if isinstance(pf.transform, IdentityTransform) else v
+                values.append(_json_value(internal))
+                result_type = pf.transform.result_type(source_type)
+                dirs.append(f"{pf.name}={_dir_value(pf.transform.to_human_string(result_type, internal))}")
+                if col_name in self.delta_columns:
+                    delta_values[col_name] = _delta_partition_string(source_type, v)
+            key = json.dumps({"values": values, "delta": delta_values, "dir": "/".join(dirs)}, sort_keys=True)
+            out = pc.if_else(mask, pa.scalar(key), out)
+        return out
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            keys = self.keys(batch)
+            yield pa.RecordBatch.from_arrays([*batch.columns, keys], names=[*batch.schema.names, PARTITION_KEY_COLUMN])
+
+
+def _column(batch: pa.RecordBatch, dotted: str) -> pa.Array:
+    parts = dotted.split(".")
+    col = batch.column(batch.schema.get_field_index(parts[0]))
+    for p in parts[1:]:
+        col = pc.struct_field(col, p)
+    return col
+
+
+UNPARTITIONED_KEY = json.dumps({"values": [], "delta": {}, "dir": ""}, sort_keys=True)
+
+
+# ---------------------------------------------------------------- file writing
+
+
+@dataclass
+class FileWriter:
+    """The mapInArrow function that writes Parquet files and yields one metadata row per file."""
+
+    root_uri: str
+    write_id: str
+    arrow_schema: pa.Schema
+    storage: StorageConfig
+    target_file_size: int
+    compression: str = "zstd"
+    compression_level: int | None = 3
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        self._attempt = ctx.taskAttemptId() if ctx else 0
+        self._seq = 0
+        self._fs, _ = self.storage.filesystem(self.root_uri)
+        current: _RollingFile | None = None
+        results: list[dict] = []
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            key_index = batch.schema.get_field_index(PARTITION_KEY_COLUMN)
+            if key_index < 0:
+                groups = [(UNPARTITIONED_KEY, batch)]
+            else:
+                groups = _split_by_key(batch, key_index)
+            for key, part in groups:
+                if current is not None and current.key != key:
+                    # Input is sorted by key: a finished key never comes back.
+                    results.append(current.close())
+                    current = None
+                if current is None:
+                    current = _RollingFile(self, key)
+                done = current.write(conform_batch(part, self.arrow_schema))
+                if done is not None:
+                    results.append(done)
+                    current = None
+            if results:
+                yield _file_rows(results)
+                results = []
+        if current is not None:
+            results.append(current.close())
+        if results:
+            yield _file_rows(results)
+
+    def next_path(self, key_dir: str) -> str:
+        self._seq += 1
+        name = f"{self.write_id}-{self._attempt:05d}-{self._seq:05d}.parquet"
+        return "/".join(p for p in ("data", key_dir, name) if p)
+
+
+def _split_by_key(batch: pa.RecordBatch, key_index: int) -> list[tuple[str, pa.RecordBatch]]:
+    keys = batch.column(key_index)
+    data = batch.drop_columns([PARTITION_KEY_COLUMN]) if hasattr(batch, "drop_columns") else pa.RecordBatch.from_arrays(
+        [c for i, c in enumerate(batch.columns) if i != key_index], names=[n for i, n in enumerate(batch.schema.names) if i != key_index]
+    )
+    # Sorted input -> contiguous runs; find run boundaries without Python loops over rows.
+    if len(keys) == 0:
+        return []
+    neq = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+    boundaries = [0, *[i + 1 for i in pc.indices_nonzero(neq).to_pylist()], len(keys)]
+    runs = []
+    for start, end in zip(boundaries, boundaries[1:]):
+        runs.append((keys[start].as_py(), data.slice(start, end - start)))
+    return runs
+
+
+class _RollingFile:
+    def __init__(self, owner: FileWriter, key: str):
+        self.owner = owner
+        self.key = key
+        self.path = owner.next_path(json.loads(key)["dir"])
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_bytes = 0
+        self.rows = 0
+        self.stream = None
+        self.writer = None
+        self.row_group_bytes = max(1 << 20, min(ROW_GROUP_BYTES, owner.target_file_size // 2))
+
+    def write(self, batch: pa.RecordBatch):
+        self.pending.append(batch)
+        self.pending_bytes += batch.nbytes
+        self.rows += batch.num_rows
+        if self.pending_bytes >= self.row_group_bytes:
+            self._flush()
+            if self.stream.tell() >= self.owner.target_file_size:
+                return self.close()
+        return None
+
+    def _open(self, first: pa.Table) -> None:
+        _, root_path = self.owner.storage.filesystem(self.owner.root_uri)
+        full = f"{root_path}/{self.path}"
+        if isinstance(self.owner._fs, pa.fs.LocalFileSystem):  # object stores have no directories to create
+            self.owner._fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
+        self.stream = self.owner._fs.open_output_stream(full)
+        self.writer = pq.ParquetWriter(
+            self.stream,
+            self.owner.arrow_schema,
+            compression=self.owner.compression,
+            compression_level=self.owner.compression_level,
+            use_dictionary=_dictionary_columns(first),
+            write_statistics=True,
+        )
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        table = pa.Table.from_batches(self.pending, schema=self.owner.arrow_schema)
+        if self.writer is None:
+            self._open(table)
+        self.writer.write_table(table, row_group_size=max(1, table.num_rows))
+        self.pending, self.pending_bytes = [], 0
+
+    def close(self) -> dict:
+        self._flush()
+        self.writer.close()
+        size = self.stream.tell()
+        self.stream.close()
+        footer = pa.BufferOutputStream()
+        self.writer.writer.metadata.write_metadata_file(footer)
+        return {
+            "path": self.path,
+            "size": size,
+            "record_count": self.rows,
+            "partition_key": self.key,
+            "footer": footer.getvalue().to_pybytes(),
+        }
+
+
+def _dictionary_columns(table: pa.Table) -> list[str]:
+    """Dictionary-encode only low-cardinality columns: faster writes, same or smaller files."""
+    cols = []
+    n = max(1, table.num_rows)
+    for name, col in zip(table.column_names, table.columns):
+        t = col.type
+        if pa.types.is_nested(t) or pa.types.is_boolean(t):
+            continue
+        if pc.count_distinct(col).as_py() <= max(16, n // 20):
+            cols.append(name)
+    return cols
+
+
+_FILE_ROW_ARROW = pa.schema(
+    [("path", pa.string()), ("size", pa.int64()), ("record_count", pa.int64()), ("partition_key", pa.string()), ("footer", pa.binary())]
+)
+
+
+def _file_rows(rows: list[dict]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=_FILE_ROW_ARROW)
+
+
+# ---------------------------------------------------------------- driver side
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """Metadata of one Parquet file written by an executor (no rows)."""
+
+    path: str  # relative to the table root
+    size: int
+    record_count: int
+    partition_values: tuple  # Iceberg internal representation, in partition spec order
+    delta_partition_values: dict
+    footer: bytes
+
+    def parquet_metadata(self) -> pq.FileMetaData:
+        return pq.read_metadata(pa.BufferReader(self.footer))
+
+
+def write_files(
+    df,
+    *,
+    root_uri: str,
+    schema: Schema,
+    spec: PartitionSpec,
+    delta_columns: list[str],
+    storage: StorageConfig,
+    target_file_size: int,
+    compression: str = "zstd",
+    compression_level: int | None = 3,
+) -> list[WrittenFile]:
+    """Write `df` as Parquet files under `<root_uri>/data/`, distributed over the executors."""
+    write_id = uuid.uuid4().hex[:16]
+    arrow_schema = arrow_file_schema(schema)
+    if spec.fields:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json(), tuple(delta_columns))
+        keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
+        df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
+    writer = FileWriter(root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level)
+    rows = df.mapInArrow(writer, FILE_ROW_SCHEMA).collect()  # one metadata row per file, never table rows
+    files = []
+    for r in rows:
+        key = json.loads(r["partition_key"])
+        files.append(
+            WrittenFile(
+                path=r["path"],
+                size=r["size"],
+                record_count=r["record_count"],
+                partition_values=tuple(decode_partition_value(v) for v in key["values"]),
+                delta_partition_values=key["delta"],
+                footer=bytes(r["footer"]),
+            )
+        )
+    return files
+
+
+def file_uri(root_uri: str, relative_path: str) -> str:
+    return join_uri(root_uri, relative_path)

@@ -1,0 +1,1 @@
+"""Thin Dagster layers over the core: resources, the IO manager, checks, jobs, schedules, sensors."""

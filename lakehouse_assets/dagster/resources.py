@@ -1,0 +1,85 @@
+"""Dagster resources: the lakehouse (catalog + storage) and Spark."""
+
+
+import os
+import sys
+from typing import Any, Optional
+
+from dagster import ConfigurableResource
+from dagster_pyspark import PySparkResource
+from pydantic import PrivateAttr
+
+from ..core.lakehouse import Lakehouse
+from ..core.storage import StorageConfig
+
+DEFAULT_SPARK_CONFIG: dict[str, Any] = {
+    "spark.master": "local[2]",
+    "spark.app.name": "lakehouse",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.memory": "2g",
+}
+
+
+def spark_config(overrides: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Defaults for a local run; `LAKEHOUSE_SPARK_MASTER` or explicit overrides point it at a cluster."""
+    config = dict(DEFAULT_SPARK_CONFIG)
+    if master := os.environ.get("LAKEHOUSE_SPARK_MASTER"):
+        config["spark.master"] = master
+    config.update(overrides or {})
+    return config
+
+
+def prepare_spark_environment() -> None:
+    # Python workers must use this interpreter (it has pyarrow); a local driver binds to loopback.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def spark_resource(overrides: Optional[dict[str, Any]] = None) -> PySparkResource:
+    prepare_spark_environment()
+    return PySparkResource(spark_config=spark_config(overrides))
+
+
+class LakehouseResource(ConfigurableResource):
+    """Where the warehouse lives and which catalog holds its tables.
+
+    Storage settings left empty fall back to the standard AWS environment variables; they can also
+    be given as Dagster `EnvVar`s. They are never written to metadata or logs.
+    """
+
+    warehouse: str = "./warehouse"
+    catalog_name: Optional[str] = None
+    catalog_properties: Optional[dict[str, str]] = None
+    s3_endpoint_url: Optional[str] = None
+    s3_region: Optional[str] = None
+    s3_access_key_id: Optional[str] = None
+    s3_secret_access_key: Optional[str] = None
+    s3_session_token: Optional[str] = None
+    delta_configuration: Optional[dict[str, str]] = None
+
+    _lakehouse: Optional[Lakehouse] = PrivateAttr(default=None)
+
+    def storage(self) -> StorageConfig:
+        return StorageConfig.from_env(
+            endpoint_url=self.s3_endpoint_url,
+            region=self.s3_region,
+            access_key_id=self.s3_access_key_id,
+            secret_access_key=self.s3_secret_access_key,
+            session_token=self.s3_session_token,
+        )
+
+    def get(self) -> Lakehouse:
+        if self._lakehouse is None:
+            self._lakehouse = Lakehouse(
+                self.warehouse,
+                catalog_name=self.catalog_name,
+                catalog_properties=self.catalog_properties,
+                storage=self.storage(),
+                delta_configuration=self.delta_configuration,
+            )
+        return self._lakehouse

@@ -1,0 +1,38 @@
+"""The code location: `lakehouse_assets.definitions:defs`."""
+
+from __future__ import annotations
+
+import os
+
+from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
+
+from .dagster.checks import build_formats_agree_checks
+from .dagster.demo_assets import customers, daily, daily_user_activity, demo_assets, events
+from .dagster.io_manager import LakehouseIOManager
+from .dagster.resources import LakehouseResource, spark_resource
+
+lakehouse = LakehouseResource(warehouse=os.environ.get("LAKEHOUSE_WAREHOUSE", "./warehouse"))
+pyspark = spark_resource()
+
+demo_customers_job = define_asset_job(
+    "demo_customers_job", selection=AssetSelection.assets(customers), description="Refresh the customer dimension."
+)
+demo_daily_job = define_asset_job(
+    "demo_daily_job",
+    selection=AssetSelection.assets(events, daily_user_activity),
+    partitions_def=daily,
+    description="One day of events and its daily aggregate (the main job).",
+)
+
+defs = Definitions(
+    assets=demo_assets,
+    asset_checks=build_formats_agree_checks([a.key for a in demo_assets]),
+    jobs=[demo_customers_job, demo_daily_job],
+    resources={
+        "lakehouse": lakehouse,
+        "pyspark": pyspark,
+        "io_manager": LakehouseIOManager(lakehouse=lakehouse, pyspark=pyspark),
+    },
+    # One JVM for the whole run: Spark parallelises inside each step.
+    executor=in_process_executor,
+)

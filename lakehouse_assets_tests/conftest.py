@@ -1,0 +1,133 @@
+"""Shared fixtures: one Spark session per test session, a fresh warehouse per test, independent readers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    from lakehouse_assets.dagster.resources import spark_config
+
+    builder = SparkSession.builder
+    for k, v in spark_config({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests"}).items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    return str(tmp_path / "warehouse")
+
+
+@pytest.fixture
+def lh(warehouse, monkeypatch):
+    from lakehouse_assets import Lakehouse
+
+    # Tests use the embedded catalog unless they configure another one themselves.
+    monkeypatch.delenv("LAKEHOUSE_CATALOG", raising=False)
+    return Lakehouse(warehouse)
+
+
+@pytest.fixture(scope="session")
+def duck():
+    from lakehouse_assets.core import duckdb_readers
+
+    return duckdb_readers.connect()
+
+
+def _norm(v):
+    """One value representation across readers (DuckDB, delta-rs, pyiceberg, Spark)."""
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return v.isoformat()
+    if isinstance(v, dt.date):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v.normalize()) if v == v.to_integral() else str(v)
+    if isinstance(v, float):
+        return round(v, 9)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _norm(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        # Arrow maps arrive as lists of (key, value) pairs.
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+            return tuple(sorted((k, _norm(x)) for k, x in v))
+        return tuple(_norm(x) for x in v)
+    if isinstance(v, bytearray):
+        return bytes(v)
+    return v
+
+
+def rows_of(records, columns=None) -> list[tuple]:
+    out = []
+    for r in records:
+        r = r.asDict(recursive=True) if hasattr(r, "asDict") else r
+        cols = columns or sorted(r)
+        out.append(tuple(_norm(r[c]) for c in cols))
+    return sorted(out, key=repr)
+
+
+def read_everywhere(lh, spark, duck, identifier: str, *, snapshot_id=None, delta_version=None) -> dict[str, list[tuple]]:
+    """The table's rows through every reader of both formats, normalised and sorted."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from lakehouse_assets.core import duckdb_readers
+
+    table = lh.load(identifier)
+    columns = sorted(f.name for f in table.schema().fields)
+    root = table.location()
+    local_root = root[len("file://"):] if root.startswith("file://") else root
+    if snapshot_id is None:
+        snap = table.current_snapshot()
+        snapshot_id = snap.snapshot_id if snap else None
+    if delta_version is None:
+        delta_version = DeltaTable(local_root).version()
+    current_delta = DeltaTable(local_root).version()
+    cols = ", ".join(f'"{c}"' for c in columns)
+
+    def duck_rows(sql):
+        res = duck.execute(sql)
+        names = [d[0] for d in res.description]
+        return rows_of([dict(zip(names, row)) for row in res.fetchall()], columns)
+
+    out = {}
+    if snapshot_id is not None:
+        metadata = duckdb_readers.iceberg_scan_sql(table.metadata_location)[: -1] + f", snapshot_from_id={snapshot_id})"
+        out["duckdb_iceberg"] = duck_rows(f"SELECT {cols} FROM {metadata}")
+        out["pyiceberg"] = rows_of(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist(), columns)
+        out["spark_iceberg"] = rows_of(lh.read(spark, identifier, snapshot_id=snapshot_id).collect(), columns)
+    if delta_version == current_delta:
+        # DuckDB's delta_scan reads the latest version.
+        out["duckdb_delta"] = duck_rows(f"SELECT {cols} FROM {duckdb_readers.delta_scan_sql(root)}")
+    out["delta_rs"] = rows_of(pa.table(DeltaTable(local_root, version=delta_version).to_pyarrow_table()).to_pylist(), columns)
+    out["spark_delta"] = rows_of(lh.read(spark, identifier, delta_version=delta_version).collect(), columns)
+    return out
+
+
+def assert_all_readers_agree(lh, spark, duck, identifier: str, expected: list[tuple] | None = None, **kw) -> list[tuple]:
+    results = read_everywhere(lh, spark, duck, identifier, **kw)
+    reference_name, reference = next(iter(results.items()))
+    for name, rows in results.items():
+        assert rows == reference, f"{identifier}: {name} ({len(rows)} rows) differs from {reference_name} ({len(reference)} rows)"
+    if expected is not None:
+        assert reference == sorted(expected, key=repr), f"{identifier}: readers agree with each other but not with the expected rows"
+    report = lh.verify(identifier)
+    assert report["agree"], report["differences"]
+    return reference

@@ -1,0 +1,150 @@
+"""Iceberg-primary failure semantics, idempotent retries, and bad input."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import pytest
+from pyspark.sql import functions as F
+
+from lakehouse_assets import CommitError, SchemaError, SpecError
+from lakehouse_assets.core import iceberg_committer
+
+from .conftest import assert_all_readers_agree
+
+
+def small(spark, start=0, n=20):
+    return spark.range(start, start + n).select("id", (F.col("id") % 3).cast("string").alias("g"))
+
+
+def data_files_on_disk(lh, identifier) -> set[str]:
+    root = lh.table_location(identifier)[len("file://"):]
+    found = set()
+    for dirpath, _, names in os.walk(os.path.join(root, "data")):
+        found |= {os.path.join(dirpath, n) for n in names if n.endswith(".parquet")}
+    return found
+
+
+def test_delta_failure_keeps_the_write_warns_and_is_repaired(lh, spark, duck, caplog):
+    first = lh.write(small(spark), "f.delta_fails")
+    log_dir = first.location[len("file://"):] + "/_delta_log"
+    # A real storage failure: the log folder is replaced by a file, so delta-rs cannot read or write it.
+    shutil.move(log_dir, log_dir + ".away")
+    open(log_dir, "w").close()
+    with caplog.at_level(logging.WARNING, logger="lakehouse"):
+        r = lh.write(small(spark, 100), "f.delta_fails")
+    assert r.iceberg_snapshot_id is not None and r.rows_written == 20
+    assert r.delta_lagging and r.delta_version is None and r.delta_error
+    assert any("Delta commit attempt 1 of 2 failed" in m for m in caplog.messages)
+    assert any("Delta lags Iceberg" in m for m in caplog.messages)
+    os.remove(log_dir)
+    shutil.move(log_dir + ".away", log_dir)
+    report = lh.verify("f.delta_fails")
+    assert not report["agree"] and report["delta_lag_snapshots"] == 1
+    assert any("lags Iceberg by 1 snapshot" in d for d in report["differences"])
+    repaired = lh.repair("f.delta_fails")
+    assert repaired["delta_version"] == first.delta_version + 1 and repaired["repaired"]
+    assert lh.repair("f.delta_fails")["repaired"] is False  # idempotent
+    assert_all_readers_agree(lh, spark, duck, "f.delta_fails")
+
+
+def test_next_write_catches_delta_up(lh, spark, duck):
+    first = lh.write(small(spark), "f.catch_up")
+    log_dir = first.location[len("file://"):] + "/_delta_log"
+    shutil.move(log_dir, log_dir + ".away")
+    open(log_dir, "w").close()
+    assert lh.write(small(spark, 100), "f.catch_up").delta_lagging
+    os.remove(log_dir)
+    shutil.move(log_dir + ".away", log_dir)
+    r = lh.write(small(spark, 200), "f.catch_up")
+    assert not r.delta_lagging and r.delta_version == first.delta_version + 2  # one Delta version per Iceberg snapshot
+    assert_all_readers_agree(lh, spark, duck, "f.catch_up")
+
+
+def test_iceberg_failure_commits_nothing_and_removes_files(lh, spark, monkeypatch):
+    lh.write(small(spark), "f.ice_fails", properties={"commit.retry.num-retries": "0"})
+    before_snapshot = lh.load("f.ice_fails").current_snapshot().snapshot_id
+    before_files = data_files_on_disk(lh, "f.ice_fails")
+    real_commit = iceberg_committer.commit_files
+
+    def commit_after_a_concurrent_overwrite(table, adds, removes, summary):
+        # Another writer replaces the table between our file write and our commit: a real conflict
+        # that the catalog rejects, because the files we remove are already gone.
+        monkeypatch.setattr(iceberg_committer, "commit_files", real_commit)
+        lh.write(small(spark, 500, 5), "f.ice_fails", mode="overwrite")
+        return real_commit(table, adds, removes, summary)
+
+    monkeypatch.setattr(iceberg_committer, "commit_files", commit_after_a_concurrent_overwrite)
+    with pytest.raises(CommitError, match=r"Table f\.ice_fails: the Iceberg commit failed .* nothing was committed and the written files were removed"):
+        lh.write(small(spark, 1000), "f.ice_fails", mode="overwrite")
+    table = lh.load("f.ice_fails")
+    assert table.current_snapshot().snapshot_id != before_snapshot  # only the concurrent writer landed
+    assert lh.read(spark, "f.ice_fails").count() == 5
+    live = {f.file_path[len("file://"):] for f in iceberg_committer.live_data_files(table)}
+    assert data_files_on_disk(lh, "f.ice_fails") - before_files == live  # our files are gone, the winner's remain
+    assert lh.verify("f.ice_fails")["agree"]
+
+
+def test_retried_write_with_same_id_commits_once(lh, spark, duck):
+    r1 = lh.write(small(spark), "f.idem", write_id="run-42:partition-a")
+    r2 = lh.write(small(spark), "f.idem", write_id="run-42:partition-a")
+    assert r2.duplicate_of_earlier_write and r2.iceberg_snapshot_id == r1.iceberg_snapshot_id
+    assert r2.delta_version == r1.delta_version
+    assert len(lh.history("f.idem")) == 1
+    assert lh.read(spark, "f.idem").count() == 20
+    lh.write(small(spark), "f.idem", write_id="run-42:partition-b")
+    assert lh.read(spark, "f.idem").count() == 40
+    assert_all_readers_agree(lh, spark, duck, "f.idem")
+
+
+def _nothing_committed(lh, identifier):
+    assert identifier not in lh.table_names()
+    assert not os.path.exists(lh.table_location(identifier)[len("file://"):])
+
+
+def test_unknown_partition_column(lh, spark):
+    with pytest.raises(SpecError, match=r"Table f\.bad1: partition column 'nope' \(from 'day\(nope\)'\) is not in the data. Columns are: id, g"):
+        lh.write(small(spark), "f.bad1", partition_by=["day(nope)"])
+    _nothing_committed(lh, "f.bad1")
+
+
+def test_transform_the_column_type_does_not_support(lh, spark):
+    with pytest.raises(SpecError, match=r"Table f\.bad2: partition transform 'day\(id\)' cannot apply to column 'id' of type long"):
+        lh.write(small(spark), "f.bad2", partition_by=["day(id)"])
+    _nothing_committed(lh, "f.bad2")
+
+
+def test_type_neither_format_can_represent(lh, spark):
+    df = spark.sql("SELECT id, INTERVAL '1' DAY AS wait FROM range(3)")
+    with pytest.raises(SchemaError, match=r"Table f\.bad3: column 'wait' has Spark type interval day"):
+        lh.write(df, "f.bad3")
+    _nothing_committed(lh, "f.bad3")
+    with pytest.raises(SchemaError, match=r"column 'nothing'.*all nulls"):
+        lh.write(spark.sql("SELECT id, NULL AS nothing FROM range(3)"), "f.bad3")
+
+
+def test_incompatible_schema_change_is_refused_before_writing(lh, spark):
+    lh.write(small(spark), "f.bad4")
+    files = data_files_on_disk(lh, "f.bad4")
+    with pytest.raises(SchemaError, match=r"Table f\.bad4: column 'id' is long in the table but string in the data"):
+        lh.write(small(spark).select(F.col("id").cast("string").alias("id"), "g"), "f.bad4")
+    assert data_files_on_disk(lh, "f.bad4") == files
+    with pytest.raises(SpecError, match=r"partitioned by \[\], not \['g'\]"):
+        lh.write(small(spark), "f.bad4", partition_by=["g"])
+
+
+def test_empty_dataframe(lh, spark, duck):
+    """Documented: an empty append commits nothing; an empty overwrite empties the table."""
+    empty = small(spark).limit(0)
+    r = lh.write(empty, "f.empty")
+    assert r.iceberg_snapshot_id is None and r.rows_written == 0 and r.files_added == 0
+    assert lh.verify("f.empty")["agree"]  # the table exists in both formats, with no rows
+    lh.write(small(spark), "f.empty")
+    before = len(lh.history("f.empty"))
+    r = lh.write(empty, "f.empty")
+    assert len(lh.history("f.empty")) == before and r.files_added == 0
+    r = lh.write(empty, "f.empty", mode="overwrite")
+    assert r.rows_removed == 20 and lh.read(spark, "f.empty").count() == 0
+    assert_all_readers_agree(lh, spark, duck, "f.empty", [])

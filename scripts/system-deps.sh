@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Debian packages the project needs (idempotent): a JRE for Spark.
-# Later sections add servers and browsers the tests use. Runs as root on this machine kind.
+# Debian packages the project needs (idempotent). Runs as root on this machine kind.
 set -euo pipefail
 need=()
+# --- Spark needs a JRE.
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# --- section: servers for the catalog/storage conformance tests (issue 5)
+# --- section: browser for the UI test (issue 6)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

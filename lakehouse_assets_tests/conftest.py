@@ -94,12 +94,15 @@ def read_everywhere(lh, spark, duck, identifier: str, *, snapshot_id=None, delta
     columns = sorted(f.name for f in table.schema().fields)
     root = table.location()
     local_root = root[len("file://"):] if root.startswith("file://") else root
+    # s3:// tables: delta-rs gets the lakehouse's storage options (and `duck` must hold an S3 secret,
+    # e.g. duckdb_readers.connect(lh.storage)).
+    delta_options = lh.storage.delta_options(root)
     if snapshot_id is None:
         snap = table.current_snapshot()
         snapshot_id = snap.snapshot_id if snap else None
     if delta_version is None:
-        delta_version = DeltaTable(local_root).version()
-    current_delta = DeltaTable(local_root).version()
+        delta_version = DeltaTable(local_root, storage_options=delta_options).version()
+    current_delta = DeltaTable(local_root, storage_options=delta_options).version()
     cols = ", ".join(f'"{c}"' for c in columns)
 
     def duck_rows(sql):
@@ -116,7 +119,8 @@ def read_everywhere(lh, spark, duck, identifier: str, *, snapshot_id=None, delta
     if delta_version == current_delta:
         # DuckDB's delta_scan reads the latest version.
         out["duckdb_delta"] = duck_rows(f"SELECT {cols} FROM {duckdb_readers.delta_scan_sql(root)}")
-    out["delta_rs"] = rows_of(pa.table(DeltaTable(local_root, version=delta_version).to_pyarrow_table()).to_pylist(), columns)
+    delta = DeltaTable(local_root, version=delta_version, storage_options=delta_options)
+    out["delta_rs"] = rows_of(pa.table(delta.to_pyarrow_table()).to_pylist(), columns)
     out["spark_delta"] = rows_of(lh.read(spark, identifier, delta_version=delta_version).collect(), columns)
     return out
 

@@ -22,14 +22,15 @@ def _extension_path(name: str) -> str:
 
 
 def connect(storage: StorageConfig | None = None):
-    """A DuckDB connection with avro, iceberg and delta loaded (no network), and S3 settings if given."""
+    """A DuckDB connection with avro, httpfs, iceberg and delta loaded (no network), and S3 settings if given."""
     import duckdb
 
     con = duckdb.connect()
     con.execute("SET autoinstall_known_extensions=false")
     con.execute("SET autoload_known_extensions=false")
     con.execute("SET TimeZone='UTC'")
-    for name in ("avro", "iceberg", "delta"):
+    # httpfs gives iceberg_scan its s3:// reads (delta_scan brings its own object store client).
+    for name in ("avro", "httpfs", "iceberg", "delta"):
         con.execute(f"LOAD '{_extension_path(name)}'")
     if storage is not None and (storage.endpoint_url or storage.access_key_id):
         from urllib.parse import urlparse

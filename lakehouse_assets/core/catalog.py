@@ -53,3 +53,50 @@ def open_catalog(warehouse_uri: str, storage: StorageConfig, name: str | None = 
 
     os.makedirs(parsed.path, exist_ok=True)
     return SqlCatalog(name, uri=f"sqlite:///{parsed.path}/catalog.db", warehouse=warehouse_uri, **storage.iceberg_properties())
+
+
+def _is_glue(catalog: Catalog) -> bool:
+    return type(catalog).__name__ == "GlueCatalog"
+
+
+def _glue_region(catalog: Catalog) -> str:
+    return str(catalog.properties.get("glue.region") or catalog.properties.get("client.region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "the default region")
+
+
+def ensure_namespace(catalog: Catalog, namespace: str) -> None:
+    """Writers create a missing namespace (Glue: database); when the catalog refuses, say what to do."""
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+    try:
+        if catalog.namespace_exists(namespace):
+            return
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+    except Exception as e:  # noqa: BLE001 - denied or misconfigured: re-raise with advice
+        if _is_glue(catalog):
+            raise CatalogError(
+                f"Cannot create the Glue database {namespace!r} in {_glue_region(catalog)} ({type(e).__name__}: {e}). Create the "
+                "Glue database first (or grant glue:CreateDatabase), and verify the region (glue.region / AWS_REGION)."
+            ) from e
+        raise CatalogError(
+            f"Cannot create namespace {namespace!r} in catalog {catalog.name!r} ({type(e).__name__}: {e}). Create it in the "
+            "catalog first, or give the catalog credential permission to create namespaces."
+        ) from e
+
+
+def missing_table_hint(catalog: Catalog, identifier: str) -> str:
+    """Why a table is not found: a missing namespace or Glue database (and where we looked)."""
+    namespace = identifier.rsplit(".", 1)[0]
+    try:
+        exists = catalog.namespace_exists(namespace)
+    except Exception:  # noqa: BLE001 - the hint is best effort
+        return ""
+    if exists:
+        return ""
+    if _is_glue(catalog):
+        return (
+            f" The Glue database {namespace!r} does not exist in {_glue_region(catalog)}: create the Glue database first "
+            "(a write creates it when the credential has glue:CreateDatabase) and verify the region (glue.region / AWS_REGION)."
+        )
+    return f" Namespace {namespace!r} does not exist in catalog {catalog.name!r}; a write creates it."

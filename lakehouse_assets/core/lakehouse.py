@@ -29,11 +29,12 @@ from pyiceberg.table import Table
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from . import iceberg_committer as ic
-from .catalog import open_catalog
+from .catalog import ensure_namespace, missing_table_hint, open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
-from .errors import CommitError, InputError, LakehouseError, SpecError, TableNotFound
+from .errors import CatalogError, CommitError, InputError, LakehouseError, SpecError, TableNotFound
 from .evolution import apply_schema_change, plan_schema_change
 from .reader import read_parquet_files
+from .small_writes import small_writes_warning
 from .spec import (
     ALL_FORMATS,
     DEFAULT_TARGET_FILE_SIZE,
@@ -44,7 +45,7 @@ from .spec import (
     spark_schema_to_iceberg,
     spec_terms,
 )
-from .storage import StorageConfig, delete_files, join_uri, normalize_uri, relative_to
+from .storage import StorageConfig, check_access, delete_files, join_uri, normalize_uri, relative_to, storage_error
 from .writer import write_files
 
 log = logging.getLogger("lakehouse")
@@ -127,8 +128,8 @@ class Lakehouse:
             return self.catalog.load_table(identifier)
         except (NoSuchTableError, NoSuchNamespaceError):
             raise TableNotFound(
-                f"Table {identifier} does not exist in catalog {self.catalog.name!r} (warehouse {self.warehouse}). "
-                f"Existing tables: {', '.join(self.table_names()) or 'none'}."
+                f"Table {identifier} does not exist in catalog {self.catalog.name!r} (warehouse {self.warehouse})."
+                f"{missing_table_hint(self.catalog, identifier)} Existing tables: {', '.join(self.table_names()) or 'none'}."
             ) from None
 
     def mirror(self, table: Table) -> DeltaMirror:
@@ -154,10 +155,7 @@ class Lakehouse:
             partition_spec = build_partition_spec(spec.identifier, incoming_schema, spec.partition_by)
             if "delta" in spec.formats:
                 _check_delta_partitioning(spec.identifier, incoming_schema, partition_spec)
-            try:
-                self.catalog.create_namespace(spec.namespace)
-            except NamespaceAlreadyExistsError:
-                pass
+            ensure_namespace(self.catalog, spec.namespace)
             location = self.table_location(spec.identifier)
             properties = {
                 **DEFAULT_TABLE_PROPERTIES,
@@ -222,6 +220,7 @@ class Lakehouse:
             schema_evolution=schema_evolution,
         )
         df = _as_spark(df, spark)
+        check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential: fail before any work
         incoming = spark_schema_to_iceberg(identifier, df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
@@ -238,17 +237,23 @@ class Lakehouse:
 
         root = normalize_uri(table.location())
         target_size = int(table.properties.get("write.target-file-size-bytes", spec.target_file_size))
-        written = write_files(
-            df,
-            root_uri=root,
-            schema=table.schema(),
-            spec=table.spec(),
-            delta_columns=delta_partition_columns(table.spec(), table.schema()),
-            storage=self.storage,
-            target_file_size=target_file_size or target_size,
-            compression=table.properties.get("write.parquet.compression-codec", "zstd"),
-            compression_level=int(table.properties.get("write.parquet.compression-level", "3")),
-        )
+        try:
+            written = write_files(
+                df,
+                root_uri=root,
+                schema=table.schema(),
+                spec=table.spec(),
+                delta_columns=delta_partition_columns(table.spec(), table.schema()),
+                storage=self.storage,
+                target_file_size=target_file_size or target_size,
+                compression=table.properties.get("write.parquet.compression-codec", "zstd"),
+                compression_level=int(table.properties.get("write.parquet.compression-level", "3")),
+            )
+        except Exception as e:
+            # Executors failing on storage (e.g. no s3:PutObject) surface as Spark errors: name the real cause.
+            if (clear := storage_error(self.storage, root, e)) is not None:
+                raise CatalogError(f"Table {identifier}: writing data files failed; nothing was committed. {clear}") from e
+            raise
         written_uris = [join_uri(root, f.path) for f in written]
         write_done = time.monotonic()
         try:
@@ -289,6 +294,9 @@ class Lakehouse:
         result.rows_removed = sum(f.record_count for f in removes)
         result.write_seconds = write_done - started
         result.iceberg_commit_seconds = iceberg_done - write_done
+        if snapshot is not None and (advice := small_writes_warning(identifier, table)) is not None:
+            result.warnings.append(advice)
+            log.warning(advice)
         if delta_on:
             known = {snapshot.snapshot_id: SnapshotChange(snapshot, adds, removes, summary)} if snapshot else {}
             self._mirror_to_delta(table, known, result)

@@ -145,3 +145,44 @@ def delete_files(storage: StorageConfig, uris: list[str]) -> None:
             fs.delete_file(path)
         except FileNotFoundError:
             pass
+
+
+# ---------------------------------------------------------------- actionable storage errors
+
+S3_PERMISSIONS = "s3:ListBucket on the bucket and s3:GetObject, s3:PutObject, s3:DeleteObject on its objects"
+
+
+def _where(storage: StorageConfig) -> str:
+    return f"endpoint {storage.endpoint_url or 'AWS default'}, region {storage.region or 'us-east-1 (default)'}"
+
+
+def storage_error(storage: StorageConfig, uri: str, error: BaseException) -> CatalogError | None:
+    """Turn a pyarrow/AWS SDK error text into an actionable CatalogError; None if it is not a storage problem."""
+    text = str(error)
+    if any(s in text for s in ("ACCESS_DENIED", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "HTTP status 403")):
+        return CatalogError(
+            f"Access denied to {uri} ({_where(storage)}). The credential (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+            f"the S3Resource or the lakehouse resource's s3_* settings) must be valid and allow {S3_PERMISSIONS}."
+        )
+    if any(s in text for s in ("NETWORK_CONNECTION", "curlCode", "Could not resolve", "Couldn't connect", "Could not connect")):
+        return CatalogError(
+            f"Cannot reach the object store for {uri} ({_where(storage)}). Check AWS_ENDPOINT_URL (scheme, host and "
+            "port) and that the server is running and reachable from the driver and the Spark executors."
+        )
+    if any(s in text for s in ("PermanentRedirect", "AuthorizationHeaderMalformed", "HTTP status 301", "IllegalLocationConstraint", "wrong region")):
+        return CatalogError(f"The bucket of {uri} is not in region {storage.region or 'us-east-1'} ({_where(storage)}). Set AWS_REGION to the bucket's region.")
+    return None
+
+
+def check_access(storage: StorageConfig, uri: str) -> None:
+    """One cheap request before any work starts: a wrong endpoint, region, credential or bucket fails here, clearly."""
+    if not uri.startswith("s3://"):
+        return
+    fs, path = storage.filesystem(uri)
+    bucket = path.split("/", 1)[0]
+    try:
+        info = fs.get_file_info(bucket)
+    except OSError as e:
+        raise (storage_error(storage, uri, e) or CatalogError(f"Cannot access {uri} ({_where(storage)}): {e}")) from None
+    if info.type == pafs.FileType.NotFound:
+        raise CatalogError(f"Bucket {bucket!r} of {uri} does not exist ({_where(storage)}). Create it, or fix the warehouse URI or the endpoint.")

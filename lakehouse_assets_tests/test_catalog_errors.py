@@ -1,0 +1,130 @@
+"""Troubleshooting: each misconfiguration users hit on object storage and shared catalogs gives an actionable error."""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from lakehouse_assets import Lakehouse
+from lakehouse_assets.core import duckdb_readers
+from lakehouse_assets.core.errors import CatalogError, TableNotFound
+from lakehouse_assets.core.small_writes import COMMITS
+
+from .conftest import assert_all_readers_agree
+from .servers import SECRET_KEY, backend, free_ports, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+
+
+def small(spark, start=0, n=10):
+    return spark.range(start, start + n).select("id", (F.col("id") % 3).cast("string").alias("g"))
+
+
+@pytest.mark.parametrize("backend", ["rest-s3", "postgres-s3", "glue-s3"], indirect=True)
+def test_reading_a_missing_namespace_names_it(backend, spark):
+    lh = backend.lakehouse()
+    ns = backend.namespace()
+    with pytest.raises(TableNotFound) as info:
+        lh.read(spark, f"{ns}.nothing")
+    message = str(info.value)
+    assert f"Table {ns}.nothing does not exist in catalog" in message
+    if backend.id == "glue-s3":
+        assert f"The Glue database {ns!r} does not exist in us-east-1: create the Glue database first" in message
+        assert "verify the region" in message
+    else:
+        assert f"Namespace {ns!r} does not exist" in message and "a write creates it" in message
+
+
+@pytest.mark.parametrize("backend", ["glue-s3"], indirect=True)
+def test_glue_in_the_wrong_region_says_so(backend, spark):
+    ns = backend.namespace()
+    backend.lakehouse().write(small(spark), f"{ns}.t")
+    elsewhere = Lakehouse(backend.warehouse, catalog_name="glue", catalog_properties={**backend.catalog_properties, "glue.region": "eu-west-1"})
+    with pytest.raises(TableNotFound, match=rf"Glue database '{ns}' does not exist in eu-west-1: create the Glue database first .* verify the region"):
+        elsewhere.load(f"{ns}.t")
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
+def test_wrong_s3_endpoint_fails_before_any_work(backend, spark, monkeypatch):
+    (closed,) = free_ports(1)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed}")
+    lh = backend.lakehouse()
+    ns = backend.namespace()
+    with pytest.raises(CatalogError, match=rf"Cannot reach the object store for s3://.* \(endpoint http://127.0.0.1:{closed}, region us-east-1\)\. Check AWS_ENDPOINT_URL"):
+        lh.write(small(spark), f"{ns}.t")
+    assert not lh.catalog.namespace_exists(ns)  # nothing was created
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
+def test_access_denied_names_the_permissions_and_hides_the_secret(backend, spark, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-0000")
+    lh = backend.lakehouse()
+    with pytest.raises(CatalogError) as info:
+        lh.write(small(spark), f"{backend.namespace()}.t")
+    message = str(info.value)
+    assert message.startswith("Access denied to s3://lakehouse-s3/pg")
+    assert "s3:ListBucket on the bucket and s3:GetObject, s3:PutObject, s3:DeleteObject" in message
+    assert "not-the-secret-0000" not in message and SECRET_KEY not in message
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
+def test_missing_bucket(backend, spark):
+    lh = Lakehouse("s3://no-such-bucket-here/wh", catalog_name="pg")
+    with pytest.raises(CatalogError, match=r"Bucket 'no-such-bucket-here' of s3://no-such-bucket-here/wh does not exist .* Create it"):
+        lh.write(small(spark), f"{backend.namespace()}.t")
+
+
+@pytest.mark.parametrize("backend", ["rest-s3"], indirect=True)
+def test_unreachable_rest_catalog(backend, monkeypatch):
+    (closed,) = free_ports(1)
+    monkeypatch.setenv("PYICEBERG_CATALOG__REST__URI", f"http://127.0.0.1:{closed}")
+    with pytest.raises(CatalogError, match=r"Cannot open Iceberg catalog 'rest' \(rest\): .* Check its URI, credentials and region .* PYICEBERG_CATALOG__REST__\*"):
+        backend.lakehouse()
+
+
+@pytest.mark.parametrize("location", ["gs://bucket/warehouse", "hdfs://namenode/warehouse", "abfss://c@a.dfs.core.windows.net/w"])
+def test_unknown_uri_scheme(location):
+    scheme = location.split("://")[0]
+    with pytest.raises(CatalogError, match=rf"uses the URI scheme '{scheme}', which is not supported\. Use one of: file://, s3:// or a local path"):
+        Lakehouse(location)
+
+
+@pytest.mark.parametrize("backend", ["rest-s3"], indirect=True)
+def test_delta_commit_failing_after_iceberg_on_s3(backend, spark, caplog):
+    """A real storage failure of the Delta log on S3: the write lands in Iceberg, warns, and repair catches Delta up."""
+    lh = backend.lakehouse()
+    ident = f"{backend.namespace()}.delta_fails"
+    first = lh.write(small(spark), ident)
+    fs, root = lh.storage.filesystem(first.location)
+    # An unreadable entry where the next Delta version goes: delta-rs can neither load nor extend the log.
+    blocker = f"{root}/_delta_log/{first.delta_version + 1:020d}.json"
+    with fs.open_output_stream(blocker) as out:
+        out.write(b"{not json")
+    with caplog.at_level(logging.WARNING, logger="lakehouse"):
+        r = lh.write(small(spark, 100), ident)
+    assert r.iceberg_snapshot_id is not None and r.rows_written == 10
+    assert r.delta_lagging and r.delta_version is None
+    assert any(f"Table {ident}: Iceberg snapshot {r.iceberg_snapshot_id} committed but the Delta commit failed twice" in m for m in caplog.messages)
+    assert any(f"`lakehouse repair {ident}`" in m for m in caplog.messages)
+    fs.delete_file(blocker)
+    report = lh.verify(ident)
+    assert not report["agree"] and report["delta_lag_snapshots"] == 1
+    assert lh.repair(ident)["delta_version"] == first.delta_version + 1
+    assert_all_readers_agree(lh, spark, duckdb_readers.connect(lh.storage), ident)
+
+
+def test_many_tiny_batches_warn(lh, spark, caplog):
+    ident = "tiny.batches"
+    props = {COMMITS: "5"}
+    with caplog.at_level(logging.WARNING, logger="lakehouse"):
+        quiet = [lh.write(pa.table({"id": [i]}), ident, properties=props, spark=spark) for i in range(4)]
+        loud = lh.write(pa.table({"id": [4]}), ident, spark=spark)
+    assert all(not r.warnings for r in quiet)
+    (advice,) = loud.warnings
+    assert advice.startswith(f"Table {ident}: the last 5 commits came within")
+    assert "added 5 rows in 5 files averaging" in advice and "write larger batches less often" in advice
+    assert advice in caplog.messages
+    # Large files (or a disabled check) stay quiet.
+    lh.catalog.load_table(ident).transaction().set_properties({COMMITS: "0"}).commit_transaction()
+    assert not lh.write(pa.table({"id": [5]}), ident, spark=spark).warnings

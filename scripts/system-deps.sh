@@ -5,6 +5,8 @@ need=()
 # --- Spark needs a JRE.
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 # --- section: servers for the catalog/storage conformance tests (issue 5)
+# PostgreSQL 15 for the SQL catalog tests (Debian puts initdb/pg_ctl in /usr/lib/postgresql/15/bin).
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then need+=(postgresql); fi
 # --- section: browser for the UI test (issue 6)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"

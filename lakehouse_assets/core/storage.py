@@ -159,7 +159,7 @@ def _where(storage: StorageConfig) -> str:
 def storage_error(storage: StorageConfig, uri: str, error: BaseException) -> CatalogError | None:
     """Turn a pyarrow/AWS SDK error text into an actionable CatalogError; None if it is not a storage problem."""
     text = str(error)
-    if any(s in text for s in ("ACCESS_DENIED", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "HTTP status 403")):
+    if any(s in text for s in ("ACCESS_DENIED", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "INVALID_ACCESS_KEY_ID", "HTTP status 403")):
         return CatalogError(
             f"Access denied to {uri} ({_where(storage)}). The credential (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
             f"the S3Resource or the lakehouse resource's s3_* settings) must be valid and allow {S3_PERMISSIONS}."

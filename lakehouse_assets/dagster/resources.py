@@ -6,6 +6,7 @@ import sys
 from typing import Any, Optional
 
 from dagster import ConfigurableResource
+from dagster_aws.s3 import S3Resource
 from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
@@ -48,8 +49,9 @@ def spark_resource(overrides: Optional[dict[str, Any]] = None) -> PySparkResourc
 class LakehouseResource(ConfigurableResource):
     """Where the warehouse lives and which catalog holds its tables.
 
-    Storage settings left empty fall back to the standard AWS environment variables; they can also
-    be given as Dagster `EnvVar`s. They are never written to metadata or logs.
+    Storage settings left empty come from `s3` (dagster-aws's S3Resource) if given, else from the
+    standard AWS environment variables; they can also be given as Dagster `EnvVar`s. They are never
+    written to metadata or logs.
     """
 
     warehouse: str = "./warehouse"
@@ -61,16 +63,19 @@ class LakehouseResource(ConfigurableResource):
     s3_secret_access_key: Optional[str] = None
     s3_session_token: Optional[str] = None
     delta_configuration: Optional[dict[str, str]] = None
+    # dagster-aws's S3Resource: its endpoint/region/keys are used where the s3_* fields above are empty.
+    s3: Optional[S3Resource] = None
 
     _lakehouse: Optional[Lakehouse] = PrivateAttr(default=None)
 
     def storage(self) -> StorageConfig:
+        s3 = self.s3
         return StorageConfig.from_env(
-            endpoint_url=self.s3_endpoint_url,
-            region=self.s3_region,
-            access_key_id=self.s3_access_key_id,
-            secret_access_key=self.s3_secret_access_key,
-            session_token=self.s3_session_token,
+            endpoint_url=self.s3_endpoint_url or (s3.endpoint_url if s3 else None),
+            region=self.s3_region or (s3.region_name if s3 else None),
+            access_key_id=self.s3_access_key_id or (s3.aws_access_key_id if s3 else None),
+            secret_access_key=self.s3_secret_access_key or (s3.aws_secret_access_key if s3 else None),
+            session_token=self.s3_session_token or (s3.aws_session_token if s3 else None),
         )
 
     def get(self) -> Lakehouse:

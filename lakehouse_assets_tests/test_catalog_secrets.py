@@ -1,0 +1,95 @@
+"""Credentials never end up in logs, Dagster metadata or event logs, table properties, snapshot summaries or the logs on storage."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, DagsterInstance, EnvVar, asset, materialize
+from dagster._serdes import serialize_value
+from dagster_aws.s3 import S3Resource
+from dagster_pyspark import PySparkResource
+
+from lakehouse_assets import Lakehouse
+from lakehouse_assets.core.storage import StorageConfig
+from lakehouse_assets.dagster.checks import build_formats_agree_checks
+from lakehouse_assets.dagster.io_manager import LakehouseIOManager
+from lakehouse_assets.dagster.resources import LakehouseResource
+
+from .servers import ACCESS_KEY, REGION, SECRET_KEY, backend, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+
+SECRETS = [SECRET_KEY.encode(), ACCESS_KEY.encode()]
+
+
+def _leaks(blob: bytes | str) -> list[str]:
+    data = blob.encode() if isinstance(blob, str) else blob
+    return [s.decode() for s in SECRETS if s in data]
+
+
+@pytest.mark.parametrize("backend", ["rest-s3"], indirect=True)
+def test_credentials_are_written_nowhere(backend, spark, tmp_path, monkeypatch, caplog, capfd):
+    # Dagster gets the S3 credentials from EnvVars through dagster-aws's S3Resource, not from AWS_*.
+    monkeypatch.setenv("LKH_TEST_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("LKH_TEST_SECRET", SECRET_KEY)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    ns = backend.namespace()
+
+    @asset(key_prefix=[ns], metadata={"partition_by": ["g"]})
+    def secret_probe(pyspark: PySparkResource):
+        from pyspark.sql import functions as F
+
+        return pyspark.spark_session.range(50).select("id", (F.col("id") % 4).cast("string").alias("g"))
+
+    s3 = S3Resource(endpoint_url=backend.server.urls["s3"], region_name=REGION, aws_access_key_id=EnvVar("LKH_TEST_KEY_ID"), aws_secret_access_key=EnvVar("LKH_TEST_SECRET"))
+    lakehouse = LakehouseResource(warehouse=backend.warehouse, s3=s3)
+    pyspark = PySparkResource(spark_config={})
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    with caplog.at_level(logging.DEBUG):
+        with DagsterInstance.from_config(str(home)) as instance:
+            for _ in range(2):  # a create and an append
+                result = materialize(
+                    [secret_probe, *build_formats_agree_checks([secret_probe.key])],
+                    resources={"io_manager": LakehouseIOManager(lakehouse=lakehouse, pyspark=pyspark), "lakehouse": lakehouse, "pyspark": pyspark},
+                    instance=instance,
+                )
+                assert result.success
+                # Dagster's event log and run records, including materialization and check metadata.
+                for record in instance.all_logs(result.run_id):
+                    assert not _leaks(serialize_value(record)), record
+                assert not _leaks(serialize_value(instance.get_run_by_id(result.run_id)))
+            (materialization,) = [e.materialization for e in result.get_asset_materialization_events()]
+            assert materialization.metadata["delta_version"].value == 2  # version 0 creates the Delta table
+    # Everything on disk under the Dagster home (SQLite event logs, compute logs).
+    for path in Path(home).rglob("*"):
+        if path.is_file():
+            assert not _leaks(path.read_bytes()), path
+    # Every Python log record and everything printed (Spark, pyiceberg, delta-rs, Dagster).
+    assert not _leaks(caplog.text)
+    out, err = capfd.readouterr()
+    assert not _leaks(out) and not _leaks(err)
+
+    # Outside a run EnvVars are not resolved: inspect with explicit credentials.
+    lh = Lakehouse(backend.warehouse, storage=StorageConfig.from_env(access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY))
+    ident = f"{ns}.secret_probe"
+    table = lh.load(ident)
+    assert not _leaks(repr(dict(table.properties)))
+    for snap in table.snapshots():
+        assert not _leaks(repr(snap.summary))
+    # Every object of the table on S3: Iceberg metadata JSON, manifest lists, manifests, Delta log
+    # (commitInfo) and checkpoints, data files.
+    fs, root = lh.storage.filesystem(table.location())
+    from pyarrow.fs import FileSelector, FileType
+
+    objects = [i for i in fs.get_file_info(FileSelector(root, recursive=True)) if i.type == FileType.File]
+    kinds = {o.path.rsplit(".", 1)[-1] for o in objects}
+    assert {"json", "avro", "parquet"} <= kinds, kinds
+    assert any("/_delta_log/" in o.path for o in objects) and any("metadata.json" in o.path for o in objects)
+    for o in objects:
+        with fs.open_input_stream(o.path) as f:
+            assert not _leaks(f.read()), o.path
+    # Neither does the write result nor a repr of the storage configuration.
+    assert not _leaks(repr(lh.storage))

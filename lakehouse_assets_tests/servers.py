@@ -156,7 +156,9 @@ def _wait_for_buckets(endpoint: str, buckets: list[str], log: Path, timeout: flo
 
 
 def _pg_binary(name: str) -> str:
-    for d in PG_BIN_DIRS:
+    import glob
+
+    for d in [*PG_BIN_DIRS, *sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]:
         if os.path.exists(os.path.join(d, name)):
             return os.path.join(d, name)
     found = shutil.which(name)

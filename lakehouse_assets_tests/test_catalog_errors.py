@@ -128,3 +128,24 @@ def test_many_tiny_batches_warn(lh, spark, caplog):
     # Large files (or a disabled check) stay quiet.
     lh.catalog.load_table(ident).transaction().set_properties({COMMITS: "0"}).commit_transaction()
     assert not lh.write(pa.table({"id": [5]}), ident, spark=spark).warnings
+
+
+def test_catalog_picked_by_name_from_env_set_after_import(tmp_path, monkeypatch):
+    """pyiceberg caches its environment at import; our catalog lookup re-reads it."""
+    import pyiceberg.catalog  # noqa: F401 - imported before the variables exist
+
+    for k in [k for k in __import__("os").environ if k.startswith("PYICEBERG_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))  # no .pyiceberg.yaml there
+    monkeypatch.delenv("LAKEHOUSE_CATALOG", raising=False)
+    default = Lakehouse(str(tmp_path / "wh1"))
+    assert default.catalog.name == "lakehouse" and default.catalog.properties["uri"] == f"sqlite:///{tmp_path}/wh1/catalog.db"
+    monkeypatch.setenv("LAKEHOUSE_CATALOG", "later")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LATER__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LATER__URI", f"sqlite:///{tmp_path}/elsewhere.db")
+    configured = Lakehouse(str(tmp_path / "wh2"))
+    assert configured.catalog.name == "later" and configured.catalog.properties["uri"] == f"sqlite:///{tmp_path}/elsewhere.db"
+    # Object storage without a configured catalog is refused with the way out.
+    monkeypatch.delenv("LAKEHOUSE_CATALOG")
+    with pytest.raises(CatalogError, match=r"on object storage but no catalog named 'lakehouse' is configured.*PYICEBERG_CATALOG__LAKEHOUSE__TYPE=rest"):
+        Lakehouse("s3://bucket/wh")

@@ -104,3 +104,38 @@ def test_four_concurrent_writers_land_in_both_formats(backend, spark):
         assert by_snapshot[r.iceberg_snapshot_id] == r.delta_version, json.dumps(r.to_dict(), default=str)
     duck = duckdb_readers.connect(lh.storage)
     assert_all_readers_agree(lh, spark, duck, ident)
+
+
+# ---------------------------------------------------------------- waiting for issues 3 (merge) and 4 (maintenance)
+# Not collected yet (no `test_` prefix) because merge and maintenance are being built on other
+# branches. To enable once they are merged: rename to `test_...` and adjust the call if the API differs.
+
+
+def pending_test_merge_on_every_backend(backend, spark):
+    lh = backend.lakehouse()
+    duck = duckdb_readers.connect(lh.storage)
+    ident = f"{backend.namespace()}.merged"
+    lh.write(events(spark, 0, 20), ident)
+    # Update ids 10..19, insert 20..29.
+    r = lh.write(events(spark, 10, 20).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge_keys=["id"])
+    want = expected(0, 10) + [(a + 1, c, t, i) for a, c, t, i in expected(10, 20)]
+    assert r.delta_version is not None and not r.delta_lagging
+    assert_all_readers_agree(lh, spark, duck, ident, want)
+
+
+def pending_test_maintenance_on_every_backend(backend, spark):
+    lh = backend.lakehouse()
+    duck = duckdb_readers.connect(lh.storage)
+    ident = f"{backend.namespace()}.maintained"
+    for i in range(4):
+        lh.write(events(spark, 10 * i, 10), ident)
+    before = rows_of(lh.read(spark, ident).collect())
+    metadata_before = lh.load(ident).metadata_location
+    lh.maintain(ident)  # compaction, snapshot/version expiry, orphan removal
+    assert rows_of(lh.read(spark, ident).collect()) == before
+    # SeaweedFS's REST catalog writes metadata JSON under <table>/metadata/ (it ignores
+    # write.metadata.path): a cleanup must not delete it.
+    fs, path = lh.storage.filesystem(lh.load(ident).metadata_location)
+    assert fs.get_file_info(path).is_file
+    assert metadata_before  # the previous metadata may be expired, the current one must exist
+    assert_all_readers_agree(lh, spark, duck, ident, expected(0, 40))

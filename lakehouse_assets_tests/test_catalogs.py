@@ -53,8 +53,12 @@ def test_create_append_overwrite_time_travel(backend, spark):
     assert ident in lh.table_names()
 
 
-@pytest.mark.parametrize("backend", ["rest-s3", "postgres-s3"], indirect=True)
-def test_four_concurrent_writers_land_in_both_formats(backend, spark):
+@pytest.mark.parametrize(
+    "backend,retries",
+    [("rest-s3", "10"), ("postgres-s3", "10"), ("postgres-s3", "0")],  # with 0 retries, losers must fail cleanly
+    indirect=["backend"],
+)
+def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
     """Four writers append to one table at once: each write lands in both formats or fails clearly."""
     import json
     import threading
@@ -66,7 +70,7 @@ def test_four_concurrent_writers_land_in_both_formats(backend, spark):
 
     lh = backend.lakehouse()
     ident = f"{backend.namespace()}.concurrent"
-    first = lh.write(events(spark, 0, 10), ident, properties={"commit.retry.num-retries": "10", "commit.retry.min-wait-ms": "50"})
+    first = lh.write(events(spark, 0, 10), ident, properties={"commit.retry.num-retries": retries, "commit.retry.min-wait-ms": "50"})
     results, errors = {}, {}
     barrier = threading.Barrier(4)
 
@@ -85,8 +89,10 @@ def test_four_concurrent_writers_land_in_both_formats(backend, spark):
     for t in threads:
         t.join()
     for i, e in errors.items():
-        assert f"Table {ident}" in str(e) and "nothing was committed" in str(e), e
+        assert f"Table {ident}: the Iceberg commit failed" in str(e) and "nothing was committed and the written files were removed" in str(e), e
+        assert "Other writers committed first: retry the write, or raise the table property commit.retry.num-retries" in str(e), e
     assert results, f"no concurrent write succeeded: {errors}"
+    print(f"concurrent writers: {len(results)} committed, {len(errors)} failed: {[str(e)[:160] for e in errors.values()]}")
     for r in results.values():
         assert not r.delta_lagging, r.delta_error
     expected_rows = 10 + sum(r.rows_written for r in results.values())
@@ -102,6 +108,13 @@ def test_four_concurrent_writers_land_in_both_formats(backend, spark):
     by_snapshot = {int(c[ICEBERG_SNAPSHOT_ID]): c["version"] for c in delta.history() if ICEBERG_SNAPSHOT_ID in c}
     for r in results.values():
         assert by_snapshot[r.iceberg_snapshot_id] == r.delta_version, json.dumps(r.to_dict(), default=str)
+    # Failed writers removed their files: every data file on storage is live in both formats.
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, root = lh.storage.filesystem(table.location())
+    on_storage = {i.path for i in fs.get_file_info(FileSelector(f"{root}/data", recursive=True)) if i.type == FileType.File}
+    live = {lh.storage.filesystem(t.file.file_path)[1] for t in table.scan().plan_files()}
+    assert on_storage == live, f"{len(errors)} failed writes left files behind: {sorted(on_storage - live)}"
     duck = duckdb_readers.connect(lh.storage)
     assert_all_readers_agree(lh, spark, duck, ident)
 

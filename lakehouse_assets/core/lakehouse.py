@@ -282,7 +282,13 @@ class Lakehouse:
             if isinstance(e, LakehouseError):
                 raise
             if isinstance(e, Exception):
-                raise CommitError(f"Table {identifier}: the Iceberg commit failed ({type(e).__name__}: {e}); nothing was committed and the written files were removed.") from e
+                # Lost a race with other writers after pyiceberg's own retries: say how to get through.
+                hint = (
+                    " Other writers committed first: retry the write, or raise the table property commit.retry.num-retries."
+                    if type(e).__name__ == "CommitFailedException"
+                    else ""
+                )
+                raise CommitError(f"Table {identifier}: the Iceberg commit failed ({type(e).__name__}: {e}); nothing was committed and the written files were removed.{hint}") from e
             raise
         iceberg_done = time.monotonic()
 

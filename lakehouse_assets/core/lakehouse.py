@@ -29,12 +29,11 @@ from pyiceberg.table import Table
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from . import iceberg_committer as ic
-from .catalog import ensure_namespace, missing_table_hint, open_catalog
+from .catalog import open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
-from .errors import CatalogError, CommitError, InputError, LakehouseError, SpecError, TableNotFound
+from .errors import CommitError, InputError, LakehouseError, SpecError, TableNotFound
 from .evolution import apply_schema_change, plan_schema_change
 from .reader import read_parquet_files
-from .small_writes import small_writes_warning
 from .spec import (
     ALL_FORMATS,
     DEFAULT_TARGET_FILE_SIZE,
@@ -45,8 +44,12 @@ from .spec import (
     spark_schema_to_iceberg,
     spec_terms,
 )
-from .storage import StorageConfig, check_access, delete_files, join_uri, normalize_uri, relative_to, storage_error
+from .storage import StorageConfig, delete_files, join_uri, normalize_uri, relative_to
 from .writer import write_files
+
+from .catalog import ensure_namespace, missing_table_hint  # noqa: E402 - object storage and catalogs (issue 5)
+from .small_writes import small_writes_warning  # noqa: E402
+from .storage import check_access  # noqa: E402
 
 log = logging.getLogger("lakehouse")
 
@@ -207,6 +210,7 @@ class Lakehouse:
         same id commits nothing and returns the first write's snapshot.
         """
         started = time.monotonic()
+        check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
         if mode not in ("append", "overwrite"):
             raise SpecError(f"Table {identifier}: unknown write mode {mode!r}; use 'append' or 'overwrite'.")
         if window is not None and mode != "overwrite":
@@ -220,7 +224,6 @@ class Lakehouse:
             schema_evolution=schema_evolution,
         )
         df = _as_spark(df, spark)
-        check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential: fail before any work
         incoming = spark_schema_to_iceberg(identifier, df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
@@ -237,23 +240,17 @@ class Lakehouse:
 
         root = normalize_uri(table.location())
         target_size = int(table.properties.get("write.target-file-size-bytes", spec.target_file_size))
-        try:
-            written = write_files(
-                df,
-                root_uri=root,
-                schema=table.schema(),
-                spec=table.spec(),
-                delta_columns=delta_partition_columns(table.spec(), table.schema()),
-                storage=self.storage,
-                target_file_size=target_file_size or target_size,
-                compression=table.properties.get("write.parquet.compression-codec", "zstd"),
-                compression_level=int(table.properties.get("write.parquet.compression-level", "3")),
-            )
-        except Exception as e:
-            # Executors failing on storage (e.g. no s3:PutObject) surface as Spark errors: name the real cause.
-            if (clear := storage_error(self.storage, root, e)) is not None:
-                raise CatalogError(f"Table {identifier}: writing data files failed; nothing was committed. {clear}") from e
-            raise
+        written = write_files(
+            df,
+            root_uri=root,
+            schema=table.schema(),
+            spec=table.spec(),
+            delta_columns=delta_partition_columns(table.spec(), table.schema()),
+            storage=self.storage,
+            target_file_size=target_file_size or target_size,
+            compression=table.properties.get("write.parquet.compression-codec", "zstd"),
+            compression_level=int(table.properties.get("write.parquet.compression-level", "3")),
+        )
         written_uris = [join_uri(root, f.path) for f in written]
         write_done = time.monotonic()
         try:

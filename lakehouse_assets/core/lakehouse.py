@@ -210,11 +210,11 @@ class Lakehouse:
         same id commits nothing and returns the first write's snapshot.
         """
         started = time.monotonic()
-        check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
         if mode not in ("append", "overwrite"):
             raise SpecError(f"Table {identifier}: unknown write mode {mode!r}; use 'append' or 'overwrite'.")
         if window is not None and mode != "overwrite":
             raise SpecError(f"Table {identifier}: a partition window can only be overwritten (mode='overwrite').")
+        check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
         spec = TableSpec(
             identifier,
             partition_by=tuple(partition_by or ()),

@@ -11,6 +11,7 @@ same machine), keeps its data under a temporary folder and is stopped by its PID
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -26,6 +27,9 @@ from pathlib import Path
 # Fixed, recognisable test credentials: the secrets test searches every log and metadata file for them.
 ACCESS_KEY = "LKHTESTACCESSKEY7F3A"
 SECRET_KEY = "lkh-test-secret-9d1c0b7e55aa42"
+# A second SeaweedFS identity that may read and list but not write (access-denied tests).
+READONLY_ACCESS_KEY = "LKHREADONLYKEY2B6C"
+READONLY_SECRET_KEY = "lkh-readonly-secret-41f0a9"
 REGION = "us-east-1"
 REST_BUCKET = "lakehouse-rest"  # S3 Tables bucket served by SeaweedFS's Iceberg REST catalog
 S3_BUCKET = "lakehouse-s3"  # plain S3 bucket for the PostgreSQL catalog
@@ -123,6 +127,14 @@ def start_seaweedfs(base: Path) -> Server:
         "-webdav=false", f"-webdav.port={ports['webdav']}", f"-metricsPort={ports['metrics']}",
         "-master.telemetry=false", f"-bucket={S3_BUCKET}", f"-tableBucket={REST_BUCKET}",
     ]  # fmt: skip
+    identities = {
+        "identities": [
+            {"name": "admin", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}], "actions": ["Admin", "Read", "List", "Tagging", "Write"]},
+            {"name": "reader", "credentials": [{"accessKey": READONLY_ACCESS_KEY, "secretKey": READONLY_SECRET_KEY}], "actions": ["Read", "List"]},
+        ]
+    }
+    (data / "s3.json").write_text(json.dumps(identities))
+    args.append(f"-s3.config={data / 's3.json'}")
     # The server's admin identity comes from these (without them multipart uploads fail).
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
     log = data / "weed.log"

@@ -14,7 +14,7 @@ from lakehouse_assets.core.errors import CatalogError, TableNotFound
 from lakehouse_assets.core.small_writes import COMMITS
 
 from .conftest import assert_all_readers_agree
-from .servers import SECRET_KEY, backend, free_ports, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+from .servers import READONLY_ACCESS_KEY, READONLY_SECRET_KEY, SECRET_KEY, backend, free_ports, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
 
 def small(spark, start=0, n=10):
@@ -66,6 +66,23 @@ def test_access_denied_names_the_permissions_and_hides_the_secret(backend, spark
     assert message.startswith("Access denied to s3://lakehouse-s3/pg")
     assert "s3:ListBucket on the bucket and s3:GetObject, s3:PutObject, s3:DeleteObject" in message
     assert "not-the-secret-0000" not in message and SECRET_KEY not in message
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
+def test_credential_without_write_permission(backend, spark, monkeypatch):
+    """Valid keys that may list and read but not write: the executors' failure names the missing permission."""
+    ident = f"{backend.namespace()}.t"
+    before = backend.lakehouse().write(small(spark), ident)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", READONLY_ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", READONLY_SECRET_KEY)
+    reader = backend.lakehouse()
+    assert reader.read(spark, ident).count() == 10  # reading is allowed
+    with pytest.raises(CatalogError) as info:
+        reader.write(small(spark, 100), ident)
+    message = str(info.value)
+    assert message.startswith(f"Access denied to {before.location}") and "s3:PutObject" in message
+    assert READONLY_SECRET_KEY not in message and SECRET_KEY not in message
+    assert reader.load(ident).current_snapshot().snapshot_id == before.iceberg_snapshot_id  # nothing committed
 
 
 @pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)

@@ -383,7 +383,15 @@ def write_files(
         keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
         df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
     writer = FileWriter(root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level)
-    rows = df.mapInArrow(writer, FILE_ROW_SCHEMA).collect()  # one metadata row per file, never table rows
+    try:
+        rows = df.mapInArrow(writer, FILE_ROW_SCHEMA).collect()  # one metadata row per file, never table rows
+    except Exception as e:
+        # An executor's storage error arrives wrapped in Spark's; name the real cause (e.g. no s3:PutObject).
+        from .storage import storage_error
+
+        if (clear := storage_error(storage, root_uri, e)) is not None:
+            raise clear from e
+        raise
     files = []
     for r in rows:
         key = json.loads(r["partition_key"])

@@ -103,9 +103,9 @@ def repair(ctx, table: str, as_json: bool) -> None:
 
 def main() -> None:
     try:
-        cli(standalone_mode=False)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+        # standalone_mode=False returns ctx.exit()'s code instead of raising it.
+        code = cli(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)

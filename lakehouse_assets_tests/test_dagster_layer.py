@@ -146,3 +146,17 @@ def test_code_location_loads_and_jobs_resolve():
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert {"demo/events", "demo/customers", "demo/daily_user_activity"} <= keys
     assert defs.resolve_job_def("demo_daily_job").executor_def is in_process_executor
+
+
+def test_spark_config_can_point_at_a_cluster(monkeypatch):
+    from lakehouse_assets.dagster.resources import spark_config
+
+    monkeypatch.setenv("LAKEHOUSE_SPARK_CONF", '{"spark.executor.memory": "8g", "spark.sql.shuffle.partitions": "400"}')
+    monkeypatch.setenv("LAKEHOUSE_SPARK_MASTER", "spark://10.0.0.5:7077")
+    config = spark_config({"spark.app.name": "nightly"})
+    assert config["spark.master"] == "spark://10.0.0.5:7077"
+    assert config["spark.executor.memory"] == "8g" and config["spark.sql.shuffle.partitions"] == "400"
+    assert config["spark.app.name"] == "nightly" and config["spark.sql.session.timeZone"] == "UTC"
+    monkeypatch.setenv("LAKEHOUSE_SPARK_CONF", "not json")
+    with pytest.raises(ValueError, match="LAKEHOUSE_SPARK_CONF must be a JSON object"):
+        spark_config()

@@ -131,11 +131,11 @@ def _ident(table: Table) -> str:
 # ---------------------------------------------------------------- what each format references
 
 
-def _snapshot_files(table: Table, snapshot_ids, include_deleted: bool = True) -> set[str]:
+def _snapshot_files(table: Table, snapshot_ids, include_deleted: bool) -> set[str]:
     """Data file URIs in the manifests of these snapshots (each manifest read once).
 
-    Deleted entries are included by default: they were live in the snapshot's parent, and counting
-    them only ever protects more files, never fewer.
+    Without deleted entries this is exactly the union of the snapshots' live files (what a reader of
+    any of them opens). With them, it also names files the snapshots removed: deletion candidates.
     """
     io, seen, out = table.io, set(), set()
     for sid in snapshot_ids:
@@ -201,7 +201,7 @@ def referenced_files(lh: "Lakehouse", table: Table, retained: _Retained | None =
     """Relative paths of every data file a retained Iceberg snapshot or retained Delta version references."""
     root = normalize_uri(table.location())
     retained = retained or _retained(lh, table)
-    out = {relative_to(root, u) for u in _snapshot_files(table, retained.iceberg_ids)}
+    out = {relative_to(root, u) for u in _snapshot_files(table, retained.iceberg_ids, include_deleted=False)}
     if retained.delta_min_version is not None:
         delta = lh.mirror(table).load(retained.delta_min_version)
         out |= _delta_files(delta, range(retained.delta_min_version, retained.delta_current_version + 1))
@@ -239,12 +239,16 @@ def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings
     settings = settings or MaintenanceSettings.for_table(table)
     files = ic.live_data_files(table)
     small = [f for f in files if f.file_size_in_bytes < settings.small_file_bytes]
+    compactable = sum(len(g) for g in plan_compaction(table, settings, files))
     out: dict[str, Any] = {
         "table": identifier,
         "data_files": len(files),
         "data_bytes": sum(f.file_size_in_bytes for f in files),
         "small_files": len(small),
         "small_file_ratio": round(len(small) / len(files), 4) if files else 0.0,
+        # Small files compaction would actually merge (partitions with enough of them): what the sensor watches.
+        "compactable_files": compactable,
+        "compactable_ratio": round(compactable / len(files), 4) if files else 0.0,
         "snapshot_count": len(table.metadata.snapshots),
         "iceberg_snapshot_id": table.current_snapshot().snapshot_id if table.current_snapshot() else None,
     }
@@ -316,7 +320,7 @@ def snapshot_expiry(lh: "Lakehouse", identifier: str, settings: MaintenanceSetti
         "delta_min_retained_version": delta_min,
     }
     # Candidates: files the expiring snapshots reference (read before their metadata goes away).
-    candidates = {relative_to(root, u) for u in _snapshot_files(table, expire)}
+    candidates = {relative_to(root, u) for u in _snapshot_files(table, expire, include_deleted=True)}
     if dry_run:
         retained = _Retained(keep, delta_min, lh.mirror(table).load().version() if delta_min is not None else None)
         deletable = sorted(candidates - referenced_files(lh, table, retained))
@@ -400,11 +404,11 @@ def orphan_cleanup(lh: "Lakehouse", identifier: str, settings: MaintenanceSettin
 # ---------------------------------------------------------------- compaction
 
 
-def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[list[DataFile]]:
+def plan_compaction(table: Table, settings: MaintenanceSettings, live: list[DataFile] | None = None) -> list[list[DataFile]]:
     """Groups of small live files, one group per partition, each worth rewriting."""
     groups: dict[tuple, list[DataFile]] = {}
     default_spec = table.metadata.default_spec_id
-    for f in ic.live_data_files(table):
+    for f in ic.live_data_files(table) if live is None else live:
         if f.spec_id != default_spec or f.file_size_in_bytes >= settings.small_file_bytes:
             continue
         groups.setdefault((f.spec_id, tuple(f.partition)), []).append(f)
@@ -574,11 +578,8 @@ def _delta_log_cleanup(lh: "Lakehouse", table: Table, settings: MaintenanceSetti
     if delta is None:
         return {"delta_log_files_removed": 0}
     before = delta_log_stats(lh, table)
-    seconds = settings.log_retention_days * 86400
-    if (oldest_ms := table.properties.get(RETENTION_MIN_TIMESTAMP)) is not None:
-        # Keep the log of every retained version, even of snapshots kept by min_snapshots_to_keep.
-        seconds = max(seconds, (_now_ms() - int(oldest_ms)) / 1000 + 60)
-    wanted = f"interval {max(0, int(math.ceil(seconds)))} seconds"
+    # A stable value (set once per settings change): the retention window itself.
+    wanted = f"interval {max(0, int(math.ceil(settings.log_retention_days * 86400)))} seconds"
     if not dry_run:
         if delta.metadata().configuration.get("delta.logRetentionDuration") != wanted:
             # A metadata-only Delta commit (no data files); delta-rs reads the retention from the table.

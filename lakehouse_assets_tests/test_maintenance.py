@@ -221,6 +221,9 @@ def test_orphan_cleanup_removes_only_old_unreferenced_files(lh, spark, duck):
     protected = files_on_disk(lh, "m.orphans", "_delta_log") | files_on_disk(lh, "m.orphans", "_iceberg")
     for rel in protected | (files_on_disk(lh, "m.orphans", "data") - {os.path.relpath(in_flight, root)}):
         os.utime(os.path.join(root, rel), (old, old))
+    # What delta-rs's own full vacuum would take (dry run): the orphans, never `_iceberg/` metadata.
+    vacuum = DeltaTable(root).vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False, full=True)
+    assert orphan in vacuum and not any("/_iceberg/" in p or "/_delta_log/" in p for p in vacuum)
     dry = lh.maintain("m.orphans", "orphan_cleanup", dry_run=True, orphan_grace_hours=1)
     assert dry["orphan_paths"] == [os.path.relpath(orphan, root)] and dry["skipped_within_grace"] == 1
     assert os.path.exists(orphan)

@@ -31,11 +31,15 @@ def verify_table(table: Table, mirror: DeltaMirror | None) -> dict[str, Any]:
     if mirror is None:
         report.update(agree=True, differences=[])
         return report
-    delta = mirror.load()
     differences: list[str] = []
+    try:
+        delta = mirror.load()
+        problem = None if delta is not None else "the Delta log does not exist at the table root"
+    except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
+        delta, problem = None, f"the Delta log cannot be read: {type(e).__name__}: {e}"
     if delta is None:
         report.update(delta_version=None, delta_files=0, delta_rows=0, delta_lag_snapshots=None, agree=False)
-        report["differences"] = ["the Delta log does not exist at the table root"]
+        report["differences"] = [problem]
         return report
     actions = pa.table(delta.get_add_actions(flatten=True)).to_pydict()
     delta_files = dict(zip(actions.get("path", []), actions.get("num_records", [])))

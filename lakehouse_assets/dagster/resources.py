@@ -1,6 +1,7 @@
 """Dagster resources: the lakehouse (catalog + storage) and Spark."""
 
 
+import json
 import os
 import sys
 from typing import Any, Optional
@@ -26,8 +27,14 @@ DEFAULT_SPARK_CONFIG: dict[str, Any] = {
 
 
 def spark_config(overrides: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """Defaults for a local run; `LAKEHOUSE_SPARK_MASTER` or explicit overrides point it at a cluster."""
+    """Defaults for a local run, then `LAKEHOUSE_SPARK_CONF` (a JSON object of Spark settings),
+    `LAKEHOUSE_SPARK_MASTER`, then explicit overrides: the same code runs against a cluster."""
     config = dict(DEFAULT_SPARK_CONFIG)
+    if raw := os.environ.get("LAKEHOUSE_SPARK_CONF"):
+        try:
+            config.update(json.loads(raw))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"LAKEHOUSE_SPARK_CONF must be a JSON object of Spark settings: {e}") from None
     if master := os.environ.get("LAKEHOUSE_SPARK_MASTER"):
         config["spark.master"] = master
     config.update(overrides or {})

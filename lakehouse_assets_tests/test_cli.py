@@ -1,0 +1,77 @@
+"""The `lakehouse` console script, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pyspark.sql import functions as F
+
+LAKEHOUSE = str(Path(sys.executable).parent / "lakehouse")
+
+
+def run(*args, warehouse=None, env_warehouse=None, check=True):
+    env = {k: v for k, v in os.environ.items() if k not in ("LAKEHOUSE_WAREHOUSE", "LAKEHOUSE_CATALOG")}
+    if env_warehouse:
+        env["LAKEHOUSE_WAREHOUSE"] = env_warehouse
+    cmd = [LAKEHOUSE, *(["--warehouse", warehouse] if warehouse else []), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_tables_history_verify_repair(lh, spark, warehouse):
+    df = spark.range(0, 30).select("id", (F.col("id") % 2).cast("string").alias("parity"))
+    r1 = lh.write(df, "cli.numbers", partition_by=["parity"])
+    r2 = lh.write(df, "cli.numbers", mode="overwrite", writer={"dagster_run_id": "abc"})
+
+    tables = json.loads(run("tables", "--json", warehouse=warehouse).stdout)
+    assert tables == [
+        {
+            "name": "cli.numbers",
+            "location": r2.location,
+            "iceberg_metadata_location": lh.load("cli.numbers").metadata_location,
+            "iceberg_snapshot_id": r2.iceberg_snapshot_id,
+            "delta_version": r2.delta_version,
+            "partition_by": ["parity"],
+            "formats": ["iceberg", "delta"],
+        }
+    ]
+    # The warehouse can also come from the environment.
+    assert json.loads(run("tables", "--json", env_warehouse=warehouse).stdout)[0]["name"] == "cli.numbers"
+    assert "cli.numbers" in run("tables", warehouse=warehouse).stdout
+
+    history = json.loads(run("history", "cli.numbers", "--json", warehouse=warehouse).stdout)
+    assert [(h["iceberg_snapshot_id"], h["delta_version"], h["operation"]) for h in history] == [
+        (r2.iceberg_snapshot_id, r2.delta_version, "overwrite"),
+        (r1.iceberg_snapshot_id, r1.delta_version, "append"),
+    ]
+    assert history[0]["writer"] == {"dagster_run_id": "abc"} and history[0]["rows_removed"] == 30
+    assert "abc" in run("history", "cli.numbers", warehouse=warehouse).stdout
+
+    report = json.loads(run("verify", "cli.numbers", "--json", warehouse=warehouse).stdout)
+    assert report["agree"] and report["iceberg_rows"] == report["delta_rows"] == 30
+
+    # Break Delta for one write: verify exits 1 and says why; repair fixes it.
+    log_dir = r2.location[len("file://"):] + "/_delta_log"
+    shutil.move(log_dir, log_dir + ".away")
+    open(log_dir, "w").close()
+    assert lh.write(df, "cli.numbers").delta_lagging
+    os.remove(log_dir)
+    shutil.move(log_dir + ".away", log_dir)
+    failed = run("verify", "cli.numbers", warehouse=warehouse, check=False)
+    assert failed.returncode == 1 and "DISAGREE" in failed.stdout and "lags Iceberg by 1 snapshot" in failed.stdout
+    repaired = json.loads(run("repair", "cli.numbers", "--json", warehouse=warehouse).stdout)
+    assert repaired["delta_version"] == r2.delta_version + 1
+    assert run("verify", "cli.numbers", warehouse=warehouse).returncode == 0
+
+
+def test_unknown_table_is_a_clear_error(warehouse):
+    proc = run("history", "nope.missing", warehouse=warehouse, check=False)
+    assert proc.returncode == 2
+    assert "Table nope.missing does not exist in catalog 'lakehouse'" in proc.stderr

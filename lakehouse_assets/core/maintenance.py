@@ -214,6 +214,24 @@ def _is_protected_path(relative: str) -> bool:
     return any(part.startswith(("_", ".")) for part in relative.split("/"))
 
 
+def _metadata_dirs(root: str, table: Table) -> set[str]:
+    """Folders (relative to the root) holding the table's metadata JSON. A REST catalog server may write
+    it wherever it likes (SeaweedFS: `<table>/metadata/`, ignoring `write.metadata.path`)."""
+    out = set()
+    for uri in [table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)]:
+        try:
+            rel = relative_to(root, normalize_uri(uri.rsplit("/", 1)[0]))
+        except ValueError:
+            continue  # outside the table root: never listed anyway
+        out.add(rel.strip("/") + "/")
+    return out
+
+
+def _is_catalog_metadata(relative: str, metadata_dirs: set[str]) -> bool:
+    # Iceberg metadata (JSON, manifest lists, manifests) is never an orphan, wherever the catalog put it.
+    return relative.endswith(".metadata.json") or any(relative.startswith(d) for d in metadata_dirs if d != "/")
+
+
 def _list_files(lh: "Lakehouse", uri: str) -> list[pafs.FileInfo]:
     fs, path = lh.storage.filesystem(uri)
     try:
@@ -374,10 +392,11 @@ def orphan_cleanup(lh: "Lakehouse", identifier: str, settings: MaintenanceSettin
     # List first, then read what is referenced: a file committed in between is then seen as referenced.
     listed = _list_files(lh, root)
     referenced = referenced_files(lh, lh.load(identifier))
+    metadata_dirs = _metadata_dirs(root, table)
     orphans, young = [], 0
     for info in listed:
         rel = info.path[len(prefix):] if info.path.startswith(prefix) else None
-        if rel is None or _is_protected_path(rel) or rel in referenced:
+        if rel is None or _is_protected_path(rel) or rel in referenced or _is_catalog_metadata(rel, metadata_dirs):
             continue
         mtime = _mtime_ms(info)
         if mtime is None or mtime > grace_cutoff:

@@ -6,6 +6,8 @@ need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 # --- section: servers for the catalog/storage conformance tests (issue 5)
 # --- section: browser for the UI test (issue 6)
+# Headless Chromium driven by Playwright (launched with executable_path; never `playwright install`).
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -101,6 +101,53 @@ def repair(ctx, table: str, as_json: bool) -> None:
     _emit(_lakehouse(ctx).repair(table), as_json, lambda r: click.echo(f"{r['table']}: Delta version {r.get('delta_version_before')} -> {r['delta_version']}"))
 
 
+MAINTENANCE_OPERATIONS = ["snapshot_expiry", "orphan_cleanup", "compaction", "metadata_cleanup", "delta_checkpoint", "full_maintenance", "repair"]
+
+
+@cli.command()
+@click.argument("table", required=False)
+@click.option("--all", "all_tables", is_flag=True, help="Every table in the catalog.")
+@click.option("--op", "operation", type=click.Choice(MAINTENANCE_OPERATIONS), default="full_maintenance", show_default=True)
+@click.option("--dry-run", is_flag=True, help="Report what would be done; change nothing.")
+@click.option("--snapshot-retention-days", type=float, default=None, help="Default 7 (or the table's lakehouse.maintenance.* property).")
+@click.option("--min-snapshots-to-keep", type=int, default=None, help="Default 5.")
+@click.option("--compaction-target-mb", type=float, default=None, help="Default 128.")
+@click.option("--orphan-grace-hours", type=float, default=None, help="Default 24.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def maintain(ctx, table, all_tables, operation, dry_run, snapshot_retention_days, min_snapshots_to_keep, compaction_target_mb, orphan_grace_hours, as_json) -> None:
+    """Run a maintenance operation on TABLE (or --all tables)."""
+    if bool(table) == bool(all_tables):
+        raise click.UsageError("Give exactly one of TABLE or --all.")
+    lh = _lakehouse(ctx)
+    settings = dict(
+        snapshot_retention_days=snapshot_retention_days,
+        min_snapshots_to_keep=min_snapshots_to_keep,
+        compaction_target_mb=compaction_target_mb,
+        orphan_grace_hours=orphan_grace_hours,
+    )
+    results = [lh.maintain(t, operation, dry_run=dry_run, **settings) for t in (lh.table_names() if all_tables else [table])]
+
+    def render(rows):
+        for r in rows:
+            steps = r.get("steps") or [r]
+            total = lambda k: sum(int(s.get(k) or 0) for s in steps)  # noqa: E731
+            h = r["health"]
+            click.echo(
+                f"{r['table']}: {r['operation']}{' (dry run)' if dry_run else ''}: {total('files_rewritten')} files rewritten, "
+                f"{total('files_removed')} removed, {total('bytes_reclaimed')} bytes reclaimed, {total('snapshots_expired')} snapshots expired"
+            )
+            for s in steps:
+                for p in (s.get("would_remove") or []) + ((s.get("orphan_paths") or []) if dry_run else []):
+                    click.echo(f"  would delete {p}")
+            click.echo(
+                f"  now: {h['data_files']} data files ({h['small_files']} small), {h['snapshot_count']} snapshots, "
+                f"Delta v{h.get('delta_version')} with {h.get('delta_log_files')} log files"
+            )
+
+    _emit(results if all_tables else results[0], as_json, lambda d: render(d if isinstance(d, list) else [d]))
+
+
 def main() -> None:
     try:
         cli(standalone_mode=False)

@@ -9,6 +9,7 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 from .dagster.checks import build_formats_agree_checks
 from .dagster.demo_assets import customers, daily, daily_user_activity, demo_assets, events
 from .dagster.io_manager import LakehouseIOManager
+from .dagster.maintenance import maintenance_jobs, maintenance_schedules, maintenance_sensors
 from .dagster.resources import LakehouseResource, spark_resource
 
 lakehouse = LakehouseResource(warehouse=os.environ.get("LAKEHOUSE_WAREHOUSE", "./warehouse"))
@@ -27,7 +28,9 @@ demo_daily_job = define_asset_job(
 defs = Definitions(
     assets=demo_assets,
     asset_checks=build_formats_agree_checks([a.key for a in demo_assets]),
-    jobs=[demo_customers_job, demo_daily_job],
+    jobs=[demo_customers_job, demo_daily_job, *maintenance_jobs],
+    schedules=maintenance_schedules,
+    sensors=maintenance_sensors,
     resources={
         "lakehouse": lakehouse,
         "pyspark": pyspark,

@@ -31,7 +31,7 @@ from pyiceberg.types import DateType, TimestampType, TimestamptzType
 from . import iceberg_committer as ic
 from .catalog import open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
-from .errors import CommitError, InputError, LakehouseError, SpecError, TableNotFound
+from .errors import CommitError, InputError, LakehouseError, RetentionError, SpecError, TableNotFound
 from .evolution import apply_schema_change, plan_schema_change
 from .reader import read_parquet_files
 from .spec import (
@@ -379,6 +379,7 @@ class Lakehouse:
             expr = parse(row_filter) if isinstance(row_filter, str) else row_filter
         if window is not None:
             expr = And(expr, _window_expression(table, window))
+        _check_retention(table, identifier, snapshot_id, delta_version, as_of)
         if delta_version is not None:
             delta = self.mirror(table).load(delta_version)
             if delta is None:
@@ -413,6 +414,14 @@ class Lakehouse:
             c = F.col(window.column)
             df = df.filter((c >= F.lit(window.start)) & (c < F.lit(window.end)))
         return df
+
+    # ------------------------------------------------------------ maintenance
+
+    def maintain(self, identifier: str, operation: str = "full_maintenance", *, dry_run: bool = False, spark=None, **settings) -> dict[str, Any]:
+        """Run a maintenance operation (see core/maintenance.py) on one table; returns what it did."""
+        from . import maintenance
+
+        return maintenance.run(self, identifier, operation, dry_run=dry_run, spark=spark, **settings)
 
     # ------------------------------------------------------------ inspection
 
@@ -491,6 +500,36 @@ class Lakehouse:
 def _current_id(table: Table) -> int | None:
     snap = table.current_snapshot()
     return snap.snapshot_id if snap else None
+
+
+def _check_retention(table: Table, identifier: str, snapshot_id, delta_version, as_of) -> None:
+    """Time travel beyond the maintenance retention window is refused in both formats alike."""
+    from .maintenance import RETENTION_DELTA_MIN_VERSION, RETENTION_MIN_TIMESTAMP
+
+    min_ts = table.properties.get(RETENTION_MIN_TIMESTAMP)
+    min_version = table.properties.get(RETENTION_DELTA_MIN_VERSION)
+    fix = "Read a newer version, or raise snapshot_retention_days / min_snapshots_to_keep before the next maintenance run."
+    if snapshot_id is not None and table.snapshot_by_id(snapshot_id) is None and min_ts is not None:
+        raise RetentionError(
+            f"Table {identifier}: snapshot {snapshot_id} is not retained (snapshots before "
+            f"{_iso(int(min_ts))} were expired by maintenance). {fix}"
+        )
+    if delta_version is not None and min_version is not None and delta_version < int(min_version):
+        raise RetentionError(
+            f"Table {identifier}: Delta version {delta_version} is outside the retention window "
+            f"(the oldest retained version is {min_version}). {fix}"
+        )
+    if as_of is not None and min_ts is not None:
+        as_of_ms = int(as_of.timestamp() * 1000)  # same convention as the snapshot lookup below
+        if as_of_ms < int(min_ts):
+            raise RetentionError(
+                f"Table {identifier}: {as_of.isoformat()} is before the retention window (the oldest retained "
+                f"snapshot is from {_iso(int(min_ts))}). {fix}"
+            )
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
 
 
 def _as_spark(df, spark):

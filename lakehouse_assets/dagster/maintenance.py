@@ -1,0 +1,217 @@
+"""Maintenance in Dagster: one job (UI, CLI, GraphQL), a nightly schedule, a compaction sensor and a
+Delta-lag sensor. Every run records what it did as AssetObservations on each table's asset.
+
+Contract (other code and tests rely on it): job `lakehouse_maintenance_job`, one op `lakehouse_maintenance`
+with config `tables` (empty = every table), `operations` (default ["full_maintenance"]), `dry_run`, and
+optional settings overriding the table's own (`lakehouse.maintenance.*` properties) and the defaults.
+"""
+
+# No `from __future__ import annotations`: Dagster resolves Config field types at import time.
+from enum import Enum
+from typing import Any, Optional
+
+from dagster import (
+    AssetKey,
+    AssetObservation,
+    Config,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    MetadataValue,
+    OpExecutionContext,
+    RunConfig,
+    RunRequest,
+    ScheduleEvaluationContext,
+    SensorEvaluationContext,
+    SkipReason,
+    in_process_executor,
+    job,
+    op,
+    schedule,
+    sensor,
+)
+from dagster_pyspark import PySparkResource
+from pydantic import Field
+
+from ..core import maintenance as core
+from .resources import LakehouseResource
+
+JOB_NAME = "lakehouse_maintenance_job"
+OP_NAME = "lakehouse_maintenance"
+# Sensor thresholds: compaction is requested when this many small files could be merged, or when
+# they are this share of the table's files (and at least two, so one tiny table is left alone).
+COMPACTION_MIN_SMALL_FILES = 50
+COMPACTION_MIN_SMALL_RATIO = 0.5
+
+
+class MaintenanceOperation(Enum):
+    snapshot_expiry = "snapshot_expiry"
+    orphan_cleanup = "orphan_cleanup"
+    compaction = "compaction"
+    metadata_cleanup = "metadata_cleanup"
+    delta_checkpoint = "delta_checkpoint"
+    full_maintenance = "full_maintenance"
+    repair = "repair"  # bring a lagging Delta log up to Iceberg (what the lag sensor requests)
+
+
+class MaintenanceConfig(Config):
+    tables: list[str] = Field(default=[], description="Table identifiers (namespace.table); empty = every table.")
+    operations: list[MaintenanceOperation] = Field(
+        # Dagster wants enum defaults as their names; values arrive as MaintenanceOperation members or names.
+        default=["full_maintenance"], description="Operations, run in the order given."
+    )
+    dry_run: bool = Field(default=False, description="Report what would be done; change nothing.")
+    snapshot_retention_days: Optional[float] = Field(default=None, description="Default 7 (or the table's property).")
+    min_snapshots_to_keep: Optional[int] = Field(default=None, description="Default 5.")
+    compaction_target_mb: Optional[float] = Field(default=None, description="Default 128.")
+    orphan_grace_hours: Optional[float] = Field(default=None, description="Default 24.")
+    delta_log_retention_days: Optional[float] = Field(default=None, description="Default: the snapshot retention.")
+
+    def settings(self) -> dict[str, Any]:
+        names = ("snapshot_retention_days", "min_snapshots_to_keep", "compaction_target_mb", "orphan_grace_hours", "delta_log_retention_days")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+def asset_key_for_table(identifier: str) -> AssetKey:
+    """Inverse of io_manager.table_identifier: namespace parts are the key prefix."""
+    return AssetKey(identifier.split("."))
+
+
+def observation_metadata(result: dict[str, Any]) -> dict[str, Any]:
+    """Numbers the UI plots over time: what the run did and the table's health after it."""
+    health = result.get("health", {})
+    steps = result.get("steps") or [result]
+    total = lambda key: sum(int(s.get(key) or 0) for s in steps)  # noqa: E731
+    md: dict[str, Any] = {
+        "operation": MetadataValue.text(result["operation"]),
+        "dry_run": MetadataValue.bool(bool(result.get("dry_run"))),
+        "files_rewritten": MetadataValue.int(total("files_rewritten")),
+        "files_added": MetadataValue.int(total("files_added")),
+        "files_removed": MetadataValue.int(total("files_removed")),
+        "bytes_reclaimed": MetadataValue.int(total("bytes_reclaimed") + total("iceberg_metadata_bytes_reclaimed")),
+        "snapshots_expired": MetadataValue.int(total("snapshots_expired")),
+        "small_file_count": MetadataValue.int(int(health.get("small_files", 0))),
+        "compactable_file_count": MetadataValue.int(int(health.get("compactable_files", 0))),
+        "data_file_count": MetadataValue.int(int(health.get("data_files", 0))),
+        "snapshot_count": MetadataValue.int(int(health.get("snapshot_count", 0))),
+        "delta_log_length": MetadataValue.int(int(health.get("delta_log_files") or 0)),
+        "delta_commits_since_checkpoint": MetadataValue.int(int(health.get("delta_commits_since_checkpoint") or 0)),
+        "seconds": MetadataValue.float(float(result.get("seconds", 0.0))),
+    }
+    if health.get("delta_version") is not None:
+        md["delta_version"] = MetadataValue.int(int(health["delta_version"]))
+    if health.get("iceberg_snapshot_id") is not None:
+        md["iceberg_snapshot_id"] = MetadataValue.int(int(health["iceberg_snapshot_id"]))
+    if any(s.get("aborted") for s in steps):
+        md["compaction_aborted"] = MetadataValue.bool(True)
+    return md
+
+
+@op(name=OP_NAME, description="Run maintenance operations on lakehouse tables; report each as an AssetObservation.")
+def lakehouse_maintenance(context: OpExecutionContext, config: MaintenanceConfig, lakehouse: LakehouseResource, pyspark: PySparkResource) -> None:
+    lh = lakehouse.get()
+    tables = config.tables or lh.table_names()
+    failures = []
+    for identifier in tables:
+        for operation in config.operations:
+            name = MaintenanceOperation(operation).value
+            spark = pyspark.spark_session if name in ("compaction", "full_maintenance") else None
+            try:
+                result = lh.maintain(identifier, name, dry_run=config.dry_run, spark=spark, **config.settings())
+            except Exception as e:  # noqa: BLE001 - one table's failure must not stop the others
+                context.log.error(f"Table {identifier}: {name} failed: {type(e).__name__}: {e}")
+                failures.append(f"{identifier}: {name}: {e}")
+                continue
+            context.log.info(
+                f"Table {identifier}: {name}{' (dry run)' if config.dry_run else ''}: "
+                f"{sum(int(s.get('files_rewritten') or 0) for s in result.get('steps') or [result])} files rewritten, "
+                f"{result.get('files_removed', 0)} removed, {result.get('snapshots_expired', 0)} snapshots expired"
+            )
+            context.log_event(
+                AssetObservation(asset_key=asset_key_for_table(identifier), description=f"lakehouse maintenance: {name}", metadata=observation_metadata(result))
+            )
+    if failures:
+        raise RuntimeError(f"{len(failures)} maintenance operation(s) failed: " + "; ".join(failures))
+
+
+@job(name=JOB_NAME, executor_def=in_process_executor, description="Lakehouse table maintenance (both formats).")
+def lakehouse_maintenance_job():
+    lakehouse_maintenance()
+
+
+def maintenance_run_config(tables: list[str], operations: list[str], dry_run: bool = False, **settings) -> RunConfig:
+    cfg = MaintenanceConfig(tables=tables, operations=[MaintenanceOperation(o).value for o in operations], dry_run=dry_run, **settings)
+    return RunConfig(ops={OP_NAME: cfg})
+
+
+@schedule(
+    name="lakehouse_nightly_maintenance",
+    job=lakehouse_maintenance_job,
+    cron_schedule="0 3 * * *",
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.RUNNING,
+    description="full_maintenance on every table, nightly at 03:00 UTC.",
+)
+def nightly_maintenance_schedule(context: ScheduleEvaluationContext) -> RunRequest:
+    return RunRequest(
+        run_key=f"nightly:{context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else 'now'}",
+        run_config=maintenance_run_config([], ["full_maintenance"]),
+        tags={"lakehouse/maintenance": "nightly"},
+    )
+
+
+@sensor(
+    name="lakehouse_compaction_sensor",
+    job=lakehouse_maintenance_job,
+    minimum_interval_seconds=300,
+    default_status=DefaultSensorStatus.RUNNING,
+    description=f"Requests compaction of a table with >= {COMPACTION_MIN_SMALL_FILES} mergeable small files or a mergeable ratio >= {COMPACTION_MIN_SMALL_RATIO}.",
+)
+def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+    lh = lakehouse.get()
+    requests = []
+    for identifier in lh.table_names():
+        health = core.table_health(lh, identifier)
+        count, ratio = health["compactable_files"], health["compactable_ratio"]
+        if count >= COMPACTION_MIN_SMALL_FILES or (count >= 2 and ratio >= COMPACTION_MIN_SMALL_RATIO):
+            context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")
+            requests.append(
+                RunRequest(
+                    # One request per table state: the same snapshot is never compacted twice by the sensor.
+                    run_key=f"compaction:{identifier}:{health['iceberg_snapshot_id']}",
+                    run_config=maintenance_run_config([identifier], ["compaction"]),
+                    tags={"lakehouse/maintenance": "compaction", "lakehouse/table": identifier},
+                )
+            )
+    return requests or SkipReason("no table has enough small files to compact")
+
+
+@sensor(
+    name="lakehouse_delta_lag_sensor",
+    job=lakehouse_maintenance_job,
+    minimum_interval_seconds=60,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Requests a repair when a table's Delta log lags its Iceberg snapshots (the Delta commit failed after Iceberg's).",
+)
+def delta_lag_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+    lh = lakehouse.get()
+    requests = []
+    for identifier in lh.table_names():
+        report = lh.verify(identifier)
+        if not report.get("delta_enabled"):
+            continue
+        lag = report.get("delta_lag_snapshots")
+        if lag or report.get("delta_version") is None or lag is None:
+            context.log.info(f"Table {identifier}: Delta lags Iceberg ({lag} snapshot(s)): requesting repair")
+            requests.append(
+                RunRequest(
+                    run_key=f"repair:{identifier}:{report['iceberg_snapshot_id']}",
+                    run_config=maintenance_run_config([identifier], ["repair"]),
+                    tags={"lakehouse/maintenance": "repair", "lakehouse/table": identifier},
+                )
+            )
+    return requests or SkipReason("every Delta log is up to date")
+
+
+maintenance_jobs = [lakehouse_maintenance_job]
+maintenance_schedules = [nightly_maintenance_schedule]
+maintenance_sensors = [compaction_sensor, delta_lag_sensor]

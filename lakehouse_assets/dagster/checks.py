@@ -17,7 +17,8 @@ def verify_metadata(report: dict) -> dict:
         "delta_files": MetadataValue.int(report.get("delta_files", 0)),
         "iceberg_rows": MetadataValue.int(report.get("iceberg_rows", 0)),
         "delta_rows": MetadataValue.int(report.get("delta_rows", 0)),
-        "differences": MetadataValue.md("\n".join(f"- {d}" for d in report["differences"]) or "none"),
+        # Plain "none" reads at a glance; a failure lists each difference as markdown.
+        "differences": MetadataValue.md("\n".join(f"- {d}" for d in report["differences"])) if report["differences"] else MetadataValue.text("none"),
     }
     if report.get("delta_lag_snapshots") is not None:
         md["delta_lag_snapshots"] = MetadataValue.int(report["delta_lag_snapshots"])

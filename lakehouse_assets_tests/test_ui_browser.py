@@ -3,7 +3,7 @@
 One `dagster dev` (fresh DAGSTER_HOME and warehouse, a free port) and one browser serve the whole
 test; every step is done by clicking and typing in the UI, and GraphQL or the Lakehouse API only
 confirm what the UI showed. Each step saves a screenshot into the folder printed at the start
-(`LAKEHOUSE_UI_SCREENSHOTS` picks the folder; the default is a pytest tmp folder).
+(`LAKEHOUSE_UI_SCREENSHOTS` picks the folder; the default is /tmp/lakehouse-ui-*/screenshots).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,10 +61,13 @@ def _stop(proc: subprocess.Popen) -> None:
     SIGKILL whatever is left in its process group (run workers, Spark JVMs)."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGINT)
+        started = time.monotonic()
         try:
             proc.wait(timeout=90)
         except subprocess.TimeoutExpired:
-            pass
+            print(f"dagster dev (pid {proc.pid}) ignored SIGINT for 90 s; killing its process group")
+        else:
+            print(f"dagster dev stopped {time.monotonic() - started:.1f} s after SIGINT")
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -71,8 +75,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def dagster_ui(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ui")
+def dagster_ui():
+    # Not a pytest tmp folder: concurrent pytest sessions rotate those away, and the screenshots
+    # and the server log must outlive the test. The instance and the warehouse are removed after.
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-ui-"))
     home, warehouse, log = root / "dagster_home", root / "warehouse", root / "dagster-dev.log"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")  # telemetry off
@@ -91,6 +97,8 @@ def dagster_ui(tmp_path_factory):
         proc = subprocess.Popen(
             [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(REPO / "workspace.yaml")],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            # A shell's background job inherits SIGINT ignored; dagster dev needs it to shut down cleanly.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -107,6 +115,8 @@ def dagster_ui(tmp_path_factory):
         yield {"base": base, "port": port, "warehouse": str(warehouse), "home": str(home), "log": log, "root": root}
     finally:
         _stop(proc)
+        for state in (home, warehouse):
+            shutil.rmtree(state, ignore_errors=True)
 
 
 def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
@@ -149,21 +159,33 @@ class Screens:
     def __init__(self, page, folder: Path):
         self.page, self.folder = page, folder
 
-    def shot(self, name: str) -> Path:
+    def shot(self, name: str, full_page: bool = False) -> Path:
         path = self.folder / f"{name}.png"
-        self.page.screenshot(path=str(path))
+        if not full_page:
+            self.page.screenshot(path=str(path))
+            return path
+        # The UI scrolls inside its own panes, so a "full page" screenshot is only the viewport:
+        # grow the viewport to the tallest pane for this one picture instead.
+        size = self.page.viewport_size
+        height = self.page.evaluate("() => Math.max(...Array.from(document.querySelectorAll('*'), e => e.scrollHeight))")
+        self.page.set_viewport_size({"width": size["width"], "height": min(max(height, size["height"]), 2600)})
+        try:
+            self.page.wait_for_timeout(500)
+            self.page.screenshot(path=str(path))
+        finally:
+            self.page.set_viewport_size(size)
         return path
 
     @contextlib.contextmanager
-    def step(self, name: str):
+    def step(self, name: str, full_page: bool = False):
         try:
             yield
         except BaseException as e:
             with contextlib.suppress(Exception):
-                self.shot(f"{name}-FAILED")
+                self.shot(f"{name}-FAILED", full_page=True)
             e.add_note(f"UI step {name!r} failed at {self.page.url}; screenshots in {self.folder}")
             raise
-        self.shot(name)
+        self.shot(name, full_page=full_page)
 
 
 def _launched_run_id(page) -> str:
@@ -323,7 +345,7 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
             tables = {t["name"]: t for t in lh.tables()}
             assert sorted(tables) == sorted(DEMO_TABLES), tables.keys()
             for key in ("customers", "events", "daily_user_activity"):
-                with screens.step(f"05-asset-page-{key}"):
+                with screens.step(f"05-asset-page-{key}", full_page=True):
                     page.goto(f"{base}/assets/demo/{key}")
                     snapshot_id = _int(_metadata_value(page, "iceberg_snapshot_id"))
                     delta_version = _int(_metadata_value(page, "delta_version"))
@@ -337,7 +359,6 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                     assert _int(_metadata_value(page, "delta_log_length")) == health["delta_log_files"]
                     assert _int(_metadata_value(page, "small_file_count")) == health["small_files"]
                     assert _int(_metadata_value(page, "data_file_count")) == health["data_files"]
-                    page.get_by_text("Metadata", exact=True).scroll_into_view_if_needed()
             with screens.step("05-asset-plots"):
                 # Numeric metadata is plotted over time (customers: by materialization, not by partition).
                 page.goto(f"{base}/assets/demo/customers")

@@ -233,6 +233,22 @@ def _metadata_value(page, key: str) -> str:
     return [c for c in cells if c][-1]
 
 
+def _execute_check_in_ui(page, base: str, port: int, asset: str, passes: bool) -> None:
+    """Run the asset's formats_agree check from its Checks tab (a run of just the check; the check
+    is blocking, so its failure fails the run)."""
+    from dagster import DagsterRunStatus
+    from dagster_graphql import DagsterGraphQLClient
+
+    page.goto(f"{base}/assets/demo/{asset}?view=checks")
+    page.get_by_role("button").filter(has_text=re.compile(r"^Execute$")).click()
+    run_id = _launched_run_id(page)
+    status = _wait_for_run_in_ui(page, base, run_id)
+    assert status == ("Success" if passes else "Failure"), f"check run {run_id} ended as {status!r}"
+    expected = DagsterRunStatus.SUCCESS if passes else DagsterRunStatus.FAILURE
+    assert DagsterGraphQLClient("127.0.0.1", port_number=port).get_run_status(run_id) == expected
+    page.goto(f"{base}/assets/demo/{asset}?view=checks")
+
+
 def _int(text: str) -> int:
     return int(text.replace(",", "").strip())
 
@@ -268,6 +284,7 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
 
     from lakehouse_assets import Lakehouse
     from lakehouse_assets.core import maintenance
+    from pyiceberg.expressions import EqualTo
 
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make setup` (scripts/system-deps.sh installs Debian's chromium)"
     base, port, warehouse = dagster_ui["base"], dagster_ui["port"], dagster_ui["warehouse"]
@@ -365,7 +382,17 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                 page.get_by_role("button", name=re.compile(r"Plots$")).click()
                 expect(page.get_by_text("delta_commit_seconds", exact=True).first).to_be_visible()
 
-            # 6. A maintenance run with config from the launchpad: invalid config is refused, valid config runs.
+            # 5b. Another engine commits to Iceberg only (pyiceberg deletes a partition): the check,
+            #     run from the UI, fails and shows the differences.
+            lh.load("demo.customers").delete(EqualTo("country", "JP"))
+            with screens.step("05b-check-failed-shows-differences"):
+                _execute_check_in_ui(page, base, port, "customers", passes=False)
+                expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
+                expect(page.get_by_text(re.compile(r"Delta lags Iceberg by 1 snapshot")).first).to_be_visible()
+                expect(page.get_by_text(re.compile(r"row counts differ: Iceberg \d+, Delta 5000")).first).to_be_visible()
+
+            # 6. A maintenance run with config from the launchpad: invalid config is refused, valid config runs
+            #    (repair mirrors the foreign snapshot to Delta, then full maintenance).
             launchpad = f"{base}/locations/{LOCATION}/jobs/lakehouse_maintenance_job/playground"
             config = "ops:\n  lakehouse_maintenance:\n    config:\n      tables: []\n      operations: [{op}]\n      dry_run: false\n"
             launch = page.get_by_role("button", name=re.compile(r"Launch Run$"))
@@ -375,7 +402,7 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                 expect(page.get_by_text(re.compile(r"operations\[0\] not in enum"))).to_be_visible()
                 expect(launch).to_be_disabled()
             with screens.step("06b-launchpad-config"):
-                _set_launchpad_config(page, config.format(op="full_maintenance"))
+                _set_launchpad_config(page, config.format(op="repair, full_maintenance"))
                 expect(page.get_by_text("No errors", exact=True)).to_be_visible()
                 expect(launch).to_be_enabled()
             with screens.step("06c-maintenance-run-succeeded"):
@@ -383,6 +410,7 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                 page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"))
                 maintenance_run = page.url.rsplit("/", 1)[-1]
                 _assert_run_succeeded(page, base, port, maintenance_run)
+                expect(page.get_by_text(re.compile(r"Table demo\.customers: repair")).first).to_be_visible()
                 for table in DEMO_TABLES:
                     expect(page.get_by_text(re.compile(rf"Table {re.escape(table)}: full_maintenance")).first).to_be_visible()
             for table in DEMO_TABLES:
@@ -396,6 +424,15 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                 assert _int(_metadata_value(page, "snapshot_count")) == len(lh.load("demo.events").metadata.snapshots)
                 assert _int(_metadata_value(page, "iceberg_snapshot_id")) == current["iceberg_snapshot_id"]
                 assert _int(_metadata_value(page, "delta_version")) == current["delta_version"]
+
+            with screens.step("06e-check-passes-after-repair"):
+                _execute_check_in_ui(page, base, port, "customers", passes=True)
+                expect(page.get_by_text("Passed", exact=True)).to_be_visible()
+                expect(page.get_by_text("Failed", exact=True)).to_have_count(0)
+                # The check saw the repaired (and maintained) table: its current versions, past the foreign snapshot.
+                current = {t["name"]: t for t in lh.tables()}["demo.customers"]
+                assert _int(_metadata_value(page, "delta_version")) == current["delta_version"] > tables["demo.customers"]["delta_version"]
+                assert _int(_metadata_value(page, "iceberg_snapshot_id")) == current["iceberg_snapshot_id"]
 
             # 7. Schedules and sensors switch back on.
             with screens.step("07-automation-on"):

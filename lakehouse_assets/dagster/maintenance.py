@@ -7,6 +7,7 @@ optional settings overriding the table's own (`lakehouse.maintenance.*` properti
 """
 
 # No `from __future__ import annotations`: Dagster resolves Config field types at import time.
+import os
 from enum import Enum
 from typing import Any, Optional
 
@@ -37,10 +38,12 @@ from .resources import LakehouseResource
 
 JOB_NAME = "lakehouse_maintenance_job"
 OP_NAME = "lakehouse_maintenance"
-# Sensor thresholds: compaction is requested when this many small files could be merged, or when
-# they are this share of the table's files (and at least two, so one tiny table is left alone).
-COMPACTION_MIN_SMALL_FILES = 50
-COMPACTION_MIN_SMALL_RATIO = 0.5
+# Sensor thresholds: compaction is requested when this many small files could be merged, or when at
+# least COMPACTION_RATIO_MIN_FILES of them are this share of the table's files (a young table written
+# a few times is left alone). Environment variables override them per deployment.
+COMPACTION_MIN_SMALL_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_MIN_SMALL_FILES", "50"))
+COMPACTION_MIN_SMALL_RATIO = float(os.environ.get("LAKEHOUSE_COMPACTION_MIN_SMALL_RATIO", "0.5"))
+COMPACTION_RATIO_MIN_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_RATIO_MIN_FILES", "10"))
 
 
 class MaintenanceOperation(Enum):
@@ -172,7 +175,7 @@ def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseReso
     for identifier in lh.table_names():
         health = core.table_health(lh, identifier)
         count, ratio = health["compactable_files"], health["compactable_ratio"]
-        if count >= COMPACTION_MIN_SMALL_FILES or (count >= 2 and ratio >= COMPACTION_MIN_SMALL_RATIO):
+        if count >= COMPACTION_MIN_SMALL_FILES or (count >= COMPACTION_RATIO_MIN_FILES and ratio >= COMPACTION_MIN_SMALL_RATIO):
             context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")
             requests.append(
                 RunRequest(

@@ -284,6 +284,7 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
 
     from lakehouse_assets import Lakehouse
     from lakehouse_assets.core import maintenance
+    from lakehouse_assets.dagster.demo_assets import N_USERS
     from pyiceberg.expressions import EqualTo
 
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make setup` (scripts/system-deps.sh installs Debian's chromium)"
@@ -389,7 +390,7 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                 _execute_check_in_ui(page, base, port, "customers", passes=False)
                 expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
                 expect(page.get_by_text(re.compile(r"Delta lags Iceberg by 1 snapshot")).first).to_be_visible()
-                expect(page.get_by_text(re.compile(r"row counts differ: Iceberg \d+, Delta 5000")).first).to_be_visible()
+                expect(page.get_by_text(re.compile(rf"row counts differ: Iceberg \d+, Delta {N_USERS}")).first).to_be_visible()
 
             # 6. A maintenance run with config from the launchpad: invalid config is refused, valid config runs
             #    (repair mirrors the foreign snapshot to Delta, then full maintenance).

@@ -17,7 +17,8 @@ def verify_metadata(report: dict) -> dict:
         "delta_files": MetadataValue.int(report.get("delta_files", 0)),
         "iceberg_rows": MetadataValue.int(report.get("iceberg_rows", 0)),
         "delta_rows": MetadataValue.int(report.get("delta_rows", 0)),
-        "differences": MetadataValue.md("\n".join(f"- {d}" for d in report["differences"]) or "none"),
+        # Plain text reads inline in the UI's metadata table: "none", or every difference.
+        "differences": MetadataValue.text("; ".join(report["differences"]) or "none"),
     }
     if report.get("delta_lag_snapshots") is not None:
         md["delta_lag_snapshots"] = MetadataValue.int(report["delta_lag_snapshots"])
@@ -37,7 +38,13 @@ def build_formats_agree_check(asset_key: AssetKey) -> AssetChecksDefinition:
     )
     def _check(context: AssetCheckExecutionContext, lakehouse: LakehouseResource) -> AssetCheckResult:
         report = lakehouse.get().verify(identifier)
-        return AssetCheckResult(passed=bool(report["agree"]), severity=AssetCheckSeverity.ERROR, metadata=verify_metadata(report))
+        agree = bool(report["agree"])
+        description = (
+            f"Iceberg snapshot {report.get('iceberg_snapshot_id')} and Delta version {report.get('delta_version')} agree."
+            if agree
+            else f"Iceberg and Delta disagree on {identifier}: " + "; ".join(report["differences"])
+        )
+        return AssetCheckResult(passed=agree, severity=AssetCheckSeverity.ERROR, metadata=verify_metadata(report), description=description)
 
     return _check
 

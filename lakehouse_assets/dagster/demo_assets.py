@@ -16,6 +16,8 @@ from dagster_pyspark import PySparkResource
 DEMO_START = "2024-01-01"
 daily = DailyPartitionsDefinition(start_date=DEMO_START, end_date="2024-03-01")
 GROUP = "lakehouse_demo"
+# Shown as icons on the asset graph: computed in Spark, stored as Iceberg and Delta.
+KINDS = {"spark", "iceberg", "deltalake"}
 N_USERS = 5_000
 EVENTS_PER_DAY = 40_000
 
@@ -27,6 +29,7 @@ def _day_seed(day: str) -> int:
 @asset(
     key_prefix=["demo"],
     group_name=GROUP,
+    kinds=KINDS,
     partitions_def=daily,
     metadata={
         "partition_by": ["day(event_time)", "bucket(16, user_id)"],
@@ -64,6 +67,7 @@ def events(context: AssetExecutionContext, pyspark: PySparkResource):
 @asset(
     key_prefix=["demo"],
     group_name=GROUP,
+    kinds=KINDS,
     metadata={"partition_by": ["country"], "write_mode": "overwrite"},
     description="Customer dimension, rebuilt from the latest CDC batch.",
 )
@@ -88,6 +92,7 @@ def customers(context: AssetExecutionContext, pyspark: PySparkResource):
 @asset(
     key_prefix=["demo"],
     group_name=GROUP,
+    kinds=KINDS,
     partitions_def=daily,
     ins={"events": AssetIn(key=["demo", "events"]), "customers": AssetIn(key=["demo", "customers"])},
     metadata={"partition_by": ["day(activity_date)"], "partition_expr": "activity_date"},

@@ -31,6 +31,7 @@ from dagster_pyspark import PySparkResource
 
 from ..core.lakehouse import Window, WriteResult
 from ..core.errors import SpecError
+from .health import table_health_metadata
 from .resources import LakehouseResource
 
 DEFAULT_NAMESPACE = "default"
@@ -124,6 +125,10 @@ class LakehouseIOManager(ConfigurableIOManager):
         for warning in result.warnings:
             context.log.warning(warning)
         context.add_output_metadata(write_metadata(result))
+        try:  # the table's health next to its versions on the asset page; never fails a committed write
+            context.add_output_metadata(table_health_metadata(self.lakehouse.get(), identifier))
+        except Exception as e:  # noqa: BLE001
+            context.log.warning(f"Table {identifier}: health metadata not computed: {type(e).__name__}: {e}")
 
     def load_input(self, context: InputContext):
         upstream = context.upstream_output

@@ -1,0 +1,446 @@
+"""The Dagster UI works for a person: a real headless Chromium drives `dagster dev` (issue 6).
+
+One `dagster dev` (fresh DAGSTER_HOME and warehouse, a free port) and one browser serve the whole
+test; every step is done by clicking and typing in the UI, and GraphQL or the Lakehouse API only
+confirm what the UI showed. Each step saves a screenshot into the folder printed at the start
+(`LAKEHOUSE_UI_SCREENSHOTS` picks the folder; the default is /tmp/lakehouse-ui-*/screenshots).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+LOCATION = "lakehouse_assets.definitions"  # code location name (workspace.yaml python_module)
+PARTITION = "2024-01-01"
+DEMO_TABLES = ["demo.customers", "demo.events", "demo.daily_user_activity"]
+AUTOMATIONS = [
+    ("sensors", "lakehouse_compaction_sensor"),
+    ("sensors", "lakehouse_delta_lag_sensor"),
+    ("schedules", "lakehouse_nightly_maintenance"),
+]
+STARTUP_TIMEOUT_S = 180
+RUN_TIMEOUT_S = 420
+UI_TIMEOUT_MS = 60_000
+
+
+def _free_port() -> int:
+    # Other engineers run servers concurrently: let the kernel pick an unused port.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C for `dagster dev` (it shuts its webserver, daemon and code servers down), then
+    SIGKILL whatever is left in its process group (run workers, Spark JVMs)."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGINT)
+        started = time.monotonic()
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            print(f"dagster dev (pid {proc.pid}) ignored SIGINT for 90 s; killing its process group")
+        else:
+            print(f"dagster dev stopped {time.monotonic() - started:.1f} s after SIGINT")
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def dagster_ui():
+    # Not a pytest tmp folder: concurrent pytest sessions rotate those away, and the screenshots
+    # and the server log must outlive the test. The instance and the warehouse are removed after.
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-ui-"))
+    home, warehouse, log = root / "dagster_home", root / "warehouse", root / "dagster-dev.log"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")  # telemetry off
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "LAKEHOUSE_CATALOG"}  # the embedded catalog in the fresh warehouse
+    env.update(
+        DAGSTER_HOME=str(home),
+        LAKEHOUSE_WAREHOUSE=str(warehouse),
+        DAGSTER_DISABLE_TELEMETRY="1",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    dagster = Path(sys.executable).with_name("dagster")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(REPO / "workspace.yaml")],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            # A shell's background job inherits SIGINT ignored; dagster dev needs it to shut down cleanly.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"dagster dev exited with {proc.returncode} before serving; log {log}:\n{_tail(log)}")
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{base}/server_info", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                pytest.fail(f"dagster dev not up on {base} after {STARTUP_TIMEOUT_S}s; log {log}:\n{_tail(log)}")
+            time.sleep(1)
+        yield {"base": base, "port": port, "warehouse": str(warehouse), "home": str(home), "log": log, "root": root}
+    finally:
+        _stop(proc)
+        for state in (home, warehouse):
+            shutil.rmtree(state, ignore_errors=True)
+
+
+def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
+    r = requests.post(f"{base}/graphql", json={"query": query, "variables": variables or {}}, timeout=30)
+    r.raise_for_status()
+    body = r.json()
+    assert "errors" not in body, body
+    return body["data"]
+
+
+def _instigator_status(base: str, kind: str, name: str) -> str:
+    """RUNNING / STOPPED, as the instance stores it (to confirm what the UI switch shows)."""
+    field, selector, arg, typename = (
+        ("sensorOrError", "SensorSelector", "sensorSelector", "Sensor")
+        if kind == "sensors"
+        else ("scheduleOrError", "ScheduleSelector", "scheduleSelector", "Schedule")
+    )
+    state = "sensorState" if kind == "sensors" else "scheduleState"
+    name_key = "sensorName" if kind == "sensors" else "scheduleName"
+    data = _graphql(
+        base,
+        f"query($s: {selector}!) {{ {field}({arg}: $s) {{ __typename ... on {typename} {{ {state} {{ status }} }} }} }}",
+        {"s": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", name_key: name}},
+    )[field]
+    assert data["__typename"] == typename, data
+    return data[state]["status"]
+
+
+def _assert_instigator_status(base: str, kind: str, name: str, want: str, timeout_s: float = 30) -> None:
+    """The switch updates at once; the instance follows when the UI's mutation completes."""
+    deadline = time.monotonic() + timeout_s
+    while (status := _instigator_status(base, kind, name)) != want and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert status == want, f"{kind[:-1]} {name} is {status} in the instance, not {want}"
+
+
+class Screens:
+    """Numbered screenshots; a failing step leaves a *-FAILED.png and names itself in the error."""
+
+    def __init__(self, page, folder: Path):
+        self.page, self.folder = page, folder
+
+    def shot(self, name: str, full_page: bool = False) -> Path:
+        path = self.folder / f"{name}.png"
+        if not full_page:
+            self.page.screenshot(path=str(path))
+            return path
+        # The UI scrolls inside its own panes, so a "full page" screenshot is only the viewport:
+        # grow the viewport to the tallest pane for this one picture instead.
+        size = self.page.viewport_size
+        height = self.page.evaluate("() => Math.max(...Array.from(document.querySelectorAll('*'), e => e.scrollHeight))")
+        self.page.set_viewport_size({"width": size["width"], "height": min(max(height, size["height"]), 2600)})
+        try:
+            self.page.wait_for_timeout(500)
+            self.page.screenshot(path=str(path))
+        finally:
+            self.page.set_viewport_size(size)
+        return path
+
+    @contextlib.contextmanager
+    def step(self, name: str, full_page: bool = False):
+        try:
+            yield
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                self.shot(f"{name}-FAILED", full_page=True)
+            e.add_note(f"UI step {name!r} failed at {self.page.url}; screenshots in {self.folder}")
+            raise
+        self.shot(name, full_page=full_page)
+
+
+def _launched_run_id(page) -> str:
+    """The run id from the 'Launched run ... View' toast."""
+    from playwright.sync_api import expect
+
+    link = page.locator("a[href^='/runs/']", has_text="View").first
+    expect(link).to_be_visible(timeout=UI_TIMEOUT_MS)
+    return link.get_attribute("href").rsplit("/", 1)[-1]
+
+
+def _wait_for_run_in_ui(page, base: str, run_id: str) -> str:
+    """Open the run page and wait until its status tag shows a final state; return it."""
+    page.goto(f"{base}/runs/{run_id}")
+    final = page.get_by_text(re.compile(r"^(Success|Failure|Canceled)$"))
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    last_reload = time.monotonic()
+    while time.monotonic() < deadline:
+        if final.count():
+            return final.first.inner_text().strip()
+        if time.monotonic() - last_reload > 30:  # the page updates live; a reload is a fallback only
+            page.reload()
+            last_reload = time.monotonic()
+        page.wait_for_timeout(2000)
+    raise AssertionError(f"run {run_id} did not finish within {RUN_TIMEOUT_S}s")
+
+
+def _assert_run_succeeded(page, base: str, port: int, run_id: str) -> None:
+    from dagster import DagsterRunStatus
+    from dagster_graphql import DagsterGraphQLClient
+
+    status = _wait_for_run_in_ui(page, base, run_id)
+    assert status == "Success", f"run {run_id} ended as {status!r} in the UI"
+    assert DagsterGraphQLClient("127.0.0.1", port_number=port).get_run_status(run_id) == DagsterRunStatus.SUCCESS
+
+
+def _metadata_value(page, key: str) -> str:
+    """The value cell of one row of the asset page's metadata table."""
+    from playwright.sync_api import expect
+
+    row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True))
+    expect(row.first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    # Overview rows are key | timestamp | value; event rows are key | value | (empty).
+    cells = [c.strip() for c in row.first.get_by_role("cell").all_inner_texts()]
+    return [c for c in cells if c][-1]
+
+
+def _execute_check_in_ui(page, base: str, port: int, asset: str, passes: bool) -> None:
+    """Run the asset's formats_agree check from its Checks tab (a run of just the check; the check
+    is blocking, so its failure fails the run)."""
+    from dagster import DagsterRunStatus
+    from dagster_graphql import DagsterGraphQLClient
+
+    page.goto(f"{base}/assets/demo/{asset}?view=checks")
+    page.get_by_role("button").filter(has_text=re.compile(r"^Execute$")).click()
+    run_id = _launched_run_id(page)
+    status = _wait_for_run_in_ui(page, base, run_id)
+    assert status == ("Success" if passes else "Failure"), f"check run {run_id} ended as {status!r}"
+    expected = DagsterRunStatus.SUCCESS if passes else DagsterRunStatus.FAILURE
+    assert DagsterGraphQLClient("127.0.0.1", port_number=port).get_run_status(run_id) == expected
+    page.goto(f"{base}/assets/demo/{asset}?view=checks")
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", "").strip())
+
+
+def _set_launchpad_config(page, yaml_text: str) -> None:
+    """Replace the launchpad's CodeMirror content the way a person pastes: select all, insert."""
+    from playwright.sync_api import expect
+
+    editor = page.locator(".CodeMirror")
+    expect(editor).to_be_visible(timeout=UI_TIMEOUT_MS)
+    editor.click()
+    page.keyboard.press("Control+a")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(yaml_text)
+    shown = page.locator(".CodeMirror-code").inner_text()
+    for line in yaml_text.strip().splitlines():
+        assert line.strip() in shown, f"launchpad editor lost {line!r}: {shown!r}"
+
+
+def _switch(page, base: str, kind: str, name: str, on: bool) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(f"{base}/locations/{LOCATION}/{kind}/{name}")
+    switch = page.get_by_role("checkbox")
+    expect(switch).to_have_count(1, timeout=UI_TIMEOUT_MS)
+    if switch.is_checked() != on:
+        page.locator("label", has=switch).click()
+    (expect(switch).to_be_checked if on else expect(switch).not_to_be_checked)(timeout=UI_TIMEOUT_MS)
+
+
+def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
+    from playwright.sync_api import expect, sync_playwright
+
+    from lakehouse_assets import Lakehouse
+    from lakehouse_assets.core import maintenance
+    from lakehouse_assets.dagster.demo_assets import N_USERS
+    from pyiceberg.expressions import EqualTo
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make setup` (scripts/system-deps.sh installs Debian's chromium)"
+    base, port, warehouse = dagster_ui["base"], dagster_ui["port"], dagster_ui["warehouse"]
+    folder = Path(os.environ.get("LAKEHOUSE_UI_SCREENSHOTS") or dagster_ui["root"] / "screenshots").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    with capsys.disabled():
+        print(f"\nUI screenshots: {folder}\ndagster dev: {base} (log {dagster_ui['log']})")
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(UI_TIMEOUT_MS)
+            expect.set_options(timeout=UI_TIMEOUT_MS)
+            # A fresh instance greets the first visitor with a newsletter dialog; dismiss it whenever it shows.
+            page.add_locator_handler(
+                page.get_by_text("Join the Dagster community"), lambda: page.get_by_role("button", name="Skip").click()
+            )
+            screens = Screens(page, folder)
+
+            # 0. Switch the maintenance sensors and schedule off, so no automatic run changes a
+            #    table while the test compares versions (they are switched back on at the end).
+            with screens.step("00-automation-off"):
+                for kind, name in AUTOMATIONS:
+                    _switch(page, base, kind, name, on=False)
+                    _assert_instigator_status(base, kind, name, "STOPPED")
+                page.goto(f"{base}/automation")
+                for _, name in AUTOMATIONS:
+                    expect(page.get_by_text(name, exact=True)).to_be_visible()
+
+            # 1. The asset graph of the demo group.
+            with screens.step("01-asset-graph"):
+                page.goto(f"{base}/locations/{LOCATION}/asset-groups/lakehouse_demo")
+                expect(page.get_by_text("lakehouse_demo", exact=True).first).to_be_visible()
+                for name in ("customers", "events", "daily_user_activity"):
+                    expect(page.get_by_text(name, exact=True).first).to_be_visible()
+                expect(page.get_by_text("Loading...")).to_have_count(0)
+
+            # 2. Materialize the unpartitioned asset, then one partition of the partitioned ones.
+            run_ids = []
+            with screens.step("02a-materialize-customers"):
+                page.goto(f"{base}/assets/demo/customers")
+                page.get_by_role("button").filter(has_text=re.compile(r"^Materialize$")).click()
+                run_ids.append(_launched_run_id(page))
+            with screens.step("03a-customers-run-succeeded"):
+                _assert_run_succeeded(page, base, port, run_ids[-1])
+
+            with screens.step("02b-partition-dialog"):
+                page.goto(f"{base}/locations/{LOCATION}/jobs/demo_daily_job")
+                page.get_by_role("button").filter(has_text=re.compile(r"^Materialize all")).click()
+                dialog = page.get_by_role("dialog")
+                expect(dialog).to_be_visible()
+                partitions = dialog.get_by_placeholder(re.compile(r"^ex: "))
+                partitions.fill(PARTITION)
+                partitions.press("Enter")
+                expect(dialog.get_by_text("1 partition", exact=True)).to_be_visible()
+            with screens.step("02c-partition-launched"):
+                dialog.get_by_role("button", name="Launch 1 run").click()
+                run_ids.append(_launched_run_id(page))
+            with screens.step("03b-partition-run-succeeded"):
+                _assert_run_succeeded(page, base, port, run_ids[-1])
+                expect(page.get_by_text(f"partition: {PARTITION}")).to_be_visible()
+
+            # 4. Every asset's blocking formats_agree check passed.
+            for key in ("customers", "events", "daily_user_activity"):
+                with screens.step(f"04-checks-{key}"):
+                    page.goto(f"{base}/assets/demo/{key}?view=checks")
+                    expect(page.get_by_text("formats_agree", exact=True).first).to_be_visible()
+                    expect(page.get_by_text("Succeeded", exact=True)).to_be_visible()
+                    expect(page.get_by_text("Passed", exact=True)).to_be_visible()
+                    expect(page.get_by_text("Failed", exact=True)).to_have_count(0)
+
+            # 5. The asset pages show the Iceberg snapshot and Delta version; they match the tables.
+            lh = Lakehouse(warehouse)
+            tables = {t["name"]: t for t in lh.tables()}
+            assert sorted(tables) == sorted(DEMO_TABLES), tables.keys()
+            for key in ("customers", "events", "daily_user_activity"):
+                with screens.step(f"05-asset-page-{key}", full_page=True):
+                    page.goto(f"{base}/assets/demo/{key}")
+                    snapshot_id = _int(_metadata_value(page, "iceberg_snapshot_id"))
+                    delta_version = _int(_metadata_value(page, "delta_version"))
+                    table = tables[f"demo.{key}"]
+                    assert (snapshot_id, delta_version) == (table["iceberg_snapshot_id"], table["delta_version"]), (key, table)
+                    assert _metadata_value(page, "table_location") == table["location"]
+                    assert _int(_metadata_value(page, "files_added")) > 0
+                    # Table health sits next to the versions (metadata only, recorded with the write).
+                    health = maintenance.table_health(lh, f"demo.{key}")
+                    assert _int(_metadata_value(page, "snapshot_count")) == health["snapshot_count"] == 1
+                    assert _int(_metadata_value(page, "delta_log_length")) == health["delta_log_files"]
+                    assert _int(_metadata_value(page, "small_file_count")) == health["small_files"]
+                    assert _int(_metadata_value(page, "data_file_count")) == health["data_files"]
+            with screens.step("05-asset-plots"):
+                # Numeric metadata is plotted over time (customers: by materialization, not by partition).
+                page.goto(f"{base}/assets/demo/customers")
+                page.get_by_role("button", name=re.compile(r"Plots$")).click()
+                expect(page.get_by_text("delta_commit_seconds", exact=True).first).to_be_visible()
+
+            # 5b. Another engine commits to Iceberg only (pyiceberg deletes a partition): the check,
+            #     run from the UI, fails and shows the differences.
+            lh.load("demo.customers").delete(EqualTo("country", "JP"))
+            with screens.step("05b-check-failed-shows-differences"):
+                _execute_check_in_ui(page, base, port, "customers", passes=False)
+                expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
+                expect(page.get_by_text(re.compile(r"Delta lags Iceberg by 1 snapshot")).first).to_be_visible()
+                expect(page.get_by_text(re.compile(rf"row counts differ: Iceberg \d+, Delta {N_USERS}")).first).to_be_visible()
+
+            # 6. A maintenance run with config from the launchpad: invalid config is refused, valid config runs
+            #    (repair mirrors the foreign snapshot to Delta, then full maintenance).
+            launchpad = f"{base}/locations/{LOCATION}/jobs/lakehouse_maintenance_job/playground"
+            config = "ops:\n  lakehouse_maintenance:\n    config:\n      tables: []\n      operations: [{op}]\n      dry_run: false\n"
+            launch = page.get_by_role("button", name=re.compile(r"Launch Run$"))
+            with screens.step("06a-launchpad-invalid-config"):
+                page.goto(launchpad)
+                _set_launchpad_config(page, config.format(op="defragment"))
+                expect(page.get_by_text(re.compile(r"operations\[0\] not in enum"))).to_be_visible()
+                expect(launch).to_be_disabled()
+            with screens.step("06b-launchpad-config"):
+                _set_launchpad_config(page, config.format(op="repair, full_maintenance"))
+                expect(page.get_by_text("No errors", exact=True)).to_be_visible()
+                expect(launch).to_be_enabled()
+            with screens.step("06c-maintenance-run-succeeded"):
+                launch.click()
+                page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"))
+                maintenance_run = page.url.rsplit("/", 1)[-1]
+                _assert_run_succeeded(page, base, port, maintenance_run)
+                expect(page.get_by_text(re.compile(r"Table demo\.customers: repair")).first).to_be_visible()
+                for table in DEMO_TABLES:
+                    expect(page.get_by_text(re.compile(rf"Table {re.escape(table)}: full_maintenance")).first).to_be_visible()
+            for table in DEMO_TABLES:
+                assert lh.verify(table)["agree"], lh.verify(table)
+            with screens.step("06d-maintenance-observation"):
+                # Each maintained table records what was done and its health afterwards as an observation.
+                page.goto(f"{base}/assets/demo/events?view=events")
+                expect(page.get_by_text("lakehouse maintenance: full_maintenance").first).to_be_visible()
+                current = {t["name"]: t for t in lh.tables()}["demo.events"]
+                assert _metadata_value(page, "operation") == "full_maintenance"
+                assert _int(_metadata_value(page, "snapshot_count")) == len(lh.load("demo.events").metadata.snapshots)
+                assert _int(_metadata_value(page, "iceberg_snapshot_id")) == current["iceberg_snapshot_id"]
+                assert _int(_metadata_value(page, "delta_version")) == current["delta_version"]
+
+            with screens.step("06e-check-passes-after-repair"):
+                _execute_check_in_ui(page, base, port, "customers", passes=True)
+                expect(page.get_by_text("Passed", exact=True)).to_be_visible()
+                expect(page.get_by_text("Failed", exact=True)).to_have_count(0)
+                # The check saw the repaired (and maintained) table: its current versions, past the foreign snapshot.
+                current = {t["name"]: t for t in lh.tables()}["demo.customers"]
+                assert _int(_metadata_value(page, "delta_version")) == current["delta_version"] > tables["demo.customers"]["delta_version"]
+                assert _int(_metadata_value(page, "iceberg_snapshot_id")) == current["iceberg_snapshot_id"]
+
+            # 7. Schedules and sensors switch back on.
+            with screens.step("07-automation-on"):
+                for kind, name in AUTOMATIONS:
+                    _switch(page, base, kind, name, on=True)
+                    _assert_instigator_status(base, kind, name, "RUNNING")
+                page.goto(f"{base}/automation")
+                expect(page.get_by_role("checkbox", checked=True)).to_have_count(len(AUTOMATIONS))
+        finally:
+            browser.close()

@@ -268,11 +268,25 @@ def _set_launchpad_config(page, yaml_text: str) -> None:
         assert line.strip() in shown, f"launchpad editor lost {line!r}: {shown!r}"
 
 
+def _dismiss_community_dialog(page, base: str) -> None:
+    """The first visit shows a newsletter dialog a few seconds after load; its checkbox would make
+    the automation switch ambiguous, so wait for it once up front and skip it (the choice is remembered)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.goto(f"{base}/automation")
+    try:
+        page.get_by_text("Join the Dagster community").wait_for(timeout=15_000)
+        page.get_by_role("button", name="Skip").click()
+        page.get_by_text("Join the Dagster community").wait_for(state="hidden")
+    except PlaywrightTimeout:
+        pass  # not shown on this instance
+
+
 def _switch(page, base: str, kind: str, name: str, on: bool) -> None:
     from playwright.sync_api import expect
 
     page.goto(f"{base}/locations/{LOCATION}/{kind}/{name}")
-    switch = page.get_by_role("checkbox")
+    switch = page.get_by_role("checkbox")  # the only one once the community dialog is dismissed
     expect(switch).to_have_count(1, timeout=UI_TIMEOUT_MS)
     if switch.is_checked() != on:
         page.locator("label", has=switch).click()
@@ -305,6 +319,7 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                 page.get_by_text("Join the Dagster community"), lambda: page.get_by_role("button", name="Skip").click()
             )
             screens = Screens(page, folder)
+            _dismiss_community_dialog(page, base)
 
             # 0. Switch the maintenance sensors and schedule off, so no automatic run changes a
             #    table while the test compares versions (they are switched back on at the end).

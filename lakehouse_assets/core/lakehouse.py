@@ -29,6 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from . import iceberg_committer as ic
+from . import merge as merge_
 from .catalog import open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
 from .errors import CommitError, InputError, LakehouseError, SpecError, TableNotFound
@@ -190,7 +191,7 @@ class Lakehouse:
         self,
         df,
         identifier: str,
-        mode: Literal["append", "overwrite"] = "append",
+        mode: Literal["append", "overwrite", "merge"] = "append",
         *,
         partition_by: Sequence[str] | None = None,
         formats: Sequence[str] | None = None,
@@ -201,16 +202,25 @@ class Lakehouse:
         write_id: str | None = None,
         writer: dict[str, str] | None = None,
         spark=None,
+        merge_keys: Sequence[str] | None = None,
+        operation_column: str | None = None,
+        delete_values: Sequence[str] | None = None,
+        deleted_at_column: str | None = None,
+        order_by: Sequence[str] | str | None = None,
     ) -> WriteResult:
         """Write a Spark DataFrame (or a pyarrow Table / pandas DataFrame) to both formats.
 
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
         `window` when one is given. `write_id` makes the write idempotent: a second write with the
         same id commits nothing and returns the first write's snapshot.
+
+        mode="merge" upserts by `merge_keys` (copy-on-write, see core/merge.py): a row whose
+        `operation_column` is in `delete_values`, or whose `deleted_at_column` is set, deletes its key;
+        duplicate keys keep the last row by `order_by`.
         """
         started = time.monotonic()
-        if mode not in ("append", "overwrite"):
-            raise SpecError(f"Table {identifier}: unknown write mode {mode!r}; use 'append' or 'overwrite'.")
+        if mode not in ("append", "overwrite", "merge"):
+            raise SpecError(f"Table {identifier}: unknown write mode {mode!r}; use 'append', 'overwrite' or 'merge'.")
         if window is not None and mode != "overwrite":
             raise SpecError(f"Table {identifier}: a partition window can only be overwritten (mode='overwrite').")
         spec = TableSpec(
@@ -222,7 +232,11 @@ class Lakehouse:
             schema_evolution=schema_evolution,
         )
         df = _as_spark(df, spark)
-        incoming = spark_schema_to_iceberg(identifier, df.schema)
+        merge_opts = None
+        if mode == "merge":
+            merge_opts = merge_.MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by)
+            df = merge_.prepare_batch(identifier, df, merge_opts)  # raises on null/duplicate keys before any write
+        incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if merge_opts else df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
         table = self._create_or_load(spec, incoming)
@@ -238,8 +252,8 @@ class Lakehouse:
 
         root = normalize_uri(table.location())
         target_size = int(table.properties.get("write.target-file-size-bytes", spec.target_file_size))
-        written = write_files(
-            df,
+        write = lambda data: write_files(  # noqa: E731
+            data,
             root_uri=root,
             schema=table.schema(),
             spec=table.spec(),
@@ -249,11 +263,20 @@ class Lakehouse:
             compression=table.properties.get("write.parquet.compression-codec", "zstd"),
             compression_level=int(table.properties.get("write.parquet.compression-level", "3")),
         )
+        merge_removes, merge_stats = [], None
+        if merge_opts is not None:
+            df.persist()  # the batch feeds the pruning aggregate, the matching join and the rewrite
+            try:
+                written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, merge_opts, self.storage, write)
+            finally:
+                df.unpersist()
+        else:
+            written = write(df)
         written_uris = [join_uri(root, f.path) for f in written]
         write_done = time.monotonic()
         try:
             adds = ic.data_files_from_written(table, root, written)
-            removes: list[DataFile] = []
+            removes: list[DataFile] = list(merge_removes)
             if window is not None:
                 expr = _window_expression(table, window)
                 _check_inside_window(identifier, table, adds, window, expr)
@@ -268,6 +291,8 @@ class Lakehouse:
             }
             if write_id is not None:
                 summary[ic.WRITE_ID] = write_id
+            if merge_stats is not None:
+                summary.update(merge_.summary_properties(merge_stats, merge_opts))
             if delta_on and (expected := self.mirror(table).next_version(table)) is not None:
                 summary[ic.DELTA_EXPECTED_VERSION] = str(expected)
             snapshot = ic.commit_files(table, adds, removes, summary)

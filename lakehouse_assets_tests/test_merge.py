@@ -1,0 +1,212 @@
+"""mode="merge": copy-on-write upserts and CDC deletes, identical in Iceberg and Delta."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from lakehouse_assets import InputError, SpecError
+
+from .conftest import assert_all_readers_agree
+
+COLS = ["country", "id", "name", "version"]
+
+
+def people(spark, lo, hi, version=0, parts=1):
+    return spark.range(lo, hi, numPartitions=parts).select(
+        F.col("id"),
+        F.concat(F.lit("p"), F.col("id").cast("string")).alias("name"),
+        F.element_at(F.array(F.lit("US"), F.lit("DE"), F.lit("FR")), (F.col("id") % 3 + 1).cast("int")).alias("country"),
+        F.lit(version).cast("long").alias("version"),
+    )
+
+
+def expected(rows: dict) -> list[tuple]:
+    return [(c, i, n, v) for i, (n, c, v) in rows.items()]
+
+
+def model(lo, hi, version=0):
+    return {i: (f"p{i}", ["US", "DE", "FR"][i % 3], version) for i in range(lo, hi)}
+
+
+def live_paths(lh, name):
+    return {t.file.file_path for t in lh.load(name).scan().plan_files()}
+
+
+def delta_log(lh, name, version):
+    root = lh.load(name).location()[len("file://"):]
+    with open(os.path.join(root, "_delta_log", f"{version:020d}.json")) as f:
+        return [json.loads(line) for line in f]
+
+
+def three_files(lh, spark, name, **kw):
+    """Keys 0-99, 100-199, 200-299 in three separate files (three appends)."""
+    for lo in (0, 100, 200):
+        lh.write(people(spark, lo, lo + 100), name, **kw)
+    return live_paths(lh, name)
+
+
+def test_merge_rewrites_only_files_with_matched_keys(lh, spark, duck):
+    before = three_files(lh, spark, "m.people")
+    assert len(before) == 3
+    delta_before = DeltaTable(lh.load("m.people").location()).version()
+    snaps_before = len(lh.load("m.people").snapshots())
+    batch = spark.createDataFrame(
+        [(150, "updated", "GB", 1, "u"), (160, None, None, None, "delete"), (1000, "new", "US", 1, "i")],
+        "id long, name string, country string, version long, _op string",
+    )
+    r = lh.write(batch, "m.people", mode="merge", merge_keys=["id"], operation_column="_op")
+    after = live_paths(lh, "m.people")
+    # Only the file holding keys 100-199 was replaced; the other two are the very same files.
+    assert r.files_removed == 1 and len(before - after) == 1 and len(before & after) == 2
+    assert r.rows_removed == 100 and r.rows_written == 100  # 98 kept + 1 updated + 1 inserted
+    # One Iceberg overwrite snapshot, one Delta commit holding the remove and the adds.
+    table = lh.load("m.people")
+    assert len(table.snapshots()) == snaps_before + 1
+    assert table.current_snapshot().summary.operation.value == "overwrite"
+    assert table.current_snapshot().summary["lakehouse.merge.candidate-files"] == "1"  # In-set pruning on id stats
+    assert r.delta_version == delta_before + 1
+    actions = delta_log(lh, "m.people", r.delta_version)
+    removed = [a["remove"]["path"] for a in actions if "remove" in a]
+    added = [a["add"]["path"] for a in actions if "add" in a]
+    assert len(removed) == 1 and len(added) == r.files_added
+    assert [a for a in actions if "commitInfo" in a][0]["commitInfo"]["lakehouse.operation"] == "merge"
+    want = model(0, 300)
+    want[150] = ("updated", "GB", 1)
+    del want[160]
+    want[1000] = ("new", "US", 1)
+    assert_all_readers_agree(lh, spark, duck, "m.people", expected(want))
+    # The control column is not stored.
+    assert "_op" not in [f.name for f in table.schema().fields]
+    assert "_op" not in DeltaTable(table.location()).schema().to_arrow().names
+    history = lh.history("m.people")[0]
+    assert history["operation"] == "merge" and history["delta_version"] == r.delta_version
+    assert history["files_removed"] == 1 and history["rows_removed"] == 100
+
+
+def test_merge_without_matches_touches_no_file(lh, spark, duck):
+    before = three_files(lh, spark, "m.inserts")
+    r = lh.write(people(spark, 500, 510, version=2), "m.inserts", mode="merge", merge_keys=["id"])
+    assert r.files_removed == 0 and before <= live_paths(lh, "m.inserts")
+    assert lh.load("m.inserts").current_snapshot().summary["lakehouse.merge.candidate-files"] == "0"
+    assert_all_readers_agree(lh, spark, duck, "m.inserts", expected({**model(0, 300), **model(500, 510, 2)}))
+
+
+def test_min_max_pruning_skips_files_outside_the_key_range(lh, spark):
+    three_files(lh, spark, "m.range")
+    # 300 distinct keys: more than the In-set limit, so the filter is the key range [180, 479].
+    batch = people(spark, 180, 480, version=5)
+    r = lh.write(batch, "m.range", mode="merge", merge_keys=["id"])
+    summary = lh.load("m.range").current_snapshot().summary
+    assert summary["lakehouse.merge.candidate-files"] == "2" and summary["lakehouse.merge.rewritten-files"] == "2"
+    assert r.files_removed == 2
+    assert lh.read(spark, "m.range").count() == 480
+
+
+def test_cdc_deleted_at_column(lh, spark, duck):
+    lh.write(people(spark, 0, 10), "m.softdel")
+    batch = spark.createDataFrame(
+        [(1, "p1", "DE", 3, None), (2, "p2", "FR", 3, "2024-05-01 00:00:00"), (11, "p11", "FR", 3, None)],
+        "id long, name string, country string, version long, deleted_at string",
+    ).withColumn("deleted_at", F.to_timestamp("deleted_at"))
+    lh.write(batch, "m.softdel", mode="merge", merge_keys=["id"], deleted_at_column="deleted_at")
+    want = model(0, 10)
+    want[1] = ("p1", "DE", 3)
+    del want[2]
+    want[11] = ("p11", "FR", 3)
+    assert_all_readers_agree(lh, spark, duck, "m.softdel", expected(want))
+    assert "deleted_at" not in [f.name for f in lh.load("m.softdel").schema().fields]
+
+
+def test_duplicate_keys_last_row_by_order_by_wins(lh, spark, duck):
+    lh.write(people(spark, 0, 5), "m.dups")
+    batch = spark.createDataFrame(
+        [(1, "old", "US", 1, "u"), (1, "newest", "US", 3, "u"), (1, "mid", "US", 2, "u"),
+         (2, "x", "US", 1, "u"), (2, None, None, 2, "d"),  # delete is the last event for key 2
+         (3, None, None, 1, "d"), (3, "back", "DE", 2, "i")],  # re-inserted after a delete
+        "id long, name string, country string, version long, op string",
+    )
+    lh.write(batch, "m.dups", mode="merge", merge_keys=["id"], operation_column="op", delete_values=["d"], order_by="version")
+    want = model(0, 5)
+    want[1] = ("newest", "US", 3)
+    del want[2]
+    want[3] = ("back", "DE", 2)
+    assert_all_readers_agree(lh, spark, duck, "m.dups", expected(want))
+
+
+def test_duplicate_keys_without_order_by_fail_and_commit_nothing(lh, spark):
+    lh.write(people(spark, 0, 5), "m.dupfail")
+    before = lh.load("m.dupfail").current_snapshot().snapshot_id
+    batch = spark.createDataFrame([(1, "a", "US", 1), (1, "b", "US", 2)], "id long, name string, country string, version long")
+    with pytest.raises(InputError, match=r"Table m\.dupfail: the merge batch has several rows for the same key \(id\).*order_by"):
+        lh.write(batch, "m.dupfail", mode="merge", merge_keys=["id"])
+    assert lh.load("m.dupfail").current_snapshot().snapshot_id == before
+
+
+def test_null_keys_fail_and_commit_nothing(lh, spark):
+    lh.write(people(spark, 0, 5), "m.nulls")
+    table = lh.load("m.nulls")
+    before, root = table.current_snapshot().snapshot_id, table.location()[len("file://"):]
+    files_before = sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs)
+    delta_before = DeltaTable(root).version()
+    batch = spark.createDataFrame([(1, "a", "US", 1), (None, "b", "US", 2)], "id long, name string, country string, version long")
+    with pytest.raises(InputError, match=r"Table m\.nulls: 1 row\(s\) of the merge batch have a null merge key \(id\)"):
+        lh.write(batch, "m.nulls", mode="merge", merge_keys=["id"])
+    assert lh.load("m.nulls").current_snapshot().snapshot_id == before and DeltaTable(root).version() == delta_before
+    assert sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs) == files_before
+
+
+def test_merge_arguments_are_checked(lh, spark):
+    with pytest.raises(SpecError, match="needs merge_keys"):
+        lh.write(people(spark, 0, 3), "m.args", mode="merge")
+    with pytest.raises(SpecError, match=r"merge column\(s\) \['nope'\] are not in the data"):
+        lh.write(people(spark, 0, 3), "m.args", mode="merge", merge_keys=["id"], operation_column="nope")
+
+
+def test_partitioned_merge_moves_keys_between_partitions(lh, spark, duck):
+    lh.write(people(spark, 0, 30, parts=2), "m.part", partition_by=["country"])
+    before = live_paths(lh, "m.part")
+    # Key 0 (US) moves to DE, key 3 (US) is deleted, key 31 is new in FR. Files of FR are untouched.
+    batch = spark.createDataFrame(
+        [(0, "moved", "DE", 1, "u"), (3, None, None, None, "D"), (31, "new", "FR", 1, "i")],
+        "id long, name string, country string, version long, op string",
+    )
+    r = lh.write(batch, "m.part", mode="merge", merge_keys=["id"], operation_column="op")
+    after = live_paths(lh, "m.part")
+    fr_files = {p for p in before if "/country=FR/" in p}
+    assert fr_files and fr_files <= after
+    assert r.files_removed == len({p for p in before if "/country=US/" in p})
+    want = model(0, 30)
+    want[0] = ("moved", "DE", 1)
+    del want[3]
+    want[31] = ("new", "FR", 1)
+    assert_all_readers_agree(lh, spark, duck, "m.part", expected(want))
+    delta = DeltaTable(lh.load("m.part").location())
+    assert delta.metadata().partition_columns == ["country"]
+    dv = {a["path"]: a["partition.country"] for a in pa.table(delta.get_add_actions(flatten=True)).to_pylist()}
+    assert all(f"/country={c}/" in "/" + p for p, c in dv.items())
+
+
+def test_merge_composite_keys_and_time_travel_before_the_merge(lh, spark, duck):
+    first = lh.write(people(spark, 0, 20), "m.comp")
+    batch = spark.createDataFrame(
+        [(5, "US", "changed", 9), (5, "XX", "other", 9), (4, "DE", "updated", 9)], "id long, country string, name string, version long"
+    )
+    lh.write(batch, "m.comp", mode="merge", merge_keys=["id", "country"])
+    # Key (5, FR) is not in the batch: (5, US) and (5, XX) are new and the old (5, FR) row stays; (4, DE) is updated.
+    rows = [r for r in expected(model(0, 20)) if r[:2] != ("DE", 4)] + [("US", 5, "changed", 9), ("XX", 5, "other", 9), ("DE", 4, "updated", 9)]
+    assert_all_readers_agree(lh, spark, duck, "m.comp", rows)
+    assert_all_readers_agree(
+        lh, spark, duck, "m.comp", expected(model(0, 20)), snapshot_id=first.iceberg_snapshot_id, delta_version=first.delta_version
+    )
+
+
+def test_merge_into_a_new_table_creates_it(lh, spark, duck):
+    batch = spark.createDataFrame([(1, "a", "US", 1, "i"), (2, "b", "US", 1, "d")], "id long, name string, country string, version long, op string")
+    lh.write(batch, "m.fresh", mode="merge", merge_keys=["id"], operation_column="op")
+    assert_all_readers_agree(lh, spark, duck, "m.fresh", [("US", 1, "a", 1)])

@@ -33,7 +33,7 @@ from . import merge as merge_
 from .catalog import open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
 from .errors import CommitError, InputError, LakehouseError, SpecError, TableNotFound
-from .evolution import apply_schema_change, plan_schema_change
+from .evolution import apply_schema_change, plan_schema_change, types_were_widened
 from .reader import read_parquet_files
 from .spec import (
     ALL_FORMATS,
@@ -52,6 +52,7 @@ log = logging.getLogger("lakehouse")
 
 METADATA_FOLDER = "_iceberg"  # `_`-prefixed: Delta's vacuum and Iceberg's orphan cleanup both skip it
 FORMATS_PROPERTY = "lakehouse.formats"
+SCHEMA_EVOLUTION_PROPERTY = "lakehouse.schema-evolution"  # "false": this table refuses schema changes whatever the writer asks
 DEFAULT_TABLE_PROPERTIES = {
     "format-version": "2",
     "write.parquet.compression-codec": "zstd",
@@ -179,7 +180,10 @@ class Lakehouse:
                 f"Table {spec.identifier} is partitioned by {existing_terms}, not {list(spec.partition_by)}. "
                 "Partition evolution is not supported: keep the existing partition_by or write a new table."
             )
-        plan = plan_schema_change(spec.identifier, table.schema(), incoming_schema, spec.schema_evolution)
+        plan = plan_schema_change(
+            spec.identifier, table.schema(), incoming_schema, spec.schema_evolution and table.properties.get(SCHEMA_EVOLUTION_PROPERTY, "true") != "false",
+            delta=self.delta_enabled(table),
+        )
         if not plan.empty:
             log.info("Table %s: evolving schema: %s", spec.identifier, plan.describe())
             apply_schema_change(table, plan)
@@ -360,7 +364,7 @@ class Lakehouse:
             from pyspark.sql import functions as F
 
             schema = table.schema()
-            kept = read_parquet_files(spark, [f.file_path for f in partial], iceberg_to_spark_schema(schema), self.storage)
+            kept = read_parquet_files(spark, [f.file_path for f in partial], iceberg_to_spark_schema(schema), self.storage, cast_files=types_were_widened(table))
             c = F.col(window.column)
             kept = kept.filter(c.isNull() | ~((c >= F.lit(window.start)) & (c < F.lit(window.end))))
             root = normalize_uri(table.location())
@@ -429,7 +433,7 @@ class Lakehouse:
             if snap is None:
                 return spark.createDataFrame([], spark_schema)
             uris = [t.file.file_path for t in table.scan(snapshot_id=snap.snapshot_id, row_filter=expr).plan_files()]
-        df = read_parquet_files(spark, uris, spark_schema, self.storage)
+        df = read_parquet_files(spark, uris, spark_schema, self.storage, cast_files=types_were_widened(table))
         if row_filter is not None and isinstance(row_filter, str):
             df = df.filter(row_filter)
         if window is not None:

@@ -27,6 +27,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from .errors import InputError, SpecError
+from .evolution import types_were_widened
 from .iceberg_committer import live_data_files
 from .reader import read_parquet_files
 from .spec import iceberg_to_spark_schema
@@ -160,6 +161,7 @@ def rewrite(spark, table: Table, batch, opts: MergeOptions, storage, write) -> t
     schema = table.schema()
     spark_schema = iceberg_to_spark_schema(schema)
     stats = MergeStats()
+    widened = types_were_widened(table)
     keys = list(opts.keys)
     batch_keys = batch.select(*keys).distinct()
     candidates: list[DataFile] = []
@@ -170,7 +172,7 @@ def rewrite(spark, table: Table, batch, opts: MergeOptions, storage, write) -> t
     matched: list[DataFile] = []
     if candidates:
         by_uri = {f.file_path: f for f in candidates}
-        existing = read_parquet_files(spark, list(by_uri), spark_schema, storage, path_column=_PATH)
+        existing = read_parquet_files(spark, list(by_uri), spark_schema, storage, path_column=_PATH, cast_files=widened)
         hits = existing.select(*keys, _PATH).join(batch_keys, keys, "left_semi")
         matched_uris = [r[0] for r in hits.select(_PATH).distinct().collect()]  # file paths only
         matched = [by_uri[u] for u in matched_uris]
@@ -182,7 +184,7 @@ def rewrite(spark, table: Table, batch, opts: MergeOptions, storage, write) -> t
 
     upserts = conform(batch.filter(~F.col(_DELETE)))
     if matched:
-        kept = read_parquet_files(spark, [f.file_path for f in matched], spark_schema, storage).join(batch_keys, keys, "left_anti")
+        kept = read_parquet_files(spark, [f.file_path for f in matched], spark_schema, storage, cast_files=widened).join(batch_keys, keys, "left_anti")
         merged = kept.unionByName(upserts)
     else:
         merged = upserts

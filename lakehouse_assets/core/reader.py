@@ -40,14 +40,18 @@ class _ParquetFileReader:
                     yield out
 
 
-def read_parquet_files(spark, uris: list[str], spark_schema, storage: StorageConfig, path_column: str | None = None):
-    """`path_column` adds each row's file URI, exactly as given in `uris` (merge uses it to find matched files)."""
+def read_parquet_files(spark, uris: list[str], spark_schema, storage: StorageConfig, path_column: str | None = None, cast_files: bool = False):
+    """`path_column` adds each row's file URI, exactly as given in `uris` (merge uses it to find matched files).
+
+    `cast_files`: some files hold narrower types than `spark_schema` (widened columns); read them with
+    pyarrow, which casts, instead of Spark's Parquet reader, which refuses.
+    """
     from pyspark.sql.types import StringType, StructField, StructType
 
     out_schema = StructType([*spark_schema.fields, StructField(path_column, StringType(), False)]) if path_column else spark_schema
     if not uris:
         return spark.createDataFrame([], out_schema)
-    if all(u.startswith("file:") for u in uris):
+    if not cast_files and all(u.startswith("file:") for u in uris):
         df = spark.read.schema(spark_schema).parquet(*uris)
         if path_column:
             from pyspark.sql import functions as F

@@ -18,12 +18,14 @@ COLS = ["country", "id", "name", "version"]
 
 
 def people(spark, lo, hi, version=0, parts=1):
-    return spark.range(lo, hi, numPartitions=parts).select(
-        F.col("id"),
-        F.concat(F.lit("p"), F.col("id").cast("string")).alias("name"),
-        F.element_at(F.array(F.lit("US"), F.lit("DE"), F.lit("FR")), (F.col("id") % 3 + 1).cast("int")).alias("country"),
-        F.lit(version).cast("long").alias("version"),
-    )
+    """Nullable columns, like the CDC batches below (a NOT NULL -> nullable change is its own Delta version)."""
+    cols = {
+        "id": F.col("id"),
+        "name": F.concat(F.lit("p"), F.col("id").cast("string")),
+        "country": F.element_at(F.array(F.lit("US"), F.lit("DE"), F.lit("FR")), (F.col("id") % 3 + 1).cast("int")),
+        "version": F.lit(version).cast("long"),
+    }
+    return spark.range(lo, hi, numPartitions=parts).select(*[F.when(F.lit(True), c).alias(n) for n, c in cols.items()])
 
 
 def expected(rows: dict) -> list[tuple]:

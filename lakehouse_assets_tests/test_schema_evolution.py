@@ -140,3 +140,14 @@ def test_rename_is_a_new_column_in_both_formats(lh, spark, duck):
     iceberg, delta = _schemas(lh, "se.rename")
     assert list(iceberg) == list(delta) == ["id", "name", "full_name"]
     assert_all_readers_agree(lh, spark, duck, "se.rename", [(None, 0, "n0"), (None, 1, "n1"), ("f2", 2, None)])
+
+
+def test_relaxing_not_null_is_mirrored_to_delta(lh, spark, duck):
+    lh.write(spark.sql("SELECT id FROM range(2)"), "se.nullable")  # spark.range: NOT NULL
+    table = lh.load("se.nullable")
+    assert table.schema().find_field("id").required
+    assert not DeltaTable(table.location()).schema().fields[0].nullable
+    lh.write(spark.createDataFrame([(None,), (5,)], "id long"), "se.nullable")
+    assert not lh.load("se.nullable").schema().find_field("id").required
+    assert DeltaTable(table.location()).schema().fields[0].nullable
+    assert_all_readers_agree(lh, spark, duck, "se.nullable", [(0,), (1,), (5,), (None,)])

@@ -443,6 +443,13 @@ class Lakehouse:
             df = df.filter((c >= F.lit(window.start)) & (c < F.lit(window.end)))
         return df
 
+    def point_in_time(self, identifier: str, *, snapshot_id: int | None = None, delta_version: int | None = None, as_of: dt.datetime | None = None):
+        """The same point in time as (Iceberg snapshot id, Delta version), from any one of the three."""
+        from .time_travel import resolve
+
+        table = self.load(identifier)
+        return resolve(table, self.mirror(table) if self.delta_enabled(table) else None, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of)
+
     # ------------------------------------------------------------ inspection
 
     def tables(self) -> list[dict[str, Any]]:

@@ -246,3 +246,15 @@ def test_demo_customers_is_a_merge_of_cdc_batches_through_the_io_manager(lh, spa
     got = {(r[0], r[1], r[2]) for r in rows}  # columns sorted: country, customer_id, email, ...
     assert got == set(state.values())
     assert len(state) < N_USERS + 2 * 50 and "XX" not in {c for c, _, _ in got}  # deletes happened; stale rows lost
+
+
+def test_merge_batch_with_a_new_column_evolves_both_formats(lh, spark, duck):
+    three_files(lh, spark, "m.evolve")
+    batch = spark.createDataFrame([(150, "p150", "FR", 1, "gold"), (999, "p999", "US", 1, "silver")],
+                                  "id long, name string, country string, version long, tier string")
+    r = lh.write(batch, "m.evolve", mode="merge", merge_keys=["id"])
+    assert r.files_removed == 1
+    want = [(c, i, n, None, v) for (c, i, n, v) in expected(model(0, 300)) if i != 150]
+    want += [("FR", 150, "p150", "gold", 1), ("US", 999, "p999", "silver", 1)]
+    assert_all_readers_agree(lh, spark, duck, "m.evolve", want)
+    assert [f.name for f in lh.load("m.evolve").schema().fields][-1] == "tier"

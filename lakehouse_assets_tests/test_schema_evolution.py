@@ -151,3 +151,22 @@ def test_relaxing_not_null_is_mirrored_to_delta(lh, spark, duck):
     assert not lh.load("se.nullable").schema().find_field("id").required
     assert DeltaTable(table.location()).schema().fields[0].nullable
     assert_all_readers_agree(lh, spark, duck, "se.nullable", [(0,), (1,), (5,), (None,)])
+
+
+def test_a_failed_write_leaves_the_schema_unchanged(lh, spark):
+    """The schema change is committed in the same Iceberg transaction as the snapshot: no snapshot, no change."""
+    import datetime as dt
+
+    from lakehouse_assets import InputError, Window
+
+    lh.write(spark.sql("SELECT id, DATE_ADD(DATE'2024-01-01', CAST(id AS INT)) AS d FROM range(3)"), "se.atomic", partition_by=["d"])
+    table = lh.load("se.atomic")
+    root = table.location()[len("file://"):]
+    before = (table.metadata.current_schema_id, _schemas(lh, "se.atomic"), _files_under(root), DeltaTable(root).version())
+    # New column + rows outside the window: refused after the files were written, before the commit.
+    bad = spark.sql("SELECT id, DATE_ADD(DATE'2024-01-01', CAST(id AS INT)) AS d, 'x' AS extra FROM range(3)")
+    with pytest.raises(InputError, match="outside it"):
+        lh.write(bad, "se.atomic", mode="overwrite", window=Window("d", dt.date(2024, 1, 1), dt.date(2024, 1, 2)))
+    table = lh.load("se.atomic")
+    assert (table.metadata.current_schema_id, _schemas(lh, "se.atomic"), _files_under(root), DeltaTable(root).version()) == before
+    assert lh.verify("se.atomic")["agree"]

@@ -124,17 +124,35 @@ def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolu
     return plan
 
 
-def apply_schema_change(table: Table, plan: SchemaPlan) -> None:
+def _stage(update, plan: SchemaPlan) -> None:
+    for f in plan.add:
+        # New columns are optional: older files have no values for them.
+        update.add_column(f.name, f.field_type, doc=f.doc, required=False)
+    for name, t in plan.widen:
+        update.update_column(name, field_type=t)
+    for name in plan.make_optional:
+        update.make_column_optional(name)
+
+
+def evolved_schema(table: Table, plan: SchemaPlan) -> Schema:
+    """The schema the table will have once `plan` is committed (new field ids assigned), committing nothing.
+
+    Files are written with it; the change itself is committed in the same Iceberg transaction as the
+    snapshot that adds them, so a failed write leaves the schema unchanged too.
+    """
+    if plan.empty:
+        return table.schema()
+    update = table.transaction().update_schema()  # a transaction that is never committed
+    _stage(update, plan)
+    return update._apply()
+
+
+def apply_schema_change(target, plan: SchemaPlan) -> None:
+    """Stage the change on a pyiceberg Table (commits at once) or Transaction (commits with it)."""
     if plan.empty:
         return
-    with table.update_schema() as update:
-        for f in plan.add:
-            # New columns are optional: older files have no values for them.
-            update.add_column(f.name, f.field_type, doc=f.doc, required=False)
-        for name, t in plan.widen:
-            update.update_column(name, field_type=t)
-        for name in plan.make_optional:
-            update.make_column_optional(name)
+    with target.update_schema() as update:
+        _stage(update, plan)
 
 
 def types_were_widened(table: Table) -> bool:

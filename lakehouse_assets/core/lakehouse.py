@@ -33,7 +33,7 @@ from . import merge as merge_
 from .catalog import open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
 from .errors import CommitError, InputError, LakehouseError, SpecError, TableNotFound
-from .evolution import apply_schema_change, plan_schema_change, types_were_widened
+from .evolution import SchemaPlan, apply_schema_change, evolved_schema, plan_schema_change, types_were_widened
 from .reader import read_parquet_files
 from .spec import (
     ALL_FORMATS,
@@ -145,7 +145,8 @@ class Lakehouse:
             names += [".".join(t) for t in self.catalog.list_tables(ns)]
         return sorted(names)
 
-    def _create_or_load(self, spec: TableSpec, incoming_schema) -> Table:
+    def _create_or_load(self, spec: TableSpec, incoming_schema) -> tuple[Table, SchemaPlan]:
+        """The table (created if new) and the schema change the data needs; the change is committed with the data."""
         try:
             table = self.catalog.load_table(spec.identifier)
         except NoSuchTableError:
@@ -169,9 +170,10 @@ class Lakehouse:
                 **spec.properties,
             }
             try:
-                return self.catalog.create_table(
+                table = self.catalog.create_table(
                     spec.identifier, schema=incoming_schema, location=location, partition_spec=partition_spec, properties=properties
                 )
+                return table, SchemaPlan([], [], [])
             except TableAlreadyExistsError:
                 table = self.catalog.load_table(spec.identifier)
         existing_terms = spec_terms(table.spec(), table.schema())
@@ -186,8 +188,7 @@ class Lakehouse:
         )
         if not plan.empty:
             log.info("Table %s: evolving schema: %s", spec.identifier, plan.describe())
-            apply_schema_change(table, plan)
-        return table
+        return table, plan
 
     # ------------------------------------------------------------ writes
 
@@ -243,8 +244,10 @@ class Lakehouse:
         incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if merge_opts else df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
-        table = self._create_or_load(spec, incoming)
+        table, schema_plan = self._create_or_load(spec, incoming)
         delta_on = self.delta_enabled(table)
+        schema = evolved_schema(table, schema_plan)  # new field ids; committed together with the snapshot
+        cast_files = types_were_widened(table) or bool(schema_plan.widen)
 
         if write_id is not None and (earlier := ic.find_snapshot_by_write_id(table, write_id)) is not None:
             log.info("Table %s: write %s already committed as snapshot %s; not committing again", identifier, write_id, earlier.snapshot_id)
@@ -259,9 +262,9 @@ class Lakehouse:
         write = lambda data: write_files(  # noqa: E731
             data,
             root_uri=root,
-            schema=table.schema(),
+            schema=schema,
             spec=table.spec(),
-            delta_columns=delta_partition_columns(table.spec(), table.schema()),
+            delta_columns=delta_partition_columns(table.spec(), schema),
             storage=self.storage,
             target_file_size=target_file_size or target_size,
             compression=table.properties.get("write.parquet.compression-codec", "zstd"),
@@ -271,7 +274,7 @@ class Lakehouse:
         if merge_opts is not None:
             df.persist()  # the batch feeds the pruning aggregate, the matching join and the rewrite
             try:
-                written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, merge_opts, self.storage, write)
+                written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, merge_opts, self.storage, write, schema, cast_files)
             finally:
                 df.unpersist()
         else:
@@ -279,12 +282,12 @@ class Lakehouse:
         written_uris = [join_uri(root, f.path) for f in written]
         write_done = time.monotonic()
         try:
-            adds = ic.data_files_from_written(table, root, written)
+            adds = ic.data_files_from_written(table, root, written, schema)
             removes: list[DataFile] = list(merge_removes)
             if window is not None:
                 expr = _window_expression(table, window)
                 _check_inside_window(identifier, table, adds, window, expr)
-                removes, rewritten = self._remove_window(df.sparkSession, table, expr, window)
+                removes, rewritten = self._remove_window(df.sparkSession, table, expr, window, schema, cast_files)
                 adds += rewritten
                 written_uris += [f.file_path for f in rewritten]
             elif mode == "overwrite":
@@ -298,8 +301,11 @@ class Lakehouse:
             if merge_stats is not None:
                 summary.update(merge_.summary_properties(merge_stats, merge_opts))
             if delta_on and (expected := self.mirror(table).next_version(table)) is not None:
+                # A schema change reaches Delta as metadata-only versions just before the data version.
+                expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
                 summary[ic.DELTA_EXPECTED_VERSION] = str(expected)
-            snapshot = ic.commit_files(table, adds, removes, summary)
+            stage = None if schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
+            snapshot = ic.commit_files(table, adds, removes, summary, stage)
         except BaseException as e:
             # Nothing became visible: remove every file this write created.
             delete_files(self.storage, written_uris)
@@ -353,7 +359,9 @@ class Lakehouse:
         result.warnings.append(message)
         log.warning(message)
 
-    def _remove_window(self, spark, table: Table, expr: BooleanExpression, window: Window) -> tuple[list[DataFile], list[DataFile]]:
+    def _remove_window(
+        self, spark, table: Table, expr: BooleanExpression, window: Window, schema, cast_files: bool
+    ) -> tuple[list[DataFile], list[DataFile]]:
         """Files to drop for a window overwrite, plus rewrites of files that straddle the window's edges."""
         strict = _StrictMetricsEvaluator(table.schema(), expr).eval
         candidates = ic.live_data_files(table, row_filter=expr)
@@ -363,8 +371,7 @@ class Lakehouse:
         if partial:
             from pyspark.sql import functions as F
 
-            schema = table.schema()
-            kept = read_parquet_files(spark, [f.file_path for f in partial], iceberg_to_spark_schema(schema), self.storage, cast_files=types_were_widened(table))
+            kept = read_parquet_files(spark, [f.file_path for f in partial], iceberg_to_spark_schema(schema), self.storage, cast_files=cast_files)
             c = F.col(window.column)
             kept = kept.filter(c.isNull() | ~((c >= F.lit(window.start)) & (c < F.lit(window.end))))
             root = normalize_uri(table.location())
@@ -377,7 +384,7 @@ class Lakehouse:
                 storage=self.storage,
                 target_file_size=int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
             )
-            rewritten = ic.data_files_from_written(table, root, written)
+            rewritten = ic.data_files_from_written(table, root, written, schema)
         return whole + partial, rewritten
 
     # ------------------------------------------------------------ reads

@@ -27,7 +27,6 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from .errors import InputError, SpecError
-from .evolution import types_were_widened
 from .iceberg_committer import live_data_files
 from .reader import read_parquet_files
 from .spec import iceberg_to_spark_schema
@@ -151,21 +150,23 @@ def _literal(v):
     return v.isoformat() if isinstance(v, dt.date) else v  # pyiceberg binds ISO strings to date columns
 
 
-def rewrite(spark, table: Table, batch, opts: MergeOptions, storage, write) -> tuple[list, list[DataFile], MergeStats]:
+def rewrite(spark, table: Table, batch, opts: MergeOptions, storage, write, schema, cast_files: bool) -> tuple[list, list[DataFile], MergeStats]:
     """Write the merged files. Returns (written files, data files to remove, stats).
 
-    `write(df)` writes a DataFrame with the table's schema through `write_files` and returns its WrittenFiles.
+    `write(df)` writes a DataFrame with `schema` (the table's, evolved if the batch adds columns) through
+    `write_files` and returns its WrittenFiles. `cast_files`: existing files may hold narrower types.
     """
     from pyspark.sql import functions as F
 
-    schema = table.schema()
     spark_schema = iceberg_to_spark_schema(schema)
     stats = MergeStats()
-    widened = types_were_widened(table)
+    widened = cast_files
     keys = list(opts.keys)
     batch_keys = batch.select(*keys).distinct()
     candidates: list[DataFile] = []
-    if table.current_snapshot() is not None:
+    existing_columns = {f.name for f in table.schema().fields}
+    # A key column the table does not have yet is null in every existing row: nothing can match.
+    if table.current_snapshot() is not None and set(keys) <= existing_columns:
         stats.live_files = len(live_data_files(table))
         candidates = live_data_files(table, row_filter=_key_filter(table, batch, keys))
     stats.candidate_files = len(candidates)

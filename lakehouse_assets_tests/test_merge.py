@@ -258,3 +258,12 @@ def test_merge_batch_with_a_new_column_evolves_both_formats(lh, spark, duck):
     want += [("FR", 150, "p150", "gold", 1), ("US", 999, "p999", "silver", 1)]
     assert_all_readers_agree(lh, spark, duck, "m.evolve", want)
     assert [f.name for f in lh.load("m.evolve").schema().fields][-1] == "tier"
+
+
+def test_a_tie_for_the_last_row_is_refused(lh, spark):
+    lh.write(people(spark, 0, 5), "m.tie")
+    before = lh.load("m.tie").current_snapshot().snapshot_id
+    batch = spark.createDataFrame([(1, "a", "US", 2), (1, "b", "US", 2), (2, "c", "US", 1)], "id long, name string, country string, version long")
+    with pytest.raises(InputError, match=r"Table m\.tie: .* same key \(id\) with the same latest version"):
+        lh.write(batch, "m.tie", mode="merge", merge_keys=["id"], order_by=["version"])
+    assert lh.load("m.tie").current_snapshot().snapshot_id == before

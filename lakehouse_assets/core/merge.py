@@ -102,9 +102,15 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
                 "order_by to choose between them. Set order_by (asset metadata 'merge_order_by', e.g. an updated_at or "
                 "sequence column: the last row wins) or deduplicate the batch; nothing was committed."
             )
-        # Last row by order_by wins (nulls sort first, so a row with an ordering value beats one without).
+        # Last row by order_by wins; a row without an ordering value loses to one with. A tie for last is ambiguous.
         w = W.partitionBy(*opts.keys).orderBy(*[F.col(c).desc_nulls_last() for c in opts.order_by])
-        df = df.withColumn("_lakehouse_rank", F.row_number().over(w)).filter("_lakehouse_rank = 1").drop("_lakehouse_rank")
+        df = df.withColumn("_lakehouse_rank", F.rank().over(w)).filter("_lakehouse_rank = 1").drop("_lakehouse_rank")
+        if df.groupBy(*opts.keys).count().filter("count > 1").limit(1).count():
+            raise InputError(
+                f"Table {identifier}: the merge batch has several rows for the same key ({', '.join(opts.keys)}) with the same "
+                f"latest {', '.join(opts.order_by)}, so none of them is the last. Add a tie-breaking column to order_by or "
+                "deduplicate the batch; nothing was committed."
+            )
     delete = F.lit(False)
     if opts.operation_column:
         delete = delete | F.coalesce(F.col(opts.operation_column).cast("string").isin(*[str(v) for v in opts.delete_values]), F.lit(False))

@@ -267,3 +267,24 @@ def test_a_tie_for_the_last_row_is_refused(lh, spark):
     with pytest.raises(InputError, match=r"Table m\.tie: .* same key \(id\) with the same latest version"):
         lh.write(batch, "m.tie", mode="merge", merge_keys=["id"], order_by=["version"])
     assert lh.load("m.tie").current_snapshot().snapshot_id == before
+
+
+def test_merge_on_a_widened_iceberg_only_table_reads_files_through_pyarrow(lh, spark, duck):
+    """Old files hold INT32 keys after int -> long widening: the matching join and rewrite read them with pyarrow
+    (the executor-side reader that object stores use too), including the per-row file path column."""
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, CAST(id AS STRING) AS v FROM range(10)"), "m.wide", formats=["iceberg"])
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, CAST(id AS STRING) AS v FROM range(10, 20)"), "m.wide")
+    batch = spark.createDataFrame([(3, "three", "u"), (15, None, "d"), (1 << 40, "big", "i")], "k long, v string, op string")
+    r = lh.write(batch, "m.wide", mode="merge", merge_keys=["k"], operation_column="op")
+    assert r.files_removed == 2  # both files held a matched key
+    assert [str(f.field_type) for f in lh.load("m.wide").schema().fields] == ["long", "string"]
+    want = {i: str(i) for i in range(20)}
+    want[3] = "three"
+    del want[15]
+    want[1 << 40] = "big"
+    table = lh.load("m.wide")
+    from lakehouse_assets.core import duckdb_readers
+
+    got = duck.execute(f"SELECT k, v FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)}").fetchall()
+    assert sorted(got) == sorted(want.items())
+    assert sorted(tuple(r) for r in lh.read(spark, "m.wide").collect()) == sorted(want.items())

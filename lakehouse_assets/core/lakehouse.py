@@ -240,7 +240,13 @@ class Lakehouse:
         merge_opts = None
         if mode == "merge":
             merge_opts = merge_.MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by)
-            df = merge_.prepare_batch(identifier, df, merge_opts)  # raises on null/duplicate keys before any write
+            # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
+            merge_source = df.persist()
+            try:
+                df, key_stats = merge_.prepare_batch(identifier, df, merge_opts)  # raises on null/duplicate keys before any write
+            except BaseException:
+                merge_source.unpersist()
+                raise
         incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if merge_opts else df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
@@ -272,11 +278,12 @@ class Lakehouse:
         )
         merge_removes, merge_stats = [], None
         if merge_opts is not None:
-            df.persist()  # the batch feeds the pruning aggregate, the matching join and the rewrite
+            df.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
             try:
-                written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, merge_opts, self.storage, write, schema, cast_files)
+                written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, key_stats, merge_opts, self.storage, write, schema, cast_files)
             finally:
                 df.unpersist()
+                merge_source.unpersist()
         else:
             written = write(df)
         written_uris = [join_uri(root, f.path) for f in written]

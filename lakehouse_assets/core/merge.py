@@ -63,6 +63,14 @@ class MergeOptions:
 
 
 @dataclass
+class KeyStats:
+    """Per key column min/max and the number of distinct keys of the batch (from the validation aggregate)."""
+
+    ranges: dict
+    distinct_keys: int
+
+
+@dataclass
 class MergeStats:
     candidate_files: int = 0
     matched_files: int = 0
@@ -70,7 +78,7 @@ class MergeStats:
 
 
 def prepare_batch(identifier: str, df, opts: MergeOptions):
-    """The batch with one row per key and a boolean delete flag; control columns dropped. Raises before any write."""
+    """(batch with one row per key and a boolean delete flag, control columns dropped; KeyStats). Raises before any write."""
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
@@ -85,11 +93,15 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
     any_null = F.lit(False)
     for k in opts.keys:
         any_null = any_null | F.col(k).isNull()
-    # One tiny aggregate: null keys and (without order_by) duplicate keys.
+    # One tiny aggregate: null keys, duplicate keys, and the key ranges that prune candidate files later.
+    ranges = [x for k in opts.keys for x in (F.min(k).alias(f"min_{k}"), F.max(k).alias(f"max_{k}"))]
     checks = df.groupBy(*opts.keys).agg(F.count(F.lit(1)).alias("n")).agg(
         F.sum(F.when(any_null, F.col("n")).otherwise(0)).alias("null_rows"),
         F.max(F.when(~any_null, F.col("n"))).alias("max_dup"),
+        F.count(F.lit(1)).alias("distinct_keys"),
+        *ranges,
     ).first()
+    key_stats = KeyStats({k: (checks[f"min_{k}"], checks[f"max_{k}"]) for k in opts.keys}, checks["distinct_keys"] or 0)
     if checks["null_rows"]:
         raise InputError(
             f"Table {identifier}: {checks['null_rows']} row(s) of the merge batch have a null merge key "
@@ -116,32 +128,24 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
         delete = delete | F.coalesce(F.col(opts.operation_column).cast("string").isin(*[str(v) for v in opts.delete_values]), F.lit(False))
     if opts.deleted_at_column:
         delete = delete | F.col(opts.deleted_at_column).isNotNull()
-    return df.withColumn(_DELETE, delete).drop(*opts.control_columns)
+    return df.withColumn(_DELETE, delete).drop(*opts.control_columns), key_stats
 
 
 def data_columns(batch) -> list[str]:
     return [c for c in batch.columns if c != _DELETE]
 
 
-def _key_filter(table: Table, batch, keys: Sequence[str]) -> BooleanExpression:
+def _key_filter(batch, keys: Sequence[str], key_stats: KeyStats) -> BooleanExpression:
     """An Iceberg filter covering every key of the batch: min/max per key, or an In-set when few."""
-    from pyspark.sql import functions as F
-
-    aggs = []
-    for k in keys:
-        aggs += [F.min(k).alias(f"min_{k}"), F.max(k).alias(f"max_{k}")]
-    if len(keys) == 1:
-        aggs.append(F.approx_count_distinct(keys[0]).alias("ndv"))
-    stats = batch.agg(*aggs).first()
-    if stats is None or stats[f"min_{keys[0]}"] is None:
+    if key_stats.distinct_keys == 0:
         return AlwaysTrue()
-    if len(keys) == 1 and stats["ndv"] <= IN_SET_LIMIT:
-        values = [r[0] for r in batch.select(keys[0]).distinct().limit(IN_SET_LIMIT + 1).collect()]
-        if len(values) <= IN_SET_LIMIT and all(_prunable(v) for v in values):
+    if len(keys) == 1 and key_stats.distinct_keys <= IN_SET_LIMIT:
+        values = [r[0] for r in batch.select(keys[0]).distinct().collect()]  # at most IN_SET_LIMIT values
+        if all(_prunable(v) for v in values):
             return In(keys[0], {_literal(v) for v in values})
     expr: BooleanExpression = AlwaysTrue()
     for k in keys:
-        lo, hi = stats[f"min_{k}"], stats[f"max_{k}"]
+        lo, hi = key_stats.ranges[k]
         if _prunable(lo) and _prunable(hi):
             expr = And(expr, And(GreaterThanOrEqual(k, _literal(lo)), LessThanOrEqual(k, _literal(hi))))
     return expr
@@ -156,7 +160,9 @@ def _literal(v):
     return v.isoformat() if isinstance(v, dt.date) else v  # pyiceberg binds ISO strings to date columns
 
 
-def rewrite(spark, table: Table, batch, opts: MergeOptions, storage, write, schema, cast_files: bool) -> tuple[list, list[DataFile], MergeStats]:
+def rewrite(
+    spark, table: Table, batch, key_stats: KeyStats, opts: MergeOptions, storage, write, schema, cast_files: bool
+) -> tuple[list, list[DataFile], MergeStats]:
     """Write the merged files. Returns (written files, data files to remove, stats).
 
     `write(df)` writes a DataFrame with `schema` (the table's, evolved if the batch adds columns) through
@@ -174,7 +180,7 @@ def rewrite(spark, table: Table, batch, opts: MergeOptions, storage, write, sche
     # A key column the table does not have yet is null in every existing row: nothing can match.
     if table.current_snapshot() is not None and set(keys) <= existing_columns:
         stats.live_files = len(live_data_files(table))
-        candidates = live_data_files(table, row_filter=_key_filter(table, batch, keys))
+        candidates = live_data_files(table, row_filter=_key_filter(batch, keys, key_stats))
     stats.candidate_files = len(candidates)
     matched: list[DataFile] = []
     if candidates:

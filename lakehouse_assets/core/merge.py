@@ -201,6 +201,9 @@ def rewrite(
         merged = kept.unionByName(upserts)
     else:
         merged = upserts
+    if not table.spec().fields:
+        # Unpartitioned: one Spark partition per output file otherwise (the union adds the batch's partitions).
+        merged = merged.coalesce(max(1, len(matched)))
     return write(merged), matched, stats
 
 

@@ -170,3 +170,22 @@ def test_a_failed_write_leaves_the_schema_unchanged(lh, spark):
     table = lh.load("se.atomic")
     assert (table.metadata.current_schema_id, _schemas(lh, "se.atomic"), _files_under(root), DeltaTable(root).version()) == before
     assert lh.verify("se.atomic")["agree"]
+
+
+def test_delta_rs_write_transaction_ignores_a_changed_schema(tmp_path):
+    """Why the mirror ALTERs Delta first: create_write_transaction(schema=...) writes no metaData action."""
+    import json
+
+    import pyarrow.parquet as pq
+    from deltalake import Schema as DeltaSchema
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+
+    root = str(tmp_path / "t")
+    create_table_with_add_actions(root, DeltaSchema.from_arrow(pa.schema([("a", pa.int32())])), [], mode="error")
+    pq.write_table(pa.table({"a": pa.array([1], pa.int32()), "b": ["x"]}), f"{root}/f.parquet")
+    add = AddAction(path="f.parquet", size=os.path.getsize(f"{root}/f.parquet"), partition_values={}, modification_time=0,
+                    data_change=True, stats=json.dumps({"numRecords": 1}))
+    DeltaTable(root).create_write_transaction([add], mode="append", schema=DeltaSchema.from_arrow(pa.schema([("a", pa.int32()), ("b", pa.string())])))
+    with open(os.path.join(root, "_delta_log", f"{1:020d}.json")) as f:
+        assert [next(iter(json.loads(line))) for line in f] == ["commitInfo", "add"]
+    assert DeltaTable(root).schema().to_arrow().names == ["a"]  # column b is invisible to Delta readers

@@ -288,3 +288,16 @@ def test_merge_on_a_widened_iceberg_only_table_reads_files_through_pyarrow(lh, s
     got = duck.execute(f"SELECT k, v FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)}").fetchall()
     assert sorted(got) == sorted(want.items())
     assert sorted(tuple(r) for r in lh.read(spark, "m.wide").collect()) == sorted(want.items())
+
+
+def test_merge_with_the_same_write_id_commits_once(lh, spark, duck):
+    lh.write(people(spark, 0, 10), "m.idem")
+    batch = spark.createDataFrame([(1, "x", "US", 1, "u"), (2, None, None, None, "d")], "id long, name string, country string, version long, op string")
+    r1 = lh.write(batch, "m.idem", mode="merge", merge_keys=["id"], operation_column="op", write_id="run-7")
+    r2 = lh.write(batch, "m.idem", mode="merge", merge_keys=["id"], operation_column="op", write_id="run-7")
+    assert r2.duplicate_of_earlier_write and (r2.iceberg_snapshot_id, r2.delta_version) == (r1.iceberg_snapshot_id, r1.delta_version)
+    want = model(0, 10)
+    want[1] = ("x", "US", 1)
+    del want[2]
+    assert_all_readers_agree(lh, spark, duck, "m.idem", expected(want))
+    assert not [rdd for rdd in spark.sparkContext._jsc.getPersistentRDDs().values()]  # nothing left cached

@@ -237,20 +237,25 @@ class Lakehouse:
             schema_evolution=schema_evolution,
         )
         df = _as_spark(df, spark)
-        merge_opts = None
+        merge_opts, release = None, (lambda: None)
         if mode == "merge":
             merge_opts = merge_.MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by)
             # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
             merge_source = df.persist()
+            release = merge_source.unpersist
             try:
                 df, key_stats = merge_.prepare_batch(identifier, df, merge_opts)  # raises on null/duplicate keys before any write
             except BaseException:
-                merge_source.unpersist()
+                release()
                 raise
         incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if merge_opts else df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
-        table, schema_plan = self._create_or_load(spec, incoming)
+        try:
+            table, schema_plan = self._create_or_load(spec, incoming)
+        except BaseException:
+            release()
+            raise
         delta_on = self.delta_enabled(table)
         schema = evolved_schema(table, schema_plan)  # new field ids; committed together with the snapshot
         cast_files = types_were_widened(table) or bool(schema_plan.widen)
@@ -259,6 +264,7 @@ class Lakehouse:
             log.info("Table %s: write %s already committed as snapshot %s; not committing again", identifier, write_id, earlier.snapshot_id)
             result = self._result(table, spec, mode, earlier.snapshot_id)
             result.duplicate_of_earlier_write = True
+            release()
             if delta_on:
                 self._mirror_to_delta(table, {}, result)
             return result
@@ -283,7 +289,7 @@ class Lakehouse:
                 written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, key_stats, merge_opts, self.storage, write, schema, cast_files)
             finally:
                 df.unpersist()
-                merge_source.unpersist()
+                release()
         else:
             written = write(df)
         written_uris = [join_uri(root, f.path) for f in written]

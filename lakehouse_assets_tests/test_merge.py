@@ -301,3 +301,24 @@ def test_merge_with_the_same_write_id_commits_once(lh, spark, duck):
     del want[2]
     assert_all_readers_agree(lh, spark, duck, "m.idem", expected(want))
     assert not [rdd for rdd in spark.sparkContext._jsc.getPersistentRDDs().values()]  # nothing left cached
+
+
+def test_a_concurrent_append_between_planning_and_commit_fails_the_merge(lh, spark, monkeypatch):
+    """pyiceberg validates the overwrite (serializable isolation): data added since the merge read the table conflicts."""
+    from lakehouse_assets import CommitError
+    from lakehouse_assets.core import iceberg_committer
+
+    lh.write(people(spark, 0, 10), "m.race")
+    real_commit = iceberg_committer.commit_files
+
+    def commit_after_a_concurrent_append(table, adds, removes, summary, *rest):
+        monkeypatch.setattr(iceberg_committer, "commit_files", real_commit)
+        lh.write(people(spark, 1, 2, version=7), "m.race")  # another writer appends key 1 again
+        return real_commit(table, adds, removes, summary, *rest)
+
+    monkeypatch.setattr(iceberg_committer, "commit_files", commit_after_a_concurrent_append)
+    batch = spark.createDataFrame([(1, "merged", "US", 9)], "id long, name string, country string, version long")
+    with pytest.raises(CommitError, match=r"Table m\.race: the Iceberg commit failed \(ValidationException: Added data files were found"):
+        lh.write(batch, "m.race", mode="merge", merge_keys=["id"])
+    assert sorted(r["version"] for r in lh.read(spark, "m.race").filter("id = 1").collect()) == [0, 7]  # merge did not land
+    assert lh.verify("m.race")["agree"]

@@ -16,7 +16,8 @@ def main() -> int:
 
     instance = DagsterInstance.get()
     ok = True
-    runs = [("demo_customers_job", None)] + [("demo_daily_job", day) for day in DAYS]
+    # Customers twice: the initial load, then a CDC batch merged with inserts, updates and deletes.
+    runs = [("demo_customers_job", None), ("demo_customers_job", None)] + [("demo_daily_job", day) for day in DAYS]
     for job_name, partition in runs:
         result = defs.resolve_job_def(job_name).execute_in_process(instance=instance, partition_key=partition)
         checks = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]

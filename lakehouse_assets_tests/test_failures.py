@@ -69,12 +69,12 @@ def test_iceberg_failure_commits_nothing_and_removes_files(lh, spark, monkeypatc
     before_files = data_files_on_disk(lh, "f.ice_fails")
     real_commit = iceberg_committer.commit_files
 
-    def commit_after_a_concurrent_overwrite(table, adds, removes, summary):
+    def commit_after_a_concurrent_overwrite(table, adds, removes, summary, *rest):
         # Another writer replaces the table between our file write and our commit: a real conflict
         # that the catalog rejects, because the files we remove are already gone.
         monkeypatch.setattr(iceberg_committer, "commit_files", real_commit)
         lh.write(small(spark, 500, 5), "f.ice_fails", mode="overwrite")
-        return real_commit(table, adds, removes, summary)
+        return real_commit(table, adds, removes, summary, *rest)
 
     monkeypatch.setattr(iceberg_committer, "commit_files", commit_after_a_concurrent_overwrite)
     with pytest.raises(CommitError, match=r"Table f\.ice_fails: the Iceberg commit failed .* nothing was committed and the written files were removed"):

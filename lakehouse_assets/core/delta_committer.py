@@ -296,6 +296,7 @@ class DeltaMirror:
             )
             for f in change.adds
         ]
+        self._evolve_schema(delta, table, schema, snap)
         metadata = {k: v for k, v in change.summary.items() if k.startswith("lakehouse.")}
         metadata.update({ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
         delta.create_write_transaction(
@@ -311,6 +312,35 @@ class DeltaMirror:
             post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
         )
         delta.update_incremental()
+
+    def _evolve_schema(self, delta: DeltaTable, table: Table, schema: Schema, snap: Snapshot) -> None:
+        """Bring Delta's schema up to the snapshot's Iceberg schema before its files are added.
+
+        delta-rs's create_write_transaction ignores its `schema` argument (it writes no metaData
+        action), so new columns and relaxed NOT NULLs are committed first with delta-rs's
+        ALTER TABLE operations: one metadata-only Delta version, tagged, right before the data version.
+        Idempotent: a retry finds the columns already there.
+        """
+        target = {f.name: f for f in delta_schema(schema).fields}
+        current = {f.name: f for f in delta.schema().fields}
+        changed = [n for n in target if n in current and str(target[n].type) != str(current[n].type)]
+        if changed:
+            raise ValueError(
+                f"Table {'.'.join(table.name())}: Delta cannot change the type of column(s) {changed} (no typeWidening "
+                "support in delta-rs); only new columns and dropped NOT NULL constraints are mirrored."
+            )
+        props = CommitProperties(
+            custom_metadata={"lakehouse.operation": "schema-change", "lakehouse.iceberg.schema-id": str(snap.schema_id)},
+            max_commit_retries=0,
+        )
+        hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+        new = [f for n, f in target.items() if n not in current]
+        if new:
+            delta.alter.add_columns(new, commit_properties=props, post_commithook_properties=hooks)
+        for name in [n for n in target if n in current and target[n].nullable and not current[n].nullable]:
+            delta.alter.drop_column_not_null(name, commit_properties=props, post_commithook_properties=hooks)
+        if new:
+            delta.update_incremental()
 
     def _commit_full_diff(self, table: Table, delta: DeltaTable, target: Snapshot) -> None:
         """Delta is older than the retained Iceberg history: one commit that makes the file sets equal."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType, NestedField
+from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, ListType, LongType, MapType, NestedField, StructType
 
 from .errors import SchemaError
 
@@ -25,6 +25,17 @@ def _widens(old: IcebergType, new: IcebergType) -> bool:
     if isinstance(old, DecimalType) and isinstance(new, DecimalType):
         return new.scale == old.scale and new.precision > old.precision
     return False
+
+
+def _shape(t: IcebergType) -> str:
+    """A nested type by names and types only: field ids and nullability of the incoming DataFrame are arbitrary."""
+    if isinstance(t, StructType):
+        return "struct<" + ",".join(f"{f.name}:{_shape(f.field_type)}" for f in t.fields) + ">"
+    if isinstance(t, ListType):
+        return f"list<{_shape(t.element_type)}>"
+    if isinstance(t, MapType):
+        return f"map<{_shape(t.key_type)},{_shape(t.value_type)}>"
+    return str(t)
 
 
 def _narrows(old: IcebergType, new: IcebergType) -> bool:
@@ -51,8 +62,11 @@ class SchemaPlan:
         return ", ".join(parts)
 
 
-def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolution: bool) -> SchemaPlan:
-    """Compare the DataFrame's schema with the table's (by column name, order does not matter)."""
+def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolution: bool, delta: bool = False) -> SchemaPlan:
+    """Compare the DataFrame's schema with the table's (by column name, order does not matter).
+
+    `delta`: the table is mirrored to Delta, which cannot widen types here (see below).
+    """
     add, widen, make_optional = [], [], []
     current_by_name = {f.name: f for f in current.fields}
     incoming_names = {f.name for f in incoming.fields}
@@ -69,12 +83,21 @@ def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolu
             continue
         if old.field_type != f.field_type:
             if not old.field_type.is_primitive or not f.field_type.is_primitive:
-                if str(old.field_type) != str(f.field_type):
+                if _shape(old.field_type) != _shape(f.field_type):
                     raise SchemaError(
                         f"Table {identifier}: column {f.name!r} is {old.field_type} in the table but {f.field_type} in the data. "
                         "Nested columns must keep their structure; write a new column instead."
                     )
             elif _widens(old.field_type, f.field_type):
+                if delta:
+                    # Delta needs the typeWidening table feature for this, which delta-rs 1.6 can neither
+                    # enable nor write; changing the type without it would make old files invalid for Delta readers.
+                    raise SchemaError(
+                        f"Table {identifier}: column {f.name!r} is {old.field_type} in the table but {f.field_type} in the data. "
+                        "Widening is supported for Iceberg-only tables, but the Delta mirror cannot widen a column type "
+                        f"(Delta's typeWidening feature is not writable with delta-rs). Cast the column to {old.field_type}, "
+                        "write the wider values to a new column, or use formats=['iceberg']."
+                    )
                 widen.append((f.name, f.field_type))
             elif not _narrows(old.field_type, f.field_type):
                 raise SchemaError(
@@ -101,14 +124,46 @@ def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolu
     return plan
 
 
-def apply_schema_change(table: Table, plan: SchemaPlan) -> None:
+def _stage(update, plan: SchemaPlan) -> None:
+    for f in plan.add:
+        # New columns are optional: older files have no values for them.
+        update.add_column(f.name, f.field_type, doc=f.doc, required=False)
+    for name, t in plan.widen:
+        update.update_column(name, field_type=t)
+    for name in plan.make_optional:
+        update.make_column_optional(name)
+
+
+def evolved_schema(table: Table, plan: SchemaPlan) -> Schema:
+    """The schema the table will have once `plan` is committed (new field ids assigned), committing nothing.
+
+    Files are written with it; the change itself is committed in the same Iceberg transaction as the
+    snapshot that adds them, so a failed write leaves the schema unchanged too.
+    """
+    if plan.empty:
+        return table.schema()
+    update = table.transaction().update_schema()  # a transaction that is never committed
+    _stage(update, plan)
+    return update._apply()
+
+
+def apply_schema_change(target, plan: SchemaPlan) -> None:
+    """Stage the change on a pyiceberg Table (commits at once) or Transaction (commits with it)."""
     if plan.empty:
         return
-    with table.update_schema() as update:
-        for f in plan.add:
-            # New columns are optional: older files have no values for them.
-            update.add_column(f.name, f.field_type, doc=f.doc, required=False)
-        for name, t in plan.widen:
-            update.update_column(name, field_type=t)
-        for name in plan.make_optional:
-            update.make_column_optional(name)
+    with target.update_schema() as update:
+        _stage(update, plan)
+
+
+def types_were_widened(table: Table) -> bool:
+    """Has any column's type changed over the table's schemas? Then old files hold narrower Parquet types.
+
+    Spark 3.5's Parquet reader cannot read INT32 as bigint (or FLOAT as double), so such tables are read
+    through the pyarrow file reader, which casts each file to the table's types.
+    """
+    seen: dict[int, IcebergType] = {}
+    for schema in table.schemas().values():
+        for f in schema.fields:
+            if seen.setdefault(f.field_id, f.field_type) != f.field_type:
+                return True
+    return False

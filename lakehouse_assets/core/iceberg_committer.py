@@ -25,9 +25,10 @@ OPERATION = "lakehouse.operation"  # append | overwrite | overwrite-window | mer
 DELTA_EXPECTED_VERSION = "lakehouse.delta.expected-version"
 
 
-def data_files_from_written(table: Table, root_uri: str, written: Iterable[WrittenFile]) -> list[DataFile]:
+def data_files_from_written(table: Table, root_uri: str, written: Iterable[WrittenFile], schema=None) -> list[DataFile]:
+    """`schema`: the schema the files were written with, when it is not yet the table's (evolution pending)."""
     metadata = table.metadata
-    schema = metadata.schema()
+    schema = schema if schema is not None else metadata.schema()
     stats_plan = compute_statistics_plan(schema, metadata.properties)
     column_mapping = parquet_path_to_id_mapping(schema)
     out = []
@@ -54,14 +55,18 @@ def commit_files(
     adds: list[DataFile],
     removes: list[DataFile],
     summary: dict[str, str],
+    stage=None,
 ) -> Snapshot | None:
     """One snapshot: fast append when nothing is removed, else an overwrite. None when there is nothing to do.
 
     pyiceberg retries on a concurrent commit and validates that files it removes still exist.
+    `stage(tx)` adds other metadata changes (a schema change) to the same transaction.
     """
     if not adds and not removes:
         return None
     with table.transaction() as tx:
+        if stage is not None:
+            stage(tx)  # e.g. the schema change these files need: same transaction, one atomic commit
         if removes:
             with tx.update_snapshot(snapshot_properties=summary).overwrite() as producer:
                 for f in removes:

@@ -29,10 +29,11 @@ from pyiceberg.table import Table
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from . import iceberg_committer as ic
+from . import merge as merge_
 from .catalog import open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
 from .errors import CommitError, InputError, LakehouseError, RetentionError, SpecError, TableNotFound
-from .evolution import apply_schema_change, plan_schema_change
+from .evolution import SchemaPlan, apply_schema_change, evolved_schema, plan_schema_change, types_were_widened
 from .reader import read_parquet_files
 from .spec import (
     ALL_FORMATS,
@@ -55,6 +56,7 @@ log = logging.getLogger("lakehouse")
 
 METADATA_FOLDER = "_iceberg"  # `_`-prefixed: Delta's vacuum and Iceberg's orphan cleanup both skip it
 FORMATS_PROPERTY = "lakehouse.formats"
+SCHEMA_EVOLUTION_PROPERTY = "lakehouse.schema-evolution"  # "false": this table refuses schema changes whatever the writer asks
 DEFAULT_TABLE_PROPERTIES = {
     "format-version": "2",
     "write.parquet.compression-codec": "zstd",
@@ -147,7 +149,8 @@ class Lakehouse:
             names += [".".join(t) for t in self.catalog.list_tables(ns)]
         return sorted(names)
 
-    def _create_or_load(self, spec: TableSpec, incoming_schema) -> Table:
+    def _create_or_load(self, spec: TableSpec, incoming_schema) -> tuple[Table, SchemaPlan]:
+        """The table (created if new) and the schema change the data needs; the change is committed with the data."""
         try:
             table = self.catalog.load_table(spec.identifier)
         except NoSuchTableError:
@@ -168,9 +171,10 @@ class Lakehouse:
                 **spec.properties,
             }
             try:
-                return self.catalog.create_table(
+                table = self.catalog.create_table(
                     spec.identifier, schema=incoming_schema, location=location, partition_spec=partition_spec, properties=properties
                 )
+                return table, SchemaPlan([], [], [])
             except TableAlreadyExistsError:
                 table = self.catalog.load_table(spec.identifier)
         existing_terms = spec_terms(table.spec(), table.schema())
@@ -179,11 +183,13 @@ class Lakehouse:
                 f"Table {spec.identifier} is partitioned by {existing_terms}, not {list(spec.partition_by)}. "
                 "Partition evolution is not supported: keep the existing partition_by or write a new table."
             )
-        plan = plan_schema_change(spec.identifier, table.schema(), incoming_schema, spec.schema_evolution)
+        plan = plan_schema_change(
+            spec.identifier, table.schema(), incoming_schema, spec.schema_evolution and table.properties.get(SCHEMA_EVOLUTION_PROPERTY, "true") != "false",
+            delta=self.delta_enabled(table),
+        )
         if not plan.empty:
             log.info("Table %s: evolving schema: %s", spec.identifier, plan.describe())
-            apply_schema_change(table, plan)
-        return table
+        return table, plan
 
     # ------------------------------------------------------------ writes
 
@@ -191,7 +197,7 @@ class Lakehouse:
         self,
         df,
         identifier: str,
-        mode: Literal["append", "overwrite"] = "append",
+        mode: Literal["append", "overwrite", "merge"] = "append",
         *,
         partition_by: Sequence[str] | None = None,
         formats: Sequence[str] | None = None,
@@ -202,16 +208,25 @@ class Lakehouse:
         write_id: str | None = None,
         writer: dict[str, str] | None = None,
         spark=None,
+        merge_keys: Sequence[str] | None = None,
+        operation_column: str | None = None,
+        delete_values: Sequence[str] | None = None,
+        deleted_at_column: str | None = None,
+        order_by: Sequence[str] | str | None = None,
     ) -> WriteResult:
         """Write a Spark DataFrame (or a pyarrow Table / pandas DataFrame) to both formats.
 
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
         `window` when one is given. `write_id` makes the write idempotent: a second write with the
         same id commits nothing and returns the first write's snapshot.
+
+        mode="merge" upserts by `merge_keys` (copy-on-write, see core/merge.py): a row whose
+        `operation_column` is in `delete_values`, or whose `deleted_at_column` is set, deletes its key;
+        duplicate keys keep the last row by `order_by`.
         """
         started = time.monotonic()
-        if mode not in ("append", "overwrite"):
-            raise SpecError(f"Table {identifier}: unknown write mode {mode!r}; use 'append' or 'overwrite'.")
+        if mode not in ("append", "overwrite", "merge"):
+            raise SpecError(f"Table {identifier}: unknown write mode {mode!r}; use 'append', 'overwrite' or 'merge'.")
         if window is not None and mode != "overwrite":
             raise SpecError(f"Table {identifier}: a partition window can only be overwritten (mode='overwrite').")
         check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
@@ -224,42 +239,70 @@ class Lakehouse:
             schema_evolution=schema_evolution,
         )
         df = _as_spark(df, spark)
-        incoming = spark_schema_to_iceberg(identifier, df.schema)
+        merge_opts, release = None, (lambda: None)
+        if mode == "merge":
+            merge_opts = merge_.MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by)
+            # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
+            merge_source = df.persist()
+            release = merge_source.unpersist
+            try:
+                df, key_stats = merge_.prepare_batch(identifier, df, merge_opts)  # raises on null/duplicate keys before any write
+            except BaseException:
+                release()
+                raise
+        incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if merge_opts else df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
-        table = self._create_or_load(spec, incoming)
+        try:
+            table, schema_plan = self._create_or_load(spec, incoming)
+        except BaseException:
+            release()
+            raise
         delta_on = self.delta_enabled(table)
+        schema = evolved_schema(table, schema_plan)  # new field ids; committed together with the snapshot
+        cast_files = types_were_widened(table) or bool(schema_plan.widen)
 
         if write_id is not None and (earlier := ic.find_snapshot_by_write_id(table, write_id)) is not None:
             log.info("Table %s: write %s already committed as snapshot %s; not committing again", identifier, write_id, earlier.snapshot_id)
             result = self._result(table, spec, mode, earlier.snapshot_id)
             result.duplicate_of_earlier_write = True
+            release()
             if delta_on:
                 self._mirror_to_delta(table, {}, result)
             return result
 
         root = normalize_uri(table.location())
         target_size = int(table.properties.get("write.target-file-size-bytes", spec.target_file_size))
-        written = write_files(
-            df,
+        write = lambda data: write_files(  # noqa: E731
+            data,
             root_uri=root,
-            schema=table.schema(),
+            schema=schema,
             spec=table.spec(),
-            delta_columns=delta_partition_columns(table.spec(), table.schema()),
+            delta_columns=delta_partition_columns(table.spec(), schema),
             storage=self.storage,
             target_file_size=target_file_size or target_size,
             compression=table.properties.get("write.parquet.compression-codec", "zstd"),
             compression_level=int(table.properties.get("write.parquet.compression-level", "3")),
         )
+        merge_removes, merge_stats = [], None
+        if merge_opts is not None:
+            df.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
+            try:
+                written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, key_stats, merge_opts, self.storage, write, schema, cast_files)
+            finally:
+                df.unpersist()
+                release()
+        else:
+            written = write(df)
         written_uris = [join_uri(root, f.path) for f in written]
         write_done = time.monotonic()
         try:
-            adds = ic.data_files_from_written(table, root, written)
-            removes: list[DataFile] = []
+            adds = ic.data_files_from_written(table, root, written, schema)
+            removes: list[DataFile] = list(merge_removes)
             if window is not None:
                 expr = _window_expression(table, window)
                 _check_inside_window(identifier, table, adds, window, expr)
-                removes, rewritten = self._remove_window(df.sparkSession, table, expr, window)
+                removes, rewritten = self._remove_window(df.sparkSession, table, expr, window, schema, cast_files)
                 adds += rewritten
                 written_uris += [f.file_path for f in rewritten]
             elif mode == "overwrite":
@@ -270,9 +313,14 @@ class Lakehouse:
             }
             if write_id is not None:
                 summary[ic.WRITE_ID] = write_id
+            if merge_stats is not None:
+                summary.update(merge_.summary_properties(merge_stats, merge_opts))
             if delta_on and (expected := self.mirror(table).next_version(table)) is not None:
+                # A schema change reaches Delta as metadata-only versions just before the data version.
+                expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
                 summary[ic.DELTA_EXPECTED_VERSION] = str(expected)
-            snapshot = ic.commit_files(table, adds, removes, summary)
+            stage = None if schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
+            snapshot = ic.commit_files(table, adds, removes, summary, stage)
         except BaseException as e:
             # Nothing became visible: remove every file this write created.
             delete_files(self.storage, written_uris)
@@ -335,7 +383,9 @@ class Lakehouse:
         result.warnings.append(message)
         log.warning(message)
 
-    def _remove_window(self, spark, table: Table, expr: BooleanExpression, window: Window) -> tuple[list[DataFile], list[DataFile]]:
+    def _remove_window(
+        self, spark, table: Table, expr: BooleanExpression, window: Window, schema, cast_files: bool
+    ) -> tuple[list[DataFile], list[DataFile]]:
         """Files to drop for a window overwrite, plus rewrites of files that straddle the window's edges."""
         strict = _StrictMetricsEvaluator(table.schema(), expr).eval
         candidates = ic.live_data_files(table, row_filter=expr)
@@ -345,8 +395,7 @@ class Lakehouse:
         if partial:
             from pyspark.sql import functions as F
 
-            schema = table.schema()
-            kept = read_parquet_files(spark, [f.file_path for f in partial], iceberg_to_spark_schema(schema), self.storage)
+            kept = read_parquet_files(spark, [f.file_path for f in partial], iceberg_to_spark_schema(schema), self.storage, cast_files=cast_files)
             c = F.col(window.column)
             kept = kept.filter(c.isNull() | ~((c >= F.lit(window.start)) & (c < F.lit(window.end))))
             root = normalize_uri(table.location())
@@ -359,7 +408,7 @@ class Lakehouse:
                 storage=self.storage,
                 target_file_size=int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
             )
-            rewritten = ic.data_files_from_written(table, root, written)
+            rewritten = ic.data_files_from_written(table, root, written, schema)
         return whole + partial, rewritten
 
     # ------------------------------------------------------------ reads
@@ -416,7 +465,7 @@ class Lakehouse:
             if snap is None:
                 return spark.createDataFrame([], spark_schema)
             uris = [t.file.file_path for t in table.scan(snapshot_id=snap.snapshot_id, row_filter=expr).plan_files()]
-        df = read_parquet_files(spark, uris, spark_schema, self.storage)
+        df = read_parquet_files(spark, uris, spark_schema, self.storage, cast_files=types_were_widened(table))
         if row_filter is not None and isinstance(row_filter, str):
             df = df.filter(row_filter)
         if window is not None:
@@ -433,6 +482,15 @@ class Lakehouse:
         from . import maintenance
 
         return maintenance.run(self, identifier, operation, dry_run=dry_run, spark=spark, **settings)
+
+    # ------------------------------------------------------------ time travel
+
+    def point_in_time(self, identifier: str, *, snapshot_id: int | None = None, delta_version: int | None = None, as_of: dt.datetime | None = None):
+        """The same point in time as (Iceberg snapshot id, Delta version), from any one of the three."""
+        from .time_travel import resolve
+
+        table = self.load(identifier)
+        return resolve(table, self.mirror(table) if self.delta_enabled(table) else None, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of)
 
     # ------------------------------------------------------------ inspection
 

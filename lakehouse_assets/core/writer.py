@@ -146,6 +146,9 @@ class PartitionKeyer:
         transformed = []
         for pf, col_name, source_type, fn in self._fields:
             col = _column(batch, col_name)
+            if pa.types.is_decimal(col.type):
+                # Arrow buffers from Spark may be unaligned for decimal128; pyiceberg-core panics on them. Copy.
+                col = pa.concat_arrays([col, pa.array([], col.type)])
             transformed.append((pf, col_name, source_type, col, fn(col)))
         # Distinct combinations are few; build each key once and map rows onto them.
         combos = pa.table({str(i): t[4] for i, t in enumerate(transformed)})

@@ -1,7 +1,7 @@
 """The demo: realistic, generated-in-Spark data (no network), three tables.
 
 * demo.events              behavioural events, daily partitions, partitioned by day(event_time) and bucket(16, user_id)
-* demo.customers           a customer dimension fed by CDC batches
+* demo.customers           a customer dimension: a merge of CDC batches (inserts, updates, deletes)
 * demo.daily_user_activity a daily aggregate of both
 
 Generation is deterministic per partition, so re-running a day reproduces it exactly.
@@ -12,6 +12,8 @@ import datetime as dt
 
 from dagster import AssetExecutionContext, AssetIn, DailyPartitionsDefinition, asset
 from dagster_pyspark import PySparkResource
+
+from .resources import LakehouseResource
 
 DEMO_START = "2024-01-01"
 daily = DailyPartitionsDefinition(start_date=DEMO_START, end_date="2024-03-01")
@@ -64,29 +66,69 @@ def events(context: AssetExecutionContext, pyspark: PySparkResource):
     )
 
 
+CDC_NEW_PER_BATCH = 50
+
+
+def customer_cdc_batch(spark, batch: int):
+    """CDC batch number `batch` of the customer dimension (deterministic).
+
+    Batch 0 inserts N_USERS customers. Every later batch updates ~5% of the customers (new country,
+    segment, email), deletes ~0.5%, inserts CDC_NEW_PER_BATCH new ones, and repeats ~10% of its updates
+    with an older `updated_at` and stale values: the merge keeps the newest row per customer.
+    """
+    from pyspark.sql import functions as F
+
+    h = lambda salt: F.abs(F.hash(F.col("id"), F.lit(batch), F.lit(salt)))  # noqa: E731 - deterministic pseudo-random
+    countries = F.array(*[F.lit(c) for c in ("US", "DE", "FR", "GB", "BR", "IN", "JP")])
+    segments = F.array(F.lit("consumer"), F.lit("smb"), F.lit("enterprise"))
+    known = N_USERS + max(0, batch - 1) * CDC_NEW_PER_BATCH  # customers that existed before this batch
+    ids = spark.range(0, N_USERS if batch == 0 else known + CDC_NEW_PER_BATCH, numPartitions=2)
+    if batch == 0:
+        ops = ids.withColumn("op", F.lit("I"))
+    else:
+        op = (F.when(F.col("id") >= known, "I").when(h(0) % 200 == 7, "D").when(h(0) % 100 < 5, "U"))
+        ops = ids.withColumn("op", op).filter(F.col("op").isNotNull())
+    at = F.lit(dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)) + F.make_interval(days=F.lit(batch))
+    rows = ops.select(
+        F.col("id").alias("customer_id"),
+        F.concat(F.lit("customer-"), F.col("id").cast("string")).alias("name"),
+        F.concat(F.lit("user"), F.col("id").cast("string"), F.lit("+"), F.lit(batch).cast("string"), F.lit("@example.com")).alias("email"),
+        F.element_at(countries, (h(1) % 7 + 1).cast("int")).alias("country"),
+        F.element_at(segments, (h(2) % 3 + 1).cast("int")).alias("segment"),
+        (F.lit(dt.datetime(2023, 1, 1, tzinfo=dt.timezone.utc)) + F.make_interval(days=(F.abs(F.hash(F.col("id"))) % 365).cast("int"))).alias("signup_time"),
+        at.alias("updated_at"),
+        F.col("op"),
+    )
+    stale = rows.filter((F.col("op") == "U") & (h(3) % 10 == 0)).select(
+        "customer_id", "name", F.lit("stale@example.com").alias("email"), F.lit("XX").alias("country"), "segment", "signup_time",
+        (F.col("updated_at") - F.expr("INTERVAL 1 HOUR")).alias("updated_at"), "op",
+    )
+    return rows.unionByName(stale)
+
+
 @asset(
     key_prefix=["demo"],
     group_name=GROUP,
     kinds=KINDS,
-    metadata={"partition_by": ["country"], "write_mode": "overwrite"},
-    description="Customer dimension, rebuilt from the latest CDC batch.",
+    metadata={
+        "partition_by": ["country"],
+        "write_mode": "merge",
+        "merge_keys": ["customer_id"],
+        "merge_operation_column": "op",
+        "merge_delete_values": ["D"],
+        "merge_order_by": ["updated_at"],
+    },
+    description="Customer dimension: each materialization merges the next CDC batch (inserts, updates, deletes).",
 )
-def customers(context: AssetExecutionContext, pyspark: PySparkResource):
-    from pyspark.sql import functions as F
+def customers(context: AssetExecutionContext, pyspark: PySparkResource, lakehouse: LakehouseResource):
+    from ..core.errors import TableNotFound
 
-    spark = pyspark.spark_session
-    h = lambda salt: F.abs(F.hash(F.col("id"), F.lit(salt)))  # noqa: E731
-    countries = F.array(*[F.lit(c) for c in ("US", "DE", "FR", "GB", "BR", "IN", "JP")])
-    segments = F.array(F.lit("consumer"), F.lit("smb"), F.lit("enterprise"))
-    return spark.range(0, N_USERS, numPartitions=2).select(
-        F.col("id").alias("customer_id"),
-        F.concat(F.lit("customer-"), F.col("id").cast("string")).alias("name"),
-        F.concat(F.lit("user"), F.col("id").cast("string"), F.lit("@example.com")).alias("email"),
-        F.element_at(countries, (h(1) % 7 + 1).cast("int")).alias("country"),
-        F.element_at(segments, (h(2) % 3 + 1).cast("int")).alias("segment"),
-        (F.lit(dt.datetime(2023, 1, 1, tzinfo=dt.timezone.utc)) + F.make_interval(days=(h(3) % 365).cast("int"))).alias("signup_time"),
-        F.current_timestamp().alias("updated_at"),
-    )
+    try:
+        batch = len(lakehouse.get().load("demo.customers").snapshots())  # one snapshot per merged batch
+    except TableNotFound:
+        batch = 0
+    context.log.info(f"customers: merging CDC batch {batch}")
+    return customer_cdc_batch(pyspark.spark_session, batch)
 
 
 @asset(

@@ -5,6 +5,8 @@ Table spec from the asset definition's metadata:
     partition_by      list of partition terms, e.g. ["day(event_time)", "bucket(16, user_id)"]
     write_mode        "append" (default), "overwrite" or "merge"
     merge_keys        key columns for write_mode="merge"
+    merge_operation_column / merge_delete_values / merge_deleted_at_column / merge_order_by
+                      CDC deletes and duplicate-key resolution for merges (see core/merge.py)
     formats           ["iceberg", "delta"] (default) or ["iceberg"]
     table_properties  extra Iceberg table properties
     partition_expr    the column a Dagster time partition maps to (required for time-partitioned assets)

@@ -1,0 +1,217 @@
+"""Merge (upsert + CDC delete) by key, copy-on-write, so Iceberg and Delta keep the identical file set.
+
+1. `prepare_batch` validates the incoming batch before anything is written: the key and control
+   columns exist, no key is null, and duplicate keys are resolved (last row by `order_by` wins) or
+   refused. Control columns (operation, deleted-at) mark deletes and are not stored.
+2. `rewrite` finds the files to rewrite in three narrowing steps:
+   a. a tiny Spark aggregate gives each key's min/max (and the distinct values when few);
+   b. Iceberg scan planning prunes live files by partition and min/max with that filter (candidates);
+   c. a distributed semi-join of the candidates' keys with the batch's keys tells which candidates
+      really hold a matched key; only those distinct file paths reach the driver.
+   Matched files are rewritten in Spark: their rows minus the batch's keys, plus the batch's
+   inserted/updated rows, written once through `write_files`. Files without a matched key are
+   never opened for writing and stay live as they are.
+The caller commits removes (matched files) + adds (the rewrite) as ONE Iceberg overwrite snapshot,
+which the Delta mirror turns into ONE Delta commit (remove + add).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from dataclasses import dataclass
+from typing import Sequence
+
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, In, LessThanOrEqual
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from .errors import InputError, SpecError
+from .iceberg_committer import live_data_files
+from .reader import read_parquet_files
+from .spec import iceberg_to_spark_schema
+
+DEFAULT_DELETE_VALUES = ("delete", "d", "D", "DELETE")
+IN_SET_LIMIT = 200  # up to this many distinct values of a single key, prune with an In-set instead of a range
+_DELETE = "_lakehouse_merge_delete"
+_PATH = "_lakehouse_merge_file"
+
+
+@dataclass
+class MergeOptions:
+    keys: tuple[str, ...]
+    operation_column: str | None = None
+    delete_values: tuple = DEFAULT_DELETE_VALUES
+    deleted_at_column: str | None = None
+    order_by: tuple[str, ...] = ()
+
+    @classmethod
+    def build(cls, identifier: str, merge_keys, operation_column=None, delete_values=None, deleted_at_column=None, order_by=None):
+        if not merge_keys:
+            raise SpecError(
+                f"Table {identifier}: mode='merge' needs merge_keys, the columns that identify a row, "
+                "e.g. merge_keys=['customer_id'] (asset metadata 'merge_keys')."
+            )
+        keys = (merge_keys,) if isinstance(merge_keys, str) else tuple(merge_keys)
+        order = (order_by,) if isinstance(order_by, str) else tuple(order_by or ())
+        deletes = (delete_values,) if isinstance(delete_values, str) else tuple(delete_values or DEFAULT_DELETE_VALUES)
+        return cls(keys, operation_column, deletes, deleted_at_column, order)
+
+    @property
+    def control_columns(self) -> list[str]:
+        return [c for c in (self.operation_column, self.deleted_at_column) if c]
+
+
+@dataclass
+class KeyStats:
+    """Per key column min/max and the number of distinct keys of the batch (from the validation aggregate)."""
+
+    ranges: dict
+    distinct_keys: int
+
+
+@dataclass
+class MergeStats:
+    candidate_files: int = 0
+    matched_files: int = 0
+    live_files: int = 0
+
+
+def prepare_batch(identifier: str, df, opts: MergeOptions):
+    """(batch with one row per key and a boolean delete flag, control columns dropped; KeyStats). Raises before any write."""
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    missing = [c for c in (*opts.keys, *opts.control_columns, *opts.order_by) if c not in df.columns]
+    if missing:
+        raise SpecError(
+            f"Table {identifier}: merge column(s) {missing} are not in the data ({', '.join(df.columns)}). "
+            "Check merge_keys, operation_column, deleted_at_column and order_by."
+        )
+    if set(opts.keys) & set(opts.control_columns):
+        raise SpecError(f"Table {identifier}: a merge key cannot also be the operation or deleted-at column.")
+    any_null = F.lit(False)
+    for k in opts.keys:
+        any_null = any_null | F.col(k).isNull()
+    # One tiny aggregate: null keys, duplicate keys, and the key ranges that prune candidate files later.
+    ranges = [x for k in opts.keys for x in (F.min(k).alias(f"min_{k}"), F.max(k).alias(f"max_{k}"))]
+    checks = df.groupBy(*opts.keys).agg(F.count(F.lit(1)).alias("n")).agg(
+        F.sum(F.when(any_null, F.col("n")).otherwise(0)).alias("null_rows"),
+        F.max(F.when(~any_null, F.col("n"))).alias("max_dup"),
+        F.count(F.lit(1)).alias("distinct_keys"),
+        *ranges,
+    ).first()
+    key_stats = KeyStats({k: (checks[f"min_{k}"], checks[f"max_{k}"]) for k in opts.keys}, checks["distinct_keys"] or 0)
+    if checks["null_rows"]:
+        raise InputError(
+            f"Table {identifier}: {checks['null_rows']} row(s) of the merge batch have a null merge key "
+            f"({', '.join(opts.keys)}). Merge keys must identify a row: fill or filter them; nothing was committed."
+        )
+    if (checks["max_dup"] or 0) > 1:
+        if not opts.order_by:
+            raise InputError(
+                f"Table {identifier}: the merge batch has several rows for the same key ({', '.join(opts.keys)}) and no "
+                "order_by to choose between them. Set order_by (asset metadata 'merge_order_by', e.g. an updated_at or "
+                "sequence column: the last row wins) or deduplicate the batch; nothing was committed."
+            )
+        # Last row by order_by wins; a row without an ordering value loses to one with. A tie for last is ambiguous.
+        w = W.partitionBy(*opts.keys).orderBy(*[F.col(c).desc_nulls_last() for c in opts.order_by])
+        df = df.withColumn("_lakehouse_rank", F.rank().over(w)).filter("_lakehouse_rank = 1").drop("_lakehouse_rank")
+        if df.groupBy(*opts.keys).count().filter("count > 1").limit(1).count():
+            raise InputError(
+                f"Table {identifier}: the merge batch has several rows for the same key ({', '.join(opts.keys)}) with the same "
+                f"latest {', '.join(opts.order_by)}, so none of them is the last. Add a tie-breaking column to order_by or "
+                "deduplicate the batch; nothing was committed."
+            )
+    delete = F.lit(False)
+    if opts.operation_column:
+        delete = delete | F.coalesce(F.col(opts.operation_column).cast("string").isin(*[str(v) for v in opts.delete_values]), F.lit(False))
+    if opts.deleted_at_column:
+        delete = delete | F.col(opts.deleted_at_column).isNotNull()
+    return df.withColumn(_DELETE, delete).drop(*opts.control_columns), key_stats
+
+
+def data_columns(batch) -> list[str]:
+    return [c for c in batch.columns if c != _DELETE]
+
+
+def _key_filter(batch, keys: Sequence[str], key_stats: KeyStats) -> BooleanExpression:
+    """An Iceberg filter covering every key of the batch: min/max per key, or an In-set when few."""
+    if key_stats.distinct_keys == 0:
+        return AlwaysTrue()
+    if len(keys) == 1 and key_stats.distinct_keys <= IN_SET_LIMIT:
+        values = [r[0] for r in batch.select(keys[0]).distinct().collect()]  # at most IN_SET_LIMIT values
+        if all(_prunable(v) for v in values):
+            return In(keys[0], {_literal(v) for v in values})
+    expr: BooleanExpression = AlwaysTrue()
+    for k in keys:
+        lo, hi = key_stats.ranges[k]
+        if _prunable(lo) and _prunable(hi):
+            expr = And(expr, And(GreaterThanOrEqual(k, _literal(lo)), LessThanOrEqual(k, _literal(hi))))
+    return expr
+
+
+def _prunable(v) -> bool:
+    # Timestamps are left out: Spark hands the driver naive local-time datetimes, an unsafe bound.
+    return isinstance(v, (int, str, dt.date, decimal.Decimal)) and not isinstance(v, (bool, dt.datetime))
+
+
+def _literal(v):
+    return v.isoformat() if isinstance(v, dt.date) else v  # pyiceberg binds ISO strings to date columns
+
+
+def rewrite(
+    spark, table: Table, batch, key_stats: KeyStats, opts: MergeOptions, storage, write, schema, cast_files: bool
+) -> tuple[list, list[DataFile], MergeStats]:
+    """Write the merged files. Returns (written files, data files to remove, stats).
+
+    `write(df)` writes a DataFrame with `schema` (the table's, evolved if the batch adds columns) through
+    `write_files` and returns its WrittenFiles. `cast_files`: existing files may hold narrower types.
+    """
+    from pyspark.sql import functions as F
+
+    spark_schema = iceberg_to_spark_schema(schema)
+    stats = MergeStats()
+    widened = cast_files
+    keys = list(opts.keys)
+    batch_keys = batch.select(*keys).distinct()
+    candidates: list[DataFile] = []
+    existing_columns = {f.name for f in table.schema().fields}
+    # A key column the table does not have yet is null in every existing row: nothing can match.
+    if table.current_snapshot() is not None and set(keys) <= existing_columns:
+        stats.live_files = len(live_data_files(table))
+        candidates = live_data_files(table, row_filter=_key_filter(batch, keys, key_stats))
+    stats.candidate_files = len(candidates)
+    matched: list[DataFile] = []
+    if candidates:
+        by_uri = {f.file_path: f for f in candidates}
+        existing = read_parquet_files(spark, list(by_uri), spark_schema, storage, path_column=_PATH, cast_files=widened)
+        hits = existing.select(*keys, _PATH).join(batch_keys, keys, "left_semi")
+        matched_uris = [r[0] for r in hits.select(_PATH).distinct().collect()]  # file paths only
+        matched = [by_uri[u] for u in matched_uris]
+    stats.matched_files = len(matched)
+
+    def conform(df):
+        # The table's columns and types; columns the batch lacks are null (older optional columns).
+        return df.select(*[(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name) for f in spark_schema.fields])
+
+    upserts = conform(batch.filter(~F.col(_DELETE)))
+    if matched:
+        kept = read_parquet_files(spark, [f.file_path for f in matched], spark_schema, storage, cast_files=widened).join(batch_keys, keys, "left_anti")
+        merged = kept.unionByName(upserts)
+    else:
+        merged = upserts
+    if not table.spec().fields:
+        # Unpartitioned: one Spark partition per output file otherwise (the union adds the batch's partitions).
+        merged = merged.coalesce(max(1, len(matched)))
+    return write(merged), matched, stats
+
+
+def summary_properties(stats: MergeStats, opts: MergeOptions) -> dict[str, str]:
+    """Recorded in the snapshot summary (and the Delta commitInfo): evidence of what pruning left to rewrite."""
+    return {
+        "lakehouse.merge.keys": ",".join(opts.keys),
+        "lakehouse.merge.live-files": str(stats.live_files),
+        "lakehouse.merge.candidate-files": str(stats.candidate_files),
+        "lakehouse.merge.rewritten-files": str(stats.matched_files),
+    }

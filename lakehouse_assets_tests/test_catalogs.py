@@ -118,12 +118,7 @@ def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
     assert_all_readers_agree(lh, spark, duck, ident)
 
 
-# ---------------------------------------------------------------- waiting for issue 3 (merge)
-# Not collected yet (no `test_` prefix) because merge is on another branch (it passed on all four
-# backends in a trial merge). To enable once merged: rename to `test_merge_on_every_backend`.
-
-
-def pending_test_merge_on_every_backend(backend, spark):
+def test_merge_on_every_backend(backend, spark):
     lh = backend.lakehouse()
     duck = duckdb_readers.connect(lh.storage)
     ident = f"{backend.namespace()}.merged"

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance, EnvVar, asset, materialize
+from dagster import DagsterInstance, EnvVar, asset, materialize
 from dagster._serdes import serialize_value
 from dagster_aws.s3 import S3Resource
 from dagster_pyspark import PySparkResource

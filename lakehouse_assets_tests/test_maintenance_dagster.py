@@ -7,8 +7,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import sys
-import textwrap
 import time
 
 import pytest

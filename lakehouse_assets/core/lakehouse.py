@@ -16,12 +16,11 @@ import json
 import logging
 import os
 import time
-
-import pyarrow as pa
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Sequence
 
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
+import pyarrow as pa
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThan
 from pyiceberg.expressions.visitors import ROWS_MUST_MATCH, _StrictMetricsEvaluator
 from pyiceberg.manifest import DataFile
@@ -30,27 +29,23 @@ from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from . import iceberg_committer as ic
 from . import merge as merge_
-from .catalog import open_catalog
+from .catalog import ensure_namespace, missing_table_hint, open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
 from .errors import CommitError, InputError, LakehouseError, RetentionError, SpecError, TableNotFound
 from .evolution import SchemaPlan, apply_schema_change, evolved_schema, plan_schema_change, types_were_widened
 from .reader import read_parquet_files
+from .small_writes import small_writes_warning
 from .spec import (
     ALL_FORMATS,
     DEFAULT_TARGET_FILE_SIZE,
     TableSpec,
     build_partition_spec,
-    delta_partition_columns,
     iceberg_to_spark_schema,
     spark_schema_to_iceberg,
     spec_terms,
 )
-from .storage import StorageConfig, delete_files, join_uri, normalize_uri, relative_to
-from .writer import write_files
-
-from .catalog import ensure_namespace, missing_table_hint  # noqa: E402 - object storage and catalogs (issue 5)
-from .small_writes import small_writes_warning  # noqa: E402
-from .storage import check_access  # noqa: E402
+from .storage import StorageConfig, check_access, delete_files, join_uri, normalize_uri
+from .writer import write_table_files
 
 log = logging.getLogger("lakehouse")
 
@@ -272,18 +267,7 @@ class Lakehouse:
             return result
 
         root = normalize_uri(table.location())
-        target_size = int(table.properties.get("write.target-file-size-bytes", spec.target_file_size))
-        write = lambda data: write_files(  # noqa: E731
-            data,
-            root_uri=root,
-            schema=schema,
-            spec=table.spec(),
-            delta_columns=delta_partition_columns(table.spec(), schema),
-            storage=self.storage,
-            target_file_size=target_file_size or target_size,
-            compression=table.properties.get("write.parquet.compression-codec", "zstd"),
-            compression_level=int(table.properties.get("write.parquet.compression-level", "3")),
-        )
+        write = lambda data: write_table_files(data, table, self.storage, schema=schema, target_file_size=target_file_size)  # noqa: E731
         merge_removes, merge_stats = [], None
         if merge_opts is not None:
             df.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
@@ -398,17 +382,8 @@ class Lakehouse:
             kept = read_parquet_files(spark, [f.file_path for f in partial], iceberg_to_spark_schema(schema), self.storage, cast_files=cast_files)
             c = F.col(window.column)
             kept = kept.filter(c.isNull() | ~((c >= F.lit(window.start)) & (c < F.lit(window.end))))
-            root = normalize_uri(table.location())
-            written = write_files(
-                kept,
-                root_uri=root,
-                schema=schema,
-                spec=table.spec(),
-                delta_columns=delta_partition_columns(table.spec(), schema),
-                storage=self.storage,
-                target_file_size=int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
-            )
-            rewritten = ic.data_files_from_written(table, root, written, schema)
+            written = write_table_files(kept, table, self.storage, schema=schema)
+            rewritten = ic.data_files_from_written(table, normalize_uri(table.location()), written, schema)
         return whole + partial, rewritten
 
     # ------------------------------------------------------------ reads

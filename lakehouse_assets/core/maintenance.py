@@ -38,9 +38,9 @@ from . import iceberg_committer as ic
 from .delta_committer import ICEBERG_SNAPSHOT_ID
 from .errors import CommitError, SpecError
 from .reader import read_parquet_files
-from .spec import delta_partition_columns, iceberg_to_spark_schema
+from .spec import iceberg_to_spark_schema
 from .storage import delete_files, join_uri, normalize_uri, relative_to
-from .writer import write_files
+from .writer import write_table_files
 
 if TYPE_CHECKING:
     from .lakehouse import Lakehouse
@@ -471,17 +471,7 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
         if not table.spec().fields:
             # Unpartitioned: one output per target size; partitioned tables are shuffled by key in write_files.
             df = df.coalesce(max(1, math.ceil(result["bytes_rewritten"] / settings.target_bytes)))
-        written = write_files(
-            df,
-            root_uri=root,
-            schema=schema,
-            spec=table.spec(),
-            delta_columns=delta_partition_columns(table.spec(), schema),
-            storage=lh.storage,
-            target_file_size=settings.target_bytes,
-            compression=table.properties.get("write.parquet.compression-codec", "zstd"),
-            compression_level=int(table.properties.get("write.parquet.compression-level", "3")),
-        )
+        written = write_table_files(df, table, lh.storage, schema=schema, target_file_size=settings.target_bytes)
         written_uris = [join_uri(root, f.path) for f in written]
         try:
             adds = ic.data_files_from_written(table, root, written)

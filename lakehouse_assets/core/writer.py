@@ -411,5 +411,26 @@ def write_files(
     return files
 
 
+def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | None = None, target_file_size: int | None = None) -> list[WrittenFile]:
+    """`write_files` with the table's own layout and Parquet settings (location, partition spec,
+    Delta partition columns, target file size, codec and level), so every writer of a table agrees."""
+    from .spec import DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
+    from .storage import normalize_uri
+
+    schema = schema or table.schema()
+    props = table.properties
+    return write_files(
+        df,
+        root_uri=normalize_uri(table.location()),
+        schema=schema,
+        spec=table.spec(),
+        delta_columns=delta_partition_columns(table.spec(), schema),
+        storage=storage,
+        target_file_size=target_file_size or int(props.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
+        compression=props.get("write.parquet.compression-codec", "zstd"),
+        compression_level=int(props.get("write.parquet.compression-level", "3")),
+    )
+
+
 def file_uri(root_uri: str, relative_path: str) -> str:
     return join_uri(root_uri, relative_path)

@@ -234,25 +234,29 @@ class Lakehouse:
             schema_evolution=schema_evolution,
         )
         df = _as_spark(df, spark)
-        merge_opts, release = None, (lambda: None)
-        if mode == "merge":
-            merge_opts = merge_.MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by)
-            # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
-            merge_source = df.persist()
-            release = merge_source.unpersist
+        if mode != "merge":
+            return self._write(df, spec, mode, window, write_id, writer, target_file_size, started)
+        merge_opts = merge_.MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by)
+        # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
+        source = df.persist()
+        try:
+            batch, key_stats = merge_.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
+            batch.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
             try:
-                df, key_stats = merge_.prepare_batch(identifier, df, merge_opts)  # raises on null/duplicate keys before any write
-            except BaseException:
-                release()
-                raise
+                return self._write(batch, spec, mode, window, write_id, writer, target_file_size, started, merge=(merge_opts, key_stats))
+            finally:
+                batch.unpersist()
+        finally:
+            source.unpersist()
+
+    def _write(self, df, spec: TableSpec, mode: str, window, write_id, writer, target_file_size, started: float, merge=None) -> WriteResult:
+        """The write after input handling: schema/table, files, Iceberg commit, Delta mirror."""
+        identifier = spec.identifier
+        merge_opts, key_stats = merge if merge is not None else (None, None)
         incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if merge_opts else df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
-        try:
-            table, schema_plan = self._create_or_load(spec, incoming)
-        except BaseException:
-            release()
-            raise
+        table, schema_plan = self._create_or_load(spec, incoming)
         delta_on = self.delta_enabled(table)
         schema = evolved_schema(table, schema_plan)  # new field ids; committed together with the snapshot
         cast_files = types_were_widened(table) or bool(schema_plan.widen)
@@ -261,7 +265,6 @@ class Lakehouse:
             log.info("Table %s: write %s already committed as snapshot %s; not committing again", identifier, write_id, earlier.snapshot_id)
             result = self._result(table, spec, mode, earlier.snapshot_id)
             result.duplicate_of_earlier_write = True
-            release()
             if delta_on:
                 self._mirror_to_delta(table, {}, result)
             return result
@@ -270,12 +273,7 @@ class Lakehouse:
         write = lambda data: write_table_files(data, table, self.storage, schema=schema, target_file_size=target_file_size)  # noqa: E731
         merge_removes, merge_stats = [], None
         if merge_opts is not None:
-            df.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
-            try:
-                written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, key_stats, merge_opts, self.storage, write, schema, cast_files)
-            finally:
-                df.unpersist()
-                release()
+            written, merge_removes, merge_stats = merge_.rewrite(df.sparkSession, table, df, key_stats, merge_opts, self.storage, write, schema, cast_files)
         else:
             written = write(df)
         written_uris = [join_uri(root, f.path) for f in written]

@@ -26,9 +26,9 @@ MATRIX = [
     ("int data into a long column", "SELECT CAST(id AS INT) AS id, i, f, dec, s, st FROM ({base})", True),
     ("drop optional column", "SELECT id, i, f, dec, st FROM ({base})", True),
     ("rename = new column, old one null", "SELECT id, i, f, dec, s AS s_renamed, st FROM ({base})", True),
-    ("int to long", "SELECT id, CAST(i AS BIGINT) AS i, f, dec, s, st FROM ({base})", False),
-    ("float to double", "SELECT id, i, CAST(f AS DOUBLE) AS f, dec, s, st FROM ({base})", False),
-    ("decimal precision up", "SELECT id, i, f, CAST(dec AS DECIMAL(14, 2)) AS dec, s, st FROM ({base})", False),
+    ("int to long", "SELECT id, CAST(i AS BIGINT) AS i, f, dec, s, st FROM ({base})", True),
+    ("float to double", "SELECT id, i, CAST(f AS DOUBLE) AS f, dec, s, st FROM ({base})", True),
+    ("decimal precision up", "SELECT id, i, f, CAST(dec AS DECIMAL(14, 2)) AS dec, s, st FROM ({base})", True),
     ("string to int", "SELECT id, i, f, dec, CAST(id AS INT) AS s, st FROM ({base})", False),
     ("int to string", "SELECT id, CAST(i AS STRING) AS i, f, dec, s, st FROM ({base})", False),
     ("decimal scale change", "SELECT id, i, f, CAST(dec AS DECIMAL(12, 4)) AS dec, s, st FROM ({base})", False),
@@ -73,12 +73,12 @@ def test_schema_change_matrix(lh, spark, duck, name, sql, accepted):
         assert after == before, f"{name}: a refused change left a trace"
 
 
-def test_narrowing_is_refused_before_any_file_is_written(lh, spark):
+def test_incompatible_changes_are_refused_before_any_file_is_written(lh, spark):
     lh.write(spark.sql("SELECT CAST(id AS INT) AS k FROM range(3)"), "se.narrow")  # int column
     root = lh.load("se.narrow").location()[len("file://"):]
     files = _files_under(root)
-    with pytest.raises(SchemaError, match=r"Table se\.narrow: column 'k' is int in the table but long in the data"):
-        lh.write(spark.sql("SELECT CAST(id AS BIGINT) AS k FROM range(3)"), "se.narrow")
+    with pytest.raises(SchemaError, match=r"Table se\.narrow: column 'k' is int in the table but string in the data"):
+        lh.write(spark.sql("SELECT CAST(id AS STRING) AS k FROM range(3)"), "se.narrow")
     lh.write(spark.sql("SELECT CAST(id AS STRING) AS x, CAST(id AS INT) AS k FROM range(1)"), "se.narrow")  # accepted: new column
     with pytest.raises(SchemaError, match=r"column 'x' is string in the table but int in the data"):
         lh.write(spark.sql("SELECT CAST(id AS INT) AS x FROM range(1)"), "se.narrow")
@@ -105,6 +105,33 @@ def test_new_columns_read_null_in_older_files_in_both_formats(lh, spark, duck):
     assert v1.schema().to_arrow().names == ["id", "a", "b"] and v1.to_pyarrow_table().num_rows == 3
     # history maps the data version, and the schema-only version does not hide it.
     assert [h["delta_version"] for h in lh.history("se.add")] == [second.delta_version, first.delta_version]
+
+
+def test_widening_a_delta_mirrored_table_rewrites_it_once_in_both_formats(lh, spark, duck):
+    """Delta has no in-place type change without typeWidening (not writable with delta-rs): the widening
+    write rewrites the live files in the new types and Delta mirrors it as one CREATE OR REPLACE."""
+    first = lh.write(spark.sql("SELECT CAST(id AS INT) AS k, CAST(id AS FLOAT) AS f, id % 2 AS g FROM range(6)"), "se.widen_delta", partition_by=["g"])
+    old_files = {t.file.file_path for t in lh.load("se.widen_delta").scan().plan_files()}
+    second = lh.write(spark.sql("SELECT id + 100 AS k, CAST(id AS DOUBLE) AS f, id % 2 AS g FROM range(2)"), "se.widen_delta")
+    table = lh.load("se.widen_delta")
+    assert [str(f.field_type) for f in table.schema().fields] == ["long", "double", "long"]
+    iceberg, delta = _schemas(lh, "se.widen_delta")
+    assert iceberg == delta and delta["k"] == "int64" and delta["f"] == "double"
+    live = {t.file.file_path for t in table.scan().plan_files()}
+    assert not live & old_files  # every file now holds the wide types
+    assert second.files_removed == len(old_files) and second.delta_version == first.delta_version + 1
+    for path in live:
+        assert str(pa.parquet.read_schema(path[len("file://"):]).field("k").type) == "int64"
+    commit = [c for c in DeltaTable(table.location()).history() if c["version"] == second.delta_version][0]
+    assert commit["operation"] == "CREATE OR REPLACE TABLE" and commit["lakehouse.delta.replaced-for"] == "type-widening"
+    rows = [(float(i), i % 2, i) for i in range(6)] + [(0.0, 0, 100), (1.0, 1, 101)]
+    assert_all_readers_agree(lh, spark, duck, "se.widen_delta", rows)
+    # Before the widening, both formats still read the old rows in the old types.
+    assert_same_at(lh, spark, duck, "se.widen_delta", first.iceberg_snapshot_id, first.delta_version, [(float(i), i % 2, i) for i in range(6)])
+    assert str(pa.schema(DeltaTable(table.location(), version=first.delta_version).schema().to_arrow()).field("k").type) == "int32"
+    # The next ordinary write mirrors as usual.
+    third = lh.write(spark.sql("SELECT id + 200 AS k, CAST(id AS DOUBLE) AS f, 0 AS g FROM range(1)"), "se.widen_delta")
+    assert third.delta_version == second.delta_version + 1 and lh.verify("se.widen_delta")["agree"]
 
 
 def test_widening_works_on_iceberg_only_tables(lh, spark, duck):

@@ -285,20 +285,13 @@ class DeltaMirror:
             RemoveAction(path=r.path, data_change=True, deletion_timestamp=now, size=r.size, partition_values=_stringify(r.partition_values))
             for r in raw_removes or []
         ]
-        actions += [
-            AddAction(
-                path=relative_to(self.root_uri, f.file_path),
-                size=f.file_size_in_bytes,
-                partition_values=_delta_partition_values(table.specs()[f.spec_id], schema, f),
-                modification_time=now,
-                data_change=change.data_change,
-                stats=_delta_stats(schema, f),
-            )
-            for f in change.adds
-        ]
-        self._evolve_schema(delta, table, schema, snap)
+        actions += [self._add_action(table, schema, f, change.data_change, now) for f in change.adds]
         metadata = {k: v for k, v in change.summary.items() if k.startswith("lakehouse.")}
         metadata.update({ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
+        if _changed_types(delta, schema):
+            self._replace_with_wider_types(table, delta, snap, schema, metadata, now)
+            return
+        self._evolve_schema(delta, table, schema, snap)
         delta.create_write_transaction(
             actions,
             mode="append",
@@ -306,6 +299,45 @@ class DeltaMirror:
             partition_by=delta_partition_columns(table.spec(), schema) or None,
             commit_properties=CommitProperties(
                 custom_metadata=metadata,
+                max_commit_retries=0,
+                app_transactions=[Transaction(APP_ID, snap.sequence_number)],
+            ),
+            post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
+        )
+        delta.update_incremental()
+
+    def _add_action(self, table: Table, schema: Schema, f: DataFile, data_change: bool, now: int) -> AddAction:
+        return AddAction(
+            path=relative_to(self.root_uri, f.file_path),
+            size=f.file_size_in_bytes,
+            partition_values=_delta_partition_values(table.specs()[f.spec_id], schema, f),
+            modification_time=now,
+            data_change=data_change,
+            stats=_delta_stats(schema, f),
+        )
+
+    def _replace_with_wider_types(self, table: Table, delta: DeltaTable, snap: Snapshot, schema: Schema, metadata: dict, now: int) -> None:
+        """Mirror a snapshot that widened column types as one CREATE OR REPLACE commit.
+
+        Delta cannot change a column's type in place without its typeWidening feature, which delta-rs
+        cannot write. The widening snapshot rewrote every live file in the new types (Lakehouse._write),
+        so the replace carries the new schema and the snapshot's complete file list; earlier Delta
+        versions keep their own schema and files and stay readable.
+        """
+        from .iceberg_committer import live_data_files
+
+        adds = [self._add_action(table, schema, f, True, now) for f in live_data_files(table, snap.snapshot_id)]
+        create_table_with_add_actions(
+            self.root_uri,
+            delta_schema(schema),
+            adds,
+            mode="overwrite",
+            partition_by=delta_partition_columns(table.spec(), schema) or None,
+            name=table.name()[-1],
+            configuration={**(delta.metadata().configuration or {}), **self.configuration} or None,
+            storage_options=self.storage.delta_options(self.root_uri),
+            commit_properties=CommitProperties(
+                custom_metadata={**metadata, "lakehouse.delta.replaced-for": "type-widening"},
                 max_commit_retries=0,
                 app_transactions=[Transaction(APP_ID, snap.sequence_number)],
             ),
@@ -323,12 +355,6 @@ class DeltaMirror:
         """
         target = {f.name: f for f in delta_schema(schema).fields}
         current = {f.name: f for f in delta.schema().fields}
-        changed = [n for n in target if n in current and str(target[n].type) != str(current[n].type)]
-        if changed:
-            raise ValueError(
-                f"Table {'.'.join(table.name())}: Delta cannot change the type of column(s) {changed} (no typeWidening "
-                "support in delta-rs); only new columns and dropped NOT NULL constraints are mirrored."
-            )
         props = CommitProperties(
             custom_metadata={"lakehouse.operation": "schema-change", "lakehouse.iceberg.schema-id": str(snap.schema_id)},
             max_commit_retries=0,
@@ -357,6 +383,13 @@ class DeltaMirror:
         summary = dict(target.summary.additional_properties) if target.summary else {}
         summary["lakehouse.operation"] = "repair"
         self._commit_change(table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes)
+
+
+def _changed_types(delta: DeltaTable, schema: Schema) -> list[str]:
+    """Columns whose type in the Iceberg schema differs from Delta's (a widening to mirror)."""
+    target = {f.name: str(f.type) for f in delta_schema(schema).fields}
+    current = {f.name: str(f.type) for f in delta.schema().fields}
+    return [n for n in target if n in current and target[n] != current[n]]
 
 
 @dataclass

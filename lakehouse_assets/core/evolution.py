@@ -62,11 +62,8 @@ class SchemaPlan:
         return ", ".join(parts)
 
 
-def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolution: bool, delta: bool = False) -> SchemaPlan:
-    """Compare the DataFrame's schema with the table's (by column name, order does not matter).
-
-    `delta`: the table is mirrored to Delta, which cannot widen types here (see below).
-    """
+def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolution: bool) -> SchemaPlan:
+    """Compare the DataFrame's schema with the table's (by column name, order does not matter)."""
     add, widen, make_optional = [], [], []
     current_by_name = {f.name: f for f in current.fields}
     incoming_names = {f.name for f in incoming.fields}
@@ -89,15 +86,8 @@ def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolu
                         "Nested columns must keep their structure; write a new column instead."
                     )
             elif _widens(old.field_type, f.field_type):
-                if delta:
-                    # Delta needs the typeWidening table feature for this, which delta-rs 1.6 can neither
-                    # enable nor write; changing the type without it would make old files invalid for Delta readers.
-                    raise SchemaError(
-                        f"Table {identifier}: column {f.name!r} is {old.field_type} in the table but {f.field_type} in the data. "
-                        "Widening is supported for Iceberg-only tables, but the Delta mirror cannot widen a column type "
-                        f"(Delta's typeWidening feature is not writable with delta-rs). Cast the column to {old.field_type}, "
-                        "write the wider values to a new column, or use formats=['iceberg']."
-                    )
+                # Iceberg widens in metadata only. A Delta-mirrored table also rewrites its live files in
+                # the wider types (see Lakehouse._write): delta-rs cannot write Delta's typeWidening feature.
                 widen.append((f.name, f.field_type))
             elif not _narrows(old.field_type, f.field_type):
                 raise SchemaError(

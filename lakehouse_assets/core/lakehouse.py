@@ -179,8 +179,7 @@ class Lakehouse:
                 "Partition evolution is not supported: keep the existing partition_by or write a new table."
             )
         plan = plan_schema_change(
-            spec.identifier, table.schema(), incoming_schema, spec.schema_evolution and table.properties.get(SCHEMA_EVOLUTION_PROPERTY, "true") != "false",
-            delta=self.delta_enabled(table),
+            spec.identifier, table.schema(), incoming_schema, spec.schema_evolution and table.properties.get(SCHEMA_EVOLUTION_PROPERTY, "true") != "false"
         )
         if not plan.empty:
             log.info("Table %s: evolving schema: %s", spec.identifier, plan.describe())
@@ -289,6 +288,11 @@ class Lakehouse:
                 written_uris += [f.file_path for f in rewritten]
             elif mode == "overwrite":
                 removes = ic.live_data_files(table)
+            if delta_on and schema_plan.widen:
+                rewritten, rest = self._rewrite_in_wider_types(df.sparkSession, table, schema, removes)
+                adds += rewritten
+                removes += rest
+                written_uris += [f.file_path for f in rewritten]
             summary = {
                 ic.OPERATION: "overwrite-window" if window is not None else mode,
                 ic.WRITER: json.dumps(writer or {}, sort_keys=True),
@@ -364,6 +368,21 @@ class Lakehouse:
         )
         result.warnings.append(message)
         log.warning(message)
+
+    def _rewrite_in_wider_types(self, spark, table: Table, schema, removes: list[DataFile]) -> tuple[list[DataFile], list[DataFile]]:
+        """Widening a Delta-mirrored table: rewrite the live files this write does not already replace.
+
+        Iceberg widens in metadata, but Delta without its typeWidening feature (which delta-rs cannot
+        write) requires every file to hold the declared types. Rewriting once, in Spark, keeps a single
+        file set for both formats; the Delta mirror then replaces its schema and file list in one commit.
+        """
+        replaced = {f.file_path for f in removes}
+        rest = [f for f in ic.live_data_files(table) if f.file_path not in replaced]
+        if not rest:
+            return [], []
+        wider = read_parquet_files(spark, [f.file_path for f in rest], iceberg_to_spark_schema(schema), self.storage, cast_files=True)
+        written = write_table_files(wider, table, self.storage, schema=schema)
+        return ic.data_files_from_written(table, normalize_uri(table.location()), written, schema), rest
 
     def _remove_window(
         self, spark, table: Table, expr: BooleanExpression, window: Window, schema, cast_files: bool

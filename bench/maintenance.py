@@ -31,16 +31,9 @@ REPEATS = 7
 
 
 def spark_session():
-    from pyspark.sql import SparkSession
+    from lakehouse_assets.dagster.resources import spark_session as project_spark_session
 
-    from lakehouse_assets.dagster.resources import spark_config
-
-    builder = SparkSession.builder
-    for k, v in spark_config({"spark.sql.shuffle.partitions": "2", "spark.app.name": "bench-maintenance"}).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return project_spark_session({"spark.sql.shuffle.partitions": "2", "spark.app.name": "bench-maintenance"})
 
 
 def small_batch(spark, start: int, n: int = 20):

@@ -18,18 +18,13 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def main() -> None:
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse
-    from lakehouse_assets.dagster.resources import spark_config
+    from lakehouse_assets.dagster.resources import spark_session
 
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    builder = SparkSession.builder
-    for k, v in spark_config({"spark.sql.shuffle.partitions": "8"}).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session({"spark.sql.shuffle.partitions": "8"})
 
     def table(lo, hi, version):
         return spark.range(lo, hi, numPartitions=4).select(

@@ -27,17 +27,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse
-    from lakehouse_assets.dagster.resources import spark_config
+    from lakehouse_assets.dagster.resources import spark_session
 
-    builder = SparkSession.builder
-    for k, v in spark_config({"spark.sql.parquet.compression.codec": "zstd", "spark.driver.memory": "4g"}).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session({"spark.sql.parquet.compression.codec": "zstd", "spark.driver.memory": "4g"})
 
     parallelism = spark.sparkContext.defaultParallelism
     df = (

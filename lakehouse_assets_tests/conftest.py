@@ -16,15 +16,9 @@ os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 @pytest.fixture(scope="session")
 def spark():
-    from pyspark.sql import SparkSession
+    from lakehouse_assets.dagster.resources import spark_session
 
-    from lakehouse_assets.dagster.resources import spark_config
-
-    builder = SparkSession.builder
-    for k, v in spark_config({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests"}).items():
-        builder = builder.config(k, v)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests"})
     yield session
     session.stop()
 

@@ -48,6 +48,19 @@ def prepare_spark_environment() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def spark_session(overrides: Optional[dict[str, Any]] = None):
+    """A SparkSession with the project's settings, for scripts and tests (Dagster code uses spark_resource)."""
+    from pyspark.sql import SparkSession
+
+    prepare_spark_environment()
+    builder = SparkSession.builder
+    for key, value in spark_config(overrides).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
 def spark_resource(overrides: Optional[dict[str, Any]] = None) -> PySparkResource:
     prepare_spark_environment()
     return PySparkResource(spark_config=spark_config(overrides))

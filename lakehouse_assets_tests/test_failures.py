@@ -39,14 +39,17 @@ def test_delta_failure_keeps_the_write_warns_and_is_repaired(lh, spark, duck, ca
     assert r.delta_lagging and r.delta_version is None and r.delta_error
     assert any("Delta commit attempt 1 of 2 failed" in m for m in caplog.messages)
     assert any("Delta lags Iceberg" in m for m in caplog.messages)
+    assert lh.delta_lag("f.delta_fails") is None  # the log cannot be read: unknown lag, repair needed
     os.remove(log_dir)
     shutil.move(log_dir + ".away", log_dir)
+    assert lh.delta_lag("f.delta_fails") == 1
     report = lh.verify("f.delta_fails")
     assert not report["agree"] and report["delta_lag_snapshots"] == 1
     assert any("lags Iceberg by 1 snapshot" in d for d in report["differences"])
     repaired = lh.repair("f.delta_fails")
     assert repaired["delta_version"] == first.delta_version + 1 and repaired["repaired"]
     assert lh.repair("f.delta_fails")["repaired"] is False  # idempotent
+    assert lh.delta_lag("f.delta_fails") == 0
     assert_all_readers_agree(lh, spark, duck, "f.delta_fails")
 
 

@@ -543,6 +543,26 @@ class Lakehouse:
         table = self.load(identifier)
         return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None)
 
+    def delta_lag(self, identifier: str) -> int | None:
+        """Iceberg snapshots the Delta log has not mirrored yet, from metadata only (no manifests, no file lists).
+
+        0 when up to date (or Delta is off); None when the Delta log is missing or unreadable, or the
+        snapshots it lags behind were expired: `repair` is needed either way.
+        """
+        table = self.load(identifier)
+        if not self.delta_enabled(table):
+            return 0
+        mirror = self.mirror(table)
+        try:
+            delta = mirror.load()
+        except Exception:  # noqa: BLE001 - an unreadable log is what repair is for
+            return None
+        snapshot = table.current_snapshot()
+        if delta is None or snapshot is None:
+            return None if delta is None else 0
+        pending = mirror.pending_snapshots(table, snapshot, mirror.mirrored_sequence_number(delta))
+        return None if pending is None else len(pending)
+
     def repair(self, identifier: str) -> dict[str, Any]:
         """Bring Delta up to Iceberg (idempotent): mirrors every snapshot Delta has not seen."""
         table = self.load(identifier)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import os
+import shutil
 import sys
 
 import pytest
@@ -42,6 +44,20 @@ def duck():
     from lakehouse_assets.core import duckdb_readers
 
     return duckdb_readers.connect()
+
+
+@contextlib.contextmanager
+def unreadable_delta_log(table_location: str):
+    """A real storage failure for Delta: the `_delta_log` folder is replaced by a file while the block runs,
+    so delta-rs can neither read nor write the log; the folder is put back afterwards."""
+    log_dir = os.path.join(table_location[len("file://"):] if table_location.startswith("file://") else table_location, "_delta_log")
+    shutil.move(log_dir, log_dir + ".away")
+    open(log_dir, "w").close()
+    try:
+        yield
+    finally:
+        os.remove(log_dir)
+        shutil.move(log_dir + ".away", log_dir)
 
 
 def _norm(v):

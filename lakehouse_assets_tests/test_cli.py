@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from pyspark.sql import functions as F
+
+from .conftest import unreadable_delta_log
 
 LAKEHOUSE = str(Path(sys.executable).parent / "lakehouse")
 
@@ -58,12 +59,8 @@ def test_tables_history_verify_repair(lh, spark, warehouse):
     assert report["agree"] and report["iceberg_rows"] == report["delta_rows"] == 30
 
     # Break Delta for one write: verify exits 1 and says why; repair fixes it.
-    log_dir = r2.location[len("file://"):] + "/_delta_log"
-    shutil.move(log_dir, log_dir + ".away")
-    open(log_dir, "w").close()
-    assert lh.write(df, "cli.numbers").delta_lagging
-    os.remove(log_dir)
-    shutil.move(log_dir + ".away", log_dir)
+    with unreadable_delta_log(r2.location):
+        assert lh.write(df, "cli.numbers").delta_lagging
     failed = run("verify", "cli.numbers", warehouse=warehouse, check=False)
     assert failed.returncode == 1 and "DISAGREE" in failed.stdout and "lags Iceberg by 1 snapshot" in failed.stdout
     repaired = json.loads(run("repair", "cli.numbers", "--json", warehouse=warehouse).stdout)

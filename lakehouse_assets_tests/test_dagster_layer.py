@@ -11,6 +11,8 @@ from lakehouse_assets.dagster.checks import build_formats_agree_checks
 from lakehouse_assets.dagster.io_manager import LakehouseIOManager, table_identifier
 from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
 
+from .conftest import unreadable_delta_log
+
 days = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-10")
 
 
@@ -109,23 +111,17 @@ def test_materialize_partitions_metadata_checks_and_load_input(resources, wareho
 
 
 def test_check_fails_and_shows_the_difference(resources, warehouse, spark):
-    import os
-    import shutil
 
     from lakehouse_assets import Lakehouse
 
     checks = build_formats_agree_checks([users.key])
     assert materialize([users, *checks], resources=resources).success
     lh = Lakehouse(warehouse)
-    root = lh.load("shop.users").location()[len("file://"):]
-    shutil.move(root + "/_delta_log", root + "/_delta_log.away")
-    open(root + "/_delta_log", "w").close()
-    result = materialize([users, *checks], resources=resources, raise_on_error=False)
+    with unreadable_delta_log(lh.load("shop.users").location()):
+        result = materialize([users, *checks], resources=resources, raise_on_error=False)
     evaluation = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"][0]
     assert not evaluation.passed
     assert "Delta" in evaluation.metadata["differences"].value
-    os.remove(root + "/_delta_log")
-    shutil.move(root + "/_delta_log.away", root + "/_delta_log")
 
 
 def test_time_partitioned_asset_without_partition_expr_is_a_clear_error(resources):

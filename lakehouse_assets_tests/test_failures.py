@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 
 import pytest
 from pyspark.sql import functions as F
@@ -12,7 +11,7 @@ from pyspark.sql import functions as F
 from lakehouse_assets import CommitError, SchemaError, SpecError
 from lakehouse_assets.core import iceberg_committer
 
-from .conftest import assert_all_readers_agree
+from .conftest import assert_all_readers_agree, unreadable_delta_log
 
 
 def small(spark, start=0, n=20):
@@ -29,19 +28,13 @@ def data_files_on_disk(lh, identifier) -> set[str]:
 
 def test_delta_failure_keeps_the_write_warns_and_is_repaired(lh, spark, duck, caplog):
     first = lh.write(small(spark), "f.delta_fails")
-    log_dir = first.location[len("file://"):] + "/_delta_log"
-    # A real storage failure: the log folder is replaced by a file, so delta-rs cannot read or write it.
-    shutil.move(log_dir, log_dir + ".away")
-    open(log_dir, "w").close()
-    with caplog.at_level(logging.WARNING, logger="lakehouse"):
+    with unreadable_delta_log(first.location), caplog.at_level(logging.WARNING, logger="lakehouse"):
         r = lh.write(small(spark, 100), "f.delta_fails")
-    assert r.iceberg_snapshot_id is not None and r.rows_written == 20
-    assert r.delta_lagging and r.delta_version is None and r.delta_error
-    assert any("Delta commit attempt 1 of 2 failed" in m for m in caplog.messages)
-    assert any("Delta lags Iceberg" in m for m in caplog.messages)
-    assert lh.delta_lag("f.delta_fails") is None  # the log cannot be read: unknown lag, repair needed
-    os.remove(log_dir)
-    shutil.move(log_dir + ".away", log_dir)
+        assert r.iceberg_snapshot_id is not None and r.rows_written == 20
+        assert r.delta_lagging and r.delta_version is None and r.delta_error
+        assert any("Delta commit attempt 1 of 2 failed" in m for m in caplog.messages)
+        assert any("Delta lags Iceberg" in m for m in caplog.messages)
+        assert lh.delta_lag("f.delta_fails") is None  # the log cannot be read: unknown lag, repair needed
     assert lh.delta_lag("f.delta_fails") == 1
     report = lh.verify("f.delta_fails")
     assert not report["agree"] and report["delta_lag_snapshots"] == 1
@@ -55,12 +48,8 @@ def test_delta_failure_keeps_the_write_warns_and_is_repaired(lh, spark, duck, ca
 
 def test_next_write_catches_delta_up(lh, spark, duck):
     first = lh.write(small(spark), "f.catch_up")
-    log_dir = first.location[len("file://"):] + "/_delta_log"
-    shutil.move(log_dir, log_dir + ".away")
-    open(log_dir, "w").close()
-    assert lh.write(small(spark, 100), "f.catch_up").delta_lagging
-    os.remove(log_dir)
-    shutil.move(log_dir + ".away", log_dir)
+    with unreadable_delta_log(first.location):
+        assert lh.write(small(spark, 100), "f.catch_up").delta_lagging
     r = lh.write(small(spark, 200), "f.catch_up")
     assert not r.delta_lagging and r.delta_version == first.delta_version + 2  # one Delta version per Iceberg snapshot
     assert_all_readers_agree(lh, spark, duck, "f.catch_up")

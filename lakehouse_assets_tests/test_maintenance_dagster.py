@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import shutil
 import time
 
 import pytest
@@ -27,7 +25,7 @@ from lakehouse_assets.dagster.maintenance import (
 from lakehouse_assets.dagster.io_manager import table_identifier
 from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
 
-from .conftest import assert_all_readers_agree
+from .conftest import assert_all_readers_agree, unreadable_delta_log
 
 
 def batch(spark, start, n=10):
@@ -113,12 +111,8 @@ def test_delta_lag_sensor_requests_repair_and_the_run_repairs(lh, spark, duck, r
     first = lh.write(batch(spark, 0), "dm.lag")
     with build_sensor_context(resources={"lakehouse": resource}) as context:
         assert isinstance(delta_lag_sensor(context), SkipReason)
-    log_dir = first.location[len("file://"):] + "/_delta_log"
-    shutil.move(log_dir, log_dir + ".away")
-    open(log_dir, "w").close()
-    assert lh.write(batch(spark, 10), "dm.lag").delta_lagging
-    os.remove(log_dir)
-    shutil.move(log_dir + ".away", log_dir)
+    with unreadable_delta_log(first.location):
+        assert lh.write(batch(spark, 10), "dm.lag").delta_lagging
     with build_sensor_context(resources={"lakehouse": resource}) as context:
         requests = delta_lag_sensor(context)
     assert len(requests) == 1 and requests[0].run_config["ops"][OP_NAME]["config"] == {"tables": ["dm.lag"], "operations": ["repair"], "dry_run": False}

@@ -162,6 +162,15 @@ def nightly_maintenance_schedule(context: ScheduleEvaluationContext) -> RunReque
     )
 
 
+def _table_run_request(identifier: str, operation: str, snapshot_id) -> RunRequest:
+    """One request per table state: a sensor never asks twice for the same work on an unchanged table."""
+    return RunRequest(
+        run_key=f"{operation}:{identifier}:{snapshot_id}",
+        run_config=maintenance_run_config([identifier], [operation]),
+        tags={"lakehouse/maintenance": operation, "lakehouse/table": identifier},
+    )
+
+
 @sensor(
     name="lakehouse_compaction_sensor",
     job=lakehouse_maintenance_job,
@@ -177,14 +186,7 @@ def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseReso
         count, ratio = health["compactable_files"], health["compactable_ratio"]
         if count >= COMPACTION_MIN_SMALL_FILES or (count >= COMPACTION_RATIO_MIN_FILES and ratio >= COMPACTION_MIN_SMALL_RATIO):
             context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")
-            requests.append(
-                RunRequest(
-                    # One request per table state: the same snapshot is never compacted twice by the sensor.
-                    run_key=f"compaction:{identifier}:{health['iceberg_snapshot_id']}",
-                    run_config=maintenance_run_config([identifier], ["compaction"]),
-                    tags={"lakehouse/maintenance": "compaction", "lakehouse/table": identifier},
-                )
-            )
+            requests.append(_table_run_request(identifier, "compaction", health["iceberg_snapshot_id"]))
     return requests or SkipReason("no table has enough small files to compact")
 
 
@@ -203,13 +205,7 @@ def delta_lag_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResou
         if lag != 0:
             context.log.info(f"Table {identifier}: Delta lags Iceberg ({'unknown' if lag is None else lag} snapshot(s)): requesting repair")
             snapshot = lh.load(identifier).current_snapshot()
-            requests.append(
-                RunRequest(
-                    run_key=f"repair:{identifier}:{snapshot.snapshot_id if snapshot else None}",
-                    run_config=maintenance_run_config([identifier], ["repair"]),
-                    tags={"lakehouse/maintenance": "repair", "lakehouse/table": identifier},
-                )
-            )
+            requests.append(_table_run_request(identifier, "repair", snapshot.snapshot_id if snapshot else None))
     return requests or SkipReason("every Delta log is up to date")
 
 

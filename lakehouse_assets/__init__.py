@@ -10,7 +10,8 @@ from .core.errors import (
     SpecError,
     TableNotFound,
 )
-from .core.lakehouse import Lakehouse, Window, WriteResult
+from .core.lakehouse import Lakehouse, WriteResult
+from .core.slices import Slice, Window
 from .core.storage import StorageConfig
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "LakehouseError",
     "RetentionError",
     "SchemaError",
+    "Slice",
     "SpecError",
     "StorageConfig",
     "TableNotFound",

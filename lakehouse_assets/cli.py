@@ -1,7 +1,8 @@
 """`lakehouse`: inspect and repair tables from a shell.
 
 The warehouse comes from --warehouse, else LAKEHOUSE_WAREHOUSE, else ./warehouse; the catalog from
-LAKEHOUSE_CATALOG and pyiceberg's configuration (see README).
+--catalog, else LAKEHOUSE_CATALOG and pyiceberg's configuration (see README). Both options are
+accepted before or after the subcommand (`lakehouse --warehouse W maintain T` = `lakehouse maintain T --warehouse W`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,27 @@ def _lakehouse(ctx):
     return ctx.obj["lakehouse"]
 
 
+def _remember(ctx, param, value):
+    """The subcommand's --warehouse/--catalog override the group's (its callback ran first)."""
+    if value is not None:
+        ctx.ensure_object(dict)[param.name] = value
+    return value
+
+
+def global_options(command):
+    """--warehouse and --catalog after the subcommand too, as users type them."""
+    command = click.option("--catalog", default=None, expose_value=False, callback=_remember, help="Catalog name (as before the subcommand).")(command)
+    return click.option("--warehouse", default=None, expose_value=False, callback=_remember, help="Warehouse path or URI (as before the subcommand).")(command)
+
+
+def _text_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    """A plain aligned table: header, rule, one line per row."""
+    cells = [[h for _, h in columns]] + [["-" if r.get(k) is None else str(r.get(k)) for k, _ in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *(line(r) for r in cells[1:])])
+
+
 def _emit(data, as_json: bool, render) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -30,6 +52,7 @@ def _emit(data, as_json: bool, render) -> None:
 
 
 @click.group()
+@click.version_option(package_name="lakehouse_assets", prog_name="lakehouse")
 @click.option("--warehouse", envvar="LAKEHOUSE_WAREHOUSE", default="./warehouse", show_default=True, help="Warehouse path or URI.")
 @click.option("--catalog", envvar="LAKEHOUSE_CATALOG", default=None, help="Catalog name in pyiceberg's configuration.")
 @click.pass_context
@@ -40,6 +63,7 @@ def cli(ctx, warehouse: str, catalog: str | None) -> None:
 
 
 @cli.command()
+@global_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def tables(ctx, as_json: bool) -> None:
@@ -48,13 +72,18 @@ def tables(ctx, as_json: bool) -> None:
     def render(rows):
         if not rows:
             click.echo("no tables")
-        for t in rows:
-            click.echo(f"{t['name']:<32} snapshot {t['iceberg_snapshot_id']}  delta v{t['delta_version']}  {t['location']}")
+            return
+        shown = [{**t, "partition_by": ", ".join(t["partition_by"]) or "-", "formats": "+".join(t["formats"])} for t in rows]
+        click.echo(_text_table(shown, [
+            ("name", "TABLE"), ("iceberg_snapshot_id", "ICEBERG SNAPSHOT"), ("delta_version", "DELTA VERSION"),
+            ("partition_by", "PARTITIONED BY"), ("formats", "FORMATS"), ("location", "LOCATION"),
+        ]))
 
     _emit(_lakehouse(ctx).tables(), as_json, render)
 
 
 @cli.command()
+@global_options
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -73,6 +102,7 @@ def history(ctx, table: str, as_json: bool) -> None:
 
 
 @cli.command()
+@global_options
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -93,6 +123,7 @@ def verify(ctx, table: str, as_json: bool) -> None:
 
 
 @cli.command()
+@global_options
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -105,6 +136,7 @@ MAINTENANCE_OPERATIONS = ["snapshot_expiry", "orphan_cleanup", "compaction", "me
 
 
 @cli.command()
+@global_options
 @click.argument("table", required=False)
 @click.option("--all", "all_tables", is_flag=True, help="Every table in the catalog.")
 @click.option("--op", "operation", type=click.Choice(MAINTENANCE_OPERATIONS), default="full_maintenance", show_default=True)

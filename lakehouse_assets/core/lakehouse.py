@@ -21,11 +21,10 @@ from typing import Any, Literal, Sequence
 
 import pyarrow as pa
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThan
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
 from pyiceberg.expressions.visitors import ROWS_MUST_MATCH, _StrictMetricsEvaluator
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
-from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from . import iceberg_committer as ic
 from . import merge as merge_
@@ -34,6 +33,7 @@ from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
 from .errors import CommitError, InputError, LakehouseError, RetentionError, SpecError, TableNotFound
 from .evolution import SchemaPlan, apply_schema_change, evolved_schema, plan_schema_change, types_were_widened
 from .reader import read_parquet_files
+from .slices import Slice, Window
 from .small_writes import small_writes_warning
 from .spec import (
     ALL_FORMATS,
@@ -60,15 +60,6 @@ DEFAULT_TABLE_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "50",
 }
-
-
-@dataclass(frozen=True)
-class Window:
-    """A half-open range [start, end) of one column: what a Dagster time partition replaces."""
-
-    column: str
-    start: dt.datetime | dt.date
-    end: dt.datetime | dt.date
 
 
 @dataclass
@@ -198,7 +189,7 @@ class Lakehouse:
         properties: dict[str, str] | None = None,
         target_file_size: int | None = None,
         schema_evolution: bool = True,
-        window: Window | None = None,
+        window: Window | Slice | None = None,
         write_id: str | None = None,
         writer: dict[str, str] | None = None,
         spark=None,
@@ -211,7 +202,8 @@ class Lakehouse:
         """Write a Spark DataFrame (or a pyarrow Table / pandas DataFrame) to both formats.
 
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
-        `window` when one is given. `write_id` makes the write idempotent: a second write with the
+        `window` when one is given: a `Window` (a time range of one column) or a `Slice` (a window
+        and/or sets of values of other columns, e.g. a Dagster static or multi-partition). `write_id` makes the write idempotent: a second write with the
         same id commits nothing and returns the first write's snapshot.
 
         mode="merge" upserts by `merge_keys` (copy-on-write, see core/merge.py): a row whose
@@ -222,7 +214,8 @@ class Lakehouse:
         if mode not in ("append", "overwrite", "merge"):
             raise SpecError(f"Table {identifier}: unknown write mode {mode!r}; use 'append', 'overwrite' or 'merge'.")
         if window is not None and mode != "overwrite":
-            raise SpecError(f"Table {identifier}: a partition window can only be overwritten (mode='overwrite').")
+            raise SpecError(f"Table {identifier}: a partition window or slice can only be overwritten (mode='overwrite').")
+        window = Slice.of(window) if window is not None else None
         check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
         spec = TableSpec(
             identifier,
@@ -253,9 +246,12 @@ class Lakehouse:
         identifier = spec.identifier
         merge_opts, key_stats = merge if merge is not None else (None, None)
         incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if merge_opts else df.schema)
-        if window is not None and window.column not in df.columns:
-            raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
+        for column in window.columns if window is not None else ():
+            if column not in df.columns:
+                raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
         table, schema_plan = self._create_or_load(spec, incoming)
+        if window is not None:
+            window.validate(identifier, table)
         delta_on = self.delta_enabled(table)
         schema = evolved_schema(table, schema_plan)  # new field ids; committed together with the snapshot
         cast_files = types_were_widened(table) or bool(schema_plan.widen)
@@ -281,9 +277,9 @@ class Lakehouse:
             adds = ic.data_files_from_written(table, root, written, schema)
             removes: list[DataFile] = list(merge_removes)
             if window is not None:
-                expr = _window_expression(table, window)
-                _check_inside_window(identifier, table, adds, window, expr)
-                removes, rewritten = self._remove_window(df.sparkSession, table, expr, window, schema, cast_files)
+                spark_schema = iceberg_to_spark_schema(schema)
+                window.check_inside(identifier, table, adds, lambda uris: read_parquet_files(df.sparkSession, uris, spark_schema, self.storage))
+                removes, rewritten = self._remove_window(df.sparkSession, table, window.expression(identifier, table), window, schema, cast_files)
                 adds += rewritten
                 written_uris += [f.file_path for f in rewritten]
             elif mode == "overwrite":
@@ -385,20 +381,17 @@ class Lakehouse:
         return ic.data_files_from_written(table, normalize_uri(table.location()), written, schema), rest
 
     def _remove_window(
-        self, spark, table: Table, expr: BooleanExpression, window: Window, schema, cast_files: bool
+        self, spark, table: Table, expr: BooleanExpression, window: Slice, schema, cast_files: bool
     ) -> tuple[list[DataFile], list[DataFile]]:
-        """Files to drop for a window overwrite, plus rewrites of files that straddle the window's edges."""
+        """Files to drop for a slice overwrite, plus rewrites of files that straddle the slice's edges."""
         strict = _StrictMetricsEvaluator(table.schema(), expr).eval
         candidates = ic.live_data_files(table, row_filter=expr)
         whole = [f for f in candidates if strict(f) == ROWS_MUST_MATCH]
         partial = [f for f in candidates if strict(f) != ROWS_MUST_MATCH]
         rewritten: list[DataFile] = []
         if partial:
-            from pyspark.sql import functions as F
-
             kept = read_parquet_files(spark, [f.file_path for f in partial], iceberg_to_spark_schema(schema), self.storage, cast_files=cast_files)
-            c = F.col(window.column)
-            kept = kept.filter(c.isNull() | ~((c >= F.lit(window.start)) & (c < F.lit(window.end))))
+            kept = kept.filter(window.outside_condition(kept.schema))
             written = write_table_files(kept, table, self.storage, schema=schema)
             rewritten = ic.data_files_from_written(table, normalize_uri(table.location()), written, schema)
         return whole + partial, rewritten
@@ -414,7 +407,7 @@ class Lakehouse:
         delta_version: int | None = None,
         as_of: dt.datetime | None = None,
         row_filter: str | BooleanExpression | None = None,
-        window: Window | None = None,
+        window: Window | Slice | None = None,
     ):
         """A Spark DataFrame of the table now, or as of an Iceberg snapshot, a Delta version or a time.
 
@@ -430,7 +423,9 @@ class Lakehouse:
 
             expr = parse(row_filter) if isinstance(row_filter, str) else row_filter
         if window is not None:
-            expr = And(expr, _window_expression(table, window))
+            window = Slice.of(window)
+            window.validate(identifier, table)
+            expr = And(expr, window.expression(identifier, table))
         _check_retention(table, identifier, snapshot_id, delta_version, as_of)
         if delta_version is not None:
             delta = self.mirror(table).load(delta_version)
@@ -461,10 +456,7 @@ class Lakehouse:
         if row_filter is not None and isinstance(row_filter, str):
             df = df.filter(row_filter)
         if window is not None:
-            from pyspark.sql import functions as F
-
-            c = F.col(window.column)
-            df = df.filter((c >= F.lit(window.start)) & (c < F.lit(window.end)))
+            df = df.filter(window.spark_condition(df.schema))
         return df
 
     # ------------------------------------------------------------ maintenance
@@ -659,35 +651,3 @@ def _check_delta_partitioning(identifier: str, schema, partition_spec) -> None:
                 f"Table {identifier}: identity partition on binary column {source.name!r} has no Delta representation. "
                 f"Use bucket(n, {source.name}) or truncate(w, {source.name})."
             )
-
-
-def _literal(table: Table, column: str, value):
-    t = table.schema().find_field(column).field_type
-    if isinstance(t, DateType):
-        return (value.date() if isinstance(value, dt.datetime) else value).isoformat()
-    if isinstance(t, TimestamptzType):
-        v = value if isinstance(value, dt.datetime) else dt.datetime.combine(value, dt.time())
-        return (v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc)).isoformat()
-    if isinstance(t, TimestampType):
-        v = value if isinstance(value, dt.datetime) else dt.datetime.combine(value, dt.time())
-        return v.replace(tzinfo=None).isoformat()
-    raise SpecError(f"Table {table.name()}: partition window column {column!r} is {t}; windows need a date or timestamp column.")
-
-
-def _window_expression(table: Table, window: Window) -> BooleanExpression:
-    return And(
-        GreaterThanOrEqual(window.column, _literal(table, window.column, window.start)),
-        LessThan(window.column, _literal(table, window.column, window.end)),
-    )
-
-
-def _check_inside_window(identifier: str, table: Table, adds: list[DataFile], window: Window, expr: BooleanExpression) -> None:
-    """Every new row must lie inside the window (checked on footer min/max, no extra Spark job)."""
-    strict = _StrictMetricsEvaluator(table.schema(), expr).eval
-    outside = [f for f in adds if strict(f) != ROWS_MUST_MATCH]
-    if outside:
-        raise InputError(
-            f"Table {identifier}: the data for window [{window.start}, {window.end}) of column {window.column!r} has rows "
-            f"outside it (or null in {window.column!r}) in {len(outside)} file(s). Filter the DataFrame to the partition's "
-            "window; nothing was committed."
-        )

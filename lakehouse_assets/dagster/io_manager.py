@@ -3,40 +3,85 @@
 Table spec from the asset definition's metadata:
 
     partition_by      list of partition terms, e.g. ["day(event_time)", "bucket(16, user_id)"]
-    write_mode        "append" (default), "overwrite" or "merge"
+    write_mode        WriteMode.append (default), .overwrite or .merge (or the same as strings)
     merge_keys        key columns for write_mode="merge"
     merge_operation_column / merge_delete_values / merge_deleted_at_column / merge_order_by
                       CDC deletes and duplicate-key resolution for merges (see core/merge.py)
     formats           ["iceberg", "delta"] (default) or ["iceberg"]
     table_properties  extra Iceberg table properties
-    partition_expr    the column a Dagster time partition maps to (required for time-partitioned assets)
+    partition_expr    the column each Dagster partition dimension maps to (required for partitioned
+                      assets): "event_time" for a time or static partitions definition, a dict per
+                      dimension for a multi-partition, e.g. {"date": "event_time", "region": "region"}
     schema_evolution  True (default) / False
     target_file_size  bytes (default 128 MB)
 
 The asset key's prefix is the namespace: AssetKey(["demo", "events"]) is table `demo.events`.
-A time-partitioned asset overwrites exactly its partition's window, so re-running a partition is
-idempotent and never touches other partitions.
+
+Partitions map to table slices the way Dagster's DB IO managers map them to
+`TablePartitionDimension`s: a time dimension covers a window of its column, a static (or dynamic)
+dimension covers a set of values of its column. A partitioned materialization overwrites exactly its
+slice (one commit for a whole single-run backfill), so re-running a partition is idempotent and never
+touches other partitions; `load_input` reads exactly the upstream partitions the mapping asks for.
 """
 
-
-from typing import Any
+# No `from __future__ import annotations`: Dagster resolves the IO manager's field types at import time.
+import math
+from enum import Enum
+from typing import Any, Mapping, Sequence
 
 from dagster import (
     ConfigurableIOManager,
     InputContext,
     MetadataValue,
+    MultiPartitionKey,
+    MultiPartitionsDefinition,
     OutputContext,
+    PartitionsDefinition,
     ResourceDependency,
+    TableColumn,
+    TableColumnConstraints,
+    TableSchema,
     TimeWindowPartitionsDefinition,
 )
+# Dagster's standard `dagster/*` metadata keys (not re-exported at the top level in 1.13).
+from dagster._core.definitions.metadata.metadata_set import TableMetadataSet, UriMetadataSet
 from dagster_pyspark import PySparkResource
+from pyiceberg.table import Table
 
-from ..core.lakehouse import Window, WriteResult
 from ..core.errors import SpecError
+from ..core.lakehouse import WriteResult
+from ..core.slices import Slice, Window
+from ..core.spec import spec_terms
 from .health import table_health_metadata
 from .resources import LakehouseResource
 
 DEFAULT_NAMESPACE = "default"
+
+
+class WriteMode(Enum):
+    """What a materialization does to its table (asset metadata `write_mode`), as in dagster-iceberg.
+
+    A partitioned asset always replaces its partition's slice: `append` and `overwrite` both mean
+    "overwrite the slice" there, and `merge` is refused.
+    """
+
+    append = "append"
+    overwrite = "overwrite"
+    merge = "merge"
+
+    @classmethod
+    def from_metadata(cls, asset: str, value) -> "WriteMode":
+        if value is None:
+            return cls.append
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise SpecError(
+                f"Asset {asset}: unknown write_mode {value!r} in its metadata; use one of "
+                f"{', '.join(repr(m.value) for m in cls)} (or WriteMode.append / .overwrite / .merge)."
+            ) from None
 
 
 def table_identifier(asset_key) -> str:
@@ -45,23 +90,97 @@ def table_identifier(asset_key) -> str:
     return f"{namespace}.{path[-1]}"
 
 
-def _time_window(context, metadata: dict[str, Any], identifier: str) -> Window | None:
+def partition_slice(asset: str, partitions_def: PartitionsDefinition, keys: Sequence[str], partition_expr) -> Slice:
+    """The table slice that the partition `keys` of `partitions_def` cover (keys of one run or one input).
+
+    Raises SpecError, naming the asset and the fix, when `partition_expr` does not name a column per
+    dimension or when the keys are not one rectangle (adjacent time partitions x a set of static values).
+    """
+    if not partition_expr:
+        example = (
+            "{" + ", ".join(f"{d.name!r}: '<column>'" for d in partitions_def.partitions_defs) + "}"
+            if isinstance(partitions_def, MultiPartitionsDefinition)
+            else "'<column>'"
+        )
+        raise SpecError(
+            f"Asset {asset} is partitioned but has no 'partition_expr' metadata naming the column its partitions cover, "
+            f"e.g. metadata={{'partition_expr': {example}}}."
+        )
+    if isinstance(partitions_def, MultiPartitionsDefinition):
+        if not isinstance(partition_expr, Mapping):
+            raise SpecError(
+                f"Asset {asset} has multi-partitions ({', '.join(d.name for d in partitions_def.partitions_defs)}): its "
+                f"'partition_expr' must map each dimension to a column, e.g. "
+                "{" + ", ".join(f"{d.name!r}: '<column>'" for d in partitions_def.partitions_defs) + "}" + f", not {partition_expr!r}."
+            )
+        multi_keys = [k if isinstance(k, MultiPartitionKey) else partitions_def.get_partition_key_from_str(k) for k in keys]
+        window, values, sizes = None, {}, []
+        for dim in partitions_def.partitions_defs:
+            column = partition_expr.get(dim.name)
+            if not column:
+                raise SpecError(
+                    f"Asset {asset}: 'partition_expr' has no entry for the partition dimension {dim.name!r}; "
+                    f"name the column it covers, e.g. {{..., {dim.name!r}: '<column>'}}."
+                )
+            dim_keys = sorted({k.keys_by_dimension[dim.name] for k in multi_keys})
+            sizes.append(len(dim_keys))
+            if isinstance(dim.partitions_def, TimeWindowPartitionsDefinition):
+                window = _covering_window(asset, dim.partitions_def, dim_keys, column)
+            else:
+                values[column] = dim_keys
+        if math.prod(sizes) != len(set(multi_keys)):
+            raise SpecError(
+                f"Asset {asset}: the {len(set(multi_keys))} partitions of this run are not every combination of their "
+                "dimensions' keys, so they are not one table slice. Launch one run per time range with all of its "
+                "static keys, or one run per partition."
+            )
+        return Slice(window=window, values=values)
+    if not isinstance(partition_expr, str):
+        raise SpecError(f"Asset {asset}: 'partition_expr' must name one column for a single-dimension partitions definition, not {partition_expr!r}.")
+    if isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        return Slice(window=_covering_window(asset, partitions_def, list(keys), partition_expr))
+    return Slice(values={partition_expr: sorted(set(keys))})  # static or dynamic partitions: one value each
+
+
+def _covering_window(asset: str, partitions_def: TimeWindowPartitionsDefinition, keys: Sequence[str], column: str) -> Window:
+    windows = sorted((partitions_def.time_window_for_partition_key(k) for k in keys), key=lambda w: w.start)
+    for before, after in zip(windows, windows[1:]):
+        if before.end != after.start:
+            raise SpecError(
+                f"Asset {asset}: the time partitions of this run are not adjacent ({before.start} to {before.end} and "
+                f"{after.start} to {after.end}); one run writes one time range. Launch one run per range."
+            )
+    return Window(column, windows[0].start, windows[-1].end)
+
+
+def _partition_label(context: OutputContext) -> str | None:
     if not context.has_asset_partitions:
         return None
-    partitions_def = context.asset_partitions_def
-    if not isinstance(partitions_def, TimeWindowPartitionsDefinition):
-        raise SpecError(
-            f"Table {identifier}: only time-window partitions map to table windows; got {type(partitions_def).__name__}. "
-            "Use a DailyPartitionsDefinition (or another time-window definition) with partition_expr metadata."
+    keys = context.asset_partition_keys
+    if len(keys) == 1:
+        return str(keys[0])
+    r = context.asset_partition_key_range
+    return f"{r.start}...{r.end}"
+
+
+def table_metadata(table: Table, identifier: str) -> dict[str, Any]:
+    """Dagster's standard table metadata: the Columns view, the table name, the URI; and the partition spec."""
+    schema = table.schema()
+    columns = [
+        TableColumn(
+            name=f.name,
+            type=str(f.field_type),
+            description=f"Iceberg field id {f.field_id}" + (f". {f.doc}" if f.doc else ""),
+            constraints=TableColumnConstraints(nullable=not f.required),
         )
-    column = metadata.get("partition_expr")
-    if not column:
-        raise SpecError(
-            f"Table {identifier}: the asset is time-partitioned but has no 'partition_expr' metadata naming the "
-            "timestamp or date column its partitions cover, e.g. metadata={'partition_expr': 'event_time'}."
-        )
-    tw = context.asset_partitions_time_window
-    return Window(column, tw.start, tw.end)
+        for f in schema.fields
+    ]
+    terms = spec_terms(table.spec(), schema)
+    return {
+        **dict(TableMetadataSet(column_schema=TableSchema(columns=columns), table_name=identifier, storage_kind="iceberg")),
+        **dict(UriMetadataSet(uri=table.location())),
+        "partition_spec": MetadataValue.text(", ".join(terms) if terms else "unpartitioned"),
+    }
 
 
 def write_metadata(result: WriteResult) -> dict[str, Any]:
@@ -101,42 +220,55 @@ class LakehouseIOManager(ConfigurableIOManager):
             return
         metadata = dict(context.definition_metadata or {})
         identifier = table_identifier(context.asset_key)
-        window = _time_window(context, metadata, identifier)
-        mode = metadata.get("write_mode", "append")
-        partition_key = context.partition_key if context.has_asset_partitions else None
-        if window is not None and mode == "append":
-            mode = "overwrite"  # a time partition replaces its own window: re-runs are idempotent
+        asset = context.asset_key.to_user_string()
+        mode = WriteMode.from_metadata(asset, metadata.get("write_mode"))
+        part = None
+        if context.has_asset_partitions:
+            if mode is WriteMode.merge:
+                raise SpecError(f"Asset {asset}: write_mode 'merge' is not supported on a partitioned asset; a partition overwrites its slice.")
+            part = partition_slice(asset, context.asset_partitions_def, context.asset_partition_keys, metadata.get("partition_expr"))
+            mode = WriteMode.overwrite  # a partition replaces its own slice: re-runs are idempotent
+        label = _partition_label(context)
         kwargs: dict[str, Any] = dict(
             partition_by=metadata.get("partition_by") or None,
             formats=metadata.get("formats") or None,
             properties=metadata.get("table_properties") or None,
             target_file_size=metadata.get("target_file_size"),
             schema_evolution=metadata.get("schema_evolution", True),
-            window=window,
-            # Retried steps of the same run and partition never commit twice.
-            write_id=f"dagster:{context.run_id}:{identifier}:{partition_key or '-'}",
-            writer={"dagster_run_id": context.run_id, "asset": context.asset_key.to_user_string(), "partition": partition_key or ""},
+            window=part,
+            # Retried steps of the same run and partition(s) never commit twice.
+            write_id=f"dagster:{context.run_id}:{identifier}:{label or '-'}",
+            writer={"dagster_run_id": context.run_id, "asset": asset, "partition": label or ""},
             spark=self.pyspark.spark_session,
         )
-        if mode == "merge":
+        if mode is WriteMode.merge:
             kwargs["merge_keys"] = metadata.get("merge_keys")
             for key in ("merge_operation_column", "merge_delete_values", "merge_deleted_at_column", "merge_order_by"):
                 if key in metadata:
                     kwargs[key[len("merge_"):]] = metadata[key]
-        result = self.lakehouse.get().write(obj, identifier, mode=mode, **kwargs)
+        lh = self.lakehouse.get()
+        result = lh.write(obj, identifier, mode=mode.value, **kwargs)
         for warning in result.warnings:
             context.log.warning(warning)
         context.add_output_metadata(write_metadata(result))
-        try:  # the table's health next to its versions on the asset page; never fails a committed write
-            context.add_output_metadata(table_health_metadata(self.lakehouse.get(), identifier))
+        if part is not None:
+            context.add_output_metadata({"partition_slice": MetadataValue.text(part.describe()), **dict(TableMetadataSet(partition_row_count=result.rows_written))})
+        try:  # table metadata and health next to its versions on the asset page; never fails a committed write
+            context.add_output_metadata(table_metadata(lh.load(identifier), identifier))
+            context.add_output_metadata(table_health_metadata(lh, identifier))
         except Exception as e:  # noqa: BLE001
-            context.log.warning(f"Table {identifier}: health metadata not computed: {type(e).__name__}: {e}")
+            context.log.warning(f"Table {identifier}: table metadata not computed: {type(e).__name__}: {e}")
 
     def load_input(self, context: InputContext):
         upstream = context.upstream_output
         identifier = table_identifier(context.asset_key)
         metadata = dict(upstream.definition_metadata or {}) if upstream is not None else {}
-        window = None
-        if context.has_asset_partitions:
-            window = _time_window(context, metadata, identifier)
-        return self.lakehouse.get().read(self.pyspark.spark_session, identifier, window=window)
+        lh = self.lakehouse.get()
+        spark = self.pyspark.spark_session
+        if not context.has_asset_partitions:
+            return lh.read(spark, identifier)
+        keys = context.asset_partition_keys
+        if not keys:  # the partition mapping asks for no upstream partition
+            return lh.read(spark, identifier).limit(0)
+        part = partition_slice(context.asset_key.to_user_string(), context.asset_partitions_def, keys, metadata.get("partition_expr"))
+        return lh.read(spark, identifier, window=part)

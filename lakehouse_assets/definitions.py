@@ -7,7 +7,7 @@ import os
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
 from .dagster.checks import build_formats_agree_checks
-from .dagster.demo_assets import customers, daily, daily_user_activity, demo_assets, events
+from .dagster.demo_assets import country_revenue, customers, daily, daily_user_activity, day_by_country, demo_assets, events
 from .dagster.io_manager import LakehouseIOManager
 from .dagster.maintenance import maintenance_jobs, maintenance_schedules, maintenance_sensors
 from .dagster.resources import LakehouseResource, spark_resource
@@ -25,10 +25,17 @@ demo_daily_job = define_asset_job(
     description="One day of events and its daily aggregate (the main job).",
 )
 
+demo_country_job = define_asset_job(
+    "demo_country_job",
+    selection=AssetSelection.assets(country_revenue),
+    partitions_def=day_by_country,
+    description="Revenue per (country, date) partition; a range of partitions runs as one step and one commit.",
+)
+
 defs = Definitions(
     assets=demo_assets,
     asset_checks=build_formats_agree_checks([a.key for a in demo_assets]),
-    jobs=[demo_customers_job, demo_daily_job, *maintenance_jobs],
+    jobs=[demo_customers_job, demo_daily_job, demo_country_job, *maintenance_jobs],
     schedules=maintenance_schedules,
     sensors=maintenance_sensors,
     resources={

@@ -3,6 +3,7 @@
 * demo.events              behavioural events, daily partitions, partitioned by day(event_time) and bucket(16, user_id)
 * demo.customers           a customer dimension: a merge of CDC batches (inserts, updates, deletes)
 * demo.daily_user_activity a daily aggregate of both
+* demo.country_revenue     revenue per day and customer country: a multi-partitioned asset (date x country)
 
 Generation is deterministic per partition, so re-running a day reproduces it exactly.
 """
@@ -10,7 +11,15 @@ Generation is deterministic per partition, so re-running a day reproduces it exa
 
 import datetime as dt
 
-from dagster import AssetExecutionContext, AssetIn, DailyPartitionsDefinition, asset
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    BackfillPolicy,
+    DailyPartitionsDefinition,
+    MultiPartitionsDefinition,
+    StaticPartitionsDefinition,
+    asset,
+)
 from dagster_pyspark import PySparkResource
 
 from .resources import LakehouseResource
@@ -21,6 +30,8 @@ GROUP = "lakehouse_demo"
 # Shown as icons on the asset graph: computed in Spark, stored as Iceberg and Delta.
 KINDS = {"spark", "iceberg", "deltalake"}
 N_USERS = 5_000
+COUNTRIES = ("BR", "DE", "FR", "GB", "IN", "JP", "US")  # the customers' countries (customer_cdc_batch)
+day_by_country = MultiPartitionsDefinition({"date": daily, "country": StaticPartitionsDefinition(list(COUNTRIES))})
 EVENTS_PER_DAY = 40_000
 
 
@@ -79,7 +90,7 @@ def customer_cdc_batch(spark, batch: int):
     from pyspark.sql import functions as F
 
     h = lambda salt: F.abs(F.hash(F.col("id"), F.lit(batch), F.lit(salt)))  # noqa: E731 - deterministic pseudo-random
-    countries = F.array(*[F.lit(c) for c in ("US", "DE", "FR", "GB", "BR", "IN", "JP")])
+    countries = F.array(*[F.lit(c) for c in ("US", "DE", "FR", "GB", "BR", "IN", "JP")])  # order fixes the data; see COUNTRIES
     segments = F.array(F.lit("consumer"), F.lit("smb"), F.lit("enterprise"))
     known = N_USERS + max(0, batch - 1) * CDC_NEW_PER_BATCH  # customers that existed before this batch
     ids = spark.range(0, N_USERS if batch == 0 else known + CDC_NEW_PER_BATCH, numPartitions=2)
@@ -156,4 +167,27 @@ def daily_user_activity(context: AssetExecutionContext, events, customers):
     )
 
 
-demo_assets = [events, customers, daily_user_activity]
+@asset(
+    key_prefix=["demo"],
+    group_name=GROUP,
+    kinds=KINDS,
+    partitions_def=day_by_country,
+    # A backfill of many (date, country) partitions runs as one step and commits once.
+    backfill_policy=BackfillPolicy.single_run(),
+    ins={"events": AssetIn(key=["demo", "events"]), "customers": AssetIn(key=["demo", "customers"])},
+    metadata={"partition_by": ["country"], "partition_expr": {"date": "day", "country": "country"}},
+    description="Revenue and purchases per day and customer country; one partition per (date, country).",
+)
+def country_revenue(context: AssetExecutionContext, events, customers):
+    from pyspark.sql import functions as F
+
+    # `events` holds the partitions' days (the date dimension maps to the daily events), `customers` all customers.
+    countries = sorted({k.keys_by_dimension["country"] for k in context.partition_keys})
+    buyers = customers.filter(F.col("country").isin(countries)).select("customer_id", "country")
+    purchases = events.filter(F.col("event_type") == "purchase").join(buyers, events.user_id == buyers.customer_id)
+    return purchases.groupBy(F.to_date("event_time").alias("day"), "country").agg(
+        F.count("*").alias("purchases"), F.countDistinct("user_id").alias("buyers"), F.sum("revenue").alias("revenue")
+    )
+
+
+demo_assets = [events, customers, daily_user_activity, country_revenue]

@@ -17,18 +17,20 @@ setup: system-deps $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 system-deps:
 	@bash scripts/system-deps.sh
 
+# pip's output goes to .venv/pip.log; it is shown only when the install fails.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,servers,ui]'
+	@echo "[setup]   installing Python packages into $(VENV) (log $(VENV)/pip.log)"
+	@$(PY) -m pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	@$(PY) -m pip install -q -e '.[test,servers,ui]' >> $(VENV)/pip.log 2>&1 || { tail -n 60 $(VENV)/pip.log; exit 1; }
 	@touch $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	@mkdir -p $(DAGSTER_HOME)
-	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	@cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
 demo: setup
-	$(PY) -m lakehouse_assets.demo
+	@$(PY) -m lakehouse_assets.demo
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -1,41 +1,133 @@
-"""`make demo`: materialize the customers and a few days of events + aggregates, run the checks,
-then read every table back through DuckDB's iceberg_scan and delta_scan."""
+"""`make demo`: materialize the customers, a few days of events + aggregates and one day of the
+(date x country) revenue asset, run the checks, then read every table back through DuckDB's
+iceberg_scan and delta_scan.
+
+The screen gets one line per step; everything else (Dagster's event log, Spark's JVM output,
+warnings) goes to a log file whose path is printed first and last.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import os
 import sys
-
-from dagster import DagsterInstance
+import time
+from pathlib import Path
 
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
+COUNTRY_DAY = "2024-01-01"
 
 
-def main() -> int:
+@contextlib.contextmanager
+def output_to_log(log_path: Path):
+    """Send fds 1 and 2 (Python, Dagster's console logger, the Spark JVM) to the log; yield the screen."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    screen = os.fdopen(os.dup(1), "w", buffering=1)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield screen
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved_out, 1)
+            os.dup2(saved_err, 2)
+            os.close(saved_out)
+            os.close(saved_err)
+            screen.close()
+
+
+def _step_seconds(result) -> dict[str, float]:
+    out = {}
+    for e in result.all_events:
+        if e.event_type_value == "STEP_SUCCESS":
+            out[e.step_key] = e.event_specific_data.duration_ms / 1000
+    return out
+
+
+def _materializations(result) -> list[tuple[str, str | None, int, float]]:
+    """(asset, partition, rows written, step seconds) per materialization of the run."""
+    seconds = _step_seconds(result)
+    out = []
+    for e in result.get_asset_materialization_events():
+        m = e.materialization
+        rows = m.metadata.get("dagster/row_count")
+        out.append((m.asset_key.to_user_string(), m.partition, int(rows.value) if rows is not None else 0, seconds.get(e.step_key, 0.0)))
+    return out
+
+
+def run_demo(screen, log_path: Path) -> bool:
+    from dagster import DagsterInstance
+
+    def say(line: str) -> None:
+        print(line, file=screen, flush=True)
+
+    started = time.monotonic()
     from .core import duckdb_readers
-    from .definitions import defs, lakehouse
+    from .dagster.demo_assets import COUNTRIES
+    from .definitions import defs, lakehouse, pyspark
+
+    spark = pyspark.spark_session  # start the JVM once, up front (every run reuses the session)
+    spark.range(1).count()
+    lh = lakehouse.get()
+    say(f"[setup]   warehouse {lh.warehouse}, Spark {spark.version} ready ({time.monotonic() - started:.1f} s)")
 
     instance = DagsterInstance.get()
-    ok = True
+    country_range = {"dagster/asset_partition_range_start": f"{COUNTRIES[0]}|{COUNTRY_DAY}", "dagster/asset_partition_range_end": f"{COUNTRIES[-1]}|{COUNTRY_DAY}"}
     # Customers twice: the initial load, then a CDC batch merged with inserts, updates and deletes.
-    runs = [("demo_customers_job", None), ("demo_customers_job", None)] + [("demo_daily_job", day) for day in DAYS]
-    for job_name, partition in runs:
-        result = defs.resolve_job_def(job_name).execute_in_process(instance=instance, partition_key=partition)
-        checks = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-        failed = [c.asset_check_key.to_user_string() for c in checks if not c.passed]
-        ok &= result.success and not failed
-        print(f"{job_name}{' ' + partition if partition else ''}: {'success' if result.success else 'FAILED'}, "
-              f"{len(checks)} checks, {len(failed)} failed {failed if failed else ''}")
+    runs = [("demo_customers_job", None, None), ("demo_customers_job", None, None)]
+    runs += [("demo_daily_job", day, None) for day in DAYS]
+    runs += [("demo_country_job", None, country_range)]  # every country of one day: one run, one commit
+    ok, checks_total, checks_failed = True, 0, []
+    step = 0
+    for job_name, partition, tags in runs:
+        result = defs.resolve_job_def(job_name).execute_in_process(instance=instance, partition_key=partition, tags=tags, raise_on_error=False)
+        for asset, part, rows, seconds in _materializations(result):
+            step += 1
+            if job_name == "demo_country_job":
+                part = f"{COUNTRY_DAY} x {len(COUNTRIES)} countries"
+            say(f"[{step:>2}]      {asset:<28} {part or '':<26} {rows:>9,} rows {seconds:>6.1f} s")
+        evaluations = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        checks_total += len(evaluations)
+        checks_failed += [c.asset_check_key.to_user_string() for c in evaluations if not c.passed]
+        if not result.success:
+            ok = False
+            failure = next((e for e in result.all_events if e.event_type_value in ("STEP_FAILURE", "RUN_FAILURE")), None)
+            error = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure is not None and failure.event_specific_data and getattr(failure.event_specific_data, "error", None) else "see the log"
+            say(f"[FAILED]  {job_name} {partition or ''}: {error}")
+    ok &= not checks_failed
+    say(f"[checks]  {checks_total - len(checks_failed)} of {checks_total} formats_agree checks passed" + (f"; FAILED: {', '.join(checks_failed)}" if checks_failed else ""))
 
-    lh = lakehouse.get()
     con = duckdb_readers.connect(lh.storage)
-    print()
-    print(f"{'table':<28} {'iceberg snapshot':>20} {'delta version':>14} {'rows (iceberg_scan)':>20} {'rows (delta_scan)':>18}")
+    say("")
+    say(f"{'table':<28} {'iceberg snapshot':>20} {'delta version':>14} {'rows (iceberg_scan)':>20} {'rows (delta_scan)':>18}")
     for t in lh.tables():
         iceberg_rows, delta_rows = duckdb_readers.count_rows(con, t)
         ok &= iceberg_rows == delta_rows
-        print(f"{t['name']:<28} {t['iceberg_snapshot_id']:>20} {t['delta_version']:>14} {iceberg_rows:>20} {delta_rows:>18}")
-    print()
-    print("demo OK: both formats agree" if ok else "demo FAILED")
+        say(f"{t['name']:<28} {t['iceberg_snapshot_id']:>20} {t['delta_version']:>14} {iceberg_rows:>20,} {delta_rows:>18,}")
+    say("")
+    say(f"demo {'OK: both formats agree' if ok else 'FAILED'} in {time.monotonic() - started:.0f} s; full Dagster logs: {log_path}")
+    return ok
+
+
+def main() -> int:
+    home = Path(os.environ.get("DAGSTER_HOME") or ".dagster_home")
+    log_path = (home / "logs" / f"demo-{dt.datetime.now():%Y%m%d-%H%M%S}.log").resolve()
+    print(f"[log]     full Dagster and Spark logs: {log_path}", flush=True)
+    with output_to_log(log_path) as screen:
+        try:
+            ok = run_demo(screen, log_path)
+        except Exception as e:  # noqa: BLE001 - one readable line on screen, the traceback in the log
+            import traceback
+
+            traceback.print_exc()
+            print(f"[FAILED]  {type(e).__name__}: {e}; traceback in {log_path}", file=screen, flush=True)
+            ok = False
     return 0 if ok else 1
 
 

@@ -12,24 +12,18 @@ import contextlib
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-import requests
 
-REPO = Path(__file__).resolve().parents[1]
+from .dagster_dev import LOCATION, graphql, running_dagster_dev
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-LOCATION = "lakehouse_assets.definitions"  # code location name (workspace.yaml python_module)
 PARTITION = "2024-01-01"
 DEMO_TABLES = ["demo.customers", "demo.events", "demo.daily_user_activity"]
 AUTOMATIONS = [
@@ -37,41 +31,8 @@ AUTOMATIONS = [
     ("sensors", "lakehouse_delta_lag_sensor"),
     ("schedules", "lakehouse_nightly_maintenance"),
 ]
-STARTUP_TIMEOUT_S = 180
 RUN_TIMEOUT_S = 420
 UI_TIMEOUT_MS = 60_000
-
-
-def _free_port() -> int:
-    # Other engineers run servers concurrently: let the kernel pick an unused port.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Ctrl-C for `dagster dev` (it shuts its webserver, daemon and code servers down), then
-    SIGKILL whatever is left in its process group (run workers, Spark JVMs)."""
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGINT)
-        started = time.monotonic()
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            print(f"dagster dev (pid {proc.pid}) ignored SIGINT for 90 s; killing its process group")
-        else:
-            print(f"dagster dev stopped {time.monotonic() - started:.1f} s after SIGINT")
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -79,52 +40,15 @@ def dagster_ui():
     # Not a pytest tmp folder: concurrent pytest sessions rotate those away, and the screenshots
     # and the server log must outlive the test. The instance and the warehouse are removed after.
     root = Path(tempfile.mkdtemp(prefix="lakehouse-ui-"))
-    home, warehouse, log = root / "dagster_home", root / "warehouse", root / "dagster-dev.log"
-    home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")  # telemetry off
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "LAKEHOUSE_CATALOG"}  # the embedded catalog in the fresh warehouse
-    env.update(
-        DAGSTER_HOME=str(home),
-        LAKEHOUSE_WAREHOUSE=str(warehouse),
-        DAGSTER_DISABLE_TELEMETRY="1",
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-    )
-    dagster = Path(sys.executable).with_name("dagster")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(REPO / "workspace.yaml")],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            # A shell's background job inherits SIGINT ignored; dagster dev needs it to shut down cleanly.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-    base = f"http://127.0.0.1:{port}"
+    warehouse = root / "warehouse"
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"dagster dev exited with {proc.returncode} before serving; log {log}:\n{_tail(log)}")
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{base}/server_info", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"dagster dev not up on {base} after {STARTUP_TIMEOUT_S}s; log {log}:\n{_tail(log)}")
-            time.sleep(1)
-        yield {"base": base, "port": port, "warehouse": str(warehouse), "home": str(home), "log": log, "root": root}
+        with running_dagster_dev(root, warehouse) as dev:
+            yield {**dev, "warehouse": str(warehouse), "root": root}
     finally:
-        _stop(proc)
-        for state in (home, warehouse):
-            shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(warehouse, ignore_errors=True)
 
 
-def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
-    r = requests.post(f"{base}/graphql", json={"query": query, "variables": variables or {}}, timeout=30)
-    r.raise_for_status()
-    body = r.json()
-    assert "errors" not in body, body
-    return body["data"]
+_graphql = graphql
 
 
 def _instigator_status(base: str, kind: str, name: str) -> str:
@@ -392,6 +316,15 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                     assert _int(_metadata_value(page, "delta_log_length")) == health["delta_log_files"]
                     assert _int(_metadata_value(page, "small_file_count")) == health["small_files"]
                     assert _int(_metadata_value(page, "data_file_count")) == health["data_files"]
+            with screens.step("05-columns-events", full_page=True):
+                # Dagster's table metadata: the Columns view from dagster/column_schema (Iceberg schema, field ids).
+                page.goto(f"{base}/assets/demo/events")
+                expect(page.get_by_text("Columns", exact=True).first).to_be_visible()
+                schema = lh.load("demo.events").schema()
+                for field in schema.fields:
+                    expect(page.get_by_text(field.name, exact=True).first).to_be_visible()
+                    expect(page.get_by_text(f"Iceberg field id {field.field_id}", exact=True).first).to_be_visible()
+                expect(page.get_by_text("timestamptz", exact=True).first).to_be_visible()
             with screens.step("05-asset-plots"):
                 # Numeric metadata is plotted over time (customers: by materialization, not by partition).
                 page.goto(f"{base}/assets/demo/customers")

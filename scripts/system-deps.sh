@@ -11,8 +11,13 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 # Headless Chromium driven by Playwright (launched with executable_path; never `playwright install`).
 [ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
-  echo "installing Debian packages: ${need[*]}"
+  # apt's output goes to a log that is shown only when it fails.
+  log=$(mktemp /tmp/lakehouse-apt.XXXXXX.log)
+  echo "[setup]   installing Debian packages: ${need[*]} (log $log)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${need[@]}" >/dev/null
+  if ! { apt-get update -qq && apt-get install -y -qq "${need[@]}"; } >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "installing ${need[*]} failed; full log: $log" >&2
+    exit 1
+  fi
 fi

@@ -44,6 +44,11 @@ OP_NAME = "lakehouse_maintenance"
 COMPACTION_MIN_SMALL_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_MIN_SMALL_FILES", "50"))
 COMPACTION_MIN_SMALL_RATIO = float(os.environ.get("LAKEHOUSE_COMPACTION_MIN_SMALL_RATIO", "0.5"))
 COMPACTION_RATIO_MIN_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_RATIO_MIN_FILES", "10"))
+# When the automation runs, per deployment (read when the code location loads): the nightly schedule's
+# cron (UTC) and how often the daemon evaluates each sensor.
+MAINTENANCE_CRON = os.environ.get("LAKEHOUSE_MAINTENANCE_CRON", "0 3 * * *")
+COMPACTION_SENSOR_INTERVAL_S = int(os.environ.get("LAKEHOUSE_COMPACTION_SENSOR_INTERVAL_S", "300"))
+DELTA_LAG_SENSOR_INTERVAL_S = int(os.environ.get("LAKEHOUSE_DELTA_LAG_SENSOR_INTERVAL_S", "60"))
 
 
 class MaintenanceOperation(Enum):
@@ -149,10 +154,10 @@ def maintenance_run_config(tables: list[str], operations: list[str], dry_run: bo
 @schedule(
     name="lakehouse_nightly_maintenance",
     job=lakehouse_maintenance_job,
-    cron_schedule="0 3 * * *",
+    cron_schedule=MAINTENANCE_CRON,
     execution_timezone="UTC",
     default_status=DefaultScheduleStatus.RUNNING,
-    description="full_maintenance on every table, nightly at 03:00 UTC.",
+    description=f"full_maintenance on every table, at cron {MAINTENANCE_CRON!r} UTC (nightly at 03:00 by default; LAKEHOUSE_MAINTENANCE_CRON).",
 )
 def nightly_maintenance_schedule(context: ScheduleEvaluationContext) -> RunRequest:
     return RunRequest(
@@ -174,7 +179,7 @@ def _table_run_request(identifier: str, operation: str, snapshot_id) -> RunReque
 @sensor(
     name="lakehouse_compaction_sensor",
     job=lakehouse_maintenance_job,
-    minimum_interval_seconds=300,
+    minimum_interval_seconds=COMPACTION_SENSOR_INTERVAL_S,
     default_status=DefaultSensorStatus.RUNNING,
     description=f"Requests compaction of a table with >= {COMPACTION_MIN_SMALL_FILES} mergeable small files or a mergeable ratio >= {COMPACTION_MIN_SMALL_RATIO}.",
 )
@@ -193,7 +198,7 @@ def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseReso
 @sensor(
     name="lakehouse_delta_lag_sensor",
     job=lakehouse_maintenance_job,
-    minimum_interval_seconds=60,
+    minimum_interval_seconds=DELTA_LAG_SENSOR_INTERVAL_S,
     default_status=DefaultSensorStatus.RUNNING,
     description="Requests a repair when a table's Delta log lags its Iceberg snapshots (the Delta commit failed after Iceberg's).",
 )

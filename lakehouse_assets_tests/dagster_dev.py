@@ -1,0 +1,108 @@
+"""`dagster dev` (webserver + daemon + code server) on a free port with a fresh DAGSTER_HOME, for the UI
+and daemon tests; stopped by its process group, the way a person stops it (Ctrl-C), then SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+LOCATION = "lakehouse_assets.definitions"  # code location name (workspace.yaml python_module)
+STARTUP_TIMEOUT_S = 180
+
+
+def free_port() -> int:
+    # Other engineers run servers concurrently: let the kernel pick an unused port.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, n: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C for `dagster dev` (it shuts its webserver, daemon and code servers down), then
+    SIGKILL whatever is left in its process group (run workers, Spark JVMs)."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGINT)
+        started = time.monotonic()
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            print(f"dagster dev (pid {proc.pid}) ignored SIGINT for 90 s; killing its process group")
+        else:
+            print(f"dagster dev stopped {time.monotonic() - started:.1f} s after SIGINT")
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def graphql(base: str, query: str, variables: dict | None = None) -> dict:
+    r = requests.post(f"{base}/graphql", json={"query": query, "variables": variables or {}}, timeout=30)
+    r.raise_for_status()
+    body = r.json()
+    assert "errors" not in body, body
+    return body["data"]
+
+
+@contextlib.contextmanager
+def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None = None, instance_yaml: str = "", while_starting=None):
+    """Start `dagster dev` with DAGSTER_HOME=root/dagster_home (the repository's dagster.yaml plus
+    `instance_yaml`), the warehouse and extra environment; yields {base, port, home, log}.
+    `while_starting()` runs while the server starts (it takes tens of seconds)."""
+    home, log = root / "dagster_home", root / "dagster-dev.log"
+    home.mkdir(parents=True)
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text() + instance_yaml)  # telemetry off
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if k != "LAKEHOUSE_CATALOG"}  # the embedded catalog in the fresh warehouse
+    full_env.update(
+        DAGSTER_HOME=str(home),
+        LAKEHOUSE_WAREHOUSE=str(warehouse),
+        DAGSTER_DISABLE_TELEMETRY="1",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        **(env or {}),
+    )
+    dagster = Path(sys.executable).with_name("dagster")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(REPO / "workspace.yaml")],
+            cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            # A shell's background job inherits SIGINT ignored; dagster dev needs it to shut down cleanly.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        if while_starting is not None:
+            while_starting()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"dagster dev exited with {proc.returncode} before serving; log {log}:\n{tail(log)}")
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{base}/server_info", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                pytest.fail(f"dagster dev not up on {base} after {STARTUP_TIMEOUT_S}s; log {log}:\n{tail(log)}")
+            time.sleep(1)
+        yield {"base": base, "port": port, "home": str(home), "log": log, "proc": proc}
+    finally:
+        stop(proc)
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,128 @@
+"""Maintenance runs by itself: `dagster dev`'s daemon launches the compaction, Delta-repair and scheduled
+maintenance runs with nobody clicking anything (issue 12).
+
+A fresh DAGSTER_HOME and warehouse hold two tables: `ops.small_files` (one commit of many small files)
+and `ops.lagging` (its last Delta commit failed, so Delta lags Iceberg by one snapshot). The code
+location is configured the way a deployment would be, through environment variables: both sensors
+evaluated every 10 s, and the "nightly" schedule set to fire at a minute inside the test. The test
+only watches, through the GraphQL API, until the daemon's three runs have succeeded, then checks the
+tables: fewer files, Delta caught up, both formats agreeing with every reader.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from .conftest import assert_all_readers_agree, unreadable_delta_log
+from .dagster_dev import graphql, running_dagster_dev, tail
+
+WAIT_FOR_RUNS_S = 240
+RUNS_QUERY = """
+query { runsOrError(filter: {pipelineName: "lakehouse_maintenance_job"}) {
+  __typename ... on Runs { results { runId status tags { key value } } } } }
+"""
+SCHEDULE_LEAD_S = 80  # dagster dev's daemon is up 20-50 s after the start on this machine
+
+
+def _runs(base: str) -> list[dict]:
+    data = graphql(base, RUNS_QUERY)["runsOrError"]
+    assert data["__typename"] == "Runs", data
+    return [{**r, "tags": {t["key"]: t["value"] for t in r["tags"]}} for r in data["results"]]
+
+
+def _describe(runs: list[dict]) -> str:
+    return "; ".join(
+        f"{r['runId'][:8]} {r['status']} {r['tags'].get('lakehouse/maintenance')} {r['tags'].get('lakehouse/table', 'all tables')} "
+        f"(sensor {r['tags'].get('dagster/sensor_name', '-')}, schedule {r['tags'].get('dagster/schedule_name', '-')})"
+        for r in runs
+    ) or "none"
+
+
+def _schedule_cron(lead_s: int) -> tuple[str, dt.datetime]:
+    """A cron line for the first whole minute at least `lead_s` from now (UTC), and that time."""
+    at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=lead_s + 59)).replace(second=0, microsecond=0)
+    return f"{at.minute} {at.hour} * * *", at
+
+
+def test_daemon_launches_compaction_repair_and_scheduled_maintenance_by_itself(spark, duck, capsys):
+    from lakehouse_assets import Lakehouse
+
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-daemon-"))
+    warehouse = root / "warehouse"
+    lh = Lakehouse(str(warehouse))  # creates the embedded catalog before two processes use it
+    before = {}
+
+    def make_tables():
+        """Runs while dagster dev starts; the sensors find the tables whenever they appear."""
+        # Many small files: 16 Spark tasks write 16 files in one commit (all far below the 128 MB target).
+        small = spark.range(0, 1600, numPartitions=16).select("id", (F.col("id") % 7).alias("k"))
+        lh.write(small, "ops.small_files")
+        # A lagging Delta log: the second write's Delta commit fails (its log is unreadable while it runs).
+        rows = spark.range(0, 100).select("id", F.lit("x").alias("v"))
+        lh.write(rows, "ops.lagging")
+        with unreadable_delta_log(lh.load("ops.lagging").location()):
+            assert lh.write(rows, "ops.lagging").delta_lagging
+        before["files"] = len(list(lh.load("ops.small_files").scan().plan_files()))
+        assert before["files"] == 16 and lh.delta_lag("ops.lagging") == 1
+
+    # The schedule's minute must come after the daemon has started (it launches no tick from before its start).
+    cron, fires_at = _schedule_cron(lead_s=SCHEDULE_LEAD_S)
+    env = {
+        "LAKEHOUSE_COMPACTION_SENSOR_INTERVAL_S": "10",
+        "LAKEHOUSE_DELTA_LAG_SENSOR_INTERVAL_S": "10",
+        "LAKEHOUSE_MAINTENANCE_CRON": cron,
+    }
+    started = time.monotonic()
+    try:
+        with running_dagster_dev(root, warehouse, env=env, while_starting=make_tables) as dev:
+            with capsys.disabled():
+                print(f"\ndagster dev up in {time.monotonic() - started:.0f} s; schedule fires at {fires_at:%H:%M} UTC; log {dev['log']}")
+            wanted = {
+                "compaction": lambda r: r["tags"].get("lakehouse/maintenance") == "compaction" and r["tags"].get("lakehouse/table") == "ops.small_files"
+                and r["tags"].get("dagster/sensor_name") == "lakehouse_compaction_sensor",
+                "repair": lambda r: r["tags"].get("lakehouse/maintenance") == "repair" and r["tags"].get("lakehouse/table") == "ops.lagging"
+                and r["tags"].get("dagster/sensor_name") == "lakehouse_delta_lag_sensor",
+                "nightly": lambda r: r["tags"].get("lakehouse/maintenance") == "nightly"
+                and r["tags"].get("dagster/schedule_name") == "lakehouse_nightly_maintenance",
+            }
+            deadline = time.monotonic() + WAIT_FOR_RUNS_S
+            while True:
+                runs = _runs(dev["base"])
+                failed = [r for r in runs if r["status"] in ("FAILURE", "CANCELED")]
+                assert not failed, f"daemon-launched runs failed: {_describe(failed)}; log {dev['log']}:\n{tail(dev['log'])}"
+                done = {name for name, match in wanted.items() if any(match(r) and r["status"] == "SUCCESS" for r in runs)}
+                in_flight = [r for r in runs if r["status"] not in ("SUCCESS", "FAILURE", "CANCELED")]
+                if done == set(wanted) and not in_flight:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"after {WAIT_FOR_RUNS_S} s the daemon has not run {sorted(set(wanted) - done)}; runs: {_describe(runs)}; "
+                    f"log {dev['log']}:\n{tail(dev['log'])}"
+                )
+                time.sleep(3)
+            # Confirm each run's final status with the Python GraphQL client as well.
+            from dagster_graphql import DagsterGraphQLClient
+
+            client = DagsterGraphQLClient("127.0.0.1", port_number=dev["port"])
+            for r in runs:
+                assert client.get_run_status(r["runId"]).value == "SUCCESS"
+            # Nobody launched anything: every run came from a sensor or the schedule.
+            assert all("dagster/sensor_name" in r["tags"] or "dagster/schedule_name" in r["tags"] for r in runs), _describe(runs)
+            with capsys.disabled():
+                print(f"daemon runs done {time.monotonic() - started:.0f} s after start: {_describe(runs)}")
+
+        lh = Lakehouse(str(warehouse))
+        files_after = len(list(lh.load("ops.small_files").scan().plan_files()))
+        assert files_after < before["files"], (before["files"], files_after)
+        assert "compaction" in [h["operation"] for h in lh.history("ops.small_files")]
+        assert lh.delta_lag("ops.lagging") == 0
+        assert_all_readers_agree(lh, spark, duck, "ops.small_files", [(i, i % 7) for i in range(1600)])
+        assert_all_readers_agree(lh, spark, duck, "ops.lagging", [(i, "x") for i in range(100)] * 2)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

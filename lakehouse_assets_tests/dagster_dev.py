@@ -62,10 +62,9 @@ def graphql(base: str, query: str, variables: dict | None = None) -> dict:
 
 
 @contextlib.contextmanager
-def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None = None, instance_yaml: str = "", while_starting=None):
+def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None = None, instance_yaml: str = ""):
     """Start `dagster dev` with DAGSTER_HOME=root/dagster_home (the repository's dagster.yaml plus
-    `instance_yaml`), the warehouse and extra environment; yields {base, port, home, log}.
-    `while_starting()` runs while the server starts (it takes tens of seconds)."""
+    `instance_yaml`), the warehouse and extra environment; yields {base, port, home, log}."""
     home, log = root / "dagster_home", root / "dagster-dev.log"
     home.mkdir(parents=True)
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text() + instance_yaml)  # telemetry off
@@ -90,8 +89,6 @@ def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None 
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        if while_starting is not None:
-            while_starting()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             if proc.poll() is not None:

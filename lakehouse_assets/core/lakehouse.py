@@ -203,8 +203,9 @@ class Lakehouse:
 
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
         `window` when one is given: a `Window` (a time range of one column) or a `Slice` (a window
-        and/or sets of values of other columns, e.g. a Dagster static or multi-partition). `write_id` makes the write idempotent: a second write with the
-        same id commits nothing and returns the first write's snapshot.
+        and/or sets of values of other columns, e.g. a Dagster static or multi-partition).
+        `write_id` makes the write idempotent: a second write with the same id commits nothing and
+        returns the first write's snapshot.
 
         mode="merge" upserts by `merge_keys` (copy-on-write, see core/merge.py): a row whose
         `operation_column` is in `delete_values`, or whose `deleted_at_column` is set, deletes its key;

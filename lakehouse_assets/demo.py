@@ -50,14 +50,19 @@ def _step_seconds(result) -> dict[str, float]:
     return out
 
 
-def _materializations(result) -> list[tuple[str, str | None, int, float]]:
-    """(asset, partition, rows written, step seconds) per materialization of the run."""
+def _materializations(result) -> list[tuple[str, str, int, float]]:
+    """(asset, partition(s), rows written, step seconds) per step: a single-run backfill of many
+    partitions is one step, one write and one line."""
     seconds = _step_seconds(result)
-    out = []
+    by_step: dict[tuple[str, str], list] = {}
     for e in result.get_asset_materialization_events():
-        m = e.materialization
-        rows = m.metadata.get("dagster/row_count")
-        out.append((m.asset_key.to_user_string(), m.partition, int(rows.value) if rows is not None else 0, seconds.get(e.step_key, 0.0)))
+        by_step.setdefault((e.step_key, e.materialization.asset_key.to_user_string()), []).append(e.materialization)
+    out = []
+    for (step_key, asset), mats in by_step.items():
+        parts = sorted(str(m.partition) for m in mats if m.partition)
+        label = parts[0] if len(parts) == 1 else f"{len(parts)} partitions {parts[0]}..{parts[-1]}" if parts else ""
+        rows = mats[0].metadata.get("dagster/row_count")  # the step's one write
+        out.append((asset, label, int(rows.value) if rows is not None else 0, seconds.get(step_key, 0.0)))
     return out
 
 
@@ -70,9 +75,10 @@ def run_demo(screen, log_path: Path) -> bool:
     started = time.monotonic()
     from .core import duckdb_readers
     from .dagster.demo_assets import COUNTRIES
-    from .definitions import defs, lakehouse, pyspark
+    from .dagster.resources import spark_session
+    from .definitions import defs, lakehouse
 
-    spark = pyspark.spark_session  # start the JVM once, up front (every run reuses the session)
+    spark = spark_session()  # the JVM starts once, up front; every run's PySparkResource reuses this session
     spark.range(1).count()
     lh = lakehouse.get()
     say(f"[setup]   warehouse {lh.warehouse}, Spark {spark.version} ready ({time.monotonic() - started:.1f} s)")
@@ -89,9 +95,7 @@ def run_demo(screen, log_path: Path) -> bool:
         result = defs.resolve_job_def(job_name).execute_in_process(instance=instance, partition_key=partition, tags=tags, raise_on_error=False)
         for asset, part, rows, seconds in _materializations(result):
             step += 1
-            if job_name == "demo_country_job":
-                part = f"{COUNTRY_DAY} x {len(COUNTRIES)} countries"
-            say(f"[{step:>2}]      {asset:<28} {part or '':<26} {rows:>9,} rows {seconds:>6.1f} s")
+            say(f"[{step:>2}]      {asset:<26} {part:<42} {rows:>7,} rows {seconds:>6.1f} s")
         evaluations = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         checks_total += len(evaluations)
         checks_failed += [c.asset_check_key.to_user_string() for c in evaluations if not c.passed]

@@ -72,3 +72,30 @@ def test_unknown_table_is_a_clear_error(warehouse):
     proc = run("history", "nope.missing", warehouse=warehouse, check=False)
     assert proc.returncode == 2
     assert "Table nope.missing does not exist in catalog 'lakehouse'" in proc.stderr
+
+
+def test_global_options_before_or_after_the_subcommand_version_and_readable_tables(lh, spark, warehouse, tmp_path):
+    lh.write(spark.range(0, 5).select("id", (F.col("id") % 2).cast("string").alias("parity")), "cli.opts", partition_by=["parity"])
+    before = run("--warehouse", warehouse, "tables", "--json")
+    after = run("tables", "--json", "--warehouse", warehouse)
+    assert json.loads(before.stdout) == json.loads(after.stdout) and json.loads(after.stdout)[0]["name"] == "cli.opts"
+    # After the subcommand wins over before it (and over the environment).
+    empty = str(tmp_path / "other")
+    assert json.loads(run("--warehouse", empty, "tables", "--json", "--warehouse", warehouse).stdout)[0]["name"] == "cli.opts"
+    assert json.loads(run("tables", "--json", "--warehouse", warehouse, env_warehouse=empty).stdout)[0]["name"] == "cli.opts"
+    # The example: maintain TABLE --warehouse W (and --catalog) after the subcommand.
+    maintained = json.loads(run("maintain", "cli.opts", "--op", "delta_checkpoint", "--json", "--warehouse", warehouse, "--catalog", "lakehouse").stdout)
+    assert maintained["table"] == "cli.opts"
+    for sub in (["history", "cli.opts"], ["verify", "cli.opts"], ["repair", "cli.opts"]):
+        assert run(*sub, "--warehouse", warehouse).returncode == 0
+
+    version = run("--version")
+    assert version.stdout.strip() == "lakehouse, version 0.1.0"
+
+    table = run("tables", "--warehouse", warehouse).stdout.splitlines()
+    assert table[0].split() == ["TABLE", "ICEBERG", "SNAPSHOT", "DELTA", "VERSION", "PARTITIONED", "BY", "FORMATS", "LOCATION"]
+    assert set(table[1]) <= {"-", " "}
+    snapshot, version = lh.tables()[0]["iceberg_snapshot_id"], lh.tables()[0]["delta_version"]
+    assert table[2].split() == ["cli.opts", str(snapshot), str(version), "parity", "iceberg+delta", lh.tables()[0]["location"]]
+    # Columns line up under their headers.
+    assert table[2].index(str(snapshot)) == table[0].index("ICEBERG SNAPSHOT")

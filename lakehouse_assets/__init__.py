@@ -10,8 +10,7 @@ from .core.errors import (
     SpecError,
     TableNotFound,
 )
-from .core.lakehouse import Lakehouse, WriteResult
-from .core.slices import Slice, Window
+from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
 from .core.storage import StorageConfig
 
 __all__ = [

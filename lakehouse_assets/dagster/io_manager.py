@@ -43,6 +43,7 @@ from dagster import (
     TableSchema,
     TimeWindowPartitionsDefinition,
 )
+
 # Dagster's standard `dagster/*` metadata keys (not re-exported at the top level in 1.13).
 from dagster._core.definitions.metadata.metadata_set import TableMetadataSet, UriMetadataSet
 from dagster_pyspark import PySparkResource
@@ -50,8 +51,8 @@ from pyiceberg.table import Table
 
 from ..core.errors import SpecError
 from ..core.lakehouse import WriteResult
-from ..core.slices import Slice, Window
 from ..core.spec import spec_terms
+from ..core.window import Slice, Window
 from .health import table_health_metadata
 from .resources import LakehouseResource
 

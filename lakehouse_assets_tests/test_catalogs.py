@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from lakehouse_assets.core import duckdb_readers
 
 from .conftest import assert_all_readers_agree, rows_of
-from .servers import backend, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+from .servers import azurite, backend, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
 
 def events(spark, start: int, n: int):

@@ -38,9 +38,11 @@ REST_BUCKET = "lakehouse-rest"  # S3 Tables bucket served by SeaweedFS's Iceberg
 S3_BUCKET = "lakehouse-s3"  # plain S3 bucket for the PostgreSQL catalog
 PG_BIN_DIRS = ("/usr/lib/postgresql/15/bin",)
 GCS_BUCKET = "lakehouse-gcs"
-# Azurite account: a recognisable key (base64, as Azure keys are) that the secrets test searches for.
-AZURE_ACCOUNT = "lkhtestacct"
-AZURE_KEY = "bGtoLXRlc3QtYXp1cmUta2V5LTdjNGU5YTFi"
+# Azurite's development account. DuckDB's delta extension only treats this account name as "the emulator"
+# (any other account goes to <account>.blob.core.windows.net), so the tests use it. Its key is public, but
+# still the configured secret: the secrets test searches every log and object for it.
+AZURE_ACCOUNT = "devstoreaccount1"
+AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 AZURE_CONTAINER = "lakehouse"
 AZURITE_DIR = Path(__file__).resolve().parent.parent / ".node" / "node_modules" / ".bin"
 

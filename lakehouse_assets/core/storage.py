@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -139,14 +139,6 @@ class StorageConfig:
         if self.allow_http is not None:
             return self.allow_http
         return bool(self.endpoint_url and self.endpoint_url.startswith("http://"))
-
-    def secrets(self) -> list[str]:
-        """Values that must never be written anywhere (tests search logs and metadata for them)."""
-        values = (self.access_key_id, self.secret_access_key, self.session_token, self.azure_account_key, self.azure_sas_token, self.azure_client_secret)
-        return [v for v in values if v]
-
-    def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def for_warehouse(self, uri: str) -> tuple[str, "StorageConfig"]:
         """The warehouse URI in its stored form, and this configuration completed by what the URI names.

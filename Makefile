@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # Azurite (Azure Blob emulator for the conformance tests), from the npm registry into a project-local folder.
 # 3.37 is the first release that honours List Blobs' startFrom, which delta-rs uses to list the Delta log.
 AZURITE_VERSION := 3.37.0
-AZURITE := .node/node_modules/azurite/package.json
+AZURITE := .node/.azurite-$(AZURITE_VERSION)
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_DISABLE_TELEMETRY := 1
 export LAKEHOUSE_WAREHOUSE ?= $(CURDIR)/warehouse
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,servers,ui]'
 	@touch $(STAMP)
 
-$(AZURITE): Makefile
+$(AZURITE):
 	npm install --silent --no-audit --no-fund --no-save --prefix .node azurite@$(AZURITE_VERSION)
 	@touch $(AZURITE)
 

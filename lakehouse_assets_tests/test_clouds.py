@@ -192,6 +192,19 @@ def test_gcs_missing_bucket(fake_gcs, spark, tmp_path):
     assert "Create it, or fix the warehouse URI or the endpoint." in str(info.value)
 
 
+def test_gcs_without_credentials_or_emulator(spark, tmp_path, monkeypatch):
+    """gs:// with neither Google credentials nor STORAGE_EMULATOR_HOST (this machine has no GCP metadata server)."""
+    for k in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "CLOUD_STORAGE_EMULATOR_ENDPOINT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))  # no gcloud user credentials either
+    lh = Lakehouse("gs://some-bucket/wh", storage=StorageConfig.from_env(), catalog_name="c", catalog_properties={"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db"})
+    with pytest.raises(CatalogError) as info:
+        lh.write(events(spark, 0, 3), "ns.t")
+    message = str(info.value)
+    assert message.startswith("No Google credentials for gs://some-bucket/wh (endpoint storage.googleapis.com): set GOOGLE_APPLICATION_CREDENTIALS")
+    assert "STORAGE_EMULATOR_HOST" in message
+
+
 def test_azure_missing_container(azurite, spark, tmp_path):
     lh = Lakehouse("az://no-such-container/wh", storage=_azure_storage(azurite), catalog_name="c", catalog_properties={"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db"})
     assert lh.warehouse == f"abfss://no-such-container@{AZURE_ACCOUNT}.dfs.core.windows.net/wh"

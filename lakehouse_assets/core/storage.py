@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -343,7 +344,7 @@ def _cloud(storage: StorageConfig, uri: str) -> _Cloud:
 DENIED = (
     "ACCESS_DENIED", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "INVALID_ACCESS_KEY_ID", "HTTP status 403",
     "AuthenticationFailed", "AuthorizationFailure", "AuthorizationPermissionMismatch", "403 Forbidden", "PERMISSION_DENIED",
-    "UNAUTHENTICATED", "401 Unauthorized", "OAuth2 access token", "Could not create a OAuth2",
+    "UNAUTHENTICATED", "401 Unauthorized",
 )  # fmt: skip
 UNREACHABLE = ("NETWORK_CONNECTION", "curlCode", "Could not resolve", "Couldn't connect", "Could not connect", "Connection refused", "Failed to connect")
 
@@ -352,6 +353,12 @@ def storage_error(storage: StorageConfig, uri: str, error: BaseException) -> Cat
     """Turn a pyarrow / cloud SDK error text into an actionable CatalogError; None if it is not a storage problem."""
     text = str(error)
     cloud = _cloud(storage, uri)
+    if "Could not create a OAuth2 access token" in text:  # google-cloud-cpp found no credential to use
+        return CatalogError(
+            f"No Google credentials for {uri} ({cloud.where}): set GOOGLE_APPLICATION_CREDENTIALS to a service-account "
+            "key file, or run with a service account (GKE workload identity, a GCE VM) or after `gcloud auth "
+            "application-default login`; for an emulator set STORAGE_EMULATOR_HOST (or the lakehouse resource's gcs_endpoint_url)."
+        )
     if any(s in text for s in DENIED):
         return CatalogError(
             f"Access denied to {uri} ({cloud.where}). The credential ({cloud.credential}) must be valid and allow {cloud.permissions}."
@@ -366,12 +373,18 @@ def storage_error(storage: StorageConfig, uri: str, error: BaseException) -> Cat
     return None
 
 
+CHECK_RETRY_SECONDS = 10
+
+
 def check_access(storage: StorageConfig, uri: str) -> None:
     """One cheap request before any work starts: a wrong endpoint, region, credential or bucket fails here, clearly."""
     if urlparse(uri).scheme not in ("s3", "gs", "abfss"):
         return
     cloud = _cloud(storage, uri)
     fs, path = storage.filesystem(uri)
+    if isinstance(fs, pafs.GcsFileSystem) and not storage.gcs_endpoint_url:
+        # google-cloud-cpp retries a missing credential for 15 minutes by default: answer sooner.
+        fs = pafs.GcsFileSystem(project_id=storage.gcs_project_id, retry_time_limit=timedelta(seconds=CHECK_RETRY_SECONDS))
     bucket = path.split("/", 1)[0]
     try:
         info = fs.get_file_info(bucket)

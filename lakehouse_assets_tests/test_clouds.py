@@ -49,8 +49,8 @@ def test_azurite_conditional_create_keeps_every_concurrent_delta_commit(azurite)
 
     delta-rs writes a commit with `If-None-Match: *`; a loser gets 409, re-reads the log and commits the next
     version. A store that ignored the condition would let losers overwrite winners' log entries silently
-    (measured against fake-gcs-server's media upload, which ignores ifGenerationMatch: 8 writers, 0 errors,
-    2 files left)."""
+    (measured once by hand through an ad-hoc proxy to fake-gcs-server's media upload, which ignores
+    ifGenerationMatch: 8 writers, 0 errors, 2 files left)."""
     from deltalake import DeltaTable, Field, Schema
     from deltalake.transaction import AddAction, create_table_with_add_actions
 

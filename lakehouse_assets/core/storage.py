@@ -296,7 +296,7 @@ def delete_files(storage: StorageConfig, uris: list[str]) -> None:
 # ---------------------------------------------------------------- actionable storage errors
 
 S3_PERMISSIONS = "s3:ListBucket on the bucket and s3:GetObject, s3:PutObject, s3:DeleteObject on its objects"
-GCS_PERMISSIONS = "storage.objects.list, storage.objects.get, storage.objects.create and storage.objects.delete on the bucket (e.g. roles/storage.objectAdmin)"
+GCS_PERMISSIONS = "storage.buckets.get, storage.objects.list, storage.objects.get, storage.objects.create and storage.objects.delete on the bucket"
 AZURE_PERMISSIONS = (
     "read, write, delete and list on the container's blobs (role Storage Blob Data Contributor; a SAS token needs "
     "the r, a, c, w, d and l permissions)"

@@ -3,6 +3,10 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# Azurite (Azure Blob emulator for the conformance tests), from the npm registry into a project-local folder.
+# 3.37 is the first release that honours List Blobs' startFrom, which delta-rs uses to list the Delta log.
+AZURITE_VERSION := 3.37.0
+AZURITE := .node/.azurite-$(AZURITE_VERSION)
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_DISABLE_TELEMETRY := 1
 export LAKEHOUSE_WAREHOUSE ?= $(CURDIR)/warehouse
@@ -12,7 +16,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
 .PHONY: setup system-deps demo test lint dev bench clean
 
-setup: system-deps $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+setup: system-deps $(STAMP) $(AZURITE) $(DAGSTER_HOME)/dagster.yaml
 
 system-deps:
 	@bash scripts/system-deps.sh
@@ -24,6 +28,10 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@$(PY) -m pip install -q -e '.[test,servers,ui]' >> $(VENV)/pip.log 2>&1 || { tail -n 60 $(VENV)/pip.log; exit 1; }
 	@touch $(STAMP)
+
+$(AZURITE):
+	npm install --silent --no-audit --no-fund --no-save --prefix .node azurite@$(AZURITE_VERSION)
+	@touch $(AZURITE)
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	@mkdir -p $(DAGSTER_HOME)
@@ -48,4 +56,4 @@ bench: setup
 	$(PY) bench/write_throughput.py
 
 clean:
-	rm -rf warehouse .dagster_home
+	rm -rf warehouse .dagster_home .node

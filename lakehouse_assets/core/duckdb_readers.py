@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from urllib.parse import urlparse
 
-from .storage import StorageConfig
+from .storage import StorageConfig, azure_parts
 
 
 def _extension_path(name: str) -> str:
@@ -29,11 +30,11 @@ def connect(storage: StorageConfig | None = None):
     con.execute("SET autoinstall_known_extensions=false")
     con.execute("SET autoload_known_extensions=false")
     con.execute("SET TimeZone='UTC'")
-    # httpfs gives iceberg_scan its s3:// reads (delta_scan brings its own object store client).
-    for name in ("avro", "httpfs", "iceberg", "delta"):
+    # httpfs gives iceberg_scan its s3:// and gs:// reads, azure its az:// and abfss:// reads (delta_scan
+    # brings its own object store client for the log, and reads data files through these).
+    for name in ("avro", "httpfs", "azure", "iceberg", "delta"):
         con.execute(f"LOAD '{_extension_path(name)}'")
     if storage is not None and (storage.endpoint_url or storage.access_key_id):
-        from urllib.parse import urlparse
 
         endpoint = urlparse(storage.endpoint_url) if storage.endpoint_url else None
         parts = ["TYPE s3", "URL_STYLE 'path'", f"REGION '{storage.region or 'us-east-1'}'"]
@@ -42,6 +43,23 @@ def connect(storage: StorageConfig | None = None):
         if storage.access_key_id:
             parts += [f"KEY_ID '{storage.access_key_id}'", f"SECRET '{storage.secret_access_key}'"]
         con.execute(f"CREATE OR REPLACE SECRET lakehouse_s3 ({', '.join(parts)})")
+    if storage is not None and storage.gcs_endpoint_url:
+        # DuckDB speaks GCS's S3-compatible XML API, which wants HMAC keys; an emulator ignores them. For real
+        # GCS, create a secret with your HMAC key yourself (CREATE SECRET (TYPE gcs, KEY_ID ..., SECRET ...)).
+        endpoint = urlparse(storage.gcs_endpoint_url)
+        con.execute(
+            f"CREATE OR REPLACE SECRET lakehouse_gcs (TYPE gcs, KEY_ID 'emulator', SECRET 'emulator', ENDPOINT '{endpoint.netloc}', "
+            f"URL_STYLE 'path', USE_SSL {'true' if endpoint.scheme == 'https' else 'false'})"
+        )
+    if storage is not None and storage.azure_account_name:
+        if storage.azure_account_key:
+            parts = [f"AccountName={storage.azure_account_name}", f"AccountKey={storage.azure_account_key}"]
+            if storage.azure_endpoint_url:
+                endpoint = urlparse(storage.azure_endpoint_url)
+                parts += [f"DefaultEndpointsProtocol={endpoint.scheme}", f"BlobEndpoint={storage.azure_endpoint_url.rstrip('/')}/{storage.azure_account_name}"]
+            con.execute(f"CREATE OR REPLACE SECRET lakehouse_azure (TYPE azure, CONNECTION_STRING '{';'.join(parts)}')")
+        else:
+            con.execute(f"CREATE OR REPLACE SECRET lakehouse_azure (TYPE azure, PROVIDER credential_chain, ACCOUNT_NAME '{storage.azure_account_name}')")
     return con
 
 
@@ -54,6 +72,10 @@ def iceberg_scan_sql(metadata_location: str) -> str:
 
 
 def delta_scan_sql(location: str) -> str:
+    if location.startswith("abfss://"):
+        # az:// reads through the blob endpoint, which every Azure storage account (and Azurite) has.
+        container, _, path = azure_parts(location)
+        location = f"az://{container}/{path}"
     return f"delta_scan('{_local(location)}')"
 
 

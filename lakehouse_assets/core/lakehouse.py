@@ -66,8 +66,9 @@ class Lakehouse:
         storage: StorageConfig | None = None,
         delta_configuration: dict[str, str] | None = None,
     ):
-        self.warehouse = normalize_uri(warehouse or os.environ.get("LAKEHOUSE_WAREHOUSE") or "./warehouse")
-        self.storage = storage or StorageConfig.from_env()
+        warehouse = warehouse or os.environ.get("LAKEHOUSE_WAREHOUSE") or "./warehouse"
+        # The stored form of the URI (e.g. Azure's container@account) and the storage settings it implies.
+        self.warehouse, self.storage = (storage or StorageConfig.from_env()).for_warehouse(warehouse)
         self.catalog = open_catalog(self.warehouse, self.storage, catalog_name, catalog_properties)
         self.delta_configuration = {**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})}
 

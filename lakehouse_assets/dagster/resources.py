@@ -21,8 +21,9 @@ def spark_resource(overrides: Optional[dict[str, Any]] = None) -> PySparkResourc
 class LakehouseResource(ConfigurableResource):
     """Where the warehouse lives and which catalog holds its tables.
 
-    Storage settings left empty come from `s3` (dagster-aws's S3Resource) if given, else from the
-    standard AWS environment variables; they can also be given as Dagster `EnvVar`s. They are never
+    Storage settings left empty come from `s3` (dagster-aws's S3Resource) if given, else from each
+    cloud's standard environment variables (AWS_*, STORAGE_EMULATOR_HOST / GOOGLE_*, AZURE_STORAGE_*);
+    they can also be given as Dagster `EnvVar`s. They are never
     written to metadata or logs.
     """
 
@@ -34,6 +35,17 @@ class LakehouseResource(ConfigurableResource):
     s3_access_key_id: Optional[str] = None
     s3_secret_access_key: Optional[str] = None
     s3_session_token: Optional[str] = None
+    # GCS: credentials are Google's Application Default Credentials; an endpoint means an emulator.
+    gcs_endpoint_url: Optional[str] = None
+    gcs_project_id: Optional[str] = None
+    # Azure: one of account key, SAS token or service principal (client id/secret/tenant); else the default chain.
+    azure_account_name: Optional[str] = None
+    azure_account_key: Optional[str] = None
+    azure_sas_token: Optional[str] = None
+    azure_client_id: Optional[str] = None
+    azure_client_secret: Optional[str] = None
+    azure_tenant_id: Optional[str] = None
+    azure_endpoint_url: Optional[str] = None
     delta_configuration: Optional[dict[str, str]] = None
     # dagster-aws's S3Resource: its endpoint/region/keys are used where the s3_* fields above are empty.
     s3: Optional[S3Resource] = None
@@ -48,6 +60,15 @@ class LakehouseResource(ConfigurableResource):
             access_key_id=self.s3_access_key_id or (s3.aws_access_key_id if s3 else None),
             secret_access_key=self.s3_secret_access_key or (s3.aws_secret_access_key if s3 else None),
             session_token=self.s3_session_token or (s3.aws_session_token if s3 else None),
+            gcs_endpoint_url=self.gcs_endpoint_url,
+            gcs_project_id=self.gcs_project_id,
+            azure_account_name=self.azure_account_name,
+            azure_account_key=self.azure_account_key,
+            azure_sas_token=self.azure_sas_token,
+            azure_client_id=self.azure_client_id,
+            azure_client_secret=self.azure_client_secret,
+            azure_tenant_id=self.azure_tenant_id,
+            azure_endpoint_url=self.azure_endpoint_url,
         )
 
     def get(self) -> Lakehouse:

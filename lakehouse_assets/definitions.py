@@ -11,6 +11,7 @@ from .dagster.demo_assets import customers, daily, daily_user_activity, demo_ass
 from .dagster.io_manager import LakehouseIOManager
 from .dagster.maintenance import maintenance_jobs, maintenance_schedules, maintenance_sensors
 from .dagster.resources import LakehouseResource, spark_resource
+from .dagster.schema_ops import lakehouse_alter_job
 
 lakehouse = LakehouseResource(warehouse=os.environ.get("LAKEHOUSE_WAREHOUSE", "./warehouse"))
 pyspark = spark_resource()
@@ -28,7 +29,7 @@ demo_daily_job = define_asset_job(
 defs = Definitions(
     assets=demo_assets,
     asset_checks=build_formats_agree_checks([a.key for a in demo_assets]),
-    jobs=[demo_customers_job, demo_daily_job, *maintenance_jobs],
+    jobs=[demo_customers_job, demo_daily_job, *maintenance_jobs, lakehouse_alter_job],
     schedules=maintenance_schedules,
     sensors=maintenance_sensors,
     resources={

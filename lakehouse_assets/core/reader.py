@@ -37,8 +37,9 @@ class _ParquetFileReader:
                 source = self._source_columns(parquet.schema_arrow)  # table column -> the file's column
                 data_schema = pa.schema([f for f in self.arrow_schema if f.name != self.path_column])
                 names = [n for n in data_schema.names if n in source]
+                table_name = {source[n]: n for n in names}  # the file's column -> table column
                 for rb in parquet.iter_batches(columns=[source[n] for n in names], batch_size=65536):
-                    rb = pa.RecordBatch.from_arrays(rb.columns, names=names)
+                    rb = pa.RecordBatch.from_arrays(rb.columns, names=[table_name[c] for c in rb.schema.names])
                     out = conform_batch(rb, data_schema)
                     if self.path_column:
                         out = out.append_column(self.path_column, pa.array([uri] * out.num_rows, pa.string()))

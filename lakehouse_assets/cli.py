@@ -133,6 +133,30 @@ def repair(ctx, table: str, as_json: bool) -> None:
     _emit(_lakehouse(ctx).repair(table), as_json, lambda r: click.echo(f"{r['table']}: Delta version {r.get('delta_version_before')} -> {r['delta_version']}"))
 
 
+@cli.command()
+@click.argument("table")
+@click.option("--rename", "renames", multiple=True, metavar="OLD=NEW", help="Rename a column (repeatable).")
+@click.option("--drop", "drops", multiple=True, metavar="COLUMN", help="Drop a column (repeatable).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], as_json: bool) -> None:
+    """Rename and drop columns in metadata only (Iceberg-only tables; no data file is rewritten)."""
+    pairs = {}
+    for r in renames:
+        old, sep, new = r.partition("=")
+        if not sep or not old or not new:
+            raise click.BadParameter(f"expected OLD=NEW, got {r!r}", param_hint="--rename")
+        pairs[old] = new
+    result = _lakehouse(ctx).alter(table, rename=pairs, drop=list(drops))
+
+    def render(r):
+        changes = [f"renamed {o} -> {n}" for o, n in r["renamed"].items()] + [f"dropped {c}" for c in r["dropped"]]
+        click.echo(f"{r['table']}: {', '.join(changes)} (schema {r['schema_id_before']} -> {r['schema_id']}, no data file rewritten)")
+        click.echo(f"  columns: {', '.join(f'{n} {t}' for n, t in r['columns'].items())}")
+
+    _emit(result, as_json, render)
+
+
 MAINTENANCE_OPERATIONS = list(maintenance.OPERATIONS)
 
 

@@ -157,3 +157,18 @@ def types_were_widened(table: Table) -> bool:
             if seen.setdefault(f.field_id, f.field_type) != f.field_type:
                 return True
     return False
+
+
+def column_names_moved(table: Table) -> bool:
+    """Has a field id had more than one name, or a name more than one field id, over the table's schemas?
+
+    Then files hold Parquet column names that differ from the schema's (a rename), or a name whose values
+    belong to a dropped column: such tables must be read by field id, never by name.
+    """
+    names_by_id: dict[int, str] = {}
+    ids_by_name: dict[str, int] = {}
+    for schema in table.schemas().values():
+        for f in schema.fields:
+            if names_by_id.setdefault(f.field_id, f.name) != f.name or ids_by_name.setdefault(f.name, f.field_id) != f.field_id:
+                return True
+    return False

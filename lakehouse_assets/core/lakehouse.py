@@ -16,12 +16,13 @@ import json
 import logging
 import os
 import time
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
+from . import alter as alter_
 from . import history, tables, time_travel, transaction, write_modes
 from . import maintenance as maintenance_
 from . import merge as merge_
@@ -206,6 +207,16 @@ class Lakehouse:
                 result.warnings.append(advice)
                 log.warning(advice)
         return result
+
+    # ------------------------------------------------------------ schema operations
+
+    def alter(self, identifier: str, rename: Mapping[str, str] | None = None, drop: Sequence[str] | None = None) -> dict[str, Any]:
+        """Rename (`{"old": "new"}`) and drop top-level columns: one Iceberg schema update, no data file rewritten.
+
+        Iceberg-only tables (formats=["iceberg"]); a Delta-mirrored table is refused with the reason
+        (see core/alter.py). Older snapshots keep reading with their old names.
+        """
+        return alter_.alter_table(self.load(identifier), identifier, rename, drop)
 
     # ------------------------------------------------------------ reads
 

@@ -2,7 +2,9 @@
 
 On file:// Spark's own Parquet reader opens the files. On object stores Spark's JVM has no S3
 connector here, so the files are opened on the executors with pyarrow (the driver only ships paths).
-Either way columns are matched by name and columns missing from older files read as null.
+Columns are matched by name, or by Parquet field id when the Spark schema carries ids
+(`iceberg_to_spark_schema(field_ids=True)`, for tables whose columns were renamed or whose dropped
+names were reused); columns missing from older files read as null.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class _ParquetFileReader:
     storage: StorageConfig
     arrow_schema: pa.Schema
     path_column: str | None = None
+    field_ids: dict[str, int] | None = None  # column -> Parquet field id to match by (instead of the name)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from .type_mapping import conform_batch
@@ -31,13 +34,28 @@ class _ParquetFileReader:
             for uri in batch.column(0).to_pylist():
                 fs, path = self.storage.filesystem(uri)
                 parquet = pq.ParquetFile(fs.open_input_file(path))
-                names = [n for n in self.arrow_schema.names if n in parquet.schema_arrow.names]
+                source = self._source_columns(parquet.schema_arrow)  # table column -> the file's column
                 data_schema = pa.schema([f for f in self.arrow_schema if f.name != self.path_column])
-                for rb in parquet.iter_batches(columns=names, batch_size=65536):
+                names = [n for n in data_schema.names if n in source]
+                table_name = {source[n]: n for n in names}  # the file's column -> table column
+                for rb in parquet.iter_batches(columns=[source[n] for n in names], batch_size=65536):
+                    rb = pa.RecordBatch.from_arrays(rb.columns, names=[table_name[c] for c in rb.schema.names])
                     out = conform_batch(rb, data_schema)
                     if self.path_column:
                         out = out.append_column(self.path_column, pa.array([uri] * out.num_rows, pa.string()))
                     yield out
+
+    def _source_columns(self, file_schema: pa.Schema) -> dict[str, str]:
+        if not self.field_ids:
+            return {n: n for n in file_schema.names}
+        by_id = {int(f.metadata[_ARROW_FIELD_ID]): f.name for f in file_schema if f.metadata and _ARROW_FIELD_ID in f.metadata}
+        out = {n: by_id[i] for n, i in self.field_ids.items() if i in by_id}
+        # Columns without an id (the path column) keep matching by name.
+        out.update({n: n for n in file_schema.names if n not in self.field_ids and n not in out})
+        return out
+
+
+_ARROW_FIELD_ID = b"PARQUET:field_id"
 
 
 def read_parquet_files(spark, uris: list[str], spark_schema, storage: StorageConfig, path_column: str | None = None, cast_files: bool = False):
@@ -48,10 +66,17 @@ def read_parquet_files(spark, uris: list[str], spark_schema, storage: StorageCon
     """
     from pyspark.sql.types import StringType, StructField, StructType
 
+    from .type_mapping import SPARK_FIELD_ID_KEY
+
+    field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
     out_schema = StructType([*spark_schema.fields, StructField(path_column, StringType(), False)]) if path_column else spark_schema
     if not uris:
         return spark.createDataFrame([], out_schema)
     if not cast_files and all(u.startswith("file:") for u in uris):
+        if field_ids:
+            # Spark matches fields tagged with an id by Parquet field id (others by name). Off by default in
+            # Spark; it changes nothing for schemas without ids, so it can stay on for the session.
+            spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
         df = spark.read.schema(spark_schema).parquet(*uris)
         if path_column:
             from pyspark.sql import functions as F
@@ -64,7 +89,7 @@ def read_parquet_files(spark, uris: list[str], spark_schema, storage: StorageCon
     from pyspark.sql.pandas.types import to_arrow_schema
 
     paths = spark.createDataFrame([(u,) for u in uris], "path string").repartition(min(len(uris), spark.sparkContext.defaultParallelism * 4))
-    return paths.mapInArrow(_ParquetFileReader(storage, to_arrow_schema(out_schema), path_column), out_schema)
+    return paths.mapInArrow(_ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None), out_schema)
 
 
 def _file_key(uri: str) -> str:

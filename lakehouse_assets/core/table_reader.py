@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 
 from .delta_committer import DeltaMirror
 from .errors import SpecError, TableNotFound
-from .evolution import types_were_widened
+from .evolution import column_names_moved, types_were_widened
 from .reader import read_parquet_files
 from .storage import StorageConfig, join_uri, normalize_uri
 from .time_travel import check_retention
@@ -67,9 +67,11 @@ def read_table(
                 raise LookupError(f"Table {identifier} has no snapshot at or before {as_of.isoformat()}.")
         else:
             snap = table.current_snapshot()
-        # Time travel reads with the schema the snapshot was written with.
-        schema = table.schemas().get(snap.schema_id, table.schema()) if snap is not None and snap.schema_id is not None else table.schema()
-        spark_schema = iceberg_to_spark_schema(schema)
+        # Time travel reads with the schema the snapshot was written with; the current table with the current
+        # schema (a rename or drop changes the schema without a new snapshot).
+        travelling = snapshot_id is not None or as_of is not None
+        schema = table.schemas().get(snap.schema_id, table.schema()) if travelling and snap is not None and snap.schema_id is not None else table.schema()
+        spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
         if snap is None:
             return spark.createDataFrame([], spark_schema)
         uris = [t.file.file_path for t in table.scan(snapshot_id=snap.snapshot_id, row_filter=expr).plan_files()]

@@ -51,6 +51,11 @@ def spark_schema_to_iceberg(table: str, spark_schema) -> Schema:
     return Schema(*fields)
 
 
+def check_column_names(table: str, names: Iterable[str]) -> None:
+    """Column names are unique (case-insensitively, as Delta compares them) and storable in both formats."""
+    _check_names(table, names)
+
+
 def _check_names(table: str, names: Iterable[str]) -> None:
     seen = set()
     for n in names:
@@ -116,8 +121,17 @@ def _spark_type(table: str, path: str, dt, counter) -> IcebergType:
     )
 
 
-def iceberg_to_spark_schema(schema: Schema):
-    """Spark StructType for reading an Iceberg schema (used by readers)."""
+# Spark's Parquet reader matches a StructField carrying this metadata by Parquet field id, not by name
+# (with spark.sql.parquet.fieldId.read.enabled; see reader.py).
+SPARK_FIELD_ID_KEY = "parquet.field.id"
+
+
+def iceberg_to_spark_schema(schema: Schema, field_ids: bool = False):
+    """Spark StructType for reading an Iceberg schema (used by readers).
+
+    `field_ids`: tag each top-level field with its Iceberg field id, so that files are read by id. Needed
+    once a column was renamed, or a dropped name reused (files keep the names they were written with).
+    """
     from pyspark.sql import types as T
 
     def conv(t: IcebergType):
@@ -151,7 +165,12 @@ def iceberg_to_spark_schema(schema: Schema):
             return T.MapType(conv(t.key_type), conv(t.value_type), not t.value_required)
         raise SchemaError(f"Iceberg type {t} has no Spark equivalent here.")
 
-    return T.StructType([T.StructField(f.name, conv(f.field_type), not f.required) for f in schema.fields])
+    return T.StructType(
+        [
+            T.StructField(f.name, conv(f.field_type), not f.required, {SPARK_FIELD_ID_KEY: f.field_id} if field_ids else None)
+            for f in schema.fields
+        ]
+    )
 
 
 

@@ -24,6 +24,7 @@ from pyiceberg.table import Table
 from . import iceberg_committer as ic
 from . import merge as merge_
 from .errors import SpecError
+from .evolution import column_names_moved
 from .properties import Operation, SummaryKeys
 from .reader import read_parquet_files
 from .spec import TableSpec
@@ -91,7 +92,8 @@ class WriteTarget:
     def read(self, spark, files: list[DataFile], *, cast_files: bool | None = None, path_column: str | None = None):
         """Existing files as a DataFrame in the write's schema."""
         cast = self.cast_files if cast_files is None else cast_files
-        return read_parquet_files(spark, [f.file_path for f in files], iceberg_to_spark_schema(self.schema), self.storage, path_column=path_column, cast_files=cast)
+        spark_schema = iceberg_to_spark_schema(self.schema, field_ids=column_names_moved(self.table))  # by id after renames
+        return read_parquet_files(spark, [f.file_path for f in files], spark_schema, self.storage, path_column=path_column, cast_files=cast)
 
 
 def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *, widen_types: bool, key_stats=None) -> dict[str, str]:

@@ -13,6 +13,7 @@ from pyiceberg.table import Table
 from .. import iceberg_committer as ic
 from .. import transaction
 from ..errors import CommitConflict, CommitError
+from ..evolution import types_were_widened
 from ..properties import Operation, SummaryKeys
 from ..spark import active_session
 from ..storage import delete_files
@@ -65,7 +66,8 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
             return result
         result["attempts"] = attempt
         spark = active_session(spark)
-        target = WriteTarget(identifier, table, table.schema(), lh.storage, target_file_size=settings.target_bytes)
+        # A widened Iceberg-only table keeps narrower files: read them through the casting reader.
+        target = WriteTarget(identifier, table, table.schema(), lh.storage, cast_files=types_were_widened(table), target_file_size=settings.target_bytes)
         df = target.read(spark, removes)
         if not table.spec().fields:
             # Unpartitioned: one output per target size; partitioned tables are shuffled by key in write_files.

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Sequence
 
 import pyarrow as pa
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError, ValidationException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThan
 from pyiceberg.expressions.visitors import ROWS_MUST_MATCH, _StrictMetricsEvaluator
 from pyiceberg.manifest import DataFile
@@ -33,6 +33,7 @@ from .catalog import ensure_namespace, missing_table_hint, open_catalog
 from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror, SnapshotChange
 from .errors import CommitError, InputError, LakehouseError, RetentionError, SpecError, TableNotFound
 from .evolution import SchemaPlan, apply_schema_change, evolved_schema, plan_schema_change, types_were_widened
+from .deletes import refuse_delete_files, table_files
 from .reader import read_parquet_files
 from .small_writes import small_writes_warning
 from .spec import (
@@ -44,11 +45,12 @@ from .spec import (
     spark_schema_to_iceberg,
     spec_terms,
 )
-from .storage import StorageConfig, check_access, delete_files, join_uri, normalize_uri
+from .storage import StorageConfig, check_access, delete_files, delta_path, join_uri, normalize_uri
 from .writer import write_table_files
 
 log = logging.getLogger("lakehouse")
 
+MERGE_COMMIT_ATTEMPTS = 4  # a merge re-validated against concurrent appends that cannot hold its keys
 METADATA_FOLDER = "_iceberg"  # `_`-prefixed: Delta's vacuum and Iceberg's orphan cleanup both skip it
 FORMATS_PROPERTY = "lakehouse.formats"
 SCHEMA_EVOLUTION_PROPERTY = "lakehouse.schema-evolution"  # "false": this table refuses schema changes whatever the writer asks
@@ -268,6 +270,10 @@ class Lakehouse:
                 self._mirror_to_delta(table, {}, result)
             return result
 
+        if merge_opts is not None or window is not None or (delta_on and schema_plan.widen):
+            # These read or rewrite existing data files: with another engine's delete files they would resurrect rows.
+            what = "A merge" if merge_opts is not None else "A window overwrite" if window is not None else "Widening a column"
+            refuse_delete_files(table, what)
         root = normalize_uri(table.location())
         write = lambda data: write_table_files(data, table, self.storage, schema=schema, target_file_size=target_file_size)  # noqa: E731
         merge_removes, merge_stats = [], None
@@ -280,6 +286,7 @@ class Lakehouse:
         try:
             adds = ic.data_files_from_written(table, root, written, schema)
             removes: list[DataFile] = list(merge_removes)
+            removed_delete_files: list[DataFile] = []
             if window is not None:
                 expr = _window_expression(table, window)
                 _check_inside_window(identifier, table, adds, window, expr)
@@ -287,7 +294,10 @@ class Lakehouse:
                 adds += rewritten
                 written_uris += [f.file_path for f in rewritten]
             elif mode == "overwrite":
-                removes = ic.live_data_files(table)
+                # Every data file goes, and with them the delete files other engines wrote against them.
+                current = table_files(table)
+                removes = [e.data_file for e in current.data]
+                removed_delete_files = [e.data_file for e in current.deletes]
             if delta_on and schema_plan.widen:
                 rewritten, rest = self._rewrite_in_wider_types(df.sparkSession, table, schema, removes)
                 adds += rewritten
@@ -306,7 +316,26 @@ class Lakehouse:
                 expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
                 summary[ic.DELTA_EXPECTED_VERSION] = str(expected)
             stage = None if schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
-            snapshot = ic.commit_files(table, adds, removes, summary, stage)
+            base_id = _current_id(table)
+            for attempt in range(1, MERGE_COMMIT_ATTEMPTS + 1):
+                try:
+                    snapshot = ic.commit_files(table, adds, removes, summary, stage, removed_delete_files=removed_delete_files)
+                    break
+                except ValidationException as e:
+                    if merge_opts is None:
+                        raise
+                    # Another writer committed since the merge read the table. If what it added cannot hold a
+                    # key of this batch, the merge's plan still holds: commit the same files on top of it.
+                    table = self.load(identifier)
+                    conflict = merge_.concurrent_conflict(df.sparkSession, table, base_id, df, merge_opts, self.storage, cast_files)
+                    if conflict is not None or attempt == MERGE_COMMIT_ATTEMPTS:
+                        raise CommitError(
+                            f"Table {identifier}: the merge lost a race with a concurrent write ({conflict or f'{attempt} attempts'}; "
+                            f"pyiceberg: {e}). Nothing was committed and the written files were removed. Run the merge again: "
+                            "it re-plans against the table as it is now."
+                        ) from e
+                    log.info("Table %s: merge re-validated after a concurrent commit (attempt %d): %s", identifier, attempt, e)
+                    base_id = _current_id(table)
         except BaseException as e:
             # Nothing became visible: remove every file this write created.
             delete_files(self.storage, written_uris)
@@ -437,7 +466,7 @@ class Lakehouse:
             if delta is None:
                 raise TableNotFound(f"Table {identifier} has no Delta log at {table.location()}.")
             root = normalize_uri(table.location())
-            uris = [join_uri(root, p) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
+            uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
             spark_schema = _delta_spark_schema(delta)
         else:
             snap = None
@@ -451,6 +480,8 @@ class Lakehouse:
                     raise LookupError(f"Table {identifier} has no snapshot at or before {as_of.isoformat()}.")
             else:
                 snap = table.current_snapshot()
+            if snap is not None:
+                refuse_delete_files(table, "Lakehouse.read", snap)
             # Time travel reads with the schema the snapshot was written with.
             schema = table.schemas().get(snap.schema_id, table.schema()) if snap is not None and snap.schema_id is not None else table.schema()
             spark_schema = iceberg_to_spark_schema(schema)
@@ -563,16 +594,27 @@ class Lakehouse:
         pending = mirror.pending_snapshots(table, snapshot, mirror.mirrored_sequence_number(delta))
         return None if pending is None else len(pending)
 
-    def repair(self, identifier: str) -> dict[str, Any]:
-        """Bring Delta up to Iceberg (idempotent): mirrors every snapshot Delta has not seen."""
+    def repair(self, identifier: str, *, apply_deletes: bool = False, spark=None) -> dict[str, Any]:
+        """Bring Delta up to Iceberg (idempotent): mirrors every snapshot Delta has not seen.
+
+        Raises MirrorRefused, with the reason and the fix, when a snapshot has no exact Delta equivalent
+        (another engine's delete files, a rename, a partition spec change); Delta is then left as it was.
+        `apply_deletes=True` first rewrites the data files that other engines' delete files remove rows
+        from, with the deletes applied, as one Iceberg snapshot without delete files (core/deletes.py).
+        """
+        out: dict[str, Any] = {"table": identifier}
+        if apply_deletes:
+            from .deletes import apply_deletes as apply
+
+            out["apply_deletes"] = apply(self, identifier, spark)
         table = self.load(identifier)
         if not self.delta_enabled(table):
-            return {"table": identifier, "delta_version": None, "repaired": False, "reason": "Delta is not enabled for this table"}
+            return {**out, "delta_version": None, "repaired": False, "reason": "Delta is not enabled for this table"}
         mirror = self.mirror(table)
         before = mirror.load()
         before_version = before.version() if before is not None else None
         version = mirror.sync(table)
-        return {"table": identifier, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
+        return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
 
 
 # ---------------------------------------------------------------- helpers

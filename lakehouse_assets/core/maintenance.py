@@ -31,15 +31,16 @@ from typing import TYPE_CHECKING, Any, Callable
 import pyarrow as pa
 import pyarrow.fs as pafs
 from pyiceberg.exceptions import CommitFailedException, ValidationException
-from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from . import iceberg_committer as ic
+from .deletes import refuse_delete_files
 from .delta_committer import ICEBERG_SNAPSHOT_ID
 from .errors import CommitError, SpecError
 from .reader import read_parquet_files
 from .spec import iceberg_to_spark_schema
-from .storage import delete_files, join_uri, normalize_uri, relative_to
+from .storage import delete_files, delta_path, join_uri, normalize_uri, relative_to
 from .writer import write_table_files
 
 if TYPE_CHECKING:
@@ -132,10 +133,12 @@ def _ident(table: Table) -> str:
 
 
 def _snapshot_files(table: Table, snapshot_ids, include_deleted: bool) -> set[str]:
-    """Data file URIs in the manifests of these snapshots (each manifest read once).
+    """Data and delete file URIs in the manifests of these snapshots (each manifest read once).
 
     Without deleted entries this is exactly the union of the snapshots' live files (what a reader of
     any of them opens). With them, it also names files the snapshots removed: deletion candidates.
+    Delete files (other engines' row-level deletes) count as referenced like data files: removing
+    one would bring its deleted rows back.
     """
     io, seen, out = table.io, set(), set()
     for sid in snapshot_ids:
@@ -143,7 +146,7 @@ def _snapshot_files(table: Table, snapshot_ids, include_deleted: bool) -> set[st
         if snap is None:
             continue
         for manifest in snap.manifests(io):
-            if manifest.manifest_path in seen or manifest.content != ManifestContent.DATA:
+            if manifest.manifest_path in seen:
                 continue
             seen.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=not include_deleted):
@@ -166,7 +169,7 @@ def _delta_files(delta, versions) -> set[str]:
     out: set[str] = set()
     for v in versions:
         delta.load_as_version(v)
-        out |= set(pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist())
+        out |= {delta_path(p) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()}
     return out
 
 
@@ -449,6 +452,8 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
     result: dict[str, Any] = {"operation": "compaction", "table": identifier, "dry_run": dry_run, "attempts": 0, "conflicts": 0}
     for attempt in range(1, settings.compaction_max_attempts + 1):
         table = lh.load(identifier)
+        if not dry_run:
+            refuse_delete_files(table, "Compaction")
         groups = plan_compaction(table, settings)
         removes = [f for g in groups for f in g]
         before = table.current_snapshot()

@@ -176,6 +176,9 @@ def test_position_deletes_are_refused_by_every_operation_then_applied_by_repair(
     repaired = lh.repair("fw.pos", apply_deletes=True, spark=spark)
     assert repaired["apply_deletes"]["rows_deleted"] == 2 and repaired["apply_deletes"]["data_files_rewritten"] == 1
     assert fw.delete_files(lh.load("fw.pos")) == []
+    summary = lh.load("fw.pos").current_snapshot().summary
+    assert (summary["lakehouse.operation"], summary["total-delete-files"], summary["removed-position-delete-files"]) == ("apply-deletes", "0", "1")
+    assert summary["total-records"] == str(len(model))
     assert lh.verify("fw.pos")["agree"]
     assert_all_readers_agree(lh, spark, duck, "fw.pos", want(model))
     # Now every operation works again, and compaction cannot resurrect anything.
@@ -224,3 +227,33 @@ def test_a_full_overwrite_removes_foreign_delete_files_and_delta_follows(lh, spa
     assert fw.delete_files(lh.load("fw.ow")) == []
     assert lh.verify("fw.ow")["agree"]
     assert_all_readers_agree(lh, spark, duck, "fw.ow", [("FR", 1, "one")])
+
+
+def test_widening_refuses_delete_files(lh, spark):
+    lh.write(spark.createDataFrame([(i, "US") for i in range(4)], "n int, country string").coalesce(1), "fw.wide", partition_by=["country"])
+    t = lh.load("fw.wide")
+    fw.commit_deletes(t, [fw.position_deletes(t, fw.data_files(t)[0], [0])])
+    before = lh.load("fw.wide").current_snapshot().snapshot_id
+    with pytest.raises(DeleteFilesError, match=r"Table fw\.wide: .*Widening a column"):
+        lh.write(spark.createDataFrame([(2**40, "US")], "n long, country string"), "fw.wide")
+    t = lh.load("fw.wide")
+    assert t.current_snapshot().snapshot_id == before and str(t.schema().find_field("n").field_type) == "int"
+
+
+def test_cli_repair_explains_the_refusal_and_applies_deletes(lh, spark, warehouse):
+    from .test_cli import run
+
+    model = start(lh, spark, "fw.cli")
+    t = lh.load("fw.cli")
+    de = next(f for f in fw.data_files(t) if "country=DE" in f.file_path)  # ids 0,2,4,6,8
+    fw.commit_deletes(t, [fw.position_deletes(t, de, [4])])
+    del model[8]
+    refused = run("repair", "fw.cli", warehouse=warehouse, check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "Delta cannot mirror Iceberg" in refused.stderr and "--apply-deletes" in refused.stderr
+    verify = run("verify", "fw.cli", warehouse=warehouse, check=False)
+    assert verify.returncode == 1 and "position-delete" in verify.stdout
+    done = run("repair", "fw.cli", "--apply-deletes", warehouse=warehouse)
+    assert "fw.cli: applied 1 delete file(s): 1 row(s) removed, 1 data file(s) rewritten" in done.stdout
+    run("verify", "fw.cli", warehouse=warehouse)
+    assert sorted(r["id"] for r in lh.read(spark, "fw.cli").collect()) == sorted(model)

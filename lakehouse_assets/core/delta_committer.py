@@ -335,7 +335,7 @@ class DeltaMirror:
                 if target is not None and table.current_snapshot() is not None and target.snapshot_id == table.current_snapshot().snapshot_id:
                     # A schema change without a snapshot (another engine's add_column): Delta follows it too.
                     delta.update_incremental()
-                    if refusals := _schema_refusals(table, delta, table.schema(), {"lakehouse.operation": "schema-only"}):
+                    if refusals := _schema_refusals(table, delta, table.schema(), {}):
                         raise MirrorRefused(self._refusal(table, delta, "the current Iceberg schema: " + "; ".join(refusals)))
                     self._evolve_schema(delta, table, table.schema(), target)
                 delta.update_incremental()

@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from .core import maintenance
 from .core.errors import LakehouseError
 
 
@@ -105,7 +106,7 @@ def repair(ctx, table: str, as_json: bool, apply_deletes: bool) -> None:
     """Bring a lagging Delta log up to Iceberg (idempotent)."""
     spark = None
     if apply_deletes:
-        from .dagster.resources import spark_session
+        from .core.spark import spark_session
 
         spark = spark_session()
     report = _lakehouse(ctx).repair(table, apply_deletes=apply_deletes, spark=spark)
@@ -119,7 +120,7 @@ def repair(ctx, table: str, as_json: bool, apply_deletes: bool) -> None:
     _emit(report, as_json, render)
 
 
-MAINTENANCE_OPERATIONS = ["snapshot_expiry", "orphan_cleanup", "compaction", "metadata_cleanup", "delta_checkpoint", "full_maintenance", "repair"]
+MAINTENANCE_OPERATIONS = list(maintenance.OPERATIONS)
 
 
 @cli.command()
@@ -149,7 +150,7 @@ def maintain(ctx, table, all_tables, operation, dry_run, snapshot_retention_days
     def render(rows):
         for r in rows:
             steps = r.get("steps") or [r]
-            total = lambda k: sum(int(s.get(k) or 0) for s in steps)  # noqa: E731
+            total = lambda k, steps=steps: sum(int(s.get(k) or 0) for s in steps)
             h = r["health"]
             click.echo(
                 f"{r['table']}: {r['operation']}{' (dry run)' if dry_run else ''}: {total('files_rewritten')} files rewritten, "

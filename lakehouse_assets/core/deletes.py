@@ -8,7 +8,7 @@ back if it ignored them. So:
 
 * `refuse_delete_files` stops read, merge, window overwrite, compaction and widening with an error
   naming the table and the fix;
-* `apply_deletes` is the fix: it rewrites the data files that lose rows, in Spark, with the deletes
+* `maintenance/apply_deletes.py` is the fix: it rewrites the data files that lose rows, in Spark, with the deletes
   applied by the Iceberg spec's rules (position deletes by file path + row position for data files
   with a data sequence number <= the delete's; equality deletes by a null-safe anti-join on the
   equality columns for data files with a strictly lower sequence number; both scoped to the delete
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from pyiceberg.manifest import (
     DataFile,
@@ -33,18 +32,13 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot, SnapshotSummaryCollector, update_snapshot_summaries, Summary
+from pyiceberg.table.snapshots import Snapshot, SnapshotSummaryCollector, Summary, update_snapshot_summaries
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from .errors import DeleteFilesError
 
-if TYPE_CHECKING:
-    from .lakehouse import Lakehouse
-
 log = logging.getLogger("lakehouse.deletes")
 
-APPLY_DELETES = "apply-deletes"  # lakehouse.operation of the snapshot that applies delete files
-_PATH, _POS, _DEL = "_lakehouse_file", "_lakehouse_pos", "_lakehouse_delete_file"
 
 
 class DeleteManifestWriter(ManifestWriterV2):
@@ -192,10 +186,10 @@ class OverwriteRemovingDeletes(_OverwriteFiles):
         return update_snapshot_summaries(Summary(operation=summary.operation, **changes), previous.summary if previous else None)
 
 
-# ---------------------------------------------------------------- applying deletes
+# ---------------------------------------------------------------- which delete applies to which data file
 
 
-def _applies(delete: ManifestEntry, data: ManifestEntry) -> bool:
+def applies(delete: ManifestEntry, data: ManifestEntry) -> bool:
     """Iceberg spec: which delete file applies to which data file (sequence numbers and partition)."""
     d, f = delete.data_file, data.data_file
     if delete.data_file.content == DataFileContent.POSITION_DELETES:
@@ -206,107 +200,3 @@ def _applies(delete: ManifestEntry, data: ManifestEntry) -> bool:
     if len(d.partition) == 0:  # unpartitioned delete spec: a global delete
         return True
     return d.spec_id == f.spec_id and tuple(d.partition) == tuple(f.partition)
-
-
-def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any]:
-    """Rewrite the data files that delete files remove rows from, and drop the delete files: one snapshot."""
-    from pyspark.sql import functions as F
-
-    from . import iceberg_committer as ic
-    from .reader import read_parquet_files
-    from .spec import iceberg_to_spark_schema
-    from .storage import delete_files, join_uri, normalize_uri
-    from .writer import write_table_files
-
-    table = lh.load(identifier)
-    snapshot = table.current_snapshot()
-    files = table_files(table, snapshot)
-    result: dict[str, Any] = {"table": identifier, "delete_files": len(files.deletes), "data_files_rewritten": 0, "rows_deleted": 0}
-    if not files.deletes:
-        result["applied"] = False
-        return result
-    spark = spark or _spark()
-    schema = table.schema()
-    spark_schema = iceberg_to_spark_schema(schema)
-    pairs = [(d.data_file.file_path, f.data_file.file_path) for d in files.deletes for f in files.data if _applies(d, f)]
-    candidates = sorted({data for _, data in pairs})
-    by_uri = {e.data_file.file_path: e.data_file for e in files.data}
-    cast_files = True  # the pyarrow reader gives row positions, and casts files written in narrower types
-    drops = None
-    if candidates:
-        rows = read_parquet_files(spark, candidates, spark_schema, lh.storage, path_column=_PATH, position_column=_POS, cast_files=cast_files)
-        pair_df = spark.createDataFrame(pairs, f"{_DEL} string, {_PATH} string")
-        parts = []
-        pos_files = sorted({e.data_file.file_path for e in files.position_deletes})
-        if pos_files:
-            from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-            pos_schema = StructType([StructField("file_path", StringType()), StructField("pos", LongType())])
-            pos = read_parquet_files(spark, pos_files, pos_schema, lh.storage, path_column=_DEL, cast_files=True)
-            parts.append(
-                pos.join(pair_df, _DEL).filter(F.col("file_path") == F.col(_PATH)).select(_PATH, F.col("pos").alias(_POS))
-            )
-        groups: dict[tuple, list[str]] = {}
-        for e in files.equality_deletes:
-            groups.setdefault(tuple(sorted(e.data_file.equality_ids or [])), []).append(e.data_file.file_path)
-        for ids, uris in groups.items():
-            names = [schema.find_column_name(i) for i in ids]
-            if not ids or any(n is None or "." in n for n in names):
-                raise DeleteFilesError(
-                    f"Table {identifier}: equality-delete file(s) {uris[:3]} use equality field ids {list(ids)} that are not "
-                    "top-level columns of the current schema; they cannot be applied here. Apply them with the engine that wrote them."
-                )
-            eq_schema = iceberg_to_spark_schema(schema.select(*names))
-            eq = read_parquet_files(spark, uris, eq_schema, lh.storage, path_column=_DEL, cast_files=True)
-            keyed = eq.join(pair_df, _DEL).select(_PATH, *[F.col(n).alias(f"_eq_{n}") for n in names])
-            cond = F.lit(True)
-            for n in names:
-                cond = cond & rows[n].eqNullSafe(keyed[f"_eq_{n}"])
-            parts.append(rows.join(keyed, (rows[_PATH] == keyed[_PATH]) & cond, "left_semi").select(_PATH, _POS))
-        drops = parts[0]
-        for p in parts[1:]:
-            drops = drops.unionByName(p)
-        drops = drops.distinct().persist()
-    try:
-        affected = [r[0] for r in drops.select(_PATH).distinct().collect()] if drops is not None else []  # file paths only
-        deleted_rows = drops.count() if drops is not None else 0
-        root = normalize_uri(table.location())
-        written_uris: list[str] = []
-        adds: list[DataFile] = []
-        if affected:
-            kept = read_parquet_files(spark, affected, spark_schema, lh.storage, path_column=_PATH, position_column=_POS, cast_files=cast_files)
-            kept = kept.join(drops, [_PATH, _POS], "left_anti").drop(_PATH, _POS)
-            written = write_table_files(kept, table, lh.storage, schema=schema)
-            written_uris = [join_uri(root, f.path) for f in written]
-    finally:
-        if drops is not None:
-            drops.unpersist()
-    removes = [by_uri[u] for u in affected]
-    try:
-        if affected:
-            adds = ic.data_files_from_written(table, root, written, schema)
-        expected = sum(f.record_count for f in removes) - deleted_rows
-        if sum(f.record_count for f in adds) != expected:
-            raise DeleteFilesError(
-                f"Table {identifier}: applying deletes wrote {sum(f.record_count for f in adds)} rows where {expected} were "
-                "expected; nothing was committed."
-            )
-        summary = {ic.OPERATION: APPLY_DELETES, "lakehouse.apply-deletes.delete-files": str(len(files.deletes))}
-        snap = ic.commit_files(table, adds, removes, summary, removed_delete_files=[e.data_file for e in files.deletes])
-    except BaseException:
-        delete_files(lh.storage, written_uris)
-        raise
-    result.update(
-        applied=True,
-        data_files_rewritten=len(removes),
-        data_files_added=len(adds),
-        rows_deleted=deleted_rows,
-        iceberg_snapshot_id=snap.snapshot_id if snap else None,
-    )
-    return result
-
-
-def _spark():
-    from pyspark.sql import SparkSession
-
-    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()

@@ -26,7 +26,7 @@ class _ParquetFileReader:
     position_column: str | None = None  # each row's position in its file (what position deletes name)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from .writer import conform_batch
+        from .type_mapping import conform_batch
 
         for batch in batches:
             for uri in batch.column(0).to_pylist():

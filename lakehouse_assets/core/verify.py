@@ -8,8 +8,9 @@ import pyarrow as pa
 from pyiceberg.table import Table
 
 from .deletes import describe_delete_files, table_files
-from .delta_committer import DeltaMirror, delta_schema
+from .delta_committer import DeltaMirror
 from .storage import delta_path, normalize_uri, relative_to
+from .type_mapping import delta_schema
 
 
 def _schema_columns(arrow_schema: pa.Schema) -> dict[str, str]:

@@ -13,7 +13,6 @@ shuffles and sorts by that key so each partition lands in as few files as possib
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import decimal
 import hashlib
 import json
@@ -29,57 +28,13 @@ import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import BooleanType, DateType, TimestampType, TimestamptzType
 
-from .storage import StorageConfig, join_uri
+from .storage import StorageConfig
+from .type_mapping import arrow_file_schema, conform_batch
 
 PARTITION_KEY_COLUMN = "_lakehouse_partition_key"
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 FILE_ROW_SCHEMA = "path string, size long, record_count long, partition_key string, footer binary"
-
-# ---------------------------------------------------------------- Arrow schema helpers
-
-
-def _small(t: pa.DataType) -> pa.DataType:
-    """pyiceberg's Arrow schema uses large_* types; Spark and Parquet want the plain ones."""
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_large_list(t) or pa.types.is_list(t):
-        return pa.list_(_small_field(t.value_field))
-    if pa.types.is_map(t):
-        return pa.map_(_small_field(t.key_field), _small_field(t.item_field))
-    if pa.types.is_struct(t):
-        return pa.struct([_small_field(t.field(i)) for i in range(t.num_fields)])
-    return t
-
-
-def _small_field(f: pa.Field) -> pa.Field:
-    return pa.field(f.name, _small(f.type), f.nullable, f.metadata)
-
-
-def arrow_file_schema(schema: Schema) -> pa.Schema:
-    """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata."""
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-
-    return pa.schema([_small_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)])
-
-
-def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls."""
-    names = batch.schema.names
-    columns = []
-    for f in target:
-        if f.name in names:
-            col = batch.column(names.index(f.name))
-            if col.type != f.type:
-                col = col.cast(f.type)
-        else:
-            col = pa.nulls(batch.num_rows, f.type)
-        columns.append(col)
-    return pa.RecordBatch.from_arrays(columns, schema=target)
-
 
 # ---------------------------------------------------------------- partition keys
 
@@ -100,21 +55,6 @@ def decode_partition_value(v):
     return v
 
 
-def _delta_partition_string(source_type, value) -> str | None:
-    """Delta's partitionValues serialization (protocol: 'Partition Value Serialization')."""
-    if value is None:
-        return None
-    if isinstance(source_type, BooleanType):
-        return "true" if value else "false"
-    if isinstance(source_type, DateType):
-        return value.isoformat()
-    if isinstance(source_type, TimestamptzType):
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    if isinstance(source_type, TimestampType):
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    return str(value)
-
-
 _SAFE_DIR = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -125,11 +65,10 @@ def _dir_value(human: str) -> str:
 
 @dataclass
 class PartitionKeyer:
-    """Computes, per row, one JSON key holding the Iceberg partition tuple, Delta partition values and directory."""
+    """Computes, per row, one JSON key holding the Iceberg partition tuple and the directory."""
 
     schema_json: str
     spec_json: str
-    delta_columns: tuple[str, ...]
 
     def _setup(self):
         schema = Schema.model_validate_json(self.schema_json)
@@ -156,8 +95,8 @@ class PartitionKeyer:
         out = pa.nulls(batch.num_rows, pa.string())
         for u in uniques:
             mask = None
-            values, delta_values, dirs = [], {}, []
-            for i, (pf, col_name, source_type, source_col, trans_col) in enumerate(transformed):
+            values, dirs = [], []
+            for i, (pf, _col_name, source_type, _source_col, trans_col) in enumerate(transformed):
                 v = u[str(i)]
                 eq = pc.is_null(trans_col) if v is None else pc.fill_null(pc.equal(trans_col, pa.scalar(v, trans_col.type)), False)
                 mask = eq if mask is None else pc.and_(mask, eq)
@@ -165,9 +104,7 @@ class PartitionKeyer:
                 values.append(_json_value(internal))
                 result_type = pf.transform.result_type(source_type)
                 dirs.append(f"{pf.name}={_dir_value(pf.transform.to_human_string(result_type, internal))}")
-                if col_name in self.delta_columns:
-                    delta_values[col_name] = _delta_partition_string(source_type, v)
-            key = json.dumps({"values": values, "delta": delta_values, "dir": "/".join(dirs)}, sort_keys=True)
+            key = json.dumps({"values": values, "dir": "/".join(dirs)}, sort_keys=True)
             out = pc.if_else(mask, pa.scalar(key), out)
         return out
 
@@ -185,7 +122,7 @@ def _column(batch: pa.RecordBatch, dotted: str) -> pa.Array:
     return col
 
 
-UNPARTITIONED_KEY = json.dumps({"values": [], "delta": {}, "dir": ""}, sort_keys=True)
+UNPARTITIONED_KEY = json.dumps({"values": [], "dir": ""}, sort_keys=True)
 
 
 # ---------------------------------------------------------------- file writing
@@ -356,7 +293,6 @@ class WrittenFile:
     size: int
     record_count: int
     partition_values: tuple  # Iceberg internal representation, in partition spec order
-    delta_partition_values: dict
     footer: bytes
 
     def parquet_metadata(self) -> pq.FileMetaData:
@@ -369,7 +305,6 @@ def write_files(
     root_uri: str,
     schema: Schema,
     spec: PartitionSpec,
-    delta_columns: list[str],
     storage: StorageConfig,
     target_file_size: int,
     compression: str = "zstd",
@@ -382,7 +317,7 @@ def write_files(
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, StructField, StructType
 
-        keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json(), tuple(delta_columns))
+        keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json())
         keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
         df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
     writer = FileWriter(root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level)
@@ -404,7 +339,6 @@ def write_files(
                 size=r["size"],
                 record_count=r["record_count"],
                 partition_values=tuple(decode_partition_value(v) for v in key["values"]),
-                delta_partition_values=key["delta"],
                 footer=bytes(r["footer"]),
             )
         )
@@ -413,8 +347,8 @@ def write_files(
 
 def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | None = None, target_file_size: int | None = None) -> list[WrittenFile]:
     """`write_files` with the table's own layout and Parquet settings (location, partition spec,
-    Delta partition columns, target file size, codec and level), so every writer of a table agrees."""
-    from .spec import DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
+    target file size, codec and level), so every writer of a table agrees."""
+    from .spec import DEFAULT_TARGET_FILE_SIZE
     from .storage import normalize_uri
 
     schema = schema or table.schema()
@@ -424,13 +358,8 @@ def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | Non
         root_uri=normalize_uri(table.location()),
         schema=schema,
         spec=table.spec(),
-        delta_columns=delta_partition_columns(table.spec(), schema),
         storage=storage,
         target_file_size=target_file_size or int(props.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
         compression=props.get("write.parquet.compression-codec", "zstd"),
         compression_level=int(props.get("write.parquet.compression-level", "3")),
     )
-
-
-def file_uri(root_uri: str, relative_path: str) -> str:
-    return join_uri(root_uri, relative_path)

@@ -82,7 +82,7 @@ def test_foreign_append_overwrite_and_copy_on_write_delete_are_mirrored_by_the_n
 
 
 def test_foreign_add_column_is_mirrored_by_repair_without_a_new_snapshot(lh, spark, duck):
-    model = start(lh, spark, "fw.col")
+    start(lh, spark, "fw.col")
     t = lh.load("fw.col")
     with t.update_schema() as update:
         from pyiceberg.types import StringType

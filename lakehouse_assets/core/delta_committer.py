@@ -51,9 +51,9 @@ from pyiceberg.types import (
 )
 
 from . import history
+from .errors import MirrorRefused
 from .iceberg_committer import live_data_files
 from .properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
-from .errors import MirrorRefused
 from .spec import delta_partition_columns
 from .storage import StorageConfig, delta_path, relative_to
 from .type_mapping import delta_schema
@@ -106,7 +106,6 @@ _FIX_SPEC = "partition evolution is not supported: Delta's partition columns are
 
 
 def _schema_refusals(table: Table, delta: DeltaTable, schema: Schema, summary: dict[str, str]) -> list[str]:
-    t = ".".join(table.name())
     target = {f.name: f for f in delta_schema(schema).fields}
     current = {f.name: f for f in delta.schema().fields}
     out = []

@@ -31,6 +31,8 @@ from .properties import SummaryKeys
 from .type_mapping import iceberg_to_spark_schema
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
     from .transaction import FileChanges
     from .write_modes import WriteTarget
 

@@ -253,7 +253,13 @@ def test_cli_repair_explains_the_refusal_and_applies_deletes(lh, spark, warehous
     assert "Delta cannot mirror Iceberg" in refused.stderr and "--apply-deletes" in refused.stderr
     verify = run("verify", "fw.cli", warehouse=warehouse, check=False)
     assert verify.returncode == 1 and "position-delete" in verify.stdout
-    done = run("repair", "fw.cli", "--apply-deletes", warehouse=warehouse)
-    assert "fw.cli: applied 1 delete file(s): 1 row(s) removed, 1 data file(s) rewritten" in done.stdout
+    # In process (click's runner), so the command reuses the test session's Spark instead of starting a JVM.
+    from click.testing import CliRunner
+
+    from lakehouse_assets.cli import cli
+
+    done = CliRunner().invoke(cli, ["--warehouse", warehouse, "repair", "fw.cli", "--apply-deletes"], catch_exceptions=False)
+    assert done.exit_code == 0
+    assert "fw.cli: applied 1 delete file(s): 1 row(s) removed, 1 data file(s) rewritten" in done.output
     run("verify", "fw.cli", warehouse=warehouse)
     assert sorted(r["id"] for r in lh.read(spark, "fw.cli").collect()) == sorted(model)

@@ -263,3 +263,20 @@ def test_cli_repair_explains_the_refusal_and_applies_deletes(lh, spark, warehous
     assert "fw.cli: applied 1 delete file(s): 1 row(s) removed, 1 data file(s) rewritten" in done.output
     run("verify", "fw.cli", warehouse=warehouse)
     assert sorted(r["id"] for r in lh.read(spark, "fw.cli").collect()) == sorted(model)
+
+
+def test_a_foreign_data_file_outside_the_table_root_is_refused(lh, spark, tmp_path):
+    import pyarrow.parquet as pq
+
+    start(lh, spark, "fw.out")
+    before = delta_version(lh, "fw.out")
+    t = lh.load("fw.out")
+    outside = tmp_path / "elsewhere" / "country=US" / "f.parquet"
+    outside.parent.mkdir(parents=True)
+    pq.write_table(arrow(t, [{"id": 77, "name": "o", "country": "US"}]), outside)
+    t.add_files([f"file://{outside}"])  # Iceberg may reference any URI; a Delta log only files under its root
+    with pytest.raises(MirrorRefused, match=r"Table fw\.out: .*1 data file\(s\) lie outside the table root"):
+        lh.repair("fw.out")
+    assert delta_version(lh, "fw.out") == before
+    report = lh.verify("fw.out")
+    assert not report["agree"] and any("live only in Iceberg" in d for d in report["differences"])

@@ -3,8 +3,10 @@
 from .core.errors import (
     CatalogError,
     CommitError,
+    DeleteFilesError,
     InputError,
     LakehouseError,
+    MirrorRefused,
     RetentionError,
     SchemaError,
     SpecError,
@@ -16,9 +18,11 @@ from .core.storage import StorageConfig
 __all__ = [
     "CatalogError",
     "CommitError",
+    "DeleteFilesError",
     "InputError",
     "Lakehouse",
     "LakehouseError",
+    "MirrorRefused",
     "RetentionError",
     "SchemaError",
     "Slice",

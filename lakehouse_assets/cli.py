@@ -127,10 +127,28 @@ def verify(ctx, table: str, as_json: bool) -> None:
 @global_options
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--apply-deletes",
+    is_flag=True,
+    help="First rewrite the data files that other engines' Iceberg delete files remove rows from (Spark), as one snapshot Delta can mirror.",
+)
 @click.pass_context
-def repair(ctx, table: str, as_json: bool) -> None:
+def repair(ctx, table: str, as_json: bool, apply_deletes: bool) -> None:
     """Bring a lagging Delta log up to Iceberg (idempotent)."""
-    _emit(_lakehouse(ctx).repair(table), as_json, lambda r: click.echo(f"{r['table']}: Delta version {r.get('delta_version_before')} -> {r['delta_version']}"))
+    spark = None
+    if apply_deletes:
+        from .core.spark import spark_session
+
+        spark = spark_session()
+    report = _lakehouse(ctx).repair(table, apply_deletes=apply_deletes, spark=spark)
+
+    def render(r):
+        if "apply_deletes" in r:
+            a = r["apply_deletes"]
+            click.echo(f"{r['table']}: applied {a['delete_files']} delete file(s): {a['rows_deleted']} row(s) removed, {a['data_files_rewritten']} data file(s) rewritten")
+        click.echo(f"{r['table']}: Delta version {r.get('delta_version_before')} -> {r['delta_version']}")
+
+    _emit(report, as_json, render)
 
 
 @cli.command()

@@ -303,22 +303,45 @@ def test_merge_with_the_same_write_id_commits_once(lh, spark, duck):
     assert not [rdd for rdd in spark.sparkContext._jsc.getPersistentRDDs().values()]  # nothing left cached
 
 
-def test_a_concurrent_append_between_planning_and_commit_fails_the_merge(lh, spark, monkeypatch):
-    """pyiceberg validates the overwrite (serializable isolation): data added since the merge read the table conflicts."""
-    from lakehouse_assets import CommitError
+def _with_a_concurrent_append(lh, spark, monkeypatch, name, concurrent):
+    """Commit `concurrent` (another writer's append) right before the merge's first Iceberg commit."""
     from lakehouse_assets.core import iceberg_committer
 
-    lh.write(people(spark, 0, 10), "m.race")
     real_commit = iceberg_committer.commit_files
 
-    def commit_after_a_concurrent_append(table, adds, removes, summary, *rest):
+    def commit_after_a_concurrent_append(table, adds, removes, summary, *rest, **kw):
         monkeypatch.setattr(iceberg_committer, "commit_files", real_commit)
-        lh.write(people(spark, 1, 2, version=7), "m.race")  # another writer appends key 1 again
-        return real_commit(table, adds, removes, summary, *rest)
+        lh.write(concurrent, name)
+        return real_commit(table, adds, removes, summary, *rest, **kw)
 
     monkeypatch.setattr(iceberg_committer, "commit_files", commit_after_a_concurrent_append)
+
+
+def test_a_concurrent_append_of_a_merged_key_fails_the_merge_with_advice(lh, spark, monkeypatch):
+    """pyiceberg validates the overwrite (serializable isolation); the new rows hold a key the merge changes."""
+    from lakehouse_assets import CommitError
+
+    lh.write(people(spark, 0, 10), "m.race")
+    _with_a_concurrent_append(lh, spark, monkeypatch, "m.race", people(spark, 1, 2, version=7))  # key 1 again
     batch = spark.createDataFrame([(1, "merged", "US", 9)], "id long, name string, country string, version long")
-    with pytest.raises(CommitError, match=r"Table m\.race: the Iceberg commit failed \(ValidationException: Added data files were found"):
+    with pytest.raises(
+        CommitError,
+        match=r"Table m\.race: the merge lost a race with a concurrent write \(snapshot\(s\) \[\d+\] added rows with merge keys \(id\) "
+        r"that this batch also writes.*Nothing was committed.*Run the merge again: it re-plans",
+    ):
         lh.write(batch, "m.race", mode="merge", merge_keys=["id"])
     assert sorted(r["version"] for r in lh.read(spark, "m.race").filter("id = 1").collect()) == [0, 7]  # merge did not land
     assert lh.verify("m.race")["agree"]
+
+
+def test_a_concurrent_append_without_merged_keys_is_revalidated_and_the_merge_lands(lh, spark, duck, monkeypatch):
+    lh.write(people(spark, 0, 10), "m.race2")
+    _with_a_concurrent_append(lh, spark, monkeypatch, "m.race2", people(spark, 50, 52, version=7))  # keys the batch lacks
+    batch = spark.createDataFrame([(1, "merged", "US", 9)], "id long, name string, country string, version long")
+    result = lh.write(batch, "m.race2", mode="merge", merge_keys=["id"])
+    assert not result.delta_lagging
+    rows = model(0, 10)
+    rows.update(model(50, 52, version=7))
+    rows[1] = ("merged", "US", 9)
+    assert_all_readers_agree(lh, spark, duck, "m.race2", expected(rows))
+    assert lh.verify("m.race2")["agree"]

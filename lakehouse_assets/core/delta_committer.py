@@ -51,10 +51,11 @@ from pyiceberg.types import (
 )
 
 from . import history
+from .errors import MirrorRefused
 from .iceberg_committer import live_data_files
 from .properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
 from .spec import delta_partition_columns
-from .storage import StorageConfig, relative_to
+from .storage import StorageConfig, delta_path, relative_to
 from .type_mapping import delta_schema
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class SnapshotChange:
     adds: list[DataFile]
     removes: list[DataFile]
     summary: dict[str, str] = field(default_factory=dict)
+    delete_files_added: list[DataFile] = field(default_factory=list)  # row-level deletes (other engines)
+    delete_files_removed: list[DataFile] = field(default_factory=list)
 
     @property
     def data_change(self) -> bool:
@@ -79,19 +82,106 @@ class SnapshotChange:
 
 def snapshot_change(table: Table, snapshot: Snapshot) -> SnapshotChange:
     """Files added and removed by `snapshot`, read from the manifests that snapshot wrote."""
-    adds, removes = [], []
+    adds, removes, delete_adds, delete_removes = [], [], [], []
     for manifest in snapshot.manifests(table.io):
-        if manifest.content != ManifestContent.DATA or manifest.added_snapshot_id != snapshot.snapshot_id:
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
             continue
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-            if entry.snapshot_id != snapshot.snapshot_id or entry.data_file.content != DataFileContent.DATA:
+            if entry.snapshot_id != snapshot.snapshot_id:
                 continue
+            is_data = manifest.content == ManifestContent.DATA and entry.data_file.content == DataFileContent.DATA
             if entry.status == ManifestEntryStatus.ADDED:
-                adds.append(entry.data_file)
+                (adds if is_data else delete_adds).append(entry.data_file)
             elif entry.status == ManifestEntryStatus.DELETED:
-                removes.append(entry.data_file)
+                (removes if is_data else delete_removes).append(entry.data_file)
     summary = history.summary(snapshot)
-    return SnapshotChange(snapshot, adds, removes, summary)
+    return SnapshotChange(snapshot, adds, removes, summary, delete_adds, delete_removes)
+
+
+# ---------------------------------------------------------------- what Delta cannot express
+
+_FIX_DELETES = "run `lakehouse repair {t} --apply-deletes` (rewrites the affected data files with the deletes applied in one Iceberg snapshot; Delta then mirrors the result)"
+_FIX_RENAME = "Delta (delta-rs) cannot rename or drop a column without column mapping, which this project does not write yet (issue 14); rename it back in Iceberg to let Delta catch up, or keep the table Iceberg-only (table property lakehouse.formats=iceberg)"
+_FIX_SPEC = "partition evolution is not supported: Delta's partition columns are fixed. Restore the original spec in Iceberg (and rewrite files written under the new one), or keep the table Iceberg-only"
+
+
+def _schema_refusals(table: Table, delta: DeltaTable, schema: Schema, summary: dict[str, str]) -> list[str]:
+    target = {f.name: f for f in delta_schema(schema).fields}
+    current = {f.name: f for f in delta.schema().fields}
+    out = []
+    gone = [n for n in current if n not in target]
+    if gone:
+        # Name the new name when the field id survived (a rename), else it was dropped.
+        renamed = {}
+        for old in gone:
+            for s in table.schemas().values():
+                try:
+                    fid = s.find_field(old).field_id
+                except ValueError:
+                    continue
+                new = schema.find_column_name(fid)
+                if new is not None:
+                    renamed[old] = new
+                    break
+        desc = ", ".join(f"{o!r} renamed to {renamed[o]!r}" if o in renamed else f"{o!r} dropped" for o in gone)
+        out.append(f"the Iceberg schema no longer has Delta's column(s): {desc}. {_FIX_RENAME}")
+    changed = [n for n in target if n in current and str(target[n].type) != str(current[n].type)]
+    if changed and SummaryKeys.OPERATION not in summary:
+        out.append(
+            f"another engine changed the type of column(s) {changed} in the Iceberg metadata only; the live data files keep the "
+            f"old type, which Delta would then declare wrongly. Delta cannot follow a type change without a rewrite of every file"
+        )
+    return out
+
+
+def change_refusals(table: Table, delta: DeltaTable, change: SnapshotChange, root_uri: str) -> list[str]:
+    """Why this snapshot's change has no exact Delta commit (empty when it has one)."""
+    t = ".".join(table.name())
+    out = []
+    if change.delete_files_added or change.delete_files_removed:
+        kinds = sorted({f.content.name.lower().replace("_", "-") for f in change.delete_files_added + change.delete_files_removed})
+        out.append(
+            f"it adds or removes {len(change.delete_files_added) + len(change.delete_files_removed)} delete file(s) ({', '.join(kinds)}): "
+            f"row-level deletes that Delta cannot express (delta-rs writes no deletion vectors); {_FIX_DELETES.format(t=t)}"
+        )
+    out += _file_refusals(table, change.adds, root_uri)
+    snap = change.snapshot
+    schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
+    out += _schema_refusals(table, delta, schema, change.summary)
+    return out
+
+
+def state_refusals(table: Table, delta: DeltaTable, snapshot: Snapshot, root_uri: str) -> list[str]:
+    """Why the table at `snapshot` cannot be mirrored as a whole (a full file-set diff)."""
+    from .deletes import describe_delete_files, table_files
+
+    t = ".".join(table.name())
+    files = table_files(table, snapshot)
+    out = []
+    if files.deletes:
+        out.append(f"{describe_delete_files(files)} are live: row-level deletes that Delta cannot express; {_FIX_DELETES.format(t=t)}")
+    out += _file_refusals(table, [e.data_file for e in files.data], root_uri)
+    schema = table.schema() if snapshot.snapshot_id == getattr(table.current_snapshot(), "snapshot_id", None) else table.schemas().get(snapshot.schema_id, table.schema())
+    out += _schema_refusals(table, delta, schema, {})
+    return out
+
+
+def _file_refusals(table: Table, files: list[DataFile], root_uri: str) -> list[str]:
+    specs = table.specs()
+    first = specs[min(specs)]
+    other_spec = sorted({f.spec_id for f in files if specs[f.spec_id].fields != first.fields})
+    out = []
+    if other_spec:
+        out.append(f"data files were written under partition spec(s) {other_spec}, not the table's original spec {min(specs)}: {_FIX_SPEC}")
+    outside = []
+    for f in files:
+        try:
+            relative_to(root_uri, f.file_path)
+        except ValueError:
+            outside.append(f.file_path)
+    if outside:
+        out.append(f"{len(outside)} data file(s) lie outside the table root {root_uri} (e.g. {outside[0]}); the Delta log only references files under its root. Rewrite them into the table (e.g. compaction by the writing engine)")
+    return out
 
 
 # ---------------------------------------------------------------- per-file Delta metadata
@@ -226,10 +316,25 @@ class DeltaMirror:
             delta = self._create(table)
         chain = self.pending_snapshots(table, target, self.mirrored_sequence_number(delta))
         if chain is None:
+            self._refuse_unless_whole(table, delta, target, "the snapshots Delta lags behind were expired")
             self._commit_full_diff(table, delta, target)
         else:
             for snap in chain:
-                self._commit_change(table, delta, known.get(snap.snapshot_id) or snapshot_change(table, snap))
+                change = known.get(snap.snapshot_id) or snapshot_change(table, snap)
+                if refusals := change_refusals(table, delta, change, self.root_uri):
+                    # No exact Delta commit for this snapshot (another engine wrote it). If the table is whole
+                    # again at the target (deletes applied, ...), one commit jumps there; else refuse, loudly.
+                    self._refuse_unless_whole(table, delta, target, f"snapshot {snap.snapshot_id}: " + "; ".join(refusals))
+                    self._commit_full_diff(table, delta, target)
+                    break
+                self._commit_change(table, delta, change)
+        current = table.current_snapshot()
+        if target is not None and current is not None and target.snapshot_id == current.snapshot_id:
+            # A schema change without a snapshot (another engine's add_column): Delta follows it too.
+            delta.update_incremental()
+            if refusals := _schema_refusals(table, delta, table.schema(), {}):
+                raise MirrorRefused(self._refusal(table, delta, "the current Iceberg schema: " + "; ".join(refusals)))
+            self._evolve_schema(delta, table, table.schema(), target)
         delta.update_incremental()
         # Not simply the latest version: a concurrent writer may have mirrored `target` for us, or committed after it.
         mirrored = self._version_of(delta, target.snapshot_id) if target is not None else None
@@ -249,6 +354,18 @@ class DeltaMirror:
             limit *= 4
 
     # ---- internals
+
+    def _refuse_unless_whole(self, table: Table, delta: DeltaTable, target: Snapshot, why: str) -> None:
+        if refusals := state_refusals(table, delta, target, self.root_uri):
+            raise MirrorRefused(self._refusal(table, delta, f"{why}; at snapshot {target.snapshot_id}: " + "; ".join(refusals)))
+
+    def _refusal(self, table: Table, delta: DeltaTable, why: str) -> str:
+        t = ".".join(table.name())
+        return (
+            f"Table {t}: Delta cannot mirror Iceberg ({why}). Delta was left at version {delta.version()} (nothing "
+            f"half-mirrored); Iceberg readers see the current table, Delta readers the table as of that version, and "
+            f"`lakehouse verify {t}` reports the lag until the table is whole again."
+        )
 
     def _create(self, table: Table) -> DeltaTable:
         schema, spec = table.schema(), table.spec()
@@ -375,7 +492,7 @@ class DeltaMirror:
     def _commit_full_diff(self, table: Table, delta: DeltaTable, target: Snapshot) -> None:
         """Delta is older than the retained Iceberg history: one commit that makes the file sets equal."""
         iceberg_files = {relative_to(self.root_uri, f.file_path): f for f in live_data_files(table, target.snapshot_id)}
-        delta_files = {a["path"]: a for a in pa.table(delta.get_add_actions(flatten=True)).to_pylist()}
+        delta_files = {delta_path(a["path"]): a for a in pa.table(delta.get_add_actions(flatten=True)).to_pylist()}
         adds = [f for p, f in iceberg_files.items() if p not in delta_files]
         removes = [
             _RemovedFile(p, a.get("size_bytes"), {k[len("partition."):]: v for k, v in a.items() if k.startswith("partition.")})

@@ -35,3 +35,11 @@ class CatalogError(LakehouseError):
 
 class RetentionError(LakehouseError, LookupError):
     """A time-travel target is older than what the retention window keeps."""
+
+
+class DeleteFilesError(LakehouseError):
+    """The table holds Iceberg delete files (written by another engine) that an operation cannot apply."""
+
+
+class MirrorRefused(LakehouseError):
+    """An Iceberg snapshot (usually from another engine) has no exact Delta equivalent; Delta was left as it was."""

@@ -50,18 +50,33 @@ def commit_files(
     removes: list[DataFile],
     summary: dict[str, str],
     stage=None,
+    removed_delete_files: list[DataFile] = (),
 ) -> Snapshot | None:
     """One snapshot: fast append when nothing is removed, else an overwrite. None when there is nothing to do.
 
     pyiceberg retries on a concurrent commit and validates that files it removes still exist.
     `stage(tx)` adds other metadata changes (a schema change) to the same transaction.
+    `removed_delete_files`: delete files (written by other engines) this snapshot removes too
+    (core/deletes.py), e.g. after applying them or when a full overwrite replaces every data file.
     """
-    if not adds and not removes:
+    if not adds and not removes and not removed_delete_files:
         return None
     with table.transaction() as tx:
         if stage is not None:
             stage(tx)  # e.g. the schema change these files need: same transaction, one atomic commit
-        if removes:
+        if removed_delete_files:
+            from pyiceberg.table.snapshots import Operation
+
+            from .deletes import OverwriteRemovingDeletes
+
+            with OverwriteRemovingDeletes(
+                operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=summary, removed_delete_files=removed_delete_files
+            ) as producer:
+                for f in removes:
+                    producer.delete_data_file(f)
+                for f in adds:
+                    producer.append_data_file(f)
+        elif removes:
             with tx.update_snapshot(snapshot_properties=summary).overwrite() as producer:
                 for f in removes:
                     producer.delete_data_file(f)
@@ -80,5 +95,11 @@ def live_data_files(table: Table, snapshot_id: int | None = None, row_filter=Non
     snap = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
     if snap is None:
         return []
+    if row_filter is None:
+        # Every live data file, from the manifests (scan planning would also match delete files to data
+        # files, and pyiceberg's raises on another engine's equality deletes).
+        from .deletes import table_files
+
+        return [e.data_file for e in table_files(table, snap).data]
     scan = table.scan(snapshot_id=snap.snapshot_id, **({"row_filter": row_filter} if row_filter is not None else {}))
     return [task.file for task in scan.plan_files()]

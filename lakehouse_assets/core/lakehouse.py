@@ -200,7 +200,13 @@ class Lakehouse:
             delete_files(self.storage, changes.created)  # nothing was committed
             raise
         write_seconds = time.monotonic() - started
-        result = transaction.commit(self, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan)
+        revalidate = None
+        if request.merge is not None:
+            # A concurrent append that cannot hold a key of the batch leaves the merge's plan valid.
+            def revalidate(fresh, base_id):
+                return merge_.concurrent_conflict(df.sparkSession, fresh, base_id, df, request.merge, self.storage, target.cast_files)
+
+        result = transaction.commit(self, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate)
         result.write_seconds = write_seconds
         if result.files_added or result.files_removed:
             if (advice := small_writes_warning(identifier, table)) is not None:
@@ -326,16 +332,28 @@ class Lakehouse:
         pending = mirror.pending_snapshots(table, snapshot, mirror.mirrored_sequence_number(delta))
         return None if pending is None else len(pending)
 
-    def repair(self, identifier: str) -> dict[str, Any]:
-        """Bring Delta up to Iceberg (idempotent): mirrors every snapshot Delta has not seen."""
+    def repair(self, identifier: str, *, apply_deletes: bool = False, spark=None) -> dict[str, Any]:
+        """Bring Delta up to Iceberg (idempotent): mirrors every snapshot Delta has not seen.
+
+        Raises MirrorRefused, with the reason and the fix, when a snapshot has no exact Delta equivalent
+        (another engine's delete files, a rename, a partition spec change); Delta is then left as it was.
+        `apply_deletes=True` first rewrites the data files that other engines' delete files remove rows
+        from, with the deletes applied, as one Iceberg snapshot without delete files
+        (core/maintenance/apply_deletes.py).
+        """
+        out: dict[str, Any] = {"table": identifier}
+        if apply_deletes:
+            from .maintenance.apply_deletes import apply_deletes as apply
+
+            out["apply_deletes"] = apply(self, identifier, spark)
         table = self.load(identifier)
         if not self.delta_enabled(table):
-            return {"table": identifier, "delta_version": None, "repaired": False, "reason": "Delta is not enabled for this table"}
+            return {**out, "delta_version": None, "repaired": False, "reason": "Delta is not enabled for this table"}
         mirror = self.mirror(table)
         before = mirror.load()
         before_version = before.version() if before is not None else None
         version = transaction.sync_delta(mirror, table)
-        return {"table": identifier, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
+        return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
 
 
 # ---------------------------------------------------------------- helpers

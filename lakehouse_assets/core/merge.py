@@ -31,6 +31,8 @@ from .properties import SummaryKeys
 from .type_mapping import iceberg_to_spark_schema
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
     from .transaction import FileChanges
     from .write_modes import WriteTarget
 
@@ -218,3 +220,36 @@ def summary_properties(stats: MergeStats, opts: MergeOptions) -> dict[str, str]:
         SummaryKeys.MERGE_CANDIDATE_FILES: str(stats.candidate_files),
         SummaryKeys.MERGE_REWRITTEN_FILES: str(stats.matched_files),
     }
+
+
+def concurrent_conflict(spark, table: Table, base_snapshot_id: int | None, batch, opts: MergeOptions, storage, cast_files: bool) -> str | None:
+    """Why the snapshots committed after `base_snapshot_id` invalidate a merge planned on it (None: they do not).
+
+    They do when they removed data files (the merge may rewrite them), added delete files, or added
+    data files holding a key of the batch (those rows would then exist twice). Only the new files are
+    read, keys only, in a distributed semi-join; no row reaches the driver.
+    """
+    from .delta_committer import snapshot_change
+    from .reader import read_parquet_files
+
+    snaps, snap = [], table.current_snapshot()
+    while snap is not None and snap.snapshot_id != base_snapshot_id:
+        snaps.append(snap)
+        snap = table.metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    if snap is None and base_snapshot_id is not None:
+        return f"snapshot {base_snapshot_id}, which the merge read, is no longer an ancestor of the current one"
+    ids = [s.snapshot_id for s in reversed(snaps)]
+    added: list[DataFile] = []
+    for s in reversed(snaps):
+        change = snapshot_change(table, s)
+        if change.removes or change.delete_files_added:
+            return f"snapshot {s.snapshot_id} removed or deleted rows the merge may rewrite"
+        added += change.adds
+    keys = list(opts.keys)
+    if not added or not set(keys) <= {f.name for f in table.schema().fields}:
+        return None
+    spark_schema = iceberg_to_spark_schema(table.schema())
+    new_rows = read_parquet_files(spark, [f.file_path for f in added], spark_schema, storage, cast_files=cast_files)
+    if new_rows.select(*keys).join(batch.select(*keys).distinct(), keys, "left_semi").limit(1).count():
+        return f"snapshot(s) {ids} added rows with merge keys ({', '.join(keys)}) that this batch also writes"
+    return None

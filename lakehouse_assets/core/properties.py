@@ -54,6 +54,7 @@ class SummaryKeys:
     MERGE_CANDIDATE_FILES = "lakehouse.merge.candidate-files"
     MERGE_REWRITTEN_FILES = "lakehouse.merge.rewritten-files"
     COMPACTION_FILES_REWRITTEN = "lakehouse.compaction.files-rewritten"
+    APPLIED_DELETE_FILES = "lakehouse.apply-deletes.delete-files"  # other engines' delete files an apply-deletes removed
     PREFIX = "lakehouse."  # summary keys with this prefix are copied into the mirroring Delta commitInfo
 
 
@@ -72,5 +73,6 @@ class Operation:
     OVERWRITE_WINDOW = "overwrite-window"
     MERGE = "merge"
     COMPACTION = "compaction"  # rows unchanged: the Delta mirror writes dataChange=false
+    APPLY_DELETES = "apply-deletes"  # other engines' delete files applied by rewriting the data files they hit
     REPAIR = "repair"  # a Delta-only commit that makes the file sets equal again
     SCHEMA_CHANGE = "schema-change"  # a metadata-only Delta version before a data version

@@ -26,6 +26,7 @@ class _ParquetFileReader:
     arrow_schema: pa.Schema
     path_column: str | None = None
     field_ids: dict[str, int] | None = None  # column -> Parquet field id to match by (instead of the name)
+    position_column: str | None = None  # each row's position in its file (what position deletes name)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from .type_mapping import conform_batch
@@ -35,14 +36,18 @@ class _ParquetFileReader:
                 fs, path = self.storage.filesystem(uri)
                 parquet = pq.ParquetFile(fs.open_input_file(path))
                 source = self._source_columns(parquet.schema_arrow)  # table column -> the file's column
-                data_schema = pa.schema([f for f in self.arrow_schema if f.name != self.path_column])
+                data_schema = pa.schema([f for f in self.arrow_schema if f.name not in (self.path_column, self.position_column)])
                 names = [n for n in data_schema.names if n in source]
                 table_name = {source[n]: n for n in names}  # the file's column -> table column
+                position = 0
                 for rb in parquet.iter_batches(columns=[source[n] for n in names], batch_size=65536):
                     rb = pa.RecordBatch.from_arrays(rb.columns, names=[table_name[c] for c in rb.schema.names])
                     out = conform_batch(rb, data_schema)
                     if self.path_column:
                         out = out.append_column(self.path_column, pa.array([uri] * out.num_rows, pa.string()))
+                    if self.position_column:
+                        out = out.append_column(self.position_column, pa.array(range(position, position + out.num_rows), pa.int64()))
+                    position += out.num_rows
                     yield out
 
     def _source_columns(self, file_schema: pa.Schema) -> dict[str, str]:
@@ -58,18 +63,24 @@ class _ParquetFileReader:
 _ARROW_FIELD_ID = b"PARQUET:field_id"
 
 
-def read_parquet_files(spark, uris: list[str], spark_schema, storage: StorageConfig, path_column: str | None = None, cast_files: bool = False):
+def read_parquet_files(
+    spark, uris: list[str], spark_schema, storage: StorageConfig, path_column: str | None = None, cast_files: bool = False, position_column: str | None = None
+):
     """`path_column` adds each row's file URI, exactly as given in `uris` (merge uses it to find matched files).
+    `position_column` adds each row's 0-based position in its file (applying position deletes needs it).
 
     `cast_files`: some files hold narrower types than `spark_schema` (widened columns); read them with
     pyarrow, which casts, instead of Spark's Parquet reader, which refuses.
     """
-    from pyspark.sql.types import StringType, StructField, StructType
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from .type_mapping import SPARK_FIELD_ID_KEY
 
     field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
     out_schema = StructType([*spark_schema.fields, StructField(path_column, StringType(), False)]) if path_column else spark_schema
+    if position_column:
+        out_schema = StructType([*out_schema.fields, StructField(position_column, LongType(), False)])
+        cast_files = True  # positions come from the pyarrow reader
     if not uris:
         return spark.createDataFrame([], out_schema)
     if not cast_files and all(u.startswith("file:") for u in uris):
@@ -89,7 +100,7 @@ def read_parquet_files(spark, uris: list[str], spark_schema, storage: StorageCon
     from pyspark.sql.pandas.types import to_arrow_schema
 
     paths = spark.createDataFrame([(u,) for u in uris], "path string").repartition(min(len(uris), spark.sparkContext.defaultParallelism * 4))
-    return paths.mapInArrow(_ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None), out_schema)
+    return paths.mapInArrow(_ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column), out_schema)
 
 
 def _file_key(uri: str) -> str:

@@ -83,6 +83,17 @@ def _with_scheme(endpoint: str | None) -> str | None:
     return endpoint
 
 
+def delta_path(path: str) -> str:
+    """A Delta add/remove path as a path relative to the root (the form `relative_to` returns).
+
+    The Delta protocol stores paths as URIs: delta-rs percent-encodes what it is given (a file under
+    `country=x%2Fy/` is logged as `country=x%252Fy/`) and hands the encoded form back.
+    """
+    from urllib.parse import unquote
+
+    return unquote(path)
+
+
 @dataclass(frozen=True)
 class StorageConfig:
     """Object-store settings for S3, GCS and Azure. Empty fields fall back to each cloud's standard environment variables."""

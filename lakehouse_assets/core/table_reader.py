@@ -12,11 +12,12 @@ import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
 from pyiceberg.table import Table
 
+from .deletes import refuse_delete_files
 from .delta_committer import DeltaMirror
 from .errors import SpecError, TableNotFound
 from .evolution import column_names_moved, types_were_widened
 from .reader import read_parquet_files
-from .storage import StorageConfig, join_uri, normalize_uri
+from .storage import StorageConfig, delta_path, join_uri, normalize_uri
 from .time_travel import check_retention
 from .type_mapping import delta_to_spark_schema, iceberg_to_spark_schema
 from .window import Slice, Window
@@ -53,7 +54,7 @@ def read_table(
         if delta is None:
             raise TableNotFound(f"Table {identifier} has no Delta log at {table.location()}.")
         root = normalize_uri(table.location())
-        uris = [join_uri(root, p) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
+        uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
         spark_schema = delta_to_spark_schema(delta)
     else:
         snap = None
@@ -67,6 +68,8 @@ def read_table(
                 raise LookupError(f"Table {identifier} has no snapshot at or before {as_of.isoformat()}.")
         else:
             snap = table.current_snapshot()
+        if snap is not None:
+            refuse_delete_files(table, "Lakehouse.read", snap)
         # Time travel reads with the schema the snapshot was written with; the current table with the current
         # schema (a rename or drop changes the schema without a new snapshot).
         travelling = snapshot_id is not None or as_of is not None

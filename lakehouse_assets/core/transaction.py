@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
 from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -25,7 +25,7 @@ from pyiceberg.table import Table
 
 from . import iceberg_committer as ic
 from .delta_committer import DeltaMirror, SnapshotChange
-from .errors import CommitConflict, CommitError, LakehouseError
+from .errors import CommitConflict, CommitError, LakehouseError, MirrorRefused
 from .evolution import SchemaPlan, apply_schema_change
 from .properties import SummaryKeys
 from .storage import delete_files, normalize_uri
@@ -39,6 +39,7 @@ log = logging.getLogger("lakehouse")
 # re-reading the log: the txn tag tells what is left. Any other failure (storage) is retried once.
 DELTA_CONFLICT_ATTEMPTS = 8
 DELTA_FAILURE_ATTEMPTS = 2
+REVALIDATE_ATTEMPTS = 4  # a merge committed again over concurrent appends that cannot hold its keys
 
 
 @dataclass
@@ -48,6 +49,7 @@ class FileChanges:
     adds: list[DataFile] = field(default_factory=list)
     removes: list[DataFile] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # URIs this operation wrote: deleted if the commit does not land
+    removed_delete_files: list[DataFile] = field(default_factory=list)  # other engines' delete files this commit drops (deletes.py)
     rows_written: int = 0  # rows of the caller's data (files rewritten to keep rows are not counted)
 
     def include(self, other: "FileChanges") -> "FileChanges":
@@ -55,6 +57,7 @@ class FileChanges:
         self.adds += other.adds
         self.removes += other.removes
         self.created += other.created
+        self.removed_delete_files += other.removed_delete_files
         return self
 
 
@@ -96,8 +99,14 @@ def commit(
     *,
     mode: str,
     schema_plan: SchemaPlan | None = None,
+    revalidate: Callable[[Table, int | None], str | None] | None = None,
 ) -> WriteResult:
-    """Commit `changes` to Iceberg, then mirror to Delta. See the module docstring for the failure rules."""
+    """Commit `changes` to Iceberg, then mirror to Delta. See the module docstring for the failure rules.
+
+    `revalidate(fresh_table, base_snapshot_id)`: when pyiceberg's validation rejects the commit because
+    another writer committed since `base`, says why that invalidates the plan (a reason), or None when
+    the plan still holds: the same files are then committed on top (at most REVALIDATE_ATTEMPTS times).
+    """
     started = time.monotonic()
     delta_on = lh.delta_enabled(table)
     mirror = lh.mirror(table) if delta_on else None
@@ -109,7 +118,26 @@ def commit(
                 expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
             summary[SummaryKeys.DELTA_EXPECTED_VERSION] = str(expected)
         stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
-        snapshot = ic.commit_files(table, changes.adds, changes.removes, summary, stage)
+        base_id = _current_id(table)
+        for attempt in range(1, REVALIDATE_ATTEMPTS + 1):
+            try:
+                # Passed only when there are some: tests wrap commit_files as a seam with the plain signature.
+                extra = {"removed_delete_files": changes.removed_delete_files} if changes.removed_delete_files else {}
+                snapshot = ic.commit_files(table, changes.adds, changes.removes, summary, stage, **extra)
+                break
+            except ValidationException as e:
+                if revalidate is None:
+                    raise
+                table = lh.load(identifier)
+                conflict = revalidate(table, base_id)
+                if conflict is not None or attempt == REVALIDATE_ATTEMPTS:
+                    raise CommitConflict(
+                        f"Table {identifier}: the {mode} lost a race with a concurrent write ({conflict or f'{attempt} attempts'}; "
+                        f"pyiceberg: {e}). Nothing was committed and the written files were removed. Run the {mode} again: "
+                        "it re-plans against the table as it is now."
+                    ) from e
+                log.info("Table %s: %s re-validated after a concurrent commit (attempt %d): %s", identifier, mode, attempt, e)
+                base_id = _current_id(table)
     except BaseException as e:
         # Nothing became visible: remove every file this operation created.
         delete_files(lh.storage, changes.created)
@@ -152,6 +180,8 @@ def sync_delta(mirror: DeltaMirror, table: Table, known: dict[int, SnapshotChang
     while True:
         try:
             return mirror.sync(table, known)
+        except MirrorRefused:
+            raise  # not a failure to retry: Delta cannot express the change
         except DeltaCommitFailedError:
             conflicts += 1
             if conflicts >= DELTA_CONFLICT_ATTEMPTS:
@@ -169,14 +199,18 @@ def mirror_to_delta(mirror: DeltaMirror, table: Table, result: WriteResult, know
     try:
         result.delta_version = sync_delta(mirror, table, known)
         return
+    except MirrorRefused as e:
+        # Another engine's snapshot that Delta cannot express: the reason says how to make the table whole.
+        error = f"{type(e).__name__}: {e}"
+        message = f"Table {result.table}: Iceberg snapshot {result.iceberg_snapshot_id} committed; Delta lags: {e}"
     except Exception as e:  # noqa: BLE001 - the write itself has landed
         error = f"{type(e).__name__}: {e}"
         how = f"lost {DELTA_CONFLICT_ATTEMPTS} races to other Delta writers" if isinstance(e, DeltaCommitFailedError) else "failed twice"
+        message = (
+            f"Table {result.table}: Iceberg snapshot {result.iceberg_snapshot_id} committed but the Delta commit {how} "
+            f"({error}). Delta lags Iceberg until the next write or `lakehouse repair {result.table}`."
+        )
     result.delta_lagging = True
     result.delta_error = error
-    message = (
-        f"Table {result.table}: Iceberg snapshot {result.iceberg_snapshot_id} committed but the Delta commit {how} "
-        f"({error}). Delta lags Iceberg until the next write or `lakehouse repair {result.table}`."
-    )
     result.warnings.append(message)
     log.warning(message)

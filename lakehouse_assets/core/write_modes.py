@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 
 from . import iceberg_committer as ic
 from . import merge as merge_
+from .deletes import refuse_delete_files, table_files
 from .errors import SpecError
 from .evolution import column_names_moved
 from .properties import Operation, SummaryKeys
@@ -99,6 +100,10 @@ class WriteTarget:
 def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *, widen_types: bool, key_stats=None) -> dict[str, str]:
     """Run the request's mode into `changes`; returns the summary keys the mode adds (merge's pruning evidence)."""
     extra: dict[str, str] = {}
+    if request.merge is not None or request.window is not None or widen_types:
+        # These read or rewrite existing data files: with another engine's delete files they would resurrect rows.
+        what = "A merge" if request.merge is not None else "A window overwrite" if request.window is not None else "Widening a column"
+        refuse_delete_files(target.table, what)
     if request.merge is not None:
         stats = merge_.plan(df.sparkSession, target, df, key_stats, request.merge, changes)
         extra = merge_.summary_properties(stats, request.merge)
@@ -120,7 +125,10 @@ def append(target: WriteTarget, df, changes: FileChanges) -> FileChanges:
 
 def overwrite(target: WriteTarget, df, changes: FileChanges) -> FileChanges:
     target.write(df, changes)
-    changes.removes += ic.live_data_files(target.table)
+    # Every data file goes, and with them the delete files other engines wrote against them.
+    current = table_files(target.table)
+    changes.removes += [e.data_file for e in current.data]
+    changes.removed_delete_files += [e.data_file for e in current.deletes]
     return changes
 
 

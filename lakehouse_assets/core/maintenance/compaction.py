@@ -12,6 +12,7 @@ from pyiceberg.table import Table
 
 from .. import iceberg_committer as ic
 from .. import transaction
+from ..deletes import refuse_delete_files
 from ..errors import CommitConflict, CommitError
 from ..evolution import types_were_widened
 from ..properties import Operation, SummaryKeys
@@ -50,6 +51,8 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
     result: CompactionReport = {"operation": "compaction", "table": identifier, "dry_run": dry_run, "attempts": 0, "conflicts": 0}
     for attempt in range(1, settings.compaction_max_attempts + 1):
         table = lh.load(identifier)
+        if not dry_run:
+            refuse_delete_files(table, "Compaction")
         groups = plan_compaction(table, settings)
         removes = [f for g in groups for f in g]
         before = table.current_snapshot()

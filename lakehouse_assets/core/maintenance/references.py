@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
 from .. import history
 from ..properties import TableProperties
-from ..storage import join_uri, normalize_uri, relative_to
+from ..storage import delta_path, join_uri, normalize_uri, relative_to
 
 if TYPE_CHECKING:
     from ..lakehouse import Lakehouse
@@ -33,10 +32,12 @@ def now_ms() -> int:
 
 
 def snapshot_files(table: Table, snapshot_ids, include_deleted: bool) -> set[str]:
-    """Data file URIs in the manifests of these snapshots (each manifest read once).
+    """Data and delete file URIs in the manifests of these snapshots (each manifest read once).
 
     Without deleted entries this is exactly the union of the snapshots' live files (what a reader of
     any of them opens). With them, it also names files the snapshots removed: deletion candidates.
+    Delete files (other engines' row-level deletes) count as referenced like data files: removing
+    one would bring its deleted rows back.
     """
     io, seen, out = table.io, set(), set()
     for sid in snapshot_ids:
@@ -44,7 +45,7 @@ def snapshot_files(table: Table, snapshot_ids, include_deleted: bool) -> set[str
         if snap is None:
             continue
         for manifest in snap.manifests(io):
-            if manifest.manifest_path in seen or manifest.content != ManifestContent.DATA:
+            if manifest.manifest_path in seen:
                 continue
             seen.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=not include_deleted):
@@ -57,7 +58,7 @@ def delta_files(delta, versions) -> set[str]:
     out: set[str] = set()
     for v in versions:
         delta.load_as_version(v)
-        out |= set(pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist())
+        out |= {delta_path(p) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()}
     return out
 
 

@@ -1,0 +1,114 @@
+"""apply_deletes: make a table with other engines' Iceberg delete files whole again, in both formats.
+
+Rewrites, in Spark, exactly the data files that delete files remove rows from, applying the Iceberg
+spec's rules (`deletes.applies`): position deletes by (file path, row position), equality deletes by a
+null-safe semi-join on the equality columns. Only file paths reach the driver. The result is ONE
+snapshot through the commit pipeline (core/transaction.py) that removes those data files and every
+delete file: a snapshot of data files only, which the Delta mirror then follows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.manifest import DataFile
+
+from .. import transaction
+from ..deletes import applies, table_files
+from ..errors import DeleteFilesError
+from ..properties import Operation, SummaryKeys
+from ..reader import read_parquet_files
+from ..spark import active_session
+from ..storage import delete_files
+from ..transaction import FileChanges
+from ..type_mapping import iceberg_to_spark_schema
+from ..write_modes import WriteTarget
+
+if TYPE_CHECKING:
+    from ..lakehouse import Lakehouse
+
+_PATH, _POS, _DEL = "_lakehouse_file", "_lakehouse_pos", "_lakehouse_delete_file"
+
+
+def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any]:
+    """Rewrite the data files that delete files remove rows from and drop the delete files: one snapshot."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    table = lh.load(identifier)
+    files = table_files(table)
+    result: dict[str, Any] = {"table": identifier, "delete_files": len(files.deletes), "data_files_rewritten": 0, "rows_deleted": 0}
+    if not files.deletes:
+        result["applied"] = False
+        return result
+    spark = active_session(spark)
+    schema = table.schema()
+    spark_schema = iceberg_to_spark_schema(schema)
+    # (delete file, data file) pairs it applies to: metadata only, decided on the driver.
+    pairs = [(d.data_file.file_path, f.data_file.file_path) for d in files.deletes for f in files.data if applies(d, f)]
+    by_uri = {e.data_file.file_path: e.data_file for e in files.data}
+    candidates = sorted({data for _, data in pairs})
+    drops = None
+    if candidates:
+        rows = read_parquet_files(spark, candidates, spark_schema, lh.storage, path_column=_PATH, position_column=_POS)
+        pair_df = spark.createDataFrame(pairs, f"{_DEL} string, {_PATH} string")
+        parts = []
+        pos_files = sorted({e.data_file.file_path for e in files.position_deletes})
+        if pos_files:
+            pos_schema = StructType([StructField("file_path", StringType()), StructField("pos", LongType())])
+            pos = read_parquet_files(spark, pos_files, pos_schema, lh.storage, path_column=_DEL, cast_files=True)
+            parts.append(pos.join(pair_df, _DEL).filter(F.col("file_path") == F.col(_PATH)).select(_PATH, F.col("pos").alias(_POS)))
+        groups: dict[tuple, list[str]] = {}
+        for e in files.equality_deletes:
+            groups.setdefault(tuple(sorted(e.data_file.equality_ids or [])), []).append(e.data_file.file_path)
+        for ids, uris in groups.items():
+            names = [schema.find_column_name(i) for i in ids]
+            if not ids or any(n is None or "." in n for n in names):
+                raise DeleteFilesError(
+                    f"Table {identifier}: equality-delete file(s) {uris[:3]} use equality field ids {list(ids)} that are not "
+                    "top-level columns of the current schema; they cannot be applied here. Apply them with the engine that wrote them."
+                )
+            eq = read_parquet_files(spark, uris, iceberg_to_spark_schema(schema.select(*names)), lh.storage, path_column=_DEL, cast_files=True)
+            keyed = eq.join(pair_df, _DEL).select(F.col(_PATH).alias("_eq_file"), *[F.col(n).alias(f"_eq_{n}") for n in names])
+            cond = rows[_PATH] == keyed["_eq_file"]
+            for n in names:
+                cond = cond & rows[n].eqNullSafe(keyed[f"_eq_{n}"])  # Iceberg: null equals null in an equality delete
+            parts.append(rows.join(keyed, cond, "left_semi").select(_PATH, _POS))
+        drops = parts[0]
+        for p in parts[1:]:
+            drops = drops.unionByName(p)
+        drops = drops.distinct().persist()
+    target = WriteTarget(identifier, table, schema, lh.storage, cast_files=True)
+    changes = FileChanges(removed_delete_files=[e.data_file for e in files.deletes])
+    try:
+        affected = [r[0] for r in drops.select(_PATH).distinct().collect()] if drops is not None else []  # file paths only
+        deleted_rows = drops.count() if drops is not None else 0
+        removes: list[DataFile] = [by_uri[u] for u in affected]
+        changes.removes += removes
+        if affected:
+            kept = read_parquet_files(spark, affected, spark_schema, lh.storage, path_column=_PATH, position_column=_POS)
+            adds = target.write(kept.join(drops, [_PATH, _POS], "left_anti").drop(_PATH, _POS), changes, counts_as_written=False)
+            expected = sum(f.record_count for f in removes) - deleted_rows
+            if sum(f.record_count for f in adds) != expected:
+                raise DeleteFilesError(
+                    f"Table {identifier}: applying deletes wrote {sum(f.record_count for f in adds)} rows where {expected} were expected; "
+                    "nothing was committed."
+                )
+    except BaseException:
+        delete_files(lh.storage, changes.created)
+        raise
+    finally:
+        if drops is not None:
+            drops.unpersist()
+    summary = {SummaryKeys.OPERATION: Operation.APPLY_DELETES, SummaryKeys.APPLIED_DELETE_FILES: str(len(files.deletes))}
+    wr = transaction.commit(lh, identifier, table, changes, summary, mode=Operation.APPLY_DELETES)
+    result.update(
+        applied=True,
+        data_files_rewritten=len(removes),
+        data_files_added=len(changes.adds),
+        rows_deleted=deleted_rows,
+        iceberg_snapshot_id=wr.iceberg_snapshot_id,
+        delta_version=wr.delta_version,
+        delta_lagging=wr.delta_lagging,
+    )
+    return result

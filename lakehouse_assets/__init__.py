@@ -9,6 +9,7 @@ from .core.errors import (
     SchemaError,
     SpecError,
     TableNotFound,
+    WriteError,
 )
 from .core.lakehouse import Lakehouse, Window, WriteResult
 from .core.storage import StorageConfig
@@ -25,5 +26,6 @@ __all__ = [
     "StorageConfig",
     "TableNotFound",
     "Window",
+    "WriteError",
     "WriteResult",
 ]

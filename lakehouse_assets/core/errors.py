@@ -31,3 +31,8 @@ class CatalogError(LakehouseError):
 
 class RetentionError(LakehouseError, LookupError):
     """A time-travel target is older than what the retention window keeps."""
+
+
+class WriteError(LakehouseError):
+    """Writing the data files failed on the executors (disk full, a task error...); nothing was committed
+    and the files the write had written were removed. The executor's own error is the `__cause__`."""

@@ -144,8 +144,9 @@ class Lakehouse:
             names += [".".join(t) for t in self.catalog.list_tables(ns)]
         return sorted(names)
 
-    def _create_or_load(self, spec: TableSpec, incoming_schema) -> tuple[Table, SchemaPlan]:
-        """The table (created if new) and the schema change the data needs; the change is committed with the data."""
+    def _create_or_load(self, spec: TableSpec, incoming_schema) -> tuple[Table, SchemaPlan, bool]:
+        """The table (created if new), the schema change the data needs (committed with the data), and
+        whether this call created the table (a write that then fails drops it again)."""
         try:
             table = self.catalog.load_table(spec.identifier)
         except NoSuchTableError:
@@ -169,7 +170,7 @@ class Lakehouse:
                 table = self.catalog.create_table(
                     spec.identifier, schema=incoming_schema, location=location, partition_spec=partition_spec, properties=properties
                 )
-                return table, SchemaPlan([], [], [])
+                return table, SchemaPlan([], [], []), True
             except TableAlreadyExistsError:
                 table = self.catalog.load_table(spec.identifier)
         existing_terms = spec_terms(table.spec(), table.schema())
@@ -183,7 +184,7 @@ class Lakehouse:
         )
         if not plan.empty:
             log.info("Table %s: evolving schema: %s", spec.identifier, plan.describe())
-        return table, plan
+        return table, plan, False
 
     # ------------------------------------------------------------ writes
 
@@ -255,7 +256,27 @@ class Lakehouse:
         incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if merge_opts else df.schema)
         if window is not None and window.column not in df.columns:
             raise SpecError(f"Table {identifier}: partition window column {window.column!r} is not in the data ({', '.join(df.columns)}).")
-        table, schema_plan = self._create_or_load(spec, incoming)
+        table, schema_plan, created = self._create_or_load(spec, incoming)
+        try:
+            return self._write_into(table, schema_plan, df, spec, mode, window, write_id, writer, target_file_size, started, merge)
+        except BaseException:
+            if created:
+                self._drop_if_never_written(table)
+            raise
+
+    def _drop_if_never_written(self, table: Table) -> None:
+        """A first write that failed leaves no table behind (unless another writer committed to it meanwhile)."""
+        try:
+            table = self.catalog.load_table(table.name())
+            if table.current_snapshot() is None:
+                self.catalog.drop_table(table.name())
+                delete_files(self.storage, [table.metadata_location])  # its only file: the first metadata JSON
+        except Exception as e:  # noqa: BLE001 - never hide the write's own error
+            log.warning("Table %s: could not drop the table its failed first write created: %s", ".".join(table.name()), e)
+
+    def _write_into(self, table: Table, schema_plan, df, spec: TableSpec, mode: str, window, write_id, writer, target_file_size, started: float, merge) -> WriteResult:
+        identifier = spec.identifier
+        merge_opts, key_stats = merge if merge is not None else (None, None)
         delta_on = self.delta_enabled(table)
         schema = evolved_schema(table, schema_plan)  # new field ids; committed together with the snapshot
         cast_files = types_were_widened(table) or bool(schema_plan.widen)
@@ -646,7 +667,7 @@ def _delta_spark_schema(delta):
         if pa.types.is_timestamp(t):
             t = pa.timestamp("us", tz=t.tz)
         fields.append(pa.field(f.name, t, f.nullable))
-    return from_arrow_schema(pa.schema(fields))
+    return from_arrow_schema(pa.schema(fields), prefer_timestamp_ntz=True)  # Delta timestamp_ntz is Spark's TimestampNTZ
 
 
 def _check_delta_partitioning(identifier: str, schema, partition_spec) -> None:

@@ -52,7 +52,11 @@ def read_parquet_files(spark, uris: list[str], spark_schema, storage: StorageCon
     if not uris:
         return spark.createDataFrame([], out_schema)
     if not cast_files and all(u.startswith("file:") for u in uris):
-        df = spark.read.schema(spark_schema).parquet(*uris)
+        # Our files (and any Iceberg/Delta writer's) hold proleptic-Gregorian dates and timestamps; without
+        # these options Spark refuses values before 1582 / 1900 in files it did not write itself
+        # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
+        reader = spark.read.schema(spark_schema).option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
+        df = reader.parquet(*uris)
         if path_column:
             from pyspark.sql import functions as F
 

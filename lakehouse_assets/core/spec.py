@@ -133,6 +133,13 @@ def build_partition_spec(table: str, schema: Schema, terms: Sequence[str]) -> Pa
                 f"Table {table}: partition transform {text!r} cannot apply to column {term.source!r} of type "
                 f"{source.field_type}. {_transform_help(term.transform)}"
             )
+        if isinstance(term.transform, IdentityTransform) and isinstance(source.field_type, (FloatType, DoubleType)):
+            raise SpecError(
+                f"Table {table}: identity partition on column {term.source!r} of type {source.field_type} is not supported: "
+                "NaN, infinities and -0.0 have no partition value that Iceberg and Delta readers agree on, and equal-looking "
+                f"floats split into many partitions. Partition by a decimal or integer column derived from {term.source!r} "
+                "(cast it before writing), or leave it unpartitioned."
+            )
         if term.name in seen:
             raise SpecError(f"Table {table}: partition field {term.name!r} appears twice in partition_by.")
         seen.add(term.name)
@@ -204,16 +211,23 @@ def arrow_schema_to_iceberg(table: str, arrow_schema) -> Schema:
     return spark_schema_to_iceberg(table, spark_schema)
 
 
-def _check_names(table: str, names: Iterable[str]) -> None:
+def _check_names(table: str, names: Iterable[str], parent: str = "") -> None:
     seen = set()
     for n in names:
+        path = f"{parent}.{n}" if parent else n
         if n.lower() in seen:
-            raise SchemaError(f"Table {table}: column {n!r} appears twice (names are case-insensitive in Delta).")
+            raise SchemaError(f"Table {table}: column {path!r} appears twice (names are case-insensitive in Delta).")
         seen.add(n.lower())
         if re.search(r"[ ,;{}()\n\t=]", n):
             raise SchemaError(
-                f"Table {table}: column name {n!r} contains a character Delta does not allow without column mapping "
+                f"Table {table}: column name {path!r} contains a character Delta does not allow without column mapping "
                 "(space , ; { } ( ) = tab newline). Rename the column."
+            )
+        if "." in n:
+            # Iceberg, Spark and every SQL reader take a dot for a nested field: `a.b` would name two things.
+            raise SchemaError(
+                f"Table {table}: column name {path!r} contains a dot, which Iceberg and Spark read as a nested field "
+                f"(struct access). Rename the column, e.g. {path.replace('.', '_')!r}."
             )
 
 
@@ -243,7 +257,7 @@ def _spark_type(table: str, path: str, dt, counter) -> IcebergType:
     if isinstance(dt, T.TimestampType):
         return TimestamptzType()
     if isinstance(dt, T.StructType):
-        _check_names(table, [f.name for f in dt.fields])
+        _check_names(table, [f.name for f in dt.fields], path)
         return StructType(
             *[
                 NestedField(next(counter), f.name, _spark_type(table, f"{path}.{f.name}", f.dataType, counter), required=not f.nullable)
@@ -335,7 +349,10 @@ class TableSpec:
         if self.target_file_size <= 0:
             raise SpecError(f"Table {self.identifier}: target_file_size must be positive, got {self.target_file_size}.")
         for term in self.partition_by:
-            parse_partition_term(term)
+            try:
+                parse_partition_term(term)
+            except SpecError as e:
+                raise SpecError(f"Table {self.identifier}: {e}") from None
 
     @property
     def namespace(self) -> str:

@@ -557,12 +557,13 @@ class Lakehouse:
             snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
         return out
 
-    def verify(self, identifier: str) -> dict[str, Any]:
-        """Do the formats agree? Same live files, same row count, same column names and types."""
+    def verify(self, identifier: str, *, deep: bool = False) -> dict[str, Any]:
+        """Do the formats agree? Per live file: presence, rows, partition values and stats; the schema.
+        `deep=True` also compares the content as DuckDB reads each format (see core/verify.py)."""
         from .verify import verify_table
 
         table = self.load(identifier)
-        return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None)
+        return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None, deep=deep)
 
     def delta_lag(self, identifier: str) -> int | None:
         """Iceberg snapshots the Delta log has not mirrored yet, from metadata only (no manifests, no file lists).

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("lakehouse.maintenance")
 
 OPERATIONS = ("snapshot_expiry", "orphan_cleanup", "compaction", "metadata_cleanup", "delta_checkpoint", "full_maintenance")
-EXTRA_OPERATIONS = ("repair",)  # Lakehouse.repair, exposed so one job/CLI runs every table operation
+EXTRA_OPERATIONS = ("repair", "verify_deep")  # Lakehouse.repair / verify(deep=True), so one job/CLI runs every table operation
 # Safe order: Delta catches up first (expiry needs the snapshot<->version mapping); compaction before
 # expiry (the small files it replaces stay readable through retained snapshots); the checkpoint before
 # the log cleanup that relies on it.
@@ -622,6 +622,12 @@ def repair(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_
     return {"operation": "repair", "dry_run": False, **lh.repair(identifier)}
 
 
+def verify_deep(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False) -> dict[str, Any]:
+    """The formats-agree check including content (core/verify.py); read-only, so dry_run changes nothing."""
+    report = lh.verify(identifier, deep=True)
+    return {"operation": "verify_deep", "table": identifier, "agree": report["agree"], "differences": report["differences"], "content": report.get("content")}
+
+
 _OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "snapshot_expiry": snapshot_expiry,
     "orphan_cleanup": orphan_cleanup,
@@ -629,6 +635,7 @@ _OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "metadata_cleanup": metadata_cleanup,
     "delta_checkpoint": delta_checkpoint,
     "repair": repair,
+    "verify_deep": verify_deep,
 }
 
 

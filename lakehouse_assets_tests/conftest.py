@@ -18,7 +18,7 @@ os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 @pytest.fixture(scope="session")
 def spark():
-    from lakehouse_assets.dagster.resources import spark_session
+    from lakehouse_assets.core.spark import spark_session
 
     session = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests"})
     yield session

@@ -26,10 +26,11 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from . import delta_values
-from .delta_committer import DeltaMirror, delta_schema
+from .delta_committer import DeltaMirror
 from .iceberg_committer import live_data_files
 from .spec import delta_partition_columns
 from .storage import normalize_uri, relative_to
+from .type_mapping import delta_schema
 
 DEEP_HASH_MAX_ROWS = 5_000_000
 MAX_LISTED = 3  # examples per kind of difference

@@ -33,6 +33,7 @@ from pyiceberg.transforms import IdentityTransform
 from . import delta_values
 from .errors import InputError, WriteError
 from .storage import StorageConfig, join_uri
+from .type_mapping import arrow_file_schema, conform_batch
 
 log = logging.getLogger("lakehouse")
 
@@ -40,50 +41,6 @@ log = logging.getLogger("lakehouse")
 PARTITION_KEY_COLUMN = "_lakehouse partition key"
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 FILE_ROW_SCHEMA = "path string, size long, record_count long, partition_key string, footer binary"
-
-# ---------------------------------------------------------------- Arrow schema helpers
-
-
-def _small(t: pa.DataType) -> pa.DataType:
-    """pyiceberg's Arrow schema uses large_* types; Spark and Parquet want the plain ones."""
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_large_list(t) or pa.types.is_list(t):
-        return pa.list_(_small_field(t.value_field))
-    if pa.types.is_map(t):
-        return pa.map_(_small_field(t.key_field), _small_field(t.item_field))
-    if pa.types.is_struct(t):
-        return pa.struct([_small_field(t.field(i)) for i in range(t.num_fields)])
-    return t
-
-
-def _small_field(f: pa.Field) -> pa.Field:
-    return pa.field(f.name, _small(f.type), f.nullable, f.metadata)
-
-
-def arrow_file_schema(schema: Schema) -> pa.Schema:
-    """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata."""
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-
-    return pa.schema([_small_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)])
-
-
-def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls."""
-    names = batch.schema.names
-    columns = []
-    for f in target:
-        if f.name in names:
-            col = batch.column(names.index(f.name))
-            if col.type != f.type:
-                col = col.cast(f.type)
-        else:
-            col = pa.nulls(batch.num_rows, f.type)
-        columns.append(col)
-    return pa.RecordBatch.from_arrays(columns, schema=target)
-
 
 # ---------------------------------------------------------------- partition keys
 
@@ -157,7 +114,7 @@ class PartitionKeyer:
         for u in uniques:
             mask = None
             values, dirs = [], []
-            for i, (pf, col_name, source_type, source_col, trans_col) in enumerate(transformed):
+            for i, (pf, col_name, source_type, _source_col, trans_col) in enumerate(transformed):
                 v = u[str(i)]
                 eq = pc.is_null(trans_col) if v is None else pc.fill_null(pc.equal(trans_col, pa.scalar(v, trans_col.type)), False)
                 mask = eq if mask is None else pc.and_(mask, eq)
@@ -428,7 +385,8 @@ def write_files(
 def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | None = None, target_file_size: int | None = None) -> list[WrittenFile]:
     """`write_files` with the table's own layout and Parquet settings (location, partition spec,
     Delta partition columns, target file size, codec and level), so every writer of a table agrees."""
-    from .spec import DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
+    from .properties import TableProperties
+    from .spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
     from .storage import normalize_uri
 
     schema = schema or table.schema()
@@ -438,8 +396,8 @@ def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | Non
         root_uri=normalize_uri(table.location()),
         schema=schema,
         spec=table.spec(),
-        # Iceberg-only tables have no Delta partition values to refuse (property key: lakehouse.FORMATS_PROPERTY).
-        delta_columns=delta_partition_columns(table.spec(), schema) if "delta" in props.get("lakehouse.formats", "iceberg,delta") else [],
+        # Iceberg-only tables have no Delta partition values to refuse.
+        delta_columns=delta_partition_columns(table.spec(), schema) if "delta" in props.get(TableProperties.FORMATS, ",".join(ALL_FORMATS)).split(",") else [],
         storage=storage,
         target_file_size=target_file_size or int(props.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
         compression=props.get("write.parquet.compression-codec", "zstd"),
@@ -496,7 +454,3 @@ def _executor_cause(error: BaseException, limit: int = 240) -> str:
 def _one_line(s: str, limit: int = 240) -> str:
     s = " ".join(s.split())
     return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-def file_uri(root_uri: str, relative_path: str) -> str:
-    return join_uri(root_uri, relative_path)

@@ -16,9 +16,9 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction, crea
 from lakehouse_assets.cli import cli
 from lakehouse_assets.core import delta_committer, iceberg_committer
 from lakehouse_assets.core.properties import DELTA_APP_ID as APP_ID
-from lakehouse_assets.core.type_mapping import delta_schema
 from lakehouse_assets.core.spec import delta_partition_columns
 from lakehouse_assets.core.storage import relative_to
+from lakehouse_assets.core.type_mapping import delta_schema
 
 from .test_edge_values import local
 

@@ -20,7 +20,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,servers,ui]'
+	$(PY) -m pip install -q -e '.[test,servers,ui,java-iceberg,bench]'
 	@touch $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml

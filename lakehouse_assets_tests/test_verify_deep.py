@@ -95,7 +95,8 @@ def test_bug1_top_of_range_timestamp_stat_clamped_below_the_value(lh, spark):
 
 def test_bug2_empty_string_partition_value_read_as_null(lh, spark):
     # Iceberg holds '' (allowed for an Iceberg-only table); the planted Delta log spells it "" (NULL to Delta).
-    lh.write(spark.sql("SELECT '' AS region, 1 AS k UNION ALL SELECT 'eu', 2"), "v.empty", partition_by=["region"], formats=["iceberg"])
+    df = spark.sql("SELECT CASE id WHEN 0 THEN '' WHEN 1 THEN 'eu' END AS region, id AS k FROM range(2)")  # nullable, as "" needs
+    lh.write(df, "v.empty", partition_by=["region"], formats=["iceberg"])
     table = lh.load("v.empty")
     with table.transaction() as tx:
         tx.set_properties({"lakehouse.formats": "iceberg,delta"})
@@ -125,13 +126,6 @@ def test_bug3_unpadded_years_in_partition_values_and_stats(lh, spark):
 
     plant_delta_log(lh, "v.ancient", stats=unpadded)
     assert "Delta min of 'ts' is missing or unreadable, expected '0010-05-06T07:08:09.000Z'" in differences(lh.verify("v.ancient"))
-
-
-def test_an_unreadable_delta_log_is_a_finding(lh, spark):
-    lh.write(spark.sql("SELECT 'us' AS region, 1 AS k"), "v.required", partition_by=["region"])  # region NOT NULL
-    plant_delta_log(lh, "v.required", partition_values=lambda f, pv: {"region": None})
-    report = lh.verify("v.required")
-    assert not report["agree"] and "the Delta log cannot be read" in report["differences"][0]
 
 
 def test_wrong_null_count(lh, spark):

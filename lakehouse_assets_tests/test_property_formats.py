@@ -46,6 +46,7 @@ PROFILE = os.environ.get("LAKEHOUSE_HYPOTHESIS_PROFILE", "ci")
 UTC = dt.timezone.utc
 DEC = T.DecimalType(38, 10)
 DEC_MAX = decimal.Decimal("9" * 28 + "." + "9" * 10)
+DEC_MIN = decimal.Decimal("-" + "9" * 28 + "." + "9" * 10)  # not -DEC_MAX: unary minus rounds to 28 digits
 SCHEMA = T.StructType([
     T.StructField("rid", T.IntegerType(), False),  # row id: lets failures name the row
     T.StructField("i8", T.ByteType()),
@@ -75,7 +76,7 @@ BOUNDARIES = {
     "i64": [-2**63, 2**63 - 1, 0, -1],
     "f32": [0.0, -0.0, math.nan, math.inf, -math.inf, 3.4028234663852886e38, 1e-45],
     "f64": [0.0, -0.0, math.nan, math.inf, -math.inf, 1.7976931348623157e308, 5e-324],
-    "dec": [DEC_MAX, -DEC_MAX, decimal.Decimal("0E-10"), decimal.Decimal("1E-10")],
+    "dec": [DEC_MAX, DEC_MIN, decimal.Decimal("0E-10"), decimal.Decimal("1E-10")],
     "s": ["", "x" * 1000, "a/b=c%2F..", "..", "=", "%", "日本語 ✓ \u00e9", "\x00nul"],
     "bin": [b"", b"\x00\xff", bytes(range(256))],
     "flag": [True, False],
@@ -107,7 +108,7 @@ VALUES = {
     "i64": _with_boundaries("i64", st.integers(-2**63, 2**63 - 1)),
     "f32": _with_boundaries("f32", st.floats(width=32)),
     "f64": _with_boundaries("f64", st.floats()),
-    "dec": _with_boundaries("dec", st.decimals(-DEC_MAX, DEC_MAX, places=10, allow_nan=False, allow_infinity=False)),
+    "dec": _with_boundaries("dec", st.decimals(DEC_MIN, DEC_MAX, places=10, allow_nan=False, allow_infinity=False)),
     "s": _with_boundaries("s", st.text(max_size=40)),
     "bin": _with_boundaries("bin", st.binary(max_size=40)),
     "flag": st.one_of(st.none(), st.booleans()),
@@ -158,9 +159,11 @@ def _canon(name: str, v):
     if v is None:
         return None
     if name in ("f32", "f64"):
+        if name == "f32":
+            v = struct.unpack(">f", struct.pack(">f", v))[0]  # what a float column holds (1e-45 -> the smallest subnormal)
         return "nan" if math.isnan(v) else struct.pack(">d", v).hex()
     if name == "dec":
-        return str(decimal.Decimal(v).quantize(decimal.Decimal("1E-10")))
+        return str(decimal.Decimal(v).quantize(decimal.Decimal("1E-10"), context=decimal.Context(prec=60)))
     if name == "ts":
         return (v.astimezone(UTC) - EPOCH) // dt.timedelta(microseconds=1)
     if name == "ntz":

@@ -445,7 +445,7 @@ def _executor_cause(error: BaseException, limit: int = 240) -> str:
         lines = [ln for ln in tail.splitlines() if ln.strip() and not ln.startswith((" ", "\t")) and ": " in ln]
         if lines:
             return _one_line(lines[-1], limit)
-    m = re.search(r"most recent failure: Lost task [^)]*\): (.*)", text)
+    m = re.search(r"most recent failure: Lost task .*? executor [^)]*\): (.*)", text)  # "(localhost executor driver)"
     if m:
         return _one_line(m.group(1), limit)
     return _one_line(f"{type(error).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}", limit)

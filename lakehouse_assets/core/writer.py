@@ -86,7 +86,7 @@ class PartitionKeyer:
 
     schema_json: str
     spec_json: str
-    delta_columns: tuple[str, ...]
+    delta_columns: tuple[str, ...] = ()  # Delta partition columns: their values are checked (delta_values.partition_value)
 
     def _setup(self):
         schema = Schema.model_validate_json(self.schema_json)

@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "[setup]   installing Python packages into $(VENV) (log $(VENV)/pip.log)"
 	@$(PY) -m pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
-	@$(PY) -m pip install -q -e '.[test,servers,ui]' >> $(VENV)/pip.log 2>&1 || { tail -n 60 $(VENV)/pip.log; exit 1; }
+	@$(PY) -m pip install -q -e '.[test,servers,ui,java-iceberg,bench]' >> $(VENV)/pip.log 2>&1 || { tail -n 60 $(VENV)/pip.log; exit 1; }
 	@touch $(STAMP)
 
 $(AZURITE):

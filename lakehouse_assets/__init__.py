@@ -11,6 +11,7 @@ from .core.errors import (
     SchemaError,
     SpecError,
     TableNotFound,
+    WriteError,
 )
 from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
 from .core.storage import StorageConfig
@@ -30,5 +31,6 @@ __all__ = [
     "StorageConfig",
     "TableNotFound",
     "Window",
+    "WriteError",
     "WriteResult",
 ]

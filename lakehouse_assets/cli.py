@@ -106,10 +106,11 @@ def history(ctx, table: str, as_json: bool) -> None:
 @global_options
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--deep", is_flag=True, help="Also compare the content as DuckDB reads each format (rows per partition, a hash of all rows).")
 @click.pass_context
-def verify(ctx, table: str, as_json: bool) -> None:
+def verify(ctx, table: str, as_json: bool, deep: bool) -> None:
     """Check that Iceberg and Delta agree (exit code 1 when they do not)."""
-    report = _lakehouse(ctx).verify(table)
+    report = _lakehouse(ctx).verify(table, deep=deep)
 
     def render(r):
         state = "agree" if r["agree"] else "DISAGREE"

@@ -17,10 +17,15 @@ os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     from lakehouse_assets.core.spark import spark_session
 
-    session = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests"})
+    from . import java_iceberg
+
+    # Java Iceberg's jars ride along so any test can read a table with the reference implementation
+    # (`java_iceberg.read_metadata`); the project's own code uses no jars.
+    java = java_iceberg.spark_conf(str(tmp_path_factory.mktemp("java-iceberg-warehouse")))
+    session = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests", **java})
     yield session
     session.stop()
 

@@ -13,10 +13,8 @@ snapshot's Iceberg sequence number. That tag makes mirroring idempotent and resu
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -31,26 +29,15 @@ from deltalake.transaction import (
     Transaction,
     create_table_with_add_actions,
 )
-from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntryStatus
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import (
-    BooleanType,
-    DateType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    StringType,
-    TimestampType,
-    TimestamptzType,
-)
 
 from . import history
+from .delta_values import partition_value, stat_value
 from .errors import MirrorRefused
 from .iceberg_committer import live_data_files
 from .properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
@@ -60,7 +47,6 @@ from .type_mapping import delta_schema
 
 log = logging.getLogger(__name__)
 
-_EPOCH = dt.datetime(1970, 1, 1)
 
 
 @dataclass
@@ -194,57 +180,9 @@ def _delta_partition_values(spec: PartitionSpec, schema: Schema, data_file: Data
         if not isinstance(pf.transform, IdentityTransform):
             continue
         name = schema.find_column_name(pf.source_id)
-        if name not in columns:
-            continue
-        source_type = schema.find_type(pf.source_id)
-        out[name] = _delta_partition_string(source_type, _from_internal(source_type, data_file.partition[pos]))
+        if name in columns:
+            out[name] = partition_value(name, schema.find_type(pf.source_id), data_file.partition[pos])
     return out
-
-
-def _delta_partition_string(source_type, value) -> str | None:
-    """Delta's partitionValues serialization (protocol: 'Partition Value Serialization')."""
-    if value is None:
-        return None
-    if isinstance(source_type, BooleanType):
-        return "true" if value else "false"
-    if isinstance(source_type, DateType):
-        return value.isoformat()
-    if isinstance(source_type, TimestamptzType):
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    if isinstance(source_type, TimestampType):
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    return str(value)
-
-
-
-def _from_internal(t, v):
-    if v is None:
-        return None
-    if isinstance(t, DateType):
-        return dt.date(1970, 1, 1) + dt.timedelta(days=v)
-    if isinstance(t, TimestamptzType):
-        return (_EPOCH + dt.timedelta(microseconds=v)).replace(tzinfo=dt.timezone.utc)
-    if isinstance(t, TimestampType):
-        return _EPOCH + dt.timedelta(microseconds=v)
-    return v
-
-
-def _stat_value(t, raw: bytes, upper: bool):
-    """An Iceberg bound as a Delta stats JSON value, widened where Delta's precision is coarser."""
-    v = from_bytes(t, raw)
-    if isinstance(t, (IntegerType, LongType, StringType, BooleanType)):
-        return v
-    if isinstance(t, (FloatType, DoubleType)):
-        return None if math.isnan(v) or math.isinf(v) else v
-    if isinstance(t, DateType):
-        return _from_internal(t, v).isoformat()
-    if isinstance(t, (TimestampType, TimestamptzType)):
-        # Delta stats have millisecond precision: round the bound outwards so it stays a bound.
-        ms = math.ceil(v / 1000) if upper else math.floor(v / 1000)
-        ts = _EPOCH + dt.timedelta(milliseconds=ms)
-        suffix = "Z" if isinstance(t, TimestamptzType) else ""
-        return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}" + suffix
-    return None  # decimals, binary: no stats rather than imprecise ones
 
 
 def _delta_stats(schema: Schema, data_file: DataFile) -> str:
@@ -256,7 +194,7 @@ def _delta_stats(schema: Schema, data_file: DataFile) -> str:
         if f.field_id in null_counts:
             nulls[f.name] = null_counts[f.field_id]
         if f.field_id in lower and f.field_id in upper:
-            lo, hi = _stat_value(f.field_type, lower[f.field_id], False), _stat_value(f.field_type, upper[f.field_id], True)
+            lo, hi = stat_value(f.field_type, lower[f.field_id], False), stat_value(f.field_type, upper[f.field_id], True)
             if lo is not None and hi is not None:
                 mins[f.name], maxs[f.name] = lo, hi
     return json.dumps({"numRecords": data_file.record_count, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
@@ -405,7 +343,7 @@ class DeltaMirror:
         ]
         # Removes known only from the Delta log (their Iceberg snapshot was expired): see _commit_full_diff.
         actions += [
-            RemoveAction(path=r.path, data_change=True, deletion_timestamp=now, size=r.size, partition_values=_stringify(r.partition_values))
+            RemoveAction(path=r.path, data_change=True, deletion_timestamp=now, size=r.size, partition_values=_stringify(schema, r.partition_values))
             for r in raw_removes or []
         ]
         actions += [self._add_action(table, schema, f, change.data_change, now) for f in change.adds]
@@ -518,17 +456,6 @@ class _RemovedFile:
     partition_values: dict
 
 
-def _stringify(values: dict) -> dict[str, str | None]:
-    out = {}
-    for k, v in values.items():
-        if v is None:
-            out[k] = None
-        elif isinstance(v, dt.datetime):
-            out[k] = v.strftime("%Y-%m-%d %H:%M:%S.%f")
-        elif isinstance(v, dt.date):
-            out[k] = v.isoformat()
-        elif isinstance(v, bool):
-            out[k] = "true" if v else "false"
-        else:
-            out[k] = str(v)
-    return out
+def _stringify(schema: Schema, values: dict) -> dict[str, str | None]:
+    """Typed partition values read back from the Delta log, spelled again for a remove action."""
+    return {k: partition_value(k, schema.find_type(k), v) if v is not None else None for k, v in values.items()}

@@ -43,3 +43,8 @@ class DeleteFilesError(LakehouseError):
 
 class MirrorRefused(LakehouseError):
     """An Iceberg snapshot (usually from another engine) has no exact Delta equivalent; Delta was left as it was."""
+
+
+class WriteError(LakehouseError):
+    """Writing the data files failed on the executors (disk full, a task error...); nothing was committed
+    and the files the write had written were removed. The executor's own error is the `__cause__`."""

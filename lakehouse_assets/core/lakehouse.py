@@ -171,9 +171,18 @@ class Lakehouse:
         for column in window.columns if window is not None else ():
             if column not in df.columns:
                 raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
-        table, schema_plan = tables.create_or_load(self.catalog, self.warehouse, request.spec, incoming)
-        if window is not None:
-            window.validate(identifier, table)
+        table, schema_plan, created = tables.create_or_load(self.catalog, self.warehouse, request.spec, incoming)
+        try:
+            if window is not None:
+                window.validate(identifier, table)
+            return self._write_into(table, schema_plan, df, request, started, key_stats)
+        except BaseException:
+            if created:
+                tables.drop_if_never_written(self.catalog, self.storage, table)
+            raise
+
+    def _write_into(self, table: Table, schema_plan, df, request: write_modes.WriteRequest, started: float, key_stats) -> WriteResult:
+        identifier = request.spec.identifier
         delta_on = tables.delta_enabled(table)
 
         if request.write_id is not None and (earlier := history.find_snapshot_by_write_id(table, request.write_id)) is not None:
@@ -307,10 +316,11 @@ class Lakehouse:
             )
         return out
 
-    def verify(self, identifier: str) -> dict[str, Any]:
-        """Do the formats agree? Same live files, same row count, same column names and types."""
+    def verify(self, identifier: str, *, deep: bool = False) -> dict[str, Any]:
+        """Do the formats agree? Per live file: presence, rows, partition values and stats; the schema.
+        `deep=True` also compares the content as DuckDB reads each format (see core/verify.py)."""
         table = self.load(identifier)
-        return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None)
+        return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None, deep=deep)
 
     def delta_lag(self, identifier: str) -> int | None:
         """Iceberg snapshots the Delta log has not mirrored yet, from metadata only (no manifests, no file lists).

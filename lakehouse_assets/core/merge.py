@@ -38,8 +38,10 @@ if TYPE_CHECKING:
 
 DEFAULT_DELETE_VALUES = ("delete", "d", "D", "DELETE")
 IN_SET_LIMIT = 200  # up to this many distinct values of a single key, prune with an In-set instead of a range
-_DELETE = "_lakehouse_merge_delete"
-_PATH = "_lakehouse_merge_file"
+# Helper columns hold a space, which user column names cannot (spec._check_names): they never collide.
+_DELETE = "_lakehouse merge delete"
+_PATH = "_lakehouse merge file"
+_RANK = "_lakehouse merge rank"
 
 
 @dataclass
@@ -93,6 +95,8 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
             f"Table {identifier}: merge column(s) {missing} are not in the data ({', '.join(df.columns)}). "
             "Check merge_keys, operation_column, deleted_at_column and order_by."
         )
+    if reserved := [c for c in df.columns if c in (_DELETE, _PATH, _RANK)]:
+        raise SpecError(f"Table {identifier}: column(s) {reserved} are reserved for the merge's own bookkeeping; rename them.")
     if set(opts.keys) & set(opts.control_columns):
         raise SpecError(f"Table {identifier}: a merge key cannot also be the operation or deleted-at column.")
     any_null = F.lit(False)
@@ -121,7 +125,7 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
             )
         # Last row by order_by wins; a row without an ordering value loses to one with. A tie for last is ambiguous.
         w = W.partitionBy(*opts.keys).orderBy(*[F.col(c).desc_nulls_last() for c in opts.order_by])
-        df = df.withColumn("_lakehouse_rank", F.rank().over(w)).filter("_lakehouse_rank = 1").drop("_lakehouse_rank")
+        df = df.withColumn(_RANK, F.rank().over(w)).filter(F.col(_RANK) == 1).drop(_RANK)
         if df.groupBy(*opts.keys).count().filter("count > 1").limit(1).count():
             raise InputError(
                 f"Table {identifier}: the merge batch has several rows for the same key ({', '.join(opts.keys)}) with the same "

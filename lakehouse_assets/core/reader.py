@@ -88,7 +88,11 @@ def read_parquet_files(
             # Spark matches fields tagged with an id by Parquet field id (others by name). Off by default in
             # Spark; it changes nothing for schemas without ids, so it can stay on for the session.
             spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
-        df = spark.read.schema(spark_schema).parquet(*uris)
+        # Our files (and any Iceberg/Delta writer's) hold proleptic-Gregorian dates and timestamps; without
+        # these options Spark refuses values before 1582 / 1900 in files it did not write itself
+        # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
+        reader = spark.read.schema(spark_schema).option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
+        df = reader.parquet(*uris)
         if path_column:
             from pyspark.sql import functions as F
 

@@ -23,6 +23,8 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 from pyiceberg.types import (
+    DoubleType,
+    FloatType,
     PrimitiveType,
 )
 
@@ -116,6 +118,13 @@ def build_partition_spec(table: str, schema: Schema, terms: Sequence[str]) -> Pa
                 f"Table {table}: partition transform {text!r} cannot apply to column {term.source!r} of type "
                 f"{source.field_type}. {_transform_help(term.transform)}"
             )
+        if isinstance(term.transform, IdentityTransform) and isinstance(source.field_type, (FloatType, DoubleType)):
+            raise SpecError(
+                f"Table {table}: identity partition on column {term.source!r} of type {source.field_type} is not supported: "
+                "NaN, infinities and -0.0 have no partition value that Iceberg and Delta readers agree on, and equal-looking "
+                f"floats split into many partitions. Partition by a decimal or integer column derived from {term.source!r} "
+                "(cast it before writing), or leave it unpartitioned."
+            )
         if term.name in seen:
             raise SpecError(f"Table {table}: partition field {term.name!r} appears twice in partition_by.")
         seen.add(term.name)
@@ -190,7 +199,10 @@ class TableSpec:
         if self.target_file_size <= 0:
             raise SpecError(f"Table {self.identifier}: target_file_size must be positive, got {self.target_file_size}.")
         for term in self.partition_by:
-            parse_partition_term(term)
+            try:
+                parse_partition_term(term)
+            except SpecError as e:
+                raise SpecError(f"Table {self.identifier}: {e}") from None
 
     @property
     def namespace(self) -> str:

@@ -21,7 +21,7 @@ from .errors import SpecError
 from .evolution import SchemaPlan, plan_schema_change
 from .properties import METADATA_FOLDER, TableProperties
 from .spec import ALL_FORMATS, TableSpec, build_partition_spec, spec_terms
-from .storage import join_uri
+from .storage import StorageConfig, delete_files, join_uri
 
 log = logging.getLogger("lakehouse")
 
@@ -39,8 +39,9 @@ def delta_enabled(table: Table) -> bool:
     return "delta" in formats(table)
 
 
-def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_schema: Schema) -> tuple[Table, SchemaPlan]:
-    """The table (created if new) and the schema change the data needs; the change is committed with the data."""
+def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_schema: Schema) -> tuple[Table, SchemaPlan, bool]:
+    """The table (created if new), the schema change the data needs (committed with the data), and whether
+    this call created the table (a first write that then fails drops it again: `drop_if_never_written`)."""
     try:
         table = catalog.load_table(spec.identifier)
     except NoSuchTableError:
@@ -64,7 +65,7 @@ def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_s
             table = catalog.create_table(
                 spec.identifier, schema=incoming_schema, location=location, partition_spec=partition_spec, properties=properties
             )
-            return table, SchemaPlan([], [], [])
+            return table, SchemaPlan([], [], []), True
         except TableAlreadyExistsError:
             table = catalog.load_table(spec.identifier)
     existing_terms = spec_terms(table.spec(), table.schema())
@@ -78,7 +79,19 @@ def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_s
     )
     if not plan.empty:
         log.info("Table %s: evolving schema: %s", spec.identifier, plan.describe())
-    return table, plan
+    return table, plan, False
+
+
+def drop_if_never_written(catalog: Catalog, storage: StorageConfig, table: Table) -> None:
+    """A failed first write leaves no table behind: drop it, unless another writer committed to it meanwhile."""
+    name = ".".join(table.name())
+    try:
+        table = catalog.load_table(name)
+        if table.current_snapshot() is None:
+            catalog.drop_table(name)
+            delete_files(storage, [table.metadata_location])  # its only file: the first metadata JSON
+    except Exception as e:  # noqa: BLE001 - never hide the write's own error
+        log.warning("Table %s: could not drop the table its failed first write created: %s", name, e)
 
 
 def check_delta_partitioning(identifier: str, schema, partition_spec) -> None:

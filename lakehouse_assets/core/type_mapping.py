@@ -56,16 +56,23 @@ def check_column_names(table: str, names: Iterable[str]) -> None:
     _check_names(table, names)
 
 
-def _check_names(table: str, names: Iterable[str]) -> None:
+def _check_names(table: str, names: Iterable[str], parent: str = "") -> None:
     seen = set()
     for n in names:
+        path = f"{parent}.{n}" if parent else n
         if n.lower() in seen:
-            raise SchemaError(f"Table {table}: column {n!r} appears twice (names are case-insensitive in Delta).")
+            raise SchemaError(f"Table {table}: column {path!r} appears twice (names are case-insensitive in Delta).")
         seen.add(n.lower())
         if re.search(r"[ ,;{}()\n\t=]", n):
             raise SchemaError(
-                f"Table {table}: column name {n!r} contains a character Delta does not allow without column mapping "
+                f"Table {table}: column name {path!r} contains a character Delta does not allow without column mapping "
                 "(space , ; { } ( ) = tab newline). Rename the column."
+            )
+        if "." in n:
+            # Iceberg, Spark and every SQL reader take a dot for a nested field: `a.b` would name two things.
+            raise SchemaError(
+                f"Table {table}: column name {path!r} contains a dot, which Iceberg and Spark read as a nested field "
+                f"(struct access). Rename the column, e.g. {path.replace('.', '_')!r}."
             )
 
 
@@ -95,7 +102,7 @@ def _spark_type(table: str, path: str, dt, counter) -> IcebergType:
     if isinstance(dt, T.TimestampType):
         return TimestamptzType()
     if isinstance(dt, T.StructType):
-        _check_names(table, [f.name for f in dt.fields])
+        _check_names(table, [f.name for f in dt.fields], path)
         return StructType(
             *[
                 NestedField(next(counter), f.name, _spark_type(table, f"{path}.{f.name}", f.dataType, counter), required=not f.nullable)
@@ -242,6 +249,6 @@ def delta_to_spark_schema(delta):
         if pa.types.is_timestamp(t):
             t = pa.timestamp("us", tz=t.tz)
         fields.append(pa.field(f.name, t, f.nullable))
-    return from_arrow_schema(pa.schema(fields))
+    return from_arrow_schema(pa.schema(fields), prefer_timestamp_ntz=True)  # Delta timestamp_ntz is Spark TimestampNTZ
 
 

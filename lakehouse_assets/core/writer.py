@@ -16,6 +16,7 @@ import base64
 import decimal
 import hashlib
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -29,10 +30,15 @@ from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 
-from .storage import StorageConfig
+from . import delta_values
+from .errors import InputError, WriteError
+from .storage import StorageConfig, join_uri
 from .type_mapping import arrow_file_schema, conform_batch
 
-PARTITION_KEY_COLUMN = "_lakehouse_partition_key"
+log = logging.getLogger("lakehouse")
+
+# Internal helper columns hold a space, which user column names cannot (spec._check_names): no collision possible.
+PARTITION_KEY_COLUMN = "_lakehouse partition key"
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 FILE_ROW_SCHEMA = "path string, size long, record_count long, partition_key string, footer binary"
 
@@ -63,12 +69,24 @@ def _dir_value(human: str) -> str:
     return human if _SAFE_DIR.fullmatch(human) else "h" + hashlib.sha1(human.encode()).hexdigest()[:16]
 
 
+def _dir_name(partition_field: str) -> str:
+    """The folder name of a partition field. Delta vacuum and Iceberg orphan cleaners skip `_`/`.`-prefixed
+    folders as hidden, so such names get a `p` in front (the folder name is cosmetic: both logs carry the
+    partition values themselves)."""
+    name = _dir_value(partition_field)
+    return "p" + name if name.startswith(("_", ".")) else name
+
+
 @dataclass
 class PartitionKeyer:
-    """Computes, per row, one JSON key holding the Iceberg partition tuple and the directory."""
+    """Computes, per row, one JSON key holding the Iceberg partition tuple and the directory.
+
+    It also refuses, before any file is written (this runs in the stage before the shuffle), values of
+    Delta partition columns that the Delta log cannot hold distinctly (delta_values.partition_value)."""
 
     schema_json: str
     spec_json: str
+    delta_columns: tuple[str, ...] = ()  # Delta partition columns: their values are checked (delta_values.partition_value)
 
     def _setup(self):
         schema = Schema.model_validate_json(self.schema_json)
@@ -96,16 +114,20 @@ class PartitionKeyer:
         for u in uniques:
             mask = None
             values, dirs = [], []
-            for i, (pf, _col_name, source_type, _source_col, trans_col) in enumerate(transformed):
+            for i, (pf, col_name, source_type, _source_col, trans_col) in enumerate(transformed):
                 v = u[str(i)]
                 eq = pc.is_null(trans_col) if v is None else pc.fill_null(pc.equal(trans_col, pa.scalar(v, trans_col.type)), False)
                 mask = eq if mask is None else pc.and_(mask, eq)
                 internal = _to_partition_representation(source_type, v) if isinstance(pf.transform, IdentityTransform) else v
                 values.append(_json_value(internal))
                 result_type = pf.transform.result_type(source_type)
-                dirs.append(f"{pf.name}={_dir_value(pf.transform.to_human_string(result_type, internal))}")
+                dirs.append(f"{_dir_name(pf.name)}={_dir_value(pf.transform.to_human_string(result_type, internal))}")
+                if col_name in self.delta_columns:
+                    delta_values.partition_value(col_name, source_type, v)  # raises UnrepresentableValue
             key = json.dumps({"values": values, "dir": "/".join(dirs)}, sort_keys=True)
             out = pc.if_else(mask, pa.scalar(key), out)
+        if out.null_count:  # a value equal to no group (NaN): never hand Spark a null key
+            raise ValueError(f"no partition key for {out.null_count} row(s): a partition source value is not equal to itself (NaN)")
         return out
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -147,6 +169,19 @@ class FileWriter:
         self._attempt = ctx.taskAttemptId() if ctx else 0
         self._seq = 0
         self._fs, _ = self.storage.filesystem(self.root_uri)
+        self._opened: list[str] = []  # full paths this task created: removed again if the task fails
+        try:
+            yield from self._write(batches)
+        except Exception:
+            # Spark discards a failed task's output: remove its files (the driver sweeps what a killed task leaves).
+            for path in self._opened:
+                try:
+                    self._fs.delete_file(path)
+                except OSError:
+                    pass
+            raise
+
+    def _write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current: _RollingFile | None = None
         results: list[dict] = []
         for batch in batches:
@@ -223,6 +258,7 @@ class _RollingFile:
     def _open(self, first: pa.Table) -> None:
         _, root_path = self.owner.storage.filesystem(self.owner.root_uri)
         full = f"{root_path}/{self.path}"
+        self.owner._opened.append(full)
         if isinstance(self.owner._fs, pa.fs.LocalFileSystem):  # object stores have no directories to create
             self.owner._fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
         self.stream = self.owner._fs.open_output_stream(full)
@@ -305,31 +341,32 @@ def write_files(
     root_uri: str,
     schema: Schema,
     spec: PartitionSpec,
+    delta_columns: list[str],
     storage: StorageConfig,
     target_file_size: int,
     compression: str = "zstd",
     compression_level: int | None = 3,
+    table_name: str = "",
 ) -> list[WrittenFile]:
-    """Write `df` as Parquet files under `<root_uri>/data/`, distributed over the executors."""
+    """Write `df` as Parquet files under `<root_uri>/data/`, distributed over the executors.
+
+    If any task fails, every file of this write is removed before the error (one line, naming the table
+    and the executor's cause, which stays the `__cause__`) reaches the caller."""
     write_id = uuid.uuid4().hex[:16]
     arrow_schema = arrow_file_schema(schema)
     if spec.fields:
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, StructField, StructType
 
-        keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json())
+        keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json(), tuple(delta_columns))
         keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
         df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
     writer = FileWriter(root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level)
     try:
         rows = df.mapInArrow(writer, FILE_ROW_SCHEMA).collect()  # one metadata row per file, never table rows
     except Exception as e:
-        # An executor's storage error arrives wrapped in Spark's; name the real cause (e.g. no s3:PutObject).
-        from .storage import storage_error
-
-        if (clear := storage_error(storage, root_uri, e)) is not None:
-            raise clear from e
-        raise
+        remove_written_files(storage, root_uri, write_id)
+        raise executor_error(table_name, storage, root_uri, e) from e
     files = []
     for r in rows:
         key = json.loads(r["partition_key"])
@@ -347,8 +384,9 @@ def write_files(
 
 def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | None = None, target_file_size: int | None = None) -> list[WrittenFile]:
     """`write_files` with the table's own layout and Parquet settings (location, partition spec,
-    target file size, codec and level), so every writer of a table agrees."""
-    from .spec import DEFAULT_TARGET_FILE_SIZE
+    Delta partition columns, target file size, codec and level), so every writer of a table agrees."""
+    from .properties import TableProperties
+    from .spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
     from .storage import normalize_uri
 
     schema = schema or table.schema()
@@ -358,8 +396,61 @@ def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | Non
         root_uri=normalize_uri(table.location()),
         schema=schema,
         spec=table.spec(),
+        # Iceberg-only tables have no Delta partition values to refuse.
+        delta_columns=delta_partition_columns(table.spec(), schema) if "delta" in props.get(TableProperties.FORMATS, ",".join(ALL_FORMATS)).split(",") else [],
         storage=storage,
         target_file_size=target_file_size or int(props.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
         compression=props.get("write.parquet.compression-codec", "zstd"),
         compression_level=int(props.get("write.parquet.compression-level", "3")),
+        table_name=".".join(table.name()),
     )
+
+
+def remove_written_files(storage: StorageConfig, root_uri: str, write_id: str) -> None:
+    """Delete every file of one write (its names start with the write id) under `<root>/data/`: what the
+    finished tasks of a failed job wrote, and what killed tasks could not clean up themselves."""
+    fs, root = storage.filesystem(join_uri(root_uri, "data"))
+    try:
+        found = fs.get_file_info(pa.fs.FileSelector(root, recursive=True, allow_not_found=True))
+    except OSError as e:  # the storage error itself (e.g. access denied) is what the caller reports
+        log.warning("cannot list %s to remove a failed write's files: %s", root, e)
+        return
+    for info in found:
+        if info.type == pa.fs.FileType.File and info.base_name.startswith(f"{write_id}-"):
+            try:
+                fs.delete_file(info.path)
+            except OSError as e:
+                log.warning("cannot remove %s of a failed write: %s", info.path, e)
+
+
+def executor_error(table_name: str, storage: StorageConfig, root_uri: str, error: BaseException) -> Exception:
+    """A failed Spark job as one line naming the table and the cause (the executor's last error line)."""
+    from .storage import storage_error
+
+    if (clear := storage_error(storage, root_uri, error)) is not None:
+        return clear  # access denied, endpoint, region: the actionable storage advice
+    cause = _executor_cause(error, limit=2000)
+    refused = re.match(r"(?:[\w.]+\.)?UnrepresentableValue: (.*)", cause)
+    if refused:
+        return InputError(f"Table {table_name}: {refused.group(1)} Nothing was written or committed.")
+    cause = _one_line(cause)
+    return WriteError(f"Table {table_name}: writing the data files failed on the executors: {cause}. Nothing was committed and the files this write had written were removed.")
+
+
+def _executor_cause(error: BaseException, limit: int = 240) -> str:
+    """The Python worker's final `Type: message` line, else the first line of Spark's task failure."""
+    text = str(error)
+    if "Traceback (most recent call last)" in text:
+        tail = text.rsplit("Traceback (most recent call last)", 1)[1]
+        lines = [ln for ln in tail.splitlines() if ln.strip() and not ln.startswith((" ", "\t")) and ": " in ln]
+        if lines:
+            return _one_line(lines[-1], limit)
+    m = re.search(r"most recent failure: Lost task .*? executor [^)]*\): (.*)", text)  # "(localhost executor driver)"
+    if m:
+        return _one_line(m.group(1), limit)
+    return _one_line(f"{type(error).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}", limit)
+
+
+def _one_line(s: str, limit: int = 240) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"

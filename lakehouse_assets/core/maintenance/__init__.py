@@ -58,6 +58,12 @@ def repair(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_
     return {"operation": "repair", "dry_run": False, **lh.repair(identifier)}
 
 
+def verify_deep(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OperationReport:
+    """The formats-agree check including content (core/verify.py). Read-only, so dry_run changes nothing."""
+    report = lh.verify(identifier, deep=True)
+    return {"operation": "verify_deep", "table": identifier, "agree": report["agree"], "differences": report["differences"], "content": report.get("content")}
+
+
 @dataclass(frozen=True)
 class Operation:
     name: str
@@ -80,6 +86,8 @@ REGISTRY: dict[str, Operation] = {
                   "Write a Delta checkpoint at the current version."),
         Operation("full_maintenance", None, True, "All of the above in a safe order, after a repair."),
         Operation("repair", repair, False, "Bring a lagging Delta log up to Iceberg (idempotent)."),
+        Operation("verify_deep", verify_deep, False,
+                  "Check that the formats agree, including the content as DuckDB reads each (read-only)."),
     )
 }
 OPERATIONS = tuple(REGISTRY)

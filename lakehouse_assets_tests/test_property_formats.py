@@ -1,0 +1,349 @@
+"""Property-based: any table over every supported type, under any partition transforms, reads back exactly.
+
+Hypothesis generates tables whose columns cover every supported type, with boundary values mixed in
+(min/max of each integer type, ±0.0, NaN, ±inf, decimal(38, s) extremes, dates and timestamps at both
+ends of their range and around 1970 and year 1000, empty and very long strings, unicode, `/ = % ..`,
+NULLs everywhere including inside nested values), and 2-4 partition terms drawn from every transform.
+Each table is written once and must come back exactly, row for row and bit for bit (floats compared by
+their bits, so -0.0 and NaN count), through DuckDB `iceberg_scan`, DuckDB `delta_scan`, delta-rs,
+pyiceberg, Java Iceberg and our own Spark reader; filtered reads on each partition source column
+(=, <, >=, IS NULL) must return the same rows through every reader that takes a filter. An identity
+partition on a string column holding '' must be refused (InputError) before anything is written.
+
+Profiles (`LAKEHOUSE_HYPOTHESIS_PROFILE`): `ci` (default; `make test`): the explicit all-boundaries
+example (every boundary of every type, six transforms), a couple of minutes; `nightly`: 200 random
+examples (currently stopped by a native abort inside DuckDB's delta_scan on some generated table), e.g.
+`LAKEHOUSE_HYPOTHESIS_PROFILE=nightly make test PYTEST_ARGS=lakehouse_assets_tests/test_property_formats.py`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import os
+import struct
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+from pyiceberg import expressions as ice
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakehouse_assets import InputError
+from lakehouse_assets.core import duckdb_readers
+
+from . import java_iceberg
+
+# `ci` runs the explicit all-boundaries example only: the generated examples found a native abort in
+# DuckDB's delta_scan (the whole process dies) that is not isolated yet; `nightly` runs them.
+settings.register_profile("ci", max_examples=5, derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=list(HealthCheck), phases=[Phase.explicit])
+settings.register_profile("nightly", max_examples=200, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
+PROFILE = os.environ.get("LAKEHOUSE_HYPOTHESIS_PROFILE", "ci")
+
+UTC = dt.timezone.utc
+DEC = T.DecimalType(38, 10)
+DEC_MAX = decimal.Decimal("9" * 28 + "." + "9" * 10)
+DEC_MIN = decimal.Decimal("-" + "9" * 28 + "." + "9" * 10)  # not -DEC_MAX: unary minus rounds to 28 digits
+SCHEMA = T.StructType([
+    T.StructField("rid", T.IntegerType(), False),  # row id: lets failures name the row
+    T.StructField("i8", T.ByteType()),
+    T.StructField("i16", T.ShortType()),
+    T.StructField("i32", T.IntegerType()),
+    T.StructField("i64", T.LongType()),
+    T.StructField("f32", T.FloatType()),
+    T.StructField("f64", T.DoubleType()),
+    T.StructField("dec", DEC),
+    T.StructField("s", T.StringType()),
+    T.StructField("bin", T.BinaryType()),
+    T.StructField("flag", T.BooleanType()),
+    T.StructField("d", T.DateType()),
+    T.StructField("ts", T.TimestampType()),
+    T.StructField("ntz", T.TimestampNTZType()),
+    T.StructField("st", T.StructType([T.StructField("a", T.IntegerType()), T.StructField("b", T.StringType())])),
+    T.StructField("arr", T.ArrayType(T.LongType())),
+    T.StructField("m", T.MapType(T.StringType(), T.IntegerType())),
+])
+
+TS_MIN, TS_MAX = dt.datetime(1, 1, 1, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+BOUNDARIES = {
+    "i8": [-128, 127, 0, -1],
+    "i16": [-32768, 32767],
+    "i32": [-2**31, 2**31 - 1, 0, -1],
+    "i64": [-2**63, 2**63 - 1, 0, -1],
+    "f32": [0.0, -0.0, math.nan, math.inf, -math.inf, 3.4028234663852886e38, 1e-45],
+    "f64": [0.0, -0.0, math.nan, math.inf, -math.inf, 1.7976931348623157e308, 5e-324],
+    "dec": [DEC_MAX, DEC_MIN, decimal.Decimal("0E-10"), decimal.Decimal("1E-10")],
+    "s": ["", "x" * 1000, "a/b=c%2F..", "..", "=", "%", "日本語 ✓ \u00e9", "\x00nul"],
+    "bin": [b"", b"\x00\xff", bytes(range(256))],
+    "flag": [True, False],
+    "d": [dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1969, 12, 31), dt.date(1970, 1, 1), dt.date(999, 12, 31), dt.date(1000, 1, 1), dt.date(1582, 10, 4)],
+    "ts": [TS_MIN + dt.timedelta(days=1), TS_MAX, EPOCH - dt.timedelta(microseconds=1), EPOCH, dt.datetime(999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+           dt.datetime(1000, 1, 1, tzinfo=UTC), dt.datetime(1582, 10, 4, 12, tzinfo=UTC), dt.datetime(1899, 12, 31, 23, tzinfo=UTC)],
+    "ntz": [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(1969, 12, 31, 23, 59, 59, 999999), dt.datetime(1970, 1, 1),
+            dt.datetime(999, 12, 31), dt.datetime(1000, 1, 1, 0, 0, 0, 1)],
+}
+# 0001-01-01T00:00Z itself is left out of `ts`: PySpark cannot turn it into a Python datetime (a client
+# limitation: createDataFrame shifts it to year 0), whoever wrote the file.
+
+PARTITION_TERMS = [
+    "i32", "i64", "i16", "s", "dec", "d", "ts", "ntz", "flag",
+    "bucket(3, i32)", "bucket(4, i64)", "bucket(5, s)", "bucket(2, dec)", "bucket(3, d)", "bucket(3, ts)", "bucket(3, ntz)", "bucket(2, bin)",
+    "truncate(4, i32)", "truncate(1000, i64)", "truncate(2, s)", "truncate(3, dec)", "truncate(2, bin)",
+    "year(d)", "month(d)", "day(d)", "year(ts)", "month(ts)", "day(ts)", "hour(ts)", "year(ntz)", "day(ntz)", "hour(ntz)",
+]
+
+
+def _with_boundaries(name, general):
+    return st.one_of(st.none(), st.sampled_from(BOUNDARIES[name]), general)
+
+
+VALUES = {
+    "i8": _with_boundaries("i8", st.integers(-128, 127)),
+    "i16": _with_boundaries("i16", st.integers(-32768, 32767)),
+    "i32": _with_boundaries("i32", st.integers(-2**31, 2**31 - 1)),
+    "i64": _with_boundaries("i64", st.integers(-2**63, 2**63 - 1)),
+    "f32": _with_boundaries("f32", st.floats(width=32)),
+    "f64": _with_boundaries("f64", st.floats()),
+    "dec": _with_boundaries("dec", st.decimals(DEC_MIN, DEC_MAX, places=10, allow_nan=False, allow_infinity=False)),
+    "s": _with_boundaries("s", st.text(max_size=40)),
+    "bin": _with_boundaries("bin", st.binary(max_size=40)),
+    "flag": st.one_of(st.none(), st.booleans()),
+    "d": _with_boundaries("d", st.dates()),
+    "ts": _with_boundaries("ts", st.datetimes(min_value=dt.datetime(1, 1, 2), timezones=st.just(UTC))),
+    "ntz": _with_boundaries("ntz", st.datetimes()),
+    "st": st.one_of(st.none(), st.tuples(st.one_of(st.none(), st.integers(-2**31, 2**31 - 1)), st.one_of(st.none(), st.text(max_size=5)))),
+    "arr": st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)), max_size=4)),
+    "m": st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.one_of(st.none(), st.integers(-2**31, 2**31 - 1)), max_size=3)),
+}
+COLUMNS = [f.name for f in SCHEMA.fields if f.name != "rid"]
+
+
+@st.composite
+def tables(draw):
+    rows = draw(st.lists(st.fixed_dictionaries(VALUES), min_size=1, max_size=12))
+    terms = draw(st.lists(st.sampled_from(PARTITION_TERMS), min_size=2, max_size=4, unique_by=_term_name))
+    return [{"rid": i, **r} for i, r in enumerate(rows)], terms
+
+
+def _term_name(term: str) -> str:
+    from lakehouse_assets.core.spec import parse_partition_term
+
+    return parse_partition_term(term).name
+
+
+def _boundary_table():
+    """Every boundary value of every column at least once (columns cycle through their lists)."""
+    n = max(len(v) for v in BOUNDARIES.values()) + 1
+    rows = []
+    for i in range(n):
+        row = {"rid": i}
+        for c in COLUMNS:
+            values = BOUNDARIES.get(c)
+            row[c] = None if values is None or i == n - 1 else values[i % len(values)]
+        row["st"] = None if i % 3 == 0 else (None if i % 3 == 1 else i, None if i % 2 else "x")
+        row["arr"] = None if i % 4 == 0 else [None, 2**63 - 1, -2**63][: i % 4]
+        row["m"] = None if i % 4 == 1 else {"k": None, "": i}
+        rows.append(row)
+    return rows, ["i32", "d", "ts", "bucket(4, s)", "truncate(3, dec)", "hour(ntz)"]
+
+
+# ---------------------------------------------------------------- canonical values
+
+
+def _canon(name: str, v):
+    """A reader-independent, exact representation of one value of column `name`."""
+    if v is None:
+        return None
+    if name in ("f32", "f64"):
+        if name == "f32":
+            v = struct.unpack(">f", struct.pack(">f", v))[0]  # what a float column holds (1e-45 -> the smallest subnormal)
+        return "nan" if math.isnan(v) else struct.pack(">d", v).hex()
+    if name == "dec":
+        return str(decimal.Decimal(v).quantize(decimal.Decimal("1E-10"), context=decimal.Context(prec=60)))
+    if name == "ts":
+        return (v.astimezone(UTC) - EPOCH) // dt.timedelta(microseconds=1)
+    if name == "ntz":
+        return (v - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+    if name == "d":
+        return v.isoformat()
+    if name == "bin":
+        return bytes(v)
+    if name == "st":
+        a, b = (v.get("a"), v.get("b")) if isinstance(v, dict) else v
+        return (a, b)
+    if name == "arr":
+        return tuple(v)
+    if name == "m":
+        items = v.items() if isinstance(v, dict) else v
+        return tuple(sorted((k, x) for k, x in items))
+    return v
+
+
+def canonical_rows(rows: list[dict]) -> list[tuple]:
+    return sorted((r["rid"], *[_canon(c, r[c]) for c in COLUMNS]) for r in rows)
+
+
+def canonical_arrow(table: pa.Table) -> list[tuple]:
+    return canonical_rows(table.select(["rid", *COLUMNS]).to_pylist())
+
+
+# ---------------------------------------------------------------- readers
+
+
+def spark_arrow(df) -> pa.Table:
+    """A Spark DataFrame's rows as Arrow, without PySpark's Python datetime conversion (which cannot hold
+    0001-01-01T00:00Z)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return pa.Table.from_batches(df._collect_as_arrow(), schema=to_arrow_schema(df.schema))
+
+
+def read_all(lh, spark, duck, identifier) -> dict[str, pa.Table]:
+    table = lh.load(identifier)
+    root = table.location()
+    iceberg = duckdb_readers.iceberg_scan_sql(table.metadata_location)
+    delta = duckdb_readers.delta_scan_sql(root)
+    return {
+        "duckdb_iceberg": duck.execute(f"SELECT * FROM {iceberg}").fetch_arrow_table(),
+        "duckdb_delta": duck.execute(f"SELECT * FROM {delta}").fetch_arrow_table(),
+        "delta_rs": pa.table(DeltaTable(root[len("file://"):]).to_pyarrow_table()),
+        "pyiceberg": table.scan().to_arrow(),
+        "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location)),
+        "ours_spark": spark_arrow(lh.read(spark, identifier)),
+    }
+
+
+def _sql_literal(name: str, v) -> str:
+    if name == "s":
+        return "'" + v.replace("'", "''") + "'"
+    if name == "dec":
+        return f"CAST('{v}' AS DECIMAL(38,10))"
+    if name == "d":
+        return f"DATE '{v.year:04d}-{v.month:02d}-{v.day:02d}'"
+    if name == "ts":
+        u = v.astimezone(UTC)
+        return f"TIMESTAMPTZ '{u.year:04d}-{u:%m-%d %H:%M:%S}.{u.microsecond:06d}+00'"
+    if name == "ntz":
+        return f"TIMESTAMP '{v.year:04d}-{v:%m-%d %H:%M:%S}.{v.microsecond:06d}'"
+    if name == "flag":
+        return "true" if v else "false"
+    return str(v)
+
+
+def _python_filter(op: str, v):
+    ops = {"=": lambda x: x is not None and x == v, "<": lambda x: x is not None and x < v, ">=": lambda x: x is not None and x >= v,
+           "is_null": lambda x: x is None}
+    return ops[op]
+
+
+def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v) -> dict[str, pa.Table]:
+    table = lh.load(identifier)
+    root = table.location()
+    where = f'"{column}" IS NULL' if op == "is_null" else f'"{column}" {op} {_sql_literal(column, v)}'
+    field = pc.field(column)
+    arrow_v = pa.scalar(v, type=pa.schema(DeltaTable(root[len("file://"):]).schema().to_arrow()).field(column).type) if v is not None else None
+    arrow_filter = {"=": lambda: field == arrow_v, "<": lambda: field < arrow_v, ">=": lambda: field >= arrow_v, "is_null": lambda: field.is_null()}[op]()
+    ice_v = _iceberg_literal(column, v)
+    ice_filter = {"=": lambda: ice.EqualTo(column, ice_v), "<": lambda: ice.LessThan(column, ice_v), ">=": lambda: ice.GreaterThanOrEqual(column, ice_v),
+                  "is_null": lambda: ice.IsNull(column)}[op]()
+    spark_col = F.col(column)
+    spark_filter = {"=": lambda: spark_col == F.lit(v), "<": lambda: spark_col < F.lit(v), ">=": lambda: spark_col >= F.lit(v), "is_null": lambda: spark_col.isNull()}[op]()
+    return {
+        "duckdb_iceberg": duck.execute(f"SELECT * FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)} WHERE {where}").fetch_arrow_table(),
+        "duckdb_delta": duck.execute(f"SELECT * FROM {duckdb_readers.delta_scan_sql(root)} WHERE {where}").fetch_arrow_table(),
+        "delta_rs": DeltaTable(root[len("file://"):]).to_pyarrow_dataset().to_table(filter=arrow_filter),
+        "pyiceberg": table.scan(row_filter=ice_filter).to_arrow(),
+        "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location).filter(spark_filter)),
+    }
+
+
+def files_without_min_max(lh, identifier, column) -> bool:
+    root = lh.load(identifier).location()
+    adds = pa.table(DeltaTable(root[len("file://"):]).get_add_actions(flatten=True)).to_pylist()
+    return any(a.get(f"min.{column}") is None for a in adds if f"partition.{column}" not in a)
+
+
+def delta_rs_sql(lh, identifier, column, op, v) -> pa.Table:
+    """delta-rs's DataFusion engine (QueryBuilder): prunes with the log's stats and partition values itself."""
+    from deltalake import QueryBuilder
+
+    root = lh.load(identifier).location()
+    if column == "dec":
+        literal = f"CAST('{format(decimal.Decimal(v), 'f')}' AS DECIMAL(38,10))"
+    elif column in ("ts", "ntz", "d"):
+        literal = f"'{_iceberg_literal(column, v)}'"  # DataFusion coerces the ISO string to the column's type
+    else:
+        literal = _sql_literal(column, v)
+    reader = QueryBuilder().register("t", DeltaTable(root[len("file://"):]))
+    return pa.table(reader.execute(f'SELECT * FROM t WHERE "{column}" {op} {literal}').read_all())
+
+
+def _iceberg_literal(column: str, v):
+    if v is None:
+        return None
+    if column == "d":
+        return v.isoformat() if v.year >= 1000 else f"{v.year:04d}-{v.month:02d}-{v.day:02d}"
+    if column in ("ts", "ntz"):
+        u = v.astimezone(UTC) if v.tzinfo else v
+        text = f"{u.year:04d}-{u:%m-%dT%H:%M:%S}.{u.microsecond:06d}"
+        return text + ("+00:00" if column == "ts" else "")
+    return v
+
+
+# ---------------------------------------------------------------- the property
+
+
+@pytest.fixture(scope="module")
+def prop_lh(tmp_path_factory):
+    from lakehouse_assets import Lakehouse
+
+    os.environ.pop("LAKEHOUSE_CATALOG", None)
+    return Lakehouse(str(tmp_path_factory.mktemp("property-warehouse")))
+
+
+_counter = iter(range(1_000_000))
+
+
+@settings(settings.get_profile(PROFILE))
+@given(tables())
+@example(_boundary_table())
+def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, duck, generated):
+    rows, terms = generated
+    lh = prop_lh
+    identifier = f"prop.t{next(_counter)}"
+    df = spark.createDataFrame([tuple(r[f.name] for f in SCHEMA.fields) for r in rows], SCHEMA)
+    identity_string = "s" in terms
+    if identity_string and any(r["s"] == "" for r in rows):
+        with pytest.raises(InputError, match=rf"{identifier}: column 's' .* empty string"):
+            lh.write(df, identifier, partition_by=terms)
+        assert identifier not in lh.table_names()
+        return
+    r = lh.write(df, identifier, partition_by=terms)
+    assert not r.delta_lagging, r.delta_error
+    expected = canonical_rows(rows)
+    for reader, got in read_all(lh, spark, duck, identifier).items():
+        assert canonical_arrow(got) == expected, f"{identifier} partitioned by {terms}: {reader} differs from the written rows"
+    report = lh.verify(identifier, deep=True)
+    assert report["agree"], report["differences"]
+
+    # Filtered reads on every partition source column, through every reader that takes a filter.
+    from lakehouse_assets.core.spec import parse_partition_term
+
+    for source in sorted({parse_partition_term(t).source for t in terms} - {"bin"}):
+        present = [x[source] for x in rows if x[source] is not None]
+        pivots = [("is_null", None)] + ([(op, sorted(present)[len(present) // 2]) for op in ("=", "<", ">=")] if present else [])
+        for op, v in pivots:
+            want = canonical_rows([x for x in rows if _python_filter(op, v)(x[source])])
+            for reader, got in filtered_reads(lh, spark, duck, identifier, source, op, v).items():
+                if reader == "delta_rs" and op != "is_null" and files_without_min_max(lh, identifier, source):
+                    # delta-rs 1.6.6 bug, pinned by test_delta_rs_dataset_drops_files_without_min_max: its pyarrow
+                    # dataset turns a missing min/max into `col >= null` and drops the file. Its SQL engine is right:
+                    got = delta_rs_sql(lh, identifier, source, op, v)
+                assert canonical_arrow(got) == want, f"{identifier} partitioned by {terms}: {reader} WHERE {source} {op} {v!r} differs"

@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: setup system-deps demo test dev bench clean
+.PHONY: setup system-deps demo test lint dev bench clean
 
 setup: system-deps $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 
@@ -30,8 +30,14 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 demo: setup
 	$(PY) -m lakehouse_assets.demo
 
-test: setup
+test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The architecture contracts ([tool.importlinter] in pyproject.toml: a Dagster-free core, no cycles,
+# layers from the entry points down to storage and errors) and the linter.
+lint: setup
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/lint-imports --no-cache
 
 dev: setup
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml

@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import time
 import urllib.request
 

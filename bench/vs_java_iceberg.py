@@ -72,7 +72,7 @@ class Bench:
         from pyspark.sql import functions as F
 
         from lakehouse_assets import Lakehouse
-        from lakehouse_assets.dagster.resources import spark_session
+        from lakehouse_assets.core.spark import spark_session
         from lakehouse_assets_tests import java_iceberg
 
         self.args = args
@@ -160,15 +160,15 @@ class Bench:
         for rep in range(self.args.reps):
             o_name, j_name, path = self.name(workload), self.name(workload), os.path.join(self.root, "spark", self.name(workload))
 
-            def spark_write():
+            def spark_write(path=path):
                 w = spark_df.write.mode("overwrite")
                 if spark_cols:
                     w = w.partitionBy(*spark_cols)
                 w.parquet(path)
 
             res = self.alternate(rep, {
-                "ours": lambda: self.lh.write(df, f"b.{o_name}", partition_by=ours_terms),
-                "java": lambda: self.java_create(j_name, df, java_terms),
+                "ours": lambda o_name=o_name: self.lh.write(df, f"b.{o_name}", partition_by=ours_terms),
+                "java": lambda j_name=j_name: self.java_create(j_name, df, java_terms),
                 "spark": spark_write,
             })
             ours.times.append(res["ours"][0])
@@ -215,9 +215,9 @@ class Bench:
             self.lh.write(df, f"b.{f_name}", partition_by=["region"])
             self.java_create(j_name, df, [F.col("region")], cow)
             res = self.alternate(rep, {
-                "ours": lambda: self.lh.write(batch, f"b.{o_name}", mode="merge", merge_keys=["id"], operation_column="op"),
-                "java": lambda: self.spark.sql(merge_sql.format(t=j_name)).collect(),
-                "full": lambda: self.lh.write(df, f"b.{f_name}", mode="overwrite"),
+                "ours": lambda o_name=o_name: self.lh.write(batch, f"b.{o_name}", mode="merge", merge_keys=["id"], operation_column="op"),
+                "java": lambda j_name=j_name: self.spark.sql(merge_sql.format(t=j_name)).collect(),
+                "full": lambda f_name=f_name: self.lh.write(df, f"b.{f_name}", mode="overwrite"),
             })
             ours.times.append(res["ours"][0])
             java.times.append(res["java"][0])
@@ -259,8 +259,8 @@ class Bench:
                 "options => map('min-input-files', '2', 'target-file-size-bytes', '134217728'))"
             )
             res = self.alternate(rep, {
-                "ours": lambda: self.lh.maintain(f"b.{o_name}", "compaction", spark=self.spark),
-                "java": lambda: self.spark.sql(call).collect(),
+                "ours": lambda o_name=o_name: self.lh.maintain(f"b.{o_name}", "compaction", spark=self.spark),
+                "java": lambda call=call: self.spark.sql(call).collect(),
             })
             ours.times.append(res["ours"][0])
             java.times.append(res["java"][0])
@@ -302,7 +302,6 @@ class Bench:
         self.report(Row(workload, ours, [java]))
 
     def commit_latency(self):
-        F = self.F
         small = self.events(0, 100, 1).cache()
         small.count()
         young, old = self.name("young"), self.name("old")
@@ -359,7 +358,7 @@ class Bench:
         print()
         print(f"rows {self.args.rows:,}, reps {self.args.reps}, medians; machine: {load}")
         print(f"driver peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB (Python driver process)")
-        print(f"| work | ours s | vs | their s | ratio | ours files / MB | their files / MB |")
+        print("| work | ours s | vs | their s | ratio | ours files / MB | their files / MB |")
         print("|---|---|---|---|---|---|---|")
         for row in self.rows:
             for o in row.others:

@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from .core import maintenance
 from .core.errors import LakehouseError
 
 
@@ -101,7 +102,7 @@ def repair(ctx, table: str, as_json: bool) -> None:
     _emit(_lakehouse(ctx).repair(table), as_json, lambda r: click.echo(f"{r['table']}: Delta version {r.get('delta_version_before')} -> {r['delta_version']}"))
 
 
-MAINTENANCE_OPERATIONS = ["snapshot_expiry", "orphan_cleanup", "compaction", "metadata_cleanup", "delta_checkpoint", "full_maintenance", "repair"]
+MAINTENANCE_OPERATIONS = list(maintenance.OPERATIONS)
 
 
 @cli.command()
@@ -131,7 +132,7 @@ def maintain(ctx, table, all_tables, operation, dry_run, snapshot_retention_days
     def render(rows):
         for r in rows:
             steps = r.get("steps") or [r]
-            total = lambda k: sum(int(s.get(k) or 0) for s in steps)  # noqa: E731
+            total = lambda k, steps=steps: sum(int(s.get(k) or 0) for s in steps)
             h = r["health"]
             click.echo(
                 f"{r['table']}: {r['operation']}{' (dry run)' if dry_run else ''}: {total('files_rewritten')} files rewritten, "

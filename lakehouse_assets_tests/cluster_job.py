@@ -18,7 +18,7 @@ def main(master: str, warehouse: str, out: str) -> None:
 
     from lakehouse_assets import Lakehouse
     from lakehouse_assets.core import duckdb_readers
-    from lakehouse_assets.dagster.resources import spark_session
+    from lakehouse_assets.core.spark import spark_session
 
     spark = spark_session(
         {

@@ -18,7 +18,7 @@ os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from lakehouse_assets.dagster.resources import spark_session
+    from lakehouse_assets.core.spark import spark_session
 
     from . import java_iceberg
 

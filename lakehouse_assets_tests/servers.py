@@ -228,7 +228,7 @@ def _wait_for_postgres(port: int, log: Path, timeout: float = 30.0) -> None:
             return
         except psycopg2.OperationalError:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"PostgreSQL not ready: {log.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(f"PostgreSQL not ready: {log.read_text(errors='replace')[-3000:]}") from None
             time.sleep(0.1)
 
 

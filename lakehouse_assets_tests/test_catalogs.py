@@ -65,7 +65,9 @@ def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
     from deltalake import DeltaTable
 
     from lakehouse_assets import LakehouseError
-    from lakehouse_assets.core.delta_committer import ICEBERG_SNAPSHOT_ID
+    from lakehouse_assets.core.properties import DeltaCommitKeys
+
+    ICEBERG_SNAPSHOT_ID = DeltaCommitKeys.ICEBERG_SNAPSHOT_ID
 
     lh = backend.lakehouse()
     ident = f"{backend.namespace()}.concurrent"
@@ -87,7 +89,7 @@ def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
         t.start()
     for t in threads:
         t.join()
-    for i, e in errors.items():
+    for e in errors.values():
         assert f"Table {ident}: the Iceberg commit failed" in str(e) and "nothing was committed and the written files were removed" in str(e), e
         assert "Other writers committed first: retry the write, or raise the table property commit.retry.num-retries" in str(e), e
     assert results, f"no concurrent write succeeded: {errors}"

@@ -129,17 +129,18 @@ def test_compaction_one_commit_each_format_content_unchanged(lh, spark, duck):
 def test_compaction_racing_an_append_retries_and_loses_nothing(lh, spark, duck, monkeypatch):
     for start in (0, 10, 20):
         lh.write(batch(spark, start), "m.race")
-    real_commit = maintenance._commit_compaction
+    real_commit = iceberg_committer.commit_files
     attempt_files: list[set[str]] = []
 
-    def append_lands_first(table, adds, removes, summary):
+    def append_lands_first(table, adds, removes, summary, stage=None):
         # A real concurrent writer commits between compaction's file write and its commit.
-        attempt_files.append({relative_to(table.location(), f.file_path) for f in adds})
-        if len(attempt_files) == 1:
-            lh.write(batch(spark, 500), "m.race")
-        return real_commit(table, adds, removes, summary)
+        if summary.get("lakehouse.operation") == "compaction":
+            attempt_files.append({relative_to(table.location(), f.file_path) for f in adds})
+            if len(attempt_files) == 1:
+                lh.write(batch(spark, 500), "m.race")
+        return real_commit(table, adds, removes, summary, stage)
 
-    monkeypatch.setattr(maintenance, "_commit_compaction", append_lands_first)
+    monkeypatch.setattr(iceberg_committer, "commit_files", append_lands_first)
     r = lh.maintain("m.race", "compaction", spark=spark)
     assert r["conflicts"] == 1 and r["attempts"] == 2 and r["committed"]
     assert "ValidationException" in r["last_conflict"] or "CommitFailed" in r["last_conflict"]
@@ -157,16 +158,17 @@ def test_compaction_racing_an_append_retries_and_loses_nothing(lh, spark, duck, 
 def test_compaction_aborts_cleanly_when_it_keeps_losing(lh, spark, duck, monkeypatch):
     for start in (0, 10):
         lh.write(batch(spark, start), "m.abort")
-    real_commit = maintenance._commit_compaction
+    real_commit = iceberg_committer.commit_files
     ours: list[str] = []
     appended = iter(range(1000, 5000, 100))
 
-    def always_beaten(table, adds, removes, summary):
-        ours.extend(relative_to(table.location(), f.file_path) for f in adds)
-        lh.write(batch(spark, next(appended), 5), "m.abort")
-        return real_commit(table, adds, removes, summary)
+    def always_beaten(table, adds, removes, summary, stage=None):
+        if summary.get("lakehouse.operation") == "compaction":
+            ours.extend(relative_to(table.location(), f.file_path) for f in adds)
+            lh.write(batch(spark, next(appended), 5), "m.abort")
+        return real_commit(table, adds, removes, summary, stage)
 
-    monkeypatch.setattr(maintenance, "_commit_compaction", always_beaten)
+    monkeypatch.setattr(iceberg_committer, "commit_files", always_beaten)
     r = lh.maintain("m.abort", "compaction", spark=spark, compaction_target_mb=128)
     assert r["aborted"] and not r["committed"] and r["conflicts"] == 3
     assert not (set(ours) & files_on_disk(lh, "m.abort", "data"))

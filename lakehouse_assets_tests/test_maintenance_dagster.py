@@ -13,6 +13,7 @@ from dagster import AssetKey, DagsterInstance, DagsterInvalidConfigError, RunReq
 from pyspark.sql import functions as F
 
 from lakehouse_assets.cli import cli
+from lakehouse_assets.dagster.io_manager import table_identifier
 from lakehouse_assets.dagster.maintenance import (
     JOB_NAME,
     OP_NAME,
@@ -22,7 +23,6 @@ from lakehouse_assets.dagster.maintenance import (
     lakehouse_maintenance_job,
     nightly_maintenance_schedule,
 )
-from lakehouse_assets.dagster.io_manager import table_identifier
 from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
 
 from .conftest import assert_all_readers_agree, unreadable_delta_log

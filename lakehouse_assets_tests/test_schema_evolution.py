@@ -44,7 +44,7 @@ def _files_under(root: str) -> list[str]:
 
 def _schemas(lh, name):
     """Column -> type as each format declares it (Iceberg via its Delta rendering, Delta from its log)."""
-    from lakehouse_assets.core.delta_committer import delta_schema
+    from lakehouse_assets.core.type_mapping import delta_schema
 
     table = lh.load(name)
     iceberg = {f.name: str(f.type) for f in pa.schema(delta_schema(table.schema()).to_arrow())}

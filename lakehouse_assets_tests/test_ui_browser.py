@@ -295,11 +295,11 @@ def _switch(page, base: str, kind: str, name: str, on: bool) -> None:
 
 def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
     from playwright.sync_api import expect, sync_playwright
+    from pyiceberg.expressions import EqualTo
 
     from lakehouse_assets import Lakehouse
     from lakehouse_assets.core import maintenance
     from lakehouse_assets.dagster.demo_assets import N_USERS
-    from pyiceberg.expressions import EqualTo
 
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make setup` (scripts/system-deps.sh installs Debian's chromium)"
     base, port, warehouse = dagster_ui["base"], dagster_ui["port"], dagster_ui["warehouse"]

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
@@ -51,24 +50,16 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from . import history
+from .iceberg_committer import live_data_files
+from .properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
 from .spec import delta_partition_columns
 from .storage import StorageConfig, relative_to
-from .writer import _delta_partition_string, _small_field
+from .type_mapping import delta_schema
 
 log = logging.getLogger(__name__)
 
-APP_ID = "lakehouse-iceberg"  # Delta txn app id; its version is the last mirrored Iceberg sequence number
-ICEBERG_SNAPSHOT_ID = "lakehouse.iceberg.snapshot-id"
-ICEBERG_SEQUENCE_NUMBER = "lakehouse.iceberg.sequence-number"
-MAX_SYNC_ATTEMPTS = 8
 _EPOCH = dt.datetime(1970, 1, 1)
-
-
-def delta_schema(schema: Schema) -> DeltaSchema:
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-
-    arrow = pa.schema([_small_field(f).with_metadata(None) for f in schema_to_pyarrow(schema, include_field_ids=False)])
-    return DeltaSchema.from_arrow(arrow)
 
 
 @dataclass
@@ -83,7 +74,7 @@ class SnapshotChange:
     @property
     def data_change(self) -> bool:
         # Compaction rewrites files without changing rows: Delta readers of the change feed skip it.
-        return self.summary.get("lakehouse.operation") != "compaction"
+        return self.summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION
 
 
 def snapshot_change(table: Table, snapshot: Snapshot) -> SnapshotChange:
@@ -99,7 +90,7 @@ def snapshot_change(table: Table, snapshot: Snapshot) -> SnapshotChange:
                 adds.append(entry.data_file)
             elif entry.status == ManifestEntryStatus.DELETED:
                 removes.append(entry.data_file)
-    summary = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
+    summary = history.summary(snapshot)
     return SnapshotChange(snapshot, adds, removes, summary)
 
 
@@ -118,6 +109,22 @@ def _delta_partition_values(spec: PartitionSpec, schema: Schema, data_file: Data
         source_type = schema.find_type(pf.source_id)
         out[name] = _delta_partition_string(source_type, _from_internal(source_type, data_file.partition[pos]))
     return out
+
+
+def _delta_partition_string(source_type, value) -> str | None:
+    """Delta's partitionValues serialization (protocol: 'Partition Value Serialization')."""
+    if value is None:
+        return None
+    if isinstance(source_type, BooleanType):
+        return "true" if value else "false"
+    if isinstance(source_type, DateType):
+        return value.isoformat()
+    if isinstance(source_type, TimestamptzType):
+        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(source_type, TimestampType):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return str(value)
+
 
 
 def _from_internal(t, v):
@@ -184,7 +191,7 @@ class DeltaMirror:
 
     def mirrored_sequence_number(self, delta: DeltaTable | None = None) -> int | None:
         delta = delta if delta is not None else self.load()
-        return None if delta is None else delta.transaction_version(APP_ID)
+        return None if delta is None else delta.transaction_version(DELTA_APP_ID)
 
     def next_version(self, table: Table) -> int | None:
         """The Delta version the next Iceberg snapshot will be mirrored as (best effort: None if unknown).
@@ -204,43 +211,27 @@ class DeltaMirror:
 
     def pending_snapshots(self, table: Table, target: Snapshot | None, mirrored_seq: int | None) -> list[Snapshot] | None:
         """Snapshots after the mirrored one, oldest first; None if history was expired past it."""
-        chain = []
-        snap = target
-        while snap is not None and (mirrored_seq is None or snap.sequence_number > mirrored_seq):
-            chain.append(snap)
-            if snap.parent_snapshot_id is None:
-                break
-            parent = table.metadata.snapshot_by_id(snap.parent_snapshot_id)
-            if parent is None:
-                return None  # expired: fall back to a whole-state diff
-            snap = parent
-        return list(reversed(chain))
+        return history.snapshots_after(table, target, mirrored_seq)
 
     def sync(self, table: Table, known: dict[int, SnapshotChange] | None = None, target: Snapshot | None = None) -> int:
-        """Mirror every Iceberg snapshot up to `target` (default: current). Returns the Delta version."""
+        """Mirror every Iceberg snapshot up to `target` (default: current), one attempt. Returns the Delta version.
+
+        A concurrent Delta writer makes this raise deltalake's CommitFailedError: the caller's retry
+        policy (transaction.sync_delta) re-reads the log, and the txn tag tells what is left.
+        """
         known = known or {}
         target = target if target is not None else table.current_snapshot()
-        last_error: Exception | None = None
-        for attempt in range(MAX_SYNC_ATTEMPTS):
-            delta = self.load()
-            try:
-                if delta is None:
-                    delta = self._create(table)
-                mirrored = self.mirrored_sequence_number(delta)
-                chain = self.pending_snapshots(table, target, mirrored)
-                if chain is None:
-                    self._commit_full_diff(table, delta, target)
-                else:
-                    for snap in chain:
-                        change = known.get(snap.snapshot_id) or snapshot_change(table, snap)
-                        self._commit_change(table, delta, change)
-                delta.update_incremental()
-                return delta.version()
-            except CommitFailedError as e:
-                # Someone else committed to the log first: re-read it; the txn tag tells what is left.
-                last_error = e
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise last_error  # type: ignore[misc]
+        delta = self.load()
+        if delta is None:
+            delta = self._create(table)
+        chain = self.pending_snapshots(table, target, self.mirrored_sequence_number(delta))
+        if chain is None:
+            self._commit_full_diff(table, delta, target)
+        else:
+            for snap in chain:
+                self._commit_change(table, delta, known.get(snap.snapshot_id) or snapshot_change(table, snap))
+        delta.update_incremental()
+        return delta.version()
 
     # ---- internals
 
@@ -286,8 +277,8 @@ class DeltaMirror:
             for r in raw_removes or []
         ]
         actions += [self._add_action(table, schema, f, change.data_change, now) for f in change.adds]
-        metadata = {k: v for k, v in change.summary.items() if k.startswith("lakehouse.")}
-        metadata.update({ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
+        metadata = {k: v for k, v in change.summary.items() if k.startswith(SummaryKeys.PREFIX)}
+        metadata.update({DeltaCommitKeys.ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), DeltaCommitKeys.ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
         if _changed_types(delta, schema):
             self._replace_with_wider_types(table, delta, snap, schema, metadata, now)
             return
@@ -300,7 +291,7 @@ class DeltaMirror:
             commit_properties=CommitProperties(
                 custom_metadata=metadata,
                 max_commit_retries=0,
-                app_transactions=[Transaction(APP_ID, snap.sequence_number)],
+                app_transactions=[Transaction(DELTA_APP_ID, snap.sequence_number)],
             ),
             post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
         )
@@ -324,8 +315,6 @@ class DeltaMirror:
         so the replace carries the new schema and the snapshot's complete file list; earlier Delta
         versions keep their own schema and files and stay readable.
         """
-        from .iceberg_committer import live_data_files
-
         adds = [self._add_action(table, schema, f, True, now) for f in live_data_files(table, snap.snapshot_id)]
         create_table_with_add_actions(
             self.root_uri,
@@ -337,9 +326,9 @@ class DeltaMirror:
             configuration={**(delta.metadata().configuration or {}), **self.configuration} or None,
             storage_options=self.storage.delta_options(self.root_uri),
             commit_properties=CommitProperties(
-                custom_metadata={**metadata, "lakehouse.delta.replaced-for": "type-widening"},
+                custom_metadata={**metadata, DeltaCommitKeys.REPLACED_FOR: "type-widening"},
                 max_commit_retries=0,
-                app_transactions=[Transaction(APP_ID, snap.sequence_number)],
+                app_transactions=[Transaction(DELTA_APP_ID, snap.sequence_number)],
             ),
             post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
         )
@@ -356,7 +345,7 @@ class DeltaMirror:
         target = {f.name: f for f in delta_schema(schema).fields}
         current = {f.name: f for f in delta.schema().fields}
         props = CommitProperties(
-            custom_metadata={"lakehouse.operation": "schema-change", "lakehouse.iceberg.schema-id": str(snap.schema_id)},
+            custom_metadata={SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)},
             max_commit_retries=0,
         )
         hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
@@ -370,8 +359,6 @@ class DeltaMirror:
 
     def _commit_full_diff(self, table: Table, delta: DeltaTable, target: Snapshot) -> None:
         """Delta is older than the retained Iceberg history: one commit that makes the file sets equal."""
-        from .iceberg_committer import live_data_files
-
         iceberg_files = {relative_to(self.root_uri, f.file_path): f for f in live_data_files(table, target.snapshot_id)}
         delta_files = {a["path"]: a for a in pa.table(delta.get_add_actions(flatten=True)).to_pylist()}
         adds = [f for p, f in iceberg_files.items() if p not in delta_files]
@@ -380,8 +367,8 @@ class DeltaMirror:
             for p, a in delta_files.items()
             if p not in iceberg_files
         ]
-        summary = dict(target.summary.additional_properties) if target.summary else {}
-        summary["lakehouse.operation"] = "repair"
+        summary = history.summary(target)
+        summary[SummaryKeys.OPERATION] = Operation.REPAIR
         self._commit_change(table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes)
 
 

@@ -21,6 +21,10 @@ class CommitError(LakehouseError):
     """A commit did not land; the write left the table unchanged and removed its files."""
 
 
+class CommitConflict(CommitError):
+    """Another writer committed first and this commit's validation failed; re-planning may succeed."""
+
+
 class TableNotFound(LakehouseError, LookupError):
     """The table does not exist in the catalog."""
 

@@ -18,12 +18,6 @@ from pyiceberg.typedef import Record
 from .storage import join_uri
 from .writer import WrittenFile
 
-# Snapshot-summary keys written by the lakehouse (Iceberg keeps them with the snapshot forever).
-WRITE_ID = "lakehouse.write-id"  # idempotency key: a retried write with the same key never commits twice
-WRITER = "lakehouse.writer"  # who wrote it (Dagster run id, partition)
-OPERATION = "lakehouse.operation"  # append | overwrite | overwrite-window | merge | compaction
-DELTA_EXPECTED_VERSION = "lakehouse.delta.expected-version"
-
 
 def data_files_from_written(table: Table, root_uri: str, written: Iterable[WrittenFile], schema=None) -> list[DataFile]:
     """`schema`: the schema the files were written with, when it is not yet the table's (evolution pending)."""
@@ -79,17 +73,6 @@ def commit_files(
                     producer.append_data_file(f)
     snapshot = table.current_snapshot()
     return snapshot
-
-
-def find_snapshot_by_write_id(table: Table, write_id: str) -> Snapshot | None:
-    """A snapshot of the current branch written with this idempotency key (metadata JSON only, no manifests)."""
-    snap = table.current_snapshot()
-    metadata = table.metadata
-    while snap is not None:
-        if snap.summary is not None and snap.summary.additional_properties.get(WRITE_ID) == write_id:
-            return snap
-        snap = metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
-    return None
 
 
 def live_data_files(table: Table, snapshot_id: int | None = None, row_filter=None) -> list[DataFile]:

@@ -3,7 +3,7 @@
 1. `prepare_batch` validates the incoming batch before anything is written: the key and control
    columns exist, no key is null, and duplicate keys are resolved (last row by `order_by` wins) or
    refused. Control columns (operation, deleted-at) mark deletes and are not stored.
-2. `rewrite` finds the files to rewrite in three narrowing steps:
+2. `plan` finds the files to rewrite in three narrowing steps:
    a. a tiny Spark aggregate gives each key's min/max (and the distinct values when few);
    b. Iceberg scan planning prunes live files by partition and min/max with that filter (candidates);
    c. a distributed semi-join of the candidates' keys with the batch's keys tells which candidates
@@ -11,7 +11,7 @@
    Matched files are rewritten in Spark: their rows minus the batch's keys, plus the batch's
    inserted/updated rows, written once through `write_files`. Files without a matched key are
    never opened for writing and stay live as they are.
-The caller commits removes (matched files) + adds (the rewrite) as ONE Iceberg overwrite snapshot,
+The commit pipeline commits removes (matched files) + adds (the rewrite) as ONE Iceberg overwrite snapshot,
 which the Delta mirror turns into ONE Delta commit (remove + add).
 """
 
@@ -20,16 +20,19 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, In, LessThanOrEqual
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
 
 from .errors import InputError, SpecError
 from .iceberg_committer import live_data_files
-from .reader import read_parquet_files
-from .spec import iceberg_to_spark_schema
+from .properties import SummaryKeys
+from .type_mapping import iceberg_to_spark_schema
+
+if TYPE_CHECKING:
+    from .transaction import FileChanges
+    from .write_modes import WriteTarget
 
 DEFAULT_DELETE_VALUES = ("delete", "d", "D", "DELETE")
 IN_SET_LIMIT = 200  # up to this many distinct values of a single key, prune with an In-set instead of a range
@@ -160,19 +163,17 @@ def _literal(v):
     return v.isoformat() if isinstance(v, dt.date) else v  # pyiceberg binds ISO strings to date columns
 
 
-def rewrite(
-    spark, table: Table, batch, key_stats: KeyStats, opts: MergeOptions, storage, write, schema, cast_files: bool
-) -> tuple[list, list[DataFile], MergeStats]:
-    """Write the merged files. Returns (written files, data files to remove, stats).
+def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOptions, changes: "FileChanges") -> MergeStats:
+    """Write the merged files into `changes` (adds, removes = matched files); returns the pruning stats.
 
-    `write(df)` writes a DataFrame with `schema` (the table's, evolved if the batch adds columns) through
-    `write_files` and returns its WrittenFiles. `cast_files`: existing files may hold narrower types.
+    `target.schema` is the table's schema, evolved if the batch adds columns; existing files may hold
+    narrower types (`target.cast_files`).
     """
     from pyspark.sql import functions as F
 
-    spark_schema = iceberg_to_spark_schema(schema)
+    table = target.table
+    spark_schema = iceberg_to_spark_schema(target.schema)
     stats = MergeStats()
-    widened = cast_files
     keys = list(opts.keys)
     batch_keys = batch.select(*keys).distinct()
     candidates: list[DataFile] = []
@@ -185,7 +186,7 @@ def rewrite(
     matched: list[DataFile] = []
     if candidates:
         by_uri = {f.file_path: f for f in candidates}
-        existing = read_parquet_files(spark, list(by_uri), spark_schema, storage, path_column=_PATH, cast_files=widened)
+        existing = target.read(spark, candidates, path_column=_PATH)
         hits = existing.select(*keys, _PATH).join(batch_keys, keys, "left_semi")
         matched_uris = [r[0] for r in hits.select(_PATH).distinct().collect()]  # file paths only
         matched = [by_uri[u] for u in matched_uris]
@@ -197,21 +198,23 @@ def rewrite(
 
     upserts = conform(batch.filter(~F.col(_DELETE)))
     if matched:
-        kept = read_parquet_files(spark, [f.file_path for f in matched], spark_schema, storage, cast_files=widened).join(batch_keys, keys, "left_anti")
+        kept = target.read(spark, matched).join(batch_keys, keys, "left_anti")
         merged = kept.unionByName(upserts)
     else:
         merged = upserts
     if not table.spec().fields:
         # Unpartitioned: one Spark partition per output file otherwise (the union adds the batch's partitions).
         merged = merged.coalesce(max(1, len(matched)))
-    return write(merged), matched, stats
+    target.write(merged, changes)
+    changes.removes += matched
+    return stats
 
 
 def summary_properties(stats: MergeStats, opts: MergeOptions) -> dict[str, str]:
     """Recorded in the snapshot summary (and the Delta commitInfo): evidence of what pruning left to rewrite."""
     return {
-        "lakehouse.merge.keys": ",".join(opts.keys),
-        "lakehouse.merge.live-files": str(stats.live_files),
-        "lakehouse.merge.candidate-files": str(stats.candidate_files),
-        "lakehouse.merge.rewritten-files": str(stats.matched_files),
+        SummaryKeys.MERGE_KEYS: ",".join(opts.keys),
+        SummaryKeys.MERGE_LIVE_FILES: str(stats.live_files),
+        SummaryKeys.MERGE_CANDIDATE_FILES: str(stats.candidate_files),
+        SummaryKeys.MERGE_REWRITTEN_FILES: str(stats.matched_files),
     }

@@ -25,7 +25,7 @@ class _ParquetFileReader:
     path_column: str | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from .writer import conform_batch
+        from .type_mapping import conform_batch
 
         for batch in batches:
             for uri in batch.column(0).to_pylist():

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from pyiceberg.table import Table
 
-COMMITS = "lakehouse.small-writes.commits"
-WINDOW_SECONDS = "lakehouse.small-writes.window-seconds"
-FILE_BYTES = "lakehouse.small-writes.file-bytes"
-DEFAULTS = {COMMITS: 20, WINDOW_SECONDS: 3600, FILE_BYTES: 1 << 20}
+from . import history
+from .properties import TableProperties
+
+COMMITS = TableProperties.SMALL_WRITES_COMMITS
+WINDOW_SECONDS = TableProperties.SMALL_WRITES_WINDOW_SECONDS
+FILE_BYTES = TableProperties.SMALL_WRITES_FILE_BYTES
+DEFAULTS = TableProperties.SMALL_WRITES_DEFAULTS
 
 
 def _setting(table: Table, key: str) -> int:
@@ -28,12 +31,12 @@ def small_writes_warning(identifier: str, table: Table) -> str | None:
     if commits <= 0:
         return None  # disabled
     recent = []
-    snap = table.current_snapshot()
-    while snap is not None and len(recent) < commits:
-        summary = snap.summary.additional_properties if snap.summary else {}
+    for snap in history.ancestors(table):
+        if len(recent) >= commits:
+            break
+        summary = history.summary(snap)
         if int(summary.get("added-data-files", 0)) > 0:
             recent.append((snap.timestamp_ms, int(summary["added-data-files"]), int(summary.get("added-files-size", 0)), int(summary.get("added-records", 0))))
-        snap = table.metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
     if len(recent) < commits:
         return None
     span_ms = recent[0][0] - recent[-1][0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Sequence
+from typing import Literal, Sequence
 
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -23,29 +23,12 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 from pyiceberg.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IcebergType,
-    IntegerType,
-    ListType,
-    LongType,
-    MapType,
-    NestedField,
     PrimitiveType,
-    StringType,
-    StructType,
-    TimestampType,
-    TimestamptzType,
 )
 
-from .errors import SchemaError, SpecError
+from .errors import SpecError
 
 Format = Literal["iceberg", "delta"]
-WriteMode = Literal["append", "overwrite", "merge"]
 ALL_FORMATS: tuple[Format, ...] = ("iceberg", "delta")
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
@@ -179,134 +162,6 @@ def delta_partition_columns(spec: PartitionSpec, schema: Schema) -> list[str]:
     return [top_level[f.source_id] for f in spec.fields if isinstance(f.transform, IdentityTransform) and f.source_id in top_level]
 
 
-# ---------------------------------------------------------------- Spark -> Iceberg types
-
-
-def spark_schema_to_iceberg(table: str, spark_schema) -> Schema:
-    """Iceberg schema for a Spark StructType. Field ids are placeholders; the catalog assigns fresh ones."""
-    counter = iter(range(1, 1_000_000))
-    fields = [
-        NestedField(next(counter), f.name, _spark_type(table, f.name, f.dataType, counter), required=not f.nullable)
-        for f in spark_schema.fields
-    ]
-    _check_names(table, [f.name for f in fields])
-    return Schema(*fields)
-
-
-def arrow_schema_to_iceberg(table: str, arrow_schema) -> Schema:
-    """Iceberg schema for a pyarrow schema (small assets handed over as pyarrow/pandas)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    try:
-        spark_schema = from_arrow_schema(arrow_schema)
-    except TypeError as e:
-        raise SchemaError(f"Table {table}: {e}. Cast the column to a supported type before writing.") from None
-    return spark_schema_to_iceberg(table, spark_schema)
-
-
-def _check_names(table: str, names: Iterable[str]) -> None:
-    seen = set()
-    for n in names:
-        if n.lower() in seen:
-            raise SchemaError(f"Table {table}: column {n!r} appears twice (names are case-insensitive in Delta).")
-        seen.add(n.lower())
-        if re.search(r"[ ,;{}()\n\t=]", n):
-            raise SchemaError(
-                f"Table {table}: column name {n!r} contains a character Delta does not allow without column mapping "
-                "(space , ; { } ( ) = tab newline). Rename the column."
-            )
-
-
-def _spark_type(table: str, path: str, dt, counter) -> IcebergType:
-    from pyspark.sql import types as T
-
-    if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType)):
-        return IntegerType()
-    if isinstance(dt, T.LongType):
-        return LongType()
-    if isinstance(dt, T.FloatType):
-        return FloatType()
-    if isinstance(dt, T.DoubleType):
-        return DoubleType()
-    if isinstance(dt, T.DecimalType):
-        return DecimalType(dt.precision, dt.scale)
-    if isinstance(dt, (T.StringType, T.VarcharType, T.CharType)):
-        return StringType()
-    if isinstance(dt, T.BinaryType):
-        return BinaryType()
-    if isinstance(dt, T.BooleanType):
-        return BooleanType()
-    if isinstance(dt, T.DateType):
-        return DateType()
-    if isinstance(dt, T.TimestampNTZType):
-        return TimestampType()
-    if isinstance(dt, T.TimestampType):
-        return TimestamptzType()
-    if isinstance(dt, T.StructType):
-        _check_names(table, [f.name for f in dt.fields])
-        return StructType(
-            *[
-                NestedField(next(counter), f.name, _spark_type(table, f"{path}.{f.name}", f.dataType, counter), required=not f.nullable)
-                for f in dt.fields
-            ]
-        )
-    if isinstance(dt, T.ArrayType):
-        eid = next(counter)
-        return ListType(eid, _spark_type(table, f"{path}.element", dt.elementType, counter), element_required=not dt.containsNull)
-    if isinstance(dt, T.MapType):
-        kid, vid = next(counter), next(counter)
-        key = _spark_type(table, f"{path}.key", dt.keyType, counter)
-        if not isinstance(key, PrimitiveType):
-            raise SchemaError(f"Table {table}: column {path!r} is a map with non-primitive keys, which Delta cannot represent.")
-        return MapType(kid, key, vid, _spark_type(table, f"{path}.value", dt.valueType, counter), value_required=not dt.valueContainsNull)
-    raise SchemaError(
-        f"Table {table}: column {path!r} has Spark type {dt.simpleString()}, which neither Iceberg nor Delta can store. "
-        + (
-            "It is all nulls with no type: cast it, e.g. F.lit(None).cast('string')."
-            if isinstance(dt, T.NullType)
-            else "Cast it to a supported type (integers, floating, decimal, string, binary, boolean, date, timestamp, struct, array, map)."
-        )
-    )
-
-
-def iceberg_to_spark_schema(schema: Schema):
-    """Spark StructType for reading an Iceberg schema (used by readers)."""
-    from pyspark.sql import types as T
-
-    def conv(t: IcebergType):
-        if isinstance(t, IntegerType):
-            return T.IntegerType()
-        if isinstance(t, LongType):
-            return T.LongType()
-        if isinstance(t, FloatType):
-            return T.FloatType()
-        if isinstance(t, DoubleType):
-            return T.DoubleType()
-        if isinstance(t, DecimalType):
-            return T.DecimalType(t.precision, t.scale)
-        if isinstance(t, StringType):
-            return T.StringType()
-        if isinstance(t, BinaryType):
-            return T.BinaryType()
-        if isinstance(t, BooleanType):
-            return T.BooleanType()
-        if isinstance(t, DateType):
-            return T.DateType()
-        if isinstance(t, TimestamptzType):
-            return T.TimestampType()
-        if isinstance(t, TimestampType):
-            return T.TimestampNTZType()
-        if isinstance(t, StructType):
-            return T.StructType([T.StructField(f.name, conv(f.field_type), not f.required) for f in t.fields])
-        if isinstance(t, ListType):
-            return T.ArrayType(conv(t.element_type), not t.element_required)
-        if isinstance(t, MapType):
-            return T.MapType(conv(t.key_type), conv(t.value_type), not t.value_required)
-        raise SchemaError(f"Iceberg type {t} has no Spark equivalent here.")
-
-    return T.StructType([T.StructField(f.name, conv(f.field_type), not f.required) for f in schema.fields])
-
-
 # ---------------------------------------------------------------- the table spec
 
 
@@ -345,6 +200,3 @@ class TableSpec:
     def name(self) -> str:
         return parse_identifier(self.identifier)[1]
 
-    @property
-    def delta_enabled(self) -> bool:
-        return "delta" in self.formats

@@ -7,7 +7,7 @@ taken from the standard AWS environment or given explicitly. Credentials never a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -80,13 +80,6 @@ class StorageConfig:
         if self.allow_http is not None:
             return self.allow_http
         return bool(self.endpoint_url and self.endpoint_url.startswith("http://"))
-
-    def secrets(self) -> list[str]:
-        """Values that must never be written anywhere (tests search logs and metadata for them)."""
-        return [v for v in (self.access_key_id, self.secret_access_key, self.session_token) if v]
-
-    def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     # ---- per-library views of the same settings
 

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from .delta_committer import ICEBERG_SNAPSHOT_ID, DeltaMirror
+from . import history
+from .delta_committer import DeltaMirror
 from .errors import RetentionError
+from .properties import TableProperties
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ def snapshot_to_delta_versions(mirror: DeltaMirror) -> dict[int, int]:
     delta = mirror.load()
     if delta is None:
         return {}
-    return {int(c[ICEBERG_SNAPSHOT_ID]): c["version"] for c in delta.history() if c.get(ICEBERG_SNAPSHOT_ID) is not None}
+    return history.delta_versions_by_snapshot(delta)
 
 
 def resolve(table: Table, mirror: DeltaMirror | None, *, snapshot_id: int | None = None, delta_version: int | None = None,
@@ -50,3 +52,27 @@ def resolve(table: Table, mirror: DeltaMirror | None, *, snapshot_id: int | None
         return PointInTime(max(at_or_before)[1] if at_or_before else None, delta_version)
     snap = table.current_snapshot()
     return PointInTime(snap.snapshot_id if snap else None, mapping.get(snap.snapshot_id) if snap else None)
+
+
+def check_retention(table: Table, identifier: str, snapshot_id, delta_version, as_of) -> None:
+    """Time travel beyond the maintenance retention window is refused in both formats alike."""
+    min_ts = table.properties.get(TableProperties.RETENTION_MIN_TIMESTAMP)
+    min_version = table.properties.get(TableProperties.RETENTION_DELTA_MIN_VERSION)
+    fix = "Read a newer version, or raise snapshot_retention_days / min_snapshots_to_keep before the next maintenance run."
+    if snapshot_id is not None and table.snapshot_by_id(snapshot_id) is None and min_ts is not None:
+        raise RetentionError(
+            f"Table {identifier}: snapshot {snapshot_id} is not retained (snapshots before "
+            f"{history.iso_ms(int(min_ts))} were expired by maintenance). {fix}"
+        )
+    if delta_version is not None and min_version is not None and delta_version < int(min_version):
+        raise RetentionError(
+            f"Table {identifier}: Delta version {delta_version} is outside the retention window "
+            f"(the oldest retained version is {min_version}). {fix}"
+        )
+    if as_of is not None and min_ts is not None:
+        as_of_ms = int(as_of.timestamp() * 1000)  # same convention as the snapshot lookup below
+        if as_of_ms < int(min_ts):
+            raise RetentionError(
+                f"Table {identifier}: {as_of.isoformat()} is before the retention window (the oldest retained "
+                f"snapshot is from {history.iso_ms(int(min_ts))}). {fix}"
+            )

@@ -7,9 +7,10 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.table import Table
 
-from .delta_committer import DeltaMirror, delta_schema
+from .delta_committer import DeltaMirror
 from .iceberg_committer import live_data_files
 from .storage import normalize_uri, relative_to
+from .type_mapping import delta_schema
 
 
 def _schema_columns(arrow_schema: pa.Schema) -> dict[str, str]:

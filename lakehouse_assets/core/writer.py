@@ -15,7 +15,6 @@ pyiceberg's vectorized transforms that adds a key column per row.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import decimal
 import hashlib
 import json
@@ -31,59 +30,15 @@ import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import BooleanType, DateType, TimestampType, TimestamptzType
 
-from .storage import StorageConfig, join_uri
+from .storage import StorageConfig
+from .type_mapping import arrow_file_schema, conform_batch
 
 PARTITION_KEY_COLUMN = "_lakehouse_partition_key"
 PARTITION_VALUE_PREFIX = "_lakehouse_partition_value_"
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 DICTIONARY_SAMPLE_ROWS = 20_000
 FILE_ROW_SCHEMA = "path string, size long, record_count long, partition_key string, footer binary"
-
-# ---------------------------------------------------------------- Arrow schema helpers
-
-
-def _small(t: pa.DataType) -> pa.DataType:
-    """pyiceberg's Arrow schema uses large_* types; Spark and Parquet want the plain ones."""
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_large_list(t) or pa.types.is_list(t):
-        return pa.list_(_small_field(t.value_field))
-    if pa.types.is_map(t):
-        return pa.map_(_small_field(t.key_field), _small_field(t.item_field))
-    if pa.types.is_struct(t):
-        return pa.struct([_small_field(t.field(i)) for i in range(t.num_fields)])
-    return t
-
-
-def _small_field(f: pa.Field) -> pa.Field:
-    return pa.field(f.name, _small(f.type), f.nullable, f.metadata)
-
-
-def arrow_file_schema(schema: Schema) -> pa.Schema:
-    """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata."""
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-
-    return pa.schema([_small_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)])
-
-
-def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls."""
-    names = batch.schema.names
-    columns = []
-    for f in target:
-        if f.name in names:
-            col = batch.column(names.index(f.name))
-            if col.type != f.type:
-                col = col.cast(f.type)
-        else:
-            col = pa.nulls(batch.num_rows, f.type)
-        columns.append(col)
-    return pa.RecordBatch.from_arrays(columns, schema=target)
-
 
 # ---------------------------------------------------------------- partition keys
 
@@ -104,21 +59,6 @@ def decode_partition_value(v):
     return v
 
 
-def _delta_partition_string(source_type, value) -> str | None:
-    """Delta's partitionValues serialization (protocol: 'Partition Value Serialization')."""
-    if value is None:
-        return None
-    if isinstance(source_type, BooleanType):
-        return "true" if value else "false"
-    if isinstance(source_type, DateType):
-        return value.isoformat()
-    if isinstance(source_type, TimestamptzType):
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    if isinstance(source_type, TimestampType):
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    return str(value)
-
-
 _SAFE_DIR = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -129,11 +69,10 @@ def _dir_value(human: str) -> str:
 
 @dataclass
 class PartitionKeyer:
-    """Computes, per row, one JSON key holding the Iceberg partition tuple, Delta partition values and directory."""
+    """Computes, per row, one JSON key holding the Iceberg partition tuple and the directory."""
 
     schema_json: str
     spec_json: str
-    delta_columns: tuple[str, ...]
 
     def _setup(self):
         schema = Schema.model_validate_json(self.schema_json)
@@ -148,22 +87,20 @@ class PartitionKeyer:
         """The JSON key of one partition, from its transformed values (Iceberg's, in spec order)."""
         if not hasattr(self, "_fields"):
             self._fields = self._setup()
-        parts, delta_values, dirs = [], {}, []
-        for (pf, col_name, source_type, _), v in zip(self._fields, values):
+        parts, dirs = [], []
+        for (pf, _col_name, source_type, _), v in zip(self._fields, values):
             internal = _to_partition_representation(source_type, v) if isinstance(pf.transform, IdentityTransform) else v
             parts.append(_json_value(internal))
             result_type = pf.transform.result_type(source_type)
             dirs.append(f"{pf.name}={_dir_value(pf.transform.to_human_string(result_type, internal))}")
-            if col_name in self.delta_columns:
-                delta_values[col_name] = _delta_partition_string(source_type, v)
-        return json.dumps({"values": parts, "delta": delta_values, "dir": "/".join(dirs)}, sort_keys=True)
+        return json.dumps({"values": parts, "dir": "/".join(dirs)}, sort_keys=True)
 
     def keys(self, batch: pa.RecordBatch) -> pa.Array:
         """Per row key through pyiceberg's vectorized transforms (the fallback when Spark cannot compute them)."""
         if not hasattr(self, "_fields"):
             self._fields = self._setup()
         transformed = []
-        for pf, col_name, source_type, fn in self._fields:
+        for _pf, col_name, _source_type, fn in self._fields:
             col = _column(batch, col_name)
             if pa.types.is_decimal(col.type):
                 # Arrow buffers from Spark may be unaligned for decimal128; pyiceberg-core panics on them. Copy.
@@ -197,7 +134,7 @@ def _column(batch: pa.RecordBatch, dotted: str) -> pa.Array:
     return col
 
 
-UNPARTITIONED_KEY = json.dumps({"values": [], "delta": {}, "dir": ""}, sort_keys=True)
+UNPARTITIONED_KEY = json.dumps({"values": [], "dir": ""}, sort_keys=True)
 
 
 # ---------------------------------------------------------------- file writing
@@ -409,7 +346,6 @@ class WrittenFile:
     size: int
     record_count: int
     partition_values: tuple  # Iceberg internal representation, in partition spec order
-    delta_partition_values: dict
     footer: bytes
 
     def parquet_metadata(self) -> pq.FileMetaData:
@@ -422,7 +358,6 @@ def write_files(
     root_uri: str,
     schema: Schema,
     spec: PartitionSpec,
-    delta_columns: list[str],
     storage: StorageConfig,
     target_file_size: int,
     compression: str = "zstd",
@@ -439,7 +374,7 @@ def write_files(
 
         from .partition_columns import partition_columns
 
-        keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json(), tuple(delta_columns))
+        keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json())
         exprs = partition_columns(schema, spec)
         if exprs is not None:
             # Spark computes Iceberg's partition values (no Python pass); the writer turns each run into a key.
@@ -471,7 +406,6 @@ def write_files(
                 size=r["size"],
                 record_count=r["record_count"],
                 partition_values=tuple(decode_partition_value(v) for v in key["values"]),
-                delta_partition_values=key["delta"],
                 footer=bytes(r["footer"]),
             )
         )
@@ -480,8 +414,8 @@ def write_files(
 
 def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | None = None, target_file_size: int | None = None) -> list[WrittenFile]:
     """`write_files` with the table's own layout and Parquet settings (location, partition spec,
-    Delta partition columns, target file size, codec and level), so every writer of a table agrees."""
-    from .spec import DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
+    target file size, codec and level), so every writer of a table agrees."""
+    from .spec import DEFAULT_TARGET_FILE_SIZE
     from .storage import normalize_uri
 
     schema = schema or table.schema()
@@ -491,13 +425,8 @@ def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | Non
         root_uri=normalize_uri(table.location()),
         schema=schema,
         spec=table.spec(),
-        delta_columns=delta_partition_columns(table.spec(), schema),
         storage=storage,
         target_file_size=target_file_size or int(props.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
         compression=props.get("write.parquet.compression-codec", "zstd"),
         compression_level=int(props.get("write.parquet.compression-level", "3")),
     )
-
-
-def file_uri(root_uri: str, relative_path: str) -> str:
-    return join_uri(root_uri, relative_path)

@@ -3,7 +3,7 @@
 
 from typing import Iterable, Sequence
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetKey, MetadataValue, asset_check
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
 
 from .io_manager import table_identifier
 from .resources import LakehouseResource

@@ -31,8 +31,8 @@ from dagster import (
 )
 from dagster_pyspark import PySparkResource
 
-from ..core.lakehouse import Window, WriteResult
 from ..core.errors import SpecError
+from ..core.lakehouse import Window, WriteResult
 from .health import table_health_metadata
 from .resources import LakehouseResource
 

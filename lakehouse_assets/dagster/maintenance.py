@@ -46,14 +46,8 @@ COMPACTION_MIN_SMALL_RATIO = float(os.environ.get("LAKEHOUSE_COMPACTION_MIN_SMAL
 COMPACTION_RATIO_MIN_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_RATIO_MIN_FILES", "10"))
 
 
-class MaintenanceOperation(Enum):
-    snapshot_expiry = "snapshot_expiry"
-    orphan_cleanup = "orphan_cleanup"
-    compaction = "compaction"
-    metadata_cleanup = "metadata_cleanup"
-    delta_checkpoint = "delta_checkpoint"
-    full_maintenance = "full_maintenance"
-    repair = "repair"  # bring a lagging Delta log up to Iceberg (what the lag sensor requests)
+# The operations the core registers (core/maintenance/__init__.py), as a Dagster config enum.
+MaintenanceOperation = Enum("MaintenanceOperation", {name: name for name in core.OPERATIONS})
 
 
 class MaintenanceConfig(Config):
@@ -117,7 +111,7 @@ def lakehouse_maintenance(context: OpExecutionContext, config: MaintenanceConfig
     for identifier in tables:
         for operation in config.operations:
             name = MaintenanceOperation(operation).value
-            spark = pyspark.spark_session if name in ("compaction", "full_maintenance") else None
+            spark = pyspark.spark_session if core.REGISTRY[name].uses_spark else None
             try:
                 result = lh.maintain(identifier, name, dry_run=config.dry_run, spark=spark, **config.settings())
             except Exception as e:  # noqa: BLE001 - one table's failure must not stop the others

@@ -1,9 +1,6 @@
 """Dagster resources: the lakehouse (catalog + storage) and Spark."""
 
 
-import json
-import os
-import sys
 from typing import Any, Optional
 
 from dagster import ConfigurableResource
@@ -12,53 +9,8 @@ from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
 from ..core.lakehouse import Lakehouse
+from ..core.spark import prepare_spark_environment, spark_config, spark_session  # noqa: F401 - re-exported
 from ..core.storage import StorageConfig
-
-DEFAULT_SPARK_CONFIG: dict[str, Any] = {
-    "spark.master": "local[2]",
-    "spark.app.name": "lakehouse",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "8",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.memory": "2g",
-}
-
-
-def spark_config(overrides: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """Defaults for a local run, then `LAKEHOUSE_SPARK_CONF` (a JSON object of Spark settings),
-    `LAKEHOUSE_SPARK_MASTER`, then explicit overrides: the same code runs against a cluster."""
-    config = dict(DEFAULT_SPARK_CONFIG)
-    if raw := os.environ.get("LAKEHOUSE_SPARK_CONF"):
-        try:
-            config.update(json.loads(raw))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"LAKEHOUSE_SPARK_CONF must be a JSON object of Spark settings: {e}") from None
-    if master := os.environ.get("LAKEHOUSE_SPARK_MASTER"):
-        config["spark.master"] = master
-    config.update(overrides or {})
-    return config
-
-
-def prepare_spark_environment() -> None:
-    # Python workers must use this interpreter (it has pyarrow); a local driver binds to loopback.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-
-def spark_session(overrides: Optional[dict[str, Any]] = None):
-    """A SparkSession with the project's settings, for scripts and tests (Dagster code uses spark_resource)."""
-    from pyspark.sql import SparkSession
-
-    prepare_spark_environment()
-    builder = SparkSession.builder
-    for key, value in spark_config(overrides).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
 
 
 def spark_resource(overrides: Optional[dict[str, Any]] = None) -> PySparkResource:

@@ -1,0 +1,104 @@
+"""Compaction: bin-pack small files per partition in Spark, committed through the commit pipeline as one
+Iceberg snapshot and one Delta version (remove + add with dataChange=false); the rows are unchanged."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from .. import iceberg_committer as ic
+from .. import transaction
+from ..errors import CommitConflict, CommitError
+from ..properties import Operation, SummaryKeys
+from ..spark import active_session
+from ..storage import delete_files
+from ..transaction import FileChanges
+from ..write_modes import WriteTarget
+from .reports import CompactionReport
+from .settings import MaintenanceSettings
+
+if TYPE_CHECKING:
+    from ..lakehouse import Lakehouse
+
+log = logging.getLogger("lakehouse.maintenance")
+
+
+def plan_compaction(table: Table, settings: MaintenanceSettings, live: list[DataFile] | None = None) -> list[list[DataFile]]:
+    """Groups of small live files, one group per partition, each worth rewriting."""
+    groups: dict[tuple, list[DataFile]] = {}
+    default_spec = table.metadata.default_spec_id
+    for f in ic.live_data_files(table) if live is None else live:
+        if f.spec_id != default_spec or f.file_size_in_bytes >= settings.small_file_bytes:
+            continue
+        groups.setdefault((f.spec_id, tuple(f.partition)), []).append(f)
+    return [g for g in groups.values() if len(g) >= settings.compaction_min_input_files]
+
+
+def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CompactionReport:
+    """Rewrite each partition's small files into target-size files; re-plan when another writer commits first.
+
+    pyiceberg 0.12 has no REPLACE snapshot: the commit is an overwrite that removes exactly the rewritten
+    files and adds their replacement, tagged lakehouse.operation=compaction (the Delta mirror then writes
+    dataChange=false). Its concurrency validation rejects the commit when another writer committed in
+    between, so an append is never lost.
+    """
+    result: CompactionReport = {"operation": "compaction", "table": identifier, "dry_run": dry_run, "attempts": 0, "conflicts": 0}
+    for attempt in range(1, settings.compaction_max_attempts + 1):
+        table = lh.load(identifier)
+        groups = plan_compaction(table, settings)
+        removes = [f for g in groups for f in g]
+        before = table.current_snapshot()
+        result.update(
+            partitions_compacted=len(groups),
+            files_rewritten=len(removes),
+            bytes_rewritten=sum(f.file_size_in_bytes for f in removes),
+            rows_rewritten=sum(f.record_count for f in removes),
+        )
+        if dry_run or not groups:
+            result.update(files_added=0, files_removed=0, iceberg_snapshot_id=None, delta_version=None, committed=False)
+            if not groups:
+                result["files_rewritten"] = 0
+            return result
+        result["attempts"] = attempt
+        spark = active_session(spark)
+        target = WriteTarget(identifier, table, table.schema(), lh.storage, target_file_size=settings.target_bytes)
+        df = target.read(spark, removes)
+        if not table.spec().fields:
+            # Unpartitioned: one output per target size; partitioned tables are shuffled by key in write_files.
+            df = df.coalesce(max(1, math.ceil(result["bytes_rewritten"] / settings.target_bytes)))
+        changes = FileChanges(removes=list(removes))
+        try:
+            adds = target.write(df, changes, counts_as_written=False)
+            if sum(f.record_count for f in adds) != result["rows_rewritten"]:
+                raise CommitError(f"Table {identifier}: compaction wrote {sum(f.record_count for f in adds)} rows for {result['rows_rewritten']} input rows; nothing committed.")
+        except BaseException:
+            delete_files(lh.storage, changes.created)
+            raise
+        summary = {SummaryKeys.OPERATION: Operation.COMPACTION, SummaryKeys.COMPACTION_FILES_REWRITTEN: str(len(removes))}
+        try:
+            wr = transaction.commit(lh, identifier, table, changes, summary, mode=Operation.COMPACTION)
+        except CommitConflict as e:
+            # Another writer committed first: the pipeline removed our files; re-plan from the new state.
+            cause = e.__cause__ or e
+            result["conflicts"] += 1
+            result["last_conflict"] = f"{type(cause).__name__}: {cause}"
+            log.warning("Table %s: compaction attempt %d conflicted with a concurrent commit (%s); files removed", identifier, attempt, cause)
+            continue
+        result.update(
+            committed=True,
+            files_added=len(adds),
+            files_removed=0,  # rewritten files stay on storage while retained snapshots/versions reference them
+            bytes_added=sum(f.file_size_in_bytes for f in adds),
+            iceberg_snapshot_id=wr.iceberg_snapshot_id,
+            parent_snapshot_id=before.snapshot_id if before else None,
+            delta_version=wr.delta_version,
+            delta_lagging=wr.delta_lagging,
+        )
+        return result
+    result.update(committed=False, aborted=True, files_added=0, files_removed=0, iceberg_snapshot_id=None, delta_version=None)
+    log.warning("Table %s: compaction gave up after %d conflicting attempts; the table is unchanged", identifier, result["attempts"])
+    return result

@@ -1,0 +1,133 @@
+"""Delta checkpoints and metadata cleanup (Iceberg metadata JSON, manifest lists, manifests; old Delta log files).
+
+    delta_checkpoint  write a Delta checkpoint at the current version (bounded log replay)
+    metadata_cleanup  unreferenced Iceberg metadata JSON, manifest lists and manifests; Delta log files
+                      older than the log retention that a checkpoint covers
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.table import Table
+
+from .. import history
+from ..properties import TableProperties
+from ..storage import join_uri, normalize_uri
+from .references import list_files, mtime_ms, now_ms
+from .reports import CheckpointReport, DeltaLogStats, MetadataCleanupReport
+from .settings import MaintenanceSettings
+
+if TYPE_CHECKING:
+    from ..lakehouse import Lakehouse
+
+
+def delta_log_stats(lh: "Lakehouse", table: Table) -> DeltaLogStats:
+    """Delta log length: commit files present, commits a reader replays after the last checkpoint."""
+    if not lh.delta_enabled(table):
+        return {"delta_version": None, "delta_log_files": 0, "delta_commits_since_checkpoint": None}
+    root = normalize_uri(table.location())
+    log_uri = join_uri(root, "_delta_log")
+    names = [i.base_name for i in list_files(lh, log_uri)]
+    commits = sorted(int(n.split(".")[0]) for n in names if n.endswith(".json") and n.split(".")[0].isdigit())
+    checkpoints = [int(n.split(".")[0]) for n in names if ".checkpoint." in n and n.endswith(".parquet")]
+    delta = lh.mirror(table).load()
+    version = delta.version() if delta is not None else None
+    last_cp = max(checkpoints) if checkpoints else None
+    return {
+        "delta_version": version,
+        "delta_log_files": len(commits),
+        "delta_checkpoint_version": last_cp,
+        "delta_commits_since_checkpoint": None if version is None else version - (last_cp if last_cp is not None else -1),
+    }
+
+
+def delta_checkpoint(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CheckpointReport:
+    table = lh.load(identifier)
+    before = delta_log_stats(lh, table)
+    result: CheckpointReport = {"operation": "delta_checkpoint", "table": identifier, "dry_run": dry_run, **{f"{k}_before": v for k, v in before.items()}}
+    delta = lh.mirror(table).load() if lh.delta_enabled(table) else None
+    if delta is None or dry_run or before["delta_checkpoint_version"] == before["delta_version"]:
+        result.update(checkpoint_written=False, **delta_log_stats(lh, table))
+        return result
+    delta.create_checkpoint()
+    result.update(checkpoint_written=True, **delta_log_stats(lh, table))
+    return result
+
+
+def metadata_cleanup(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> MetadataCleanupReport:
+    table = lh.load(identifier)
+    result: MetadataCleanupReport = {"operation": "metadata_cleanup", "table": identifier, "dry_run": dry_run}
+    result.update(_iceberg_metadata_cleanup(lh, table, settings, dry_run))
+    result.update(_delta_log_cleanup(lh, table, settings, dry_run))
+    result["files_removed"] = result["iceberg_metadata_files_removed"] + result["delta_log_files_removed"]
+    return result
+
+
+def _iceberg_metadata_cleanup(lh: "Lakehouse", table: Table, settings: MaintenanceSettings, dry_run: bool) -> dict[str, Any]:
+    """Metadata JSON no longer in the metadata log, manifest lists of expired snapshots, manifests none reference.
+
+    Files younger than the grace period may belong to a commit in flight and are kept.
+    """
+    md = table.metadata
+    keep = {table.metadata_location} | {e.metadata_file for e in md.metadata_log}
+    for snap in md.snapshots:
+        keep.add(snap.manifest_list)
+        keep |= {m.manifest_path for m in snap.manifests(table.io)}
+    keep |= {s.statistics_path for s in getattr(md, "statistics", []) or []}
+    keep = {normalize_uri(k) if "://" in k or k.startswith("/") else k for k in keep}
+    keep_paths = {lh.storage.filesystem(k)[1] for k in keep}
+    meta_dir = table.properties.get("write.metadata.path") or join_uri(normalize_uri(table.location()), "metadata")
+    grace_cutoff = now_ms() - int(settings.orphan_grace_hours * 3600 * 1000)
+    stale = []
+    for info in list_files(lh, normalize_uri(meta_dir)):
+        name = info.base_name
+        if not (name.endswith(".metadata.json") or name.endswith(".avro")) or info.path in keep_paths:
+            continue
+        mtime = mtime_ms(info)
+        if mtime is None or mtime > grace_cutoff:
+            continue
+        stale.append(info)
+    removed = reclaimed = 0
+    if not dry_run:
+        fs, _ = lh.storage.filesystem(normalize_uri(meta_dir))
+        for info in stale:
+            fs.delete_file(info.path)
+            removed += 1
+            reclaimed += info.size or 0
+    return {
+        "iceberg_metadata_files_removed": removed,
+        "iceberg_metadata_bytes_reclaimed": reclaimed,
+        "iceberg_stale_metadata_files": sorted(i.base_name for i in stale),
+    }
+
+
+def _delta_log_cleanup(lh: "Lakehouse", table: Table, settings: MaintenanceSettings, dry_run: bool) -> dict[str, Any]:
+    """delta-rs `cleanup_metadata`: log files older than `delta.logRetentionDuration` that a checkpoint covers."""
+    delta = lh.mirror(table).load() if lh.delta_enabled(table) else None
+    if delta is None:
+        return {"delta_log_files_removed": 0}
+    before = delta_log_stats(lh, table)
+    # A stable value (set once per settings change): the retention window itself.
+    wanted = f"interval {max(0, int(math.ceil(settings.log_retention_days * 86400)))} seconds"
+    if not dry_run:
+        if delta.metadata().configuration.get("delta.logRetentionDuration") != wanted:
+            # A metadata-only Delta commit (no data files); delta-rs reads the retention from the table.
+            delta.alter.set_table_properties({"delta.logRetentionDuration": wanted}, raise_if_not_exists=False)
+            delta.update_incremental()
+        delta.cleanup_metadata()
+    after = delta_log_stats(lh, table)
+    if not dry_run:
+        # Versions whose log is gone cannot be time-travelled to: move the recorded boundary up.
+        oldest = history.oldest_delta_version(lh.mirror(table).load())
+        recorded = table.properties.get(TableProperties.RETENTION_DELTA_MIN_VERSION)
+        if oldest is not None and (recorded is None or int(recorded) < oldest) and oldest > 0:
+            with table.transaction() as tx:
+                tx.set_properties({TableProperties.RETENTION_DELTA_MIN_VERSION: str(oldest)})
+    return {
+        "delta_log_retention": wanted,
+        "delta_log_files_removed": max(0, before["delta_log_files"] - after["delta_log_files"]) if not dry_run else 0,
+        "delta_log_files": after["delta_log_files"],
+        "delta_commits_since_checkpoint": after["delta_commits_since_checkpoint"],
+    }

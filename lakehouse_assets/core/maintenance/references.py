@@ -1,0 +1,146 @@
+"""What each format references, and the retention boundary both formats share.
+
+Coordinated retention: a data file is physically deleted only when no retained Iceberg snapshot and no
+retained Delta version references it. The retained Delta versions are those from the version that
+mirrors the oldest retained Iceberg snapshot to the latest; that boundary is stored as Iceberg table
+properties (`lakehouse.retention.*`) so `Lakehouse.read` can refuse older targets with a RetentionError.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.table import Table
+
+from .. import history
+from ..properties import TableProperties
+from ..storage import join_uri, normalize_uri, relative_to
+
+if TYPE_CHECKING:
+    from ..lakehouse import Lakehouse
+
+RETENTION_MIN_TIMESTAMP = TableProperties.RETENTION_MIN_TIMESTAMP
+RETENTION_DELTA_MIN_VERSION = TableProperties.RETENTION_DELTA_MIN_VERSION
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def snapshot_files(table: Table, snapshot_ids, include_deleted: bool) -> set[str]:
+    """Data file URIs in the manifests of these snapshots (each manifest read once).
+
+    Without deleted entries this is exactly the union of the snapshots' live files (what a reader of
+    any of them opens). With them, it also names files the snapshots removed: deletion candidates.
+    """
+    io, seen, out = table.io, set(), set()
+    for sid in snapshot_ids:
+        snap = table.metadata.snapshot_by_id(sid)
+        if snap is None:
+            continue
+        for manifest in snap.manifests(io):
+            if manifest.manifest_path in seen or manifest.content != ManifestContent.DATA:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=not include_deleted):
+                out.add(entry.data_file.file_path)
+    return out
+
+
+def delta_files(delta, versions) -> set[str]:
+    """Relative paths referenced by any of these Delta versions (delta-rs loads each version)."""
+    out: set[str] = set()
+    for v in versions:
+        delta.load_as_version(v)
+        out |= set(pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist())
+    return out
+
+
+@dataclass
+class Retained:
+    iceberg_ids: set[int]
+    delta_min_version: int | None
+    delta_current_version: int | None
+
+
+def retained_now(lh: "Lakehouse", table: Table) -> Retained:
+    """What is retained now: every snapshot in the metadata, and Delta versions from the recorded boundary."""
+    ids = {s.snapshot_id for s in table.metadata.snapshots}
+    delta = lh.mirror(table).load() if lh.delta_enabled(table) else None
+    if delta is None:
+        return Retained(ids, None, None)
+    recorded = table.properties.get(RETENTION_DELTA_MIN_VERSION)
+    oldest = history.oldest_delta_version(delta)
+    low = max(int(recorded), oldest) if recorded is not None else oldest
+    return Retained(ids, min(low, delta.version()), delta.version())
+
+
+def referenced_files(lh: "Lakehouse", table: Table, retained: Retained | None = None) -> set[str]:
+    """Relative paths of every data file a retained Iceberg snapshot or retained Delta version references."""
+    root = normalize_uri(table.location())
+    retained = retained or retained_now(lh, table)
+    out = {relative_to(root, u) for u in snapshot_files(table, retained.iceberg_ids, include_deleted=False)}
+    if retained.delta_min_version is not None:
+        delta = lh.mirror(table).load(retained.delta_min_version)
+        out |= delta_files(delta, range(retained.delta_min_version, retained.delta_current_version + 1))
+    return out
+
+
+def is_protected_path(relative: str) -> bool:
+    # `_`/`.`-prefixed folders and files hold the Delta log, Iceberg metadata (`_iceberg/`) and
+    # tool state: never orphans (the same rule as Delta's vacuum and Iceberg's orphan removal).
+    return any(part.startswith(("_", ".")) for part in relative.split("/"))
+
+
+def metadata_dirs(root: str, table: Table) -> set[str]:
+    """Folders (relative to the root) holding the table's metadata JSON. A REST catalog server may write
+    it wherever it likes (SeaweedFS: `<table>/metadata/`, ignoring `write.metadata.path`)."""
+    out = set()
+    for uri in [table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)]:
+        try:
+            rel = relative_to(root, normalize_uri(uri.rsplit("/", 1)[0]))
+        except ValueError:
+            continue  # outside the table root: never listed anyway
+        out.add(rel.strip("/") + "/")
+    return out
+
+
+def is_catalog_metadata(relative: str, dirs: set[str]) -> bool:
+    # Iceberg metadata (JSON, manifest lists, manifests) is never an orphan, wherever the catalog put it.
+    return relative.endswith(".metadata.json") or any(relative.startswith(d) for d in dirs if d != "/")
+
+
+def list_files(lh: "Lakehouse", uri: str) -> list[pafs.FileInfo]:
+    fs, path = lh.storage.filesystem(uri)
+    try:
+        return [i for i in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True)) if i.type == pafs.FileType.File]
+    except FileNotFoundError:
+        return []
+
+
+def root_path(lh: "Lakehouse", root: str) -> str:
+    return lh.storage.filesystem(root)[1].rstrip("/") + "/"
+
+
+def mtime_ms(info: pafs.FileInfo) -> int | None:
+    return None if info.mtime is None else int(info.mtime.timestamp() * 1000)
+
+
+def delete_relative(lh: "Lakehouse", root: str, relative_paths: list[str]) -> tuple[int, int]:
+    removed = reclaimed = 0
+    for rel in relative_paths:
+        if is_protected_path(rel):  # defence in depth: never the log or metadata
+            continue
+        fs, path = lh.storage.filesystem(join_uri(root, rel))
+        info = fs.get_file_info(path)
+        if info.type != pafs.FileType.File:
+            continue
+        fs.delete_file(path)
+        removed += 1
+        reclaimed += info.size or 0
+    return removed, reclaimed

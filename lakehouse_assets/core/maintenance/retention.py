@@ -1,0 +1,134 @@
+"""Snapshot expiry and orphan cleanup: delete what no retained snapshot or version references.
+
+    snapshot_expiry   expire Iceberg snapshots outside the retention window, record the window for both
+                      formats, and delete the data files that no retained snapshot or version references
+    orphan_cleanup    delete files under the table root that no retained snapshot/version references and
+                      that are older than a grace period (in-flight writes are younger)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+from .. import history
+from ..storage import normalize_uri, relative_to
+from .references import (
+    RETENTION_DELTA_MIN_VERSION,
+    RETENTION_MIN_TIMESTAMP,
+    Retained,
+    delete_relative,
+    is_catalog_metadata,
+    is_protected_path,
+    list_files,
+    metadata_dirs,
+    mtime_ms,
+    now_ms,
+    referenced_files,
+    root_path,
+    snapshot_files,
+)
+from .reports import ExpiryReport, OrphanReport
+from .settings import MaintenanceSettings
+
+if TYPE_CHECKING:
+    from ..lakehouse import Lakehouse
+
+
+def snapshot_expiry(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> ExpiryReport:
+    table = lh.load(identifier)
+    root = normalize_uri(table.location())
+    now = now_ms()
+    cutoff = now - int(settings.snapshot_retention_days * 86400 * 1000)
+    # Keep: the newest `min_snapshots_to_keep` of the current branch, everything inside the window,
+    # and every branch/tag head (pyiceberg also refuses to expire those).
+    chain = list(history.ancestors(table))
+    keep = {s.snapshot_id for s in chain[: settings.min_snapshots_to_keep]}
+    keep |= {s.snapshot_id for s in table.metadata.snapshots if s.timestamp_ms >= cutoff}
+    keep |= {ref.snapshot_id for ref in table.metadata.refs.values()}
+    expire = sorted(s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in keep)
+    kept = [s for s in table.metadata.snapshots if s.snapshot_id in keep]
+    oldest_kept = min(kept, key=lambda s: s.timestamp_ms) if kept else None
+
+    # The Delta boundary: the version that mirrors the oldest retained snapshot (never move backwards).
+    delta_min = None
+    if lh.delta_enabled(table) and (delta := lh.mirror(table).load()) is not None:
+        mapping = history.delta_versions_by_snapshot(delta)
+        kept_versions = [mapping[s.snapshot_id] for s in kept if s.snapshot_id in mapping]
+        delta_min = min(kept_versions) if kept_versions else delta.version()
+        if (recorded := table.properties.get(RETENTION_DELTA_MIN_VERSION)) is not None:
+            delta_min = max(delta_min, int(recorded))
+    result: ExpiryReport = {
+        "operation": "snapshot_expiry",
+        "table": identifier,
+        "dry_run": dry_run,
+        "retention_cutoff": dt.datetime.fromtimestamp(cutoff / 1000, dt.timezone.utc).isoformat(),
+        "snapshots_before": len(table.metadata.snapshots),
+        "snapshots_expired": len(expire),
+        "expired_snapshot_ids": expire,
+        "oldest_retained_snapshot_id": oldest_kept.snapshot_id if oldest_kept else None,
+        "delta_min_retained_version": delta_min,
+    }
+    # Candidates: files the expiring snapshots reference (read before their metadata goes away).
+    candidates = {relative_to(root, u) for u in snapshot_files(table, expire, include_deleted=True)}
+    if dry_run:
+        retained = Retained(keep, delta_min, lh.mirror(table).load().version() if delta_min is not None else None)
+        deletable = sorted(candidates - referenced_files(lh, table, retained))
+        result.update(files_removed=0, would_remove=deletable, bytes_reclaimed=0, snapshots_after=len(keep))
+        return result
+
+    if expire or oldest_kept is not None:
+        properties = {}
+        if oldest_kept is not None:
+            properties[RETENTION_MIN_TIMESTAMP] = str(oldest_kept.timestamp_ms)
+        if delta_min is not None:
+            properties[RETENTION_DELTA_MIN_VERSION] = str(delta_min)
+        # One metadata commit: the snapshots go and the boundary both formats enforce is recorded.
+        with table.transaction() as tx:
+            if properties and any(table.properties.get(k) != v for k, v in properties.items()):
+                tx.set_properties(properties)
+            if expire:
+                ExpireSnapshots(tx).by_ids(expire).commit()
+    table = lh.load(identifier)
+    deletable = sorted(candidates - referenced_files(lh, table))
+    removed, reclaimed = delete_relative(lh, root, deletable)
+    result.update(files_removed=removed, bytes_reclaimed=reclaimed, snapshots_after=len(table.metadata.snapshots))
+    return result
+
+
+def orphan_cleanup(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OrphanReport:
+    table = lh.load(identifier)
+    root = normalize_uri(table.location())
+    prefix = root_path(lh, root)
+    grace_cutoff = now_ms() - int(settings.orphan_grace_hours * 3600 * 1000)
+    # List first, then read what is referenced: a file committed in between is then seen as referenced.
+    listed = list_files(lh, root)
+    referenced = referenced_files(lh, lh.load(identifier))
+    meta_dirs = metadata_dirs(root, table)
+    orphans, young = [], 0
+    for info in listed:
+        rel = info.path[len(prefix):] if info.path.startswith(prefix) else None
+        if rel is None or is_protected_path(rel) or rel in referenced or is_catalog_metadata(rel, meta_dirs):
+            continue
+        mtime = mtime_ms(info)
+        if mtime is None or mtime > grace_cutoff:
+            young += 1  # maybe an in-flight write: not an orphan yet
+            continue
+        orphans.append((rel, info.size or 0))
+    result: OrphanReport = {
+        "operation": "orphan_cleanup",
+        "table": identifier,
+        "dry_run": dry_run,
+        "files_listed": len(listed),
+        "orphans_found": len(orphans),
+        "skipped_within_grace": young,
+        "orphan_paths": sorted(p for p, _ in orphans),
+    }
+    if dry_run:
+        result.update(files_removed=0, bytes_reclaimed=0, would_reclaim_bytes=sum(s for _, s in orphans))
+        return result
+    removed, reclaimed = delete_relative(lh, root, [p for p, _ in orphans])
+    result.update(files_removed=removed, bytes_reclaimed=reclaimed)
+    return result

@@ -1,0 +1,76 @@
+"""Every `lakehouse.*` key this project reads or writes, and the defaults of new tables.
+
+Three places carry them (in the style of pyiceberg's `TableProperties`):
+
+* `TableProperties`: Iceberg table properties (set by users or by maintenance);
+* `SummaryKeys`: Iceberg snapshot-summary keys (kept with each snapshot forever) and, with the same
+  names, the Delta commitInfo of the version that mirrors the snapshot;
+* `DeltaCommitKeys`: keys only the Delta commitInfo carries (the mapping back to Iceberg).
+"""
+
+from __future__ import annotations
+
+METADATA_FOLDER = "_iceberg"  # `_`-prefixed: Delta's vacuum and Iceberg's orphan cleanup both skip it
+DELTA_APP_ID = "lakehouse-iceberg"  # Delta txn app id; its version is the last mirrored Iceberg sequence number
+DEFAULT_DELTA_CONFIGURATION = {"delta.checkpointInterval": "10"}
+
+
+class TableProperties:
+    FORMATS = "lakehouse.formats"  # "iceberg,delta" (default) or "iceberg"
+    SCHEMA_EVOLUTION = "lakehouse.schema-evolution"  # "false": this table refuses schema changes whatever the writer asks
+
+    # Maintenance settings: `lakehouse.maintenance.<setting with dashes>` (see maintenance/settings.py).
+    MAINTENANCE_PREFIX = "lakehouse.maintenance."
+    # The retention boundary both formats enforce (written by snapshot expiry and Delta log cleanup).
+    RETENTION_MIN_TIMESTAMP = "lakehouse.retention.min-timestamp-ms"  # oldest retained snapshot's commit time
+    RETENTION_DELTA_MIN_VERSION = "lakehouse.retention.delta-min-version"  # oldest retained Delta version
+
+    # The small-writes warning (see small_writes.py).
+    SMALL_WRITES_COMMITS = "lakehouse.small-writes.commits"
+    SMALL_WRITES_WINDOW_SECONDS = "lakehouse.small-writes.window-seconds"
+    SMALL_WRITES_FILE_BYTES = "lakehouse.small-writes.file-bytes"
+    SMALL_WRITES_DEFAULTS = {SMALL_WRITES_COMMITS: 20, SMALL_WRITES_WINDOW_SECONDS: 3600, SMALL_WRITES_FILE_BYTES: 1 << 20}
+
+    # Iceberg's own properties this project sets on new tables.
+    DEFAULTS = {
+        "format-version": "2",
+        "write.parquet.compression-codec": "zstd",
+        "write.parquet.compression-level": "3",
+        # Old metadata JSON files are deleted as commits accumulate (each one holds the full snapshot list).
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": "50",
+    }
+    METADATA_PATH = "write.metadata.path"
+    TARGET_FILE_SIZE = "write.target-file-size-bytes"
+
+
+class SummaryKeys:
+    WRITE_ID = "lakehouse.write-id"  # idempotency key: a retried write with the same key never commits twice
+    WRITER = "lakehouse.writer"  # who wrote it (Dagster run id, partition), JSON
+    OPERATION = "lakehouse.operation"  # one of Operation below
+    DELTA_EXPECTED_VERSION = "lakehouse.delta.expected-version"  # the Delta version the mirror is about to write
+    MERGE_KEYS = "lakehouse.merge.keys"
+    MERGE_LIVE_FILES = "lakehouse.merge.live-files"
+    MERGE_CANDIDATE_FILES = "lakehouse.merge.candidate-files"
+    MERGE_REWRITTEN_FILES = "lakehouse.merge.rewritten-files"
+    COMPACTION_FILES_REWRITTEN = "lakehouse.compaction.files-rewritten"
+    PREFIX = "lakehouse."  # summary keys with this prefix are copied into the mirroring Delta commitInfo
+
+
+class DeltaCommitKeys:
+    ICEBERG_SNAPSHOT_ID = "lakehouse.iceberg.snapshot-id"  # authoritative snapshot <-> version mapping
+    ICEBERG_SEQUENCE_NUMBER = "lakehouse.iceberg.sequence-number"
+    ICEBERG_SCHEMA_ID = "lakehouse.iceberg.schema-id"  # on metadata-only schema-change versions
+    REPLACED_FOR = "lakehouse.delta.replaced-for"  # on a CREATE OR REPLACE version ("type-widening")
+
+
+class Operation:
+    """Values of `SummaryKeys.OPERATION`."""
+
+    APPEND = "append"
+    OVERWRITE = "overwrite"
+    OVERWRITE_WINDOW = "overwrite-window"
+    MERGE = "merge"
+    COMPACTION = "compaction"  # rows unchanged: the Delta mirror writes dataChange=false
+    REPAIR = "repair"  # a Delta-only commit that makes the file sets equal again
+    SCHEMA_CHANGE = "schema-change"  # a metadata-only Delta version before a data version

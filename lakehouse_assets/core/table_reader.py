@@ -1,0 +1,79 @@
+"""Reading a table as a Spark DataFrame: now, or as of an Iceberg snapshot, a Delta version or a time.
+
+Iceberg scan planning prunes files by partition and min/max before Spark opens any; a Delta version
+is read from the Delta log's own file list. The files are then read by `reader.read_parquet_files`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
+from pyiceberg.table import Table
+
+from .delta_committer import DeltaMirror
+from .errors import SpecError, TableNotFound
+from .evolution import types_were_widened
+from .reader import read_parquet_files
+from .storage import StorageConfig, join_uri, normalize_uri
+from .time_travel import check_retention
+from .type_mapping import delta_to_spark_schema, iceberg_to_spark_schema
+from .window import Window
+
+
+def read_table(
+    spark,
+    identifier: str,
+    table: Table,
+    storage: StorageConfig,
+    mirror: DeltaMirror,
+    *,
+    snapshot_id: int | None = None,
+    delta_version: int | None = None,
+    as_of: dt.datetime | None = None,
+    row_filter: str | BooleanExpression | None = None,
+    window: Window | None = None,
+):
+    """`table` (loaded as `identifier`) as a Spark DataFrame; give at most one of snapshot_id, delta_version, as_of."""
+    if sum(x is not None for x in (snapshot_id, delta_version, as_of)) > 1:
+        raise SpecError(f"Table {identifier}: give at most one of snapshot_id, delta_version, as_of.")
+    expr: BooleanExpression = AlwaysTrue()
+    if row_filter is not None:
+        from pyiceberg.expressions.parser import parse
+
+        expr = parse(row_filter) if isinstance(row_filter, str) else row_filter
+    if window is not None:
+        expr = And(expr, window.expression(table))
+    check_retention(table, identifier, snapshot_id, delta_version, as_of)
+    if delta_version is not None:
+        delta = mirror.load(delta_version)
+        if delta is None:
+            raise TableNotFound(f"Table {identifier} has no Delta log at {table.location()}.")
+        root = normalize_uri(table.location())
+        uris = [join_uri(root, p) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
+        spark_schema = delta_to_spark_schema(delta)
+    else:
+        snap = None
+        if snapshot_id is not None:
+            snap = table.snapshot_by_id(snapshot_id)
+            if snap is None:
+                raise LookupError(f"Table {identifier} has no snapshot {snapshot_id} (it may have been expired).")
+        elif as_of is not None:
+            snap = table.snapshot_as_of_timestamp(int(as_of.timestamp() * 1000))
+            if snap is None:
+                raise LookupError(f"Table {identifier} has no snapshot at or before {as_of.isoformat()}.")
+        else:
+            snap = table.current_snapshot()
+        # Time travel reads with the schema the snapshot was written with.
+        schema = table.schemas().get(snap.schema_id, table.schema()) if snap is not None and snap.schema_id is not None else table.schema()
+        spark_schema = iceberg_to_spark_schema(schema)
+        if snap is None:
+            return spark.createDataFrame([], spark_schema)
+        uris = [t.file.file_path for t in table.scan(snapshot_id=snap.snapshot_id, row_filter=expr).plan_files()]
+    df = read_parquet_files(spark, uris, spark_schema, storage, cast_files=types_were_widened(table))
+    if row_filter is not None and isinstance(row_filter, str):
+        df = df.filter(row_filter)
+    if window is not None:
+        df = df.filter(window.spark_filter())
+    return df

@@ -1,0 +1,228 @@
+"""Types and schemas across the four type systems a table passes through: Spark, Iceberg, Arrow/Parquet, Delta.
+
+    Spark -> Iceberg    spark_schema_to_iceberg (what a DataFrame can be stored as; refuses what cannot)
+    Iceberg -> Spark    iceberg_to_spark_schema (how readers see a table)
+    Iceberg -> Arrow    arrow_file_schema (the Parquet files, with Iceberg field ids), conform_batch
+    Iceberg -> Delta    delta_schema (the Delta log's schema)
+    Delta -> Spark      delta_to_spark_schema (reading a Delta version)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import pyarrow as pa
+from deltalake import Schema as DeltaSchema
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    PrimitiveType,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+)
+
+from .errors import SchemaError
+
+# ---------------------------------------------------------------- Spark -> Iceberg types
+
+
+def spark_schema_to_iceberg(table: str, spark_schema) -> Schema:
+    """Iceberg schema for a Spark StructType. Field ids are placeholders; the catalog assigns fresh ones."""
+    counter = iter(range(1, 1_000_000))
+    fields = [
+        NestedField(next(counter), f.name, _spark_type(table, f.name, f.dataType, counter), required=not f.nullable)
+        for f in spark_schema.fields
+    ]
+    _check_names(table, [f.name for f in fields])
+    return Schema(*fields)
+
+
+def _check_names(table: str, names: Iterable[str]) -> None:
+    seen = set()
+    for n in names:
+        if n.lower() in seen:
+            raise SchemaError(f"Table {table}: column {n!r} appears twice (names are case-insensitive in Delta).")
+        seen.add(n.lower())
+        if re.search(r"[ ,;{}()\n\t=]", n):
+            raise SchemaError(
+                f"Table {table}: column name {n!r} contains a character Delta does not allow without column mapping "
+                "(space , ; { } ( ) = tab newline). Rename the column."
+            )
+
+
+def _spark_type(table: str, path: str, dt, counter) -> IcebergType:
+    from pyspark.sql import types as T
+
+    if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType)):
+        return IntegerType()
+    if isinstance(dt, T.LongType):
+        return LongType()
+    if isinstance(dt, T.FloatType):
+        return FloatType()
+    if isinstance(dt, T.DoubleType):
+        return DoubleType()
+    if isinstance(dt, T.DecimalType):
+        return DecimalType(dt.precision, dt.scale)
+    if isinstance(dt, (T.StringType, T.VarcharType, T.CharType)):
+        return StringType()
+    if isinstance(dt, T.BinaryType):
+        return BinaryType()
+    if isinstance(dt, T.BooleanType):
+        return BooleanType()
+    if isinstance(dt, T.DateType):
+        return DateType()
+    if isinstance(dt, T.TimestampNTZType):
+        return TimestampType()
+    if isinstance(dt, T.TimestampType):
+        return TimestamptzType()
+    if isinstance(dt, T.StructType):
+        _check_names(table, [f.name for f in dt.fields])
+        return StructType(
+            *[
+                NestedField(next(counter), f.name, _spark_type(table, f"{path}.{f.name}", f.dataType, counter), required=not f.nullable)
+                for f in dt.fields
+            ]
+        )
+    if isinstance(dt, T.ArrayType):
+        eid = next(counter)
+        return ListType(eid, _spark_type(table, f"{path}.element", dt.elementType, counter), element_required=not dt.containsNull)
+    if isinstance(dt, T.MapType):
+        kid, vid = next(counter), next(counter)
+        key = _spark_type(table, f"{path}.key", dt.keyType, counter)
+        if not isinstance(key, PrimitiveType):
+            raise SchemaError(f"Table {table}: column {path!r} is a map with non-primitive keys, which Delta cannot represent.")
+        return MapType(kid, key, vid, _spark_type(table, f"{path}.value", dt.valueType, counter), value_required=not dt.valueContainsNull)
+    raise SchemaError(
+        f"Table {table}: column {path!r} has Spark type {dt.simpleString()}, which neither Iceberg nor Delta can store. "
+        + (
+            "It is all nulls with no type: cast it, e.g. F.lit(None).cast('string')."
+            if isinstance(dt, T.NullType)
+            else "Cast it to a supported type (integers, floating, decimal, string, binary, boolean, date, timestamp, struct, array, map)."
+        )
+    )
+
+
+def iceberg_to_spark_schema(schema: Schema):
+    """Spark StructType for reading an Iceberg schema (used by readers)."""
+    from pyspark.sql import types as T
+
+    def conv(t: IcebergType):
+        if isinstance(t, IntegerType):
+            return T.IntegerType()
+        if isinstance(t, LongType):
+            return T.LongType()
+        if isinstance(t, FloatType):
+            return T.FloatType()
+        if isinstance(t, DoubleType):
+            return T.DoubleType()
+        if isinstance(t, DecimalType):
+            return T.DecimalType(t.precision, t.scale)
+        if isinstance(t, StringType):
+            return T.StringType()
+        if isinstance(t, BinaryType):
+            return T.BinaryType()
+        if isinstance(t, BooleanType):
+            return T.BooleanType()
+        if isinstance(t, DateType):
+            return T.DateType()
+        if isinstance(t, TimestamptzType):
+            return T.TimestampType()
+        if isinstance(t, TimestampType):
+            return T.TimestampNTZType()
+        if isinstance(t, StructType):
+            return T.StructType([T.StructField(f.name, conv(f.field_type), not f.required) for f in t.fields])
+        if isinstance(t, ListType):
+            return T.ArrayType(conv(t.element_type), not t.element_required)
+        if isinstance(t, MapType):
+            return T.MapType(conv(t.key_type), conv(t.value_type), not t.value_required)
+        raise SchemaError(f"Iceberg type {t} has no Spark equivalent here.")
+
+    return T.StructType([T.StructField(f.name, conv(f.field_type), not f.required) for f in schema.fields])
+
+
+
+# ---------------------------------------------------------------- Arrow schema helpers
+
+
+def plain_arrow_type(t: pa.DataType) -> pa.DataType:
+    """pyiceberg's Arrow schema uses large_* types; Spark and Parquet want the plain ones."""
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(plain_arrow_field(t.value_field))
+    if pa.types.is_map(t):
+        return pa.map_(plain_arrow_field(t.key_field), plain_arrow_field(t.item_field))
+    if pa.types.is_struct(t):
+        return pa.struct([plain_arrow_field(t.field(i)) for i in range(t.num_fields)])
+    return t
+
+
+def plain_arrow_field(f: pa.Field) -> pa.Field:
+    return pa.field(f.name, plain_arrow_type(f.type), f.nullable, f.metadata)
+
+
+def arrow_file_schema(schema: Schema) -> pa.Schema:
+    """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    return pa.schema([plain_arrow_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)])
+
+
+def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls."""
+    names = batch.schema.names
+    columns = []
+    for f in target:
+        if f.name in names:
+            col = batch.column(names.index(f.name))
+            if col.type != f.type:
+                col = col.cast(f.type)
+        else:
+            col = pa.nulls(batch.num_rows, f.type)
+        columns.append(col)
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+
+# ---------------------------------------------------------------- Delta
+
+
+def delta_schema(schema: Schema) -> DeltaSchema:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    arrow = pa.schema([plain_arrow_field(f).with_metadata(None) for f in schema_to_pyarrow(schema, include_field_ids=False)])
+    return DeltaSchema.from_arrow(arrow)
+
+
+
+def delta_to_spark_schema(delta):
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    arrow = pa.schema(delta.schema().to_arrow())
+    # delta-rs reports the plain Arrow view; Spark wants microsecond timestamps and small types.
+    fields = []
+    for f in arrow:
+        t = f.type
+        if pa.types.is_timestamp(t):
+            t = pa.timestamp("us", tz=t.tz)
+        fields.append(pa.field(f.name, t, f.nullable))
+    return from_arrow_schema(pa.schema(fields))
+
+

@@ -1,0 +1,152 @@
+"""Write modes as plans: each turns a DataFrame into the files to add and the files to remove, and commits nothing.
+
+    append              the new files
+    overwrite           the new files; every live file removed
+    overwrite_window    the new files (all rows inside the window); live files wholly inside the window
+                        removed; files straddling its edges rewritten without the window's rows
+    merge               see merge.py (`merge.plan`): matched files rewritten without the batch's keys,
+                        plus the batch's upserts
+    widen               added to another plan when a column type widens on a Delta-mirrored table
+
+Every plan records each file it writes in `FileChanges.created` as soon as it exists, so whoever
+runs the plan can remove them if a later step fails; `transaction.commit` makes the plan visible.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from . import iceberg_committer as ic
+from . import merge as merge_
+from .errors import SpecError
+from .properties import Operation, SummaryKeys
+from .reader import read_parquet_files
+from .spec import TableSpec
+from .storage import StorageConfig, join_uri, normalize_uri
+from .transaction import FileChanges
+from .type_mapping import iceberg_to_spark_schema
+from .window import Window, check_inside, files_inside
+from .writer import write_table_files
+
+MODES = (Operation.APPEND, Operation.OVERWRITE, Operation.MERGE)
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """What the caller asked for: the table spec, the mode and the mode's options."""
+
+    spec: TableSpec
+    mode: str = Operation.APPEND
+    window: Window | None = None  # overwrite only this range of one column
+    write_id: str | None = None  # idempotency key: a second write with the same id commits nothing
+    writer: dict[str, str] | None = None  # who wrote it (recorded in both logs)
+    target_file_size: int | None = None
+    merge: merge_.MergeOptions | None = None
+
+    def __post_init__(self) -> None:
+        identifier = self.spec.identifier
+        if self.mode not in MODES:
+            raise SpecError(f"Table {identifier}: unknown write mode {self.mode!r}; use 'append', 'overwrite' or 'merge'.")
+        if self.window is not None and self.mode != Operation.OVERWRITE:
+            raise SpecError(f"Table {identifier}: a partition window can only be overwritten (mode='overwrite').")
+
+    def summary(self) -> dict[str, str]:
+        """The snapshot-summary keys every write records (copied into the Delta commitInfo)."""
+        out = {
+            SummaryKeys.OPERATION: Operation.OVERWRITE_WINDOW if self.window is not None else self.mode,
+            SummaryKeys.WRITER: json.dumps(self.writer or {}, sort_keys=True),
+        }
+        if self.write_id is not None:
+            out[SummaryKeys.WRITE_ID] = self.write_id
+        return out
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """One table as a write sees it: where files go and in which schema. Plans write through it."""
+
+    identifier: str
+    table: Table
+    schema: Schema  # the schema the files are written with (the table's, evolved by this write)
+    storage: StorageConfig
+    cast_files: bool = False  # existing files may hold narrower types than `schema` (after a widening)
+    target_file_size: int | None = None
+
+    def write(self, df, changes: FileChanges, *, counts_as_written: bool = True) -> list[DataFile]:
+        """Write `df` as table files, record them in `changes`, and return their Iceberg DataFiles."""
+        root = normalize_uri(self.table.location())
+        written = write_table_files(df, self.table, self.storage, schema=self.schema, target_file_size=self.target_file_size)
+        changes.created += [join_uri(root, f.path) for f in written]
+        adds = ic.data_files_from_written(self.table, root, written, self.schema)
+        changes.adds += adds
+        if counts_as_written:
+            changes.rows_written += sum(f.record_count for f in written)
+        return adds
+
+    def read(self, spark, files: list[DataFile], *, cast_files: bool | None = None, path_column: str | None = None):
+        """Existing files as a DataFrame in the write's schema."""
+        cast = self.cast_files if cast_files is None else cast_files
+        return read_parquet_files(spark, [f.file_path for f in files], iceberg_to_spark_schema(self.schema), self.storage, path_column=path_column, cast_files=cast)
+
+
+def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *, widen_types: bool, key_stats=None) -> dict[str, str]:
+    """Run the request's mode into `changes`; returns the summary keys the mode adds (merge's pruning evidence)."""
+    extra: dict[str, str] = {}
+    if request.merge is not None:
+        stats = merge_.plan(df.sparkSession, target, df, key_stats, request.merge, changes)
+        extra = merge_.summary_properties(stats, request.merge)
+    elif request.window is not None:
+        overwrite_window(target, df, request.window, changes)
+    elif request.mode == Operation.OVERWRITE:
+        overwrite(target, df, changes)
+    else:
+        append(target, df, changes)
+    if widen_types:
+        widen(target, df.sparkSession, changes)
+    return extra
+
+
+def append(target: WriteTarget, df, changes: FileChanges) -> FileChanges:
+    target.write(df, changes)
+    return changes
+
+
+def overwrite(target: WriteTarget, df, changes: FileChanges) -> FileChanges:
+    target.write(df, changes)
+    changes.removes += ic.live_data_files(target.table)
+    return changes
+
+
+def overwrite_window(target: WriteTarget, df, window: Window, changes: FileChanges) -> FileChanges:
+    adds = target.write(df, changes)
+    check_inside(target.identifier, target.table, adds, window)
+    candidates = ic.live_data_files(target.table, row_filter=window.expression(target.table))
+    whole, partial = files_inside(target.table, window, candidates)
+    changes.removes += whole + partial
+    if partial:
+        from pyspark.sql import functions as F
+
+        kept = target.read(df.sparkSession, partial)
+        kept = kept.filter(F.col(window.column).isNull() | ~window.spark_filter())
+        target.write(kept, changes, counts_as_written=False)
+    return changes
+
+
+def widen(target: WriteTarget, spark, changes: FileChanges) -> FileChanges:
+    """Widening a Delta-mirrored table: rewrite the live files this write does not already replace.
+
+    Iceberg widens in metadata, but Delta without its typeWidening feature (which delta-rs cannot
+    write) requires every file to hold the declared types. Rewriting once, in Spark, keeps a single
+    file set for both formats; the Delta mirror then replaces its schema and file list in one commit.
+    """
+    replaced = {f.file_path for f in changes.removes}
+    rest = [f for f in ic.live_data_files(target.table) if f.file_path not in replaced]
+    if rest:
+        target.write(target.read(spark, rest, cast_files=True), changes, counts_as_written=False)
+        changes.removes += rest
+    return changes

@@ -37,7 +37,7 @@ from .type_mapping import arrow_file_schema, conform_batch
 PARTITION_KEY_COLUMN = "_lakehouse_partition_key"
 PARTITION_VALUE_PREFIX = "_lakehouse_partition_value_"
 ROW_GROUP_BYTES = 64 * 1024 * 1024
-DICTIONARY_SAMPLE_ROWS = 20_000
+DICTIONARY_SAMPLE_ROWS = 10_000
 FILE_ROW_SCHEMA = "path string, size long, record_count long, partition_key string, footer binary"
 
 # ---------------------------------------------------------------- partition keys
@@ -194,6 +194,12 @@ class FileWriter:
         if results:
             yield _file_rows(results)
 
+    def dictionary_columns(self, first: pa.Table) -> list[str]:
+        """Decided once per task from the first file's first rows: the columns' nature does not change per file."""
+        if not hasattr(self, "_dictionary"):
+            self._dictionary = _dictionary_columns(first)
+        return self._dictionary
+
     def _key_cache(self):
         if not hasattr(self, "_keys"):
             self._keys = {}
@@ -283,7 +289,7 @@ class _RollingFile:
             self.owner.arrow_schema,
             compression=self.owner.compression,
             compression_level=self.owner.compression_level,
-            use_dictionary=_dictionary_columns(first),
+            use_dictionary=self.owner.dictionary_columns(first),
             write_statistics=True,
         )
 

@@ -175,7 +175,7 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     spark_schema = iceberg_to_spark_schema(target.schema)
     stats = MergeStats()
     keys = list(opts.keys)
-    batch_keys = batch.select(*keys).distinct()
+    batch_keys = batch.select(*keys)  # prepare_batch left one row per key: no distinct (a shuffle) needed
     candidates: list[DataFile] = []
     existing_columns = {f.name for f in table.schema().fields}
     # A key column the table does not have yet is null in every existing row: nothing can match.

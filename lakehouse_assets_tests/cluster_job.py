@@ -39,7 +39,7 @@ def main(master: str, warehouse: str, out: str) -> None:
         result["tasks_in_executor_jvm"] = spark.range(0, 8, numPartitions=4).rdd.map(lambda _: _under_executor_jvm()).collect()
 
         lh = Lakehouse(warehouse)
-        rows = 300_000
+        rows = 60_000
 
         def events(lo, hi, version):
             return spark.range(lo, hi, numPartitions=4).select(
@@ -51,14 +51,14 @@ def main(master: str, warehouse: str, out: str) -> None:
             )
 
         first = lh.write(events(0, rows, 0), "c.events", partition_by=["day(event_time)", "bucket(8, id)"])
-        second = lh.write(events(rows, rows + 50_000, 0), "c.events")
+        second = lh.write(events(rows, rows + 10_000, 0), "c.events")
         batch = (
             events(0, rows, 1).filter("id % 100 = 0").withColumn("op", F.when(F.col("id") % 300 == 0, "D").otherwise("U"))
-            .unionByName(events(rows + 50_000, rows + 51_000, 1).withColumn("op", F.lit("I")))
+            .unionByName(events(rows + 10_000, rows + 11_000, 1).withColumn("op", F.lit("I")))
         )
         merged = lh.write(batch, "c.events", mode="merge", merge_keys=["id"], operation_column="op")
         deleted = len(range(0, rows, 300))
-        result["expected_rows"] = rows + 50_000 + 1_000 - deleted
+        result["expected_rows"] = rows + 10_000 + 1_000 - deleted
         result["expected_version_1"] = len(range(0, rows, 100)) - deleted + 1_000
         read = lh.read(spark, "c.events")
         result["spark_rows"] = read.count()

@@ -26,11 +26,13 @@ def test_append_merge_read_verify_on_a_standalone_cluster(cluster, tmp_path):
     out = tmp_path / "result.json"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("LAKEHOUSE_SPARK_MASTER", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "lakehouse_assets_tests.cluster_job", cluster.master_url, str(tmp_path / "warehouse"), str(out)],
-        env=env, capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    log = tmp_path / "cluster_job.log"
+    with open(log, "w") as f:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lakehouse_assets_tests.cluster_job", cluster.master_url, str(tmp_path / "warehouse"), str(out)],
+            env=env, stdout=f, stderr=subprocess.STDOUT, timeout=900, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+    assert proc.returncode == 0, log.read_text()[-4000:]
     r = json.loads(out.read_text())
     assert r["master"] == cluster.master_url
     # The driver sees the worker's executor besides itself; tasks ran in Python workers under that executor's JVM.

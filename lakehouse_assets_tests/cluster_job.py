@@ -36,7 +36,7 @@ def main(master: str, warehouse: str, out: str) -> None:
         # Executors other than the driver: the work runs in the worker's JVM, with its own Python workers.
         executors = [e for e in sc._jsc.sc().statusTracker().getExecutorInfos()]
         result["executor_hosts"] = [f"{e.host()}:{e.port()}" for e in executors]
-        result["tasks_in_executor_jvm"] = spark.range(0, 8, numPartitions=4).rdd.map(lambda _: _under_executor_jvm()).collect()
+        result["tasks_in_executor_jvm"] = spark.range(0, 8, numPartitions=4).rdd.mapPartitions(lambda _: [_under_executor_jvm()]).collect()
 
         lh = Lakehouse(warehouse)
         rows = 60_000

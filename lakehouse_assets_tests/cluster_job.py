@@ -34,8 +34,6 @@ def main(master: str, warehouse: str, out: str) -> None:
     result: dict = {"master": sc.master}
     try:
         # Executors other than the driver: the work runs in the worker's JVM, with its own Python workers.
-        executors = [e for e in sc._jsc.sc().statusTracker().getExecutorInfos()]
-        result["executor_hosts"] = [f"{e.host()}:{e.port()}" for e in executors]
         result["tasks_in_executor_jvm"] = spark.range(0, 8, numPartitions=4).rdd.mapPartitions(lambda _: [_under_executor_jvm()]).collect()
 
         lh = Lakehouse(warehouse)
@@ -74,6 +72,8 @@ def main(master: str, warehouse: str, out: str) -> None:
         result["compaction_committed"] = bool(compacted.get("committed"))
         result["rows_after_compaction"] = lh.read(spark, "c.events").count()
         result["verify_after_compaction"] = lh.verify("c.events")["agree"]
+        # Read after the work: an executor registers asynchronously, so right after startup only the driver is listed.
+        result["executor_hosts"] = [f"{e.host()}:{e.port()}" for e in sc._jsc.sc().statusTracker().getExecutorInfos()]
     finally:
         spark.stop()
         with open(out, "w") as f:

@@ -52,8 +52,9 @@ lint: setup
 dev: setup
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
 
+# BENCH_ARGS e.g. "--rows 10000000" or "--only write_day,merge_cdc"; see bench/vs_java_iceberg.py.
 bench: setup
-	$(PY) bench/write_throughput.py
+	$(PY) bench/vs_java_iceberg.py $(BENCH_ARGS)
 
 clean:
 	rm -rf warehouse .dagster_home .node

@@ -52,7 +52,7 @@ def commit_files(
     stage=None,
     removed_delete_files: list[DataFile] = (),
 ) -> Snapshot | None:
-    """One snapshot: fast append when nothing is removed, else an overwrite. None when there is nothing to do.
+    """One snapshot: an append (merging manifests) when nothing is removed, else an overwrite. None when there is nothing to do.
 
     pyiceberg retries on a concurrent commit and validates that files it removes still exist.
     `stage(tx)` adds other metadata changes (a schema change) to the same transaction.
@@ -83,7 +83,11 @@ def commit_files(
                 for f in adds:
                     producer.append_data_file(f)
         else:
-            with tx.update_snapshot(snapshot_properties=summary).fast_append() as producer:
+            # Merge-append unless the table turns it off: Java Iceberg's default, and older tables created
+            # before this project set `commit.manifest-merge.enabled` get bounded manifest lists too.
+            update = tx.update_snapshot(snapshot_properties=summary)
+            merge = table.properties.get("commit.manifest-merge.enabled", "true").lower() != "false"
+            with (update.merge_append() if merge else update.fast_append()) as producer:
                 for f in adds:
                     producer.append_data_file(f)
     snapshot = table.current_snapshot()

@@ -181,12 +181,12 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     spark_schema = iceberg_to_spark_schema(target.schema)
     stats = MergeStats()
     keys = list(opts.keys)
-    batch_keys = batch.select(*keys).distinct()
+    batch_keys = batch.select(*keys)  # prepare_batch left one row per key: no distinct (a shuffle) needed
     candidates: list[DataFile] = []
     existing_columns = {f.name for f in table.schema().fields}
     # A key column the table does not have yet is null in every existing row: nothing can match.
     if table.current_snapshot() is not None and set(keys) <= existing_columns:
-        stats.live_files = len(live_data_files(table))
+        stats.live_files = _live_file_count(table)
         candidates = live_data_files(table, row_filter=_key_filter(batch, keys, key_stats))
     stats.candidate_files = len(candidates)
     matched: list[DataFile] = []
@@ -214,6 +214,13 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     target.write(merged, changes)
     changes.removes += matched
     return stats
+
+
+def _live_file_count(table) -> int:
+    """From the snapshot summary (metadata only); scanning every manifest just to count files costs a full plan."""
+    summary = table.current_snapshot().summary
+    total = summary.additional_properties.get("total-data-files") if summary is not None else None
+    return int(total) if total is not None else len(live_data_files(table))
 
 
 def summary_properties(stats: MergeStats, opts: MergeOptions) -> dict[str, str]:

@@ -39,6 +39,9 @@ class TableProperties:
         # Old metadata JSON files are deleted as commits accumulate (each one holds the full snapshot list).
         "write.metadata.delete-after-commit.enabled": "true",
         "write.metadata.previous-versions-max": "50",
+        # Appends merge small manifests (Java Iceberg's default): the manifest list stays bounded, so
+        # planning and commit time do not grow with the number of commits.
+        "commit.manifest-merge.enabled": "true",
     }
     METADATA_PATH = "write.metadata.path"
     TARGET_FILE_SIZE = "write.target-file-size-bytes"

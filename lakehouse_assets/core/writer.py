@@ -5,9 +5,11 @@ code for file:// and s3://). Files carry Iceberg field ids, hold exactly one Ice
 roll over at the target size. The driver receives one small row per file (path, size, row count,
 partition, Parquet footer) and never sees table rows.
 
-Partitioned writes take one extra Python pass that computes an Iceberg-exact partition key per row
-(pyiceberg's vectorized transforms: bucket is Iceberg's murmur3, not Spark's hash); Spark then
-shuffles and sorts by that key so each partition lands in as few files as possible.
+Partitioned writes compute Iceberg-exact partition values as Spark expressions
+(core/partition_columns.py); Spark shuffles and sorts by them so each partition lands in as few files
+as possible, and the writer turns each run of equal values into the partition's key once. Transforms
+Spark cannot compute exactly (bucket of strings, decimals...) fall back to one extra Python pass with
+pyiceberg's vectorized transforms that adds a key column per row.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ log = logging.getLogger("lakehouse")
 
 # Internal helper columns hold a space, which user column names cannot (spec._check_names): no collision possible.
 PARTITION_KEY_COLUMN = "_lakehouse partition key"
+PARTITION_VALUE_PREFIX = "_lakehouse partition value "
 ROW_GROUP_BYTES = 64 * 1024 * 1024
+DICTIONARY_SAMPLE_ROWS = 10_000
 FILE_ROW_SCHEMA = "path string, size long, record_count long, partition_key string, footer binary"
 
 # ---------------------------------------------------------------- partition keys
@@ -81,8 +85,11 @@ def _dir_name(partition_field: str) -> str:
 class PartitionKeyer:
     """Computes, per row, one JSON key holding the Iceberg partition tuple and the directory.
 
-    It also refuses, before any file is written (this runs in the stage before the shuffle), values of
-    Delta partition columns that the Delta log cannot hold distinctly (delta_values.partition_value)."""
+    `key_for` builds the key of one partition from its values (computed by Spark expressions, see
+    partition_columns.py, or by `keys`, pyiceberg's vectorized transforms, where Spark cannot). It also
+    refuses values of Delta partition columns that the Delta log cannot hold distinctly
+    (delta_values.partition_value), before that partition's file is written; the failed write then
+    removes every file it wrote (write_files)."""
 
     schema_json: str
     spec_json: str
@@ -97,34 +104,42 @@ class PartitionKeyer:
             fields.append((pf, schema.find_column_name(pf.source_id), source.field_type, pf.transform.pyarrow_transform(source.field_type)))
         return fields
 
+    def key_for(self, values: tuple) -> str:
+        """The JSON key of one partition, from its transformed values (Iceberg's, in spec order)."""
+        if not hasattr(self, "_fields"):
+            self._fields = self._setup()
+        parts, dirs = [], []
+        for (pf, col_name, source_type, _), v in zip(self._fields, values):
+            internal = _to_partition_representation(source_type, v) if isinstance(pf.transform, IdentityTransform) else v
+            parts.append(_json_value(internal))
+            result_type = pf.transform.result_type(source_type)
+            dirs.append(f"{_dir_name(pf.name)}={_dir_value(pf.transform.to_human_string(result_type, internal))}")
+            if col_name in self.delta_columns:
+                delta_values.partition_value(col_name, source_type, v)  # raises UnrepresentableValue
+        return json.dumps({"values": parts, "dir": "/".join(dirs)}, sort_keys=True)
+
     def keys(self, batch: pa.RecordBatch) -> pa.Array:
+        """Per row key through pyiceberg's vectorized transforms (the fallback when Spark cannot compute them)."""
         if not hasattr(self, "_fields"):
             self._fields = self._setup()
         transformed = []
-        for pf, col_name, source_type, fn in self._fields:
+        for _pf, col_name, _source_type, fn in self._fields:
             col = _column(batch, col_name)
             if pa.types.is_decimal(col.type):
                 # Arrow buffers from Spark may be unaligned for decimal128; pyiceberg-core panics on them. Copy.
                 col = pa.concat_arrays([col, pa.array([], col.type)])
-            transformed.append((pf, col_name, source_type, col, fn(col)))
+            transformed.append(fn(col))
         # Distinct combinations are few; build each key once and map rows onto them.
-        combos = pa.table({str(i): t[4] for i, t in enumerate(transformed)})
+        combos = pa.table({str(i): t for i, t in enumerate(transformed)})
         uniques = combos.group_by(combos.column_names, use_threads=False).aggregate([]).to_pylist()
         out = pa.nulls(batch.num_rows, pa.string())
         for u in uniques:
             mask = None
-            values, dirs = [], []
-            for i, (pf, col_name, source_type, _source_col, trans_col) in enumerate(transformed):
+            for i, trans_col in enumerate(transformed):
                 v = u[str(i)]
                 eq = pc.is_null(trans_col) if v is None else pc.fill_null(pc.equal(trans_col, pa.scalar(v, trans_col.type)), False)
                 mask = eq if mask is None else pc.and_(mask, eq)
-                internal = _to_partition_representation(source_type, v) if isinstance(pf.transform, IdentityTransform) else v
-                values.append(_json_value(internal))
-                result_type = pf.transform.result_type(source_type)
-                dirs.append(f"{_dir_name(pf.name)}={_dir_value(pf.transform.to_human_string(result_type, internal))}")
-                if col_name in self.delta_columns:
-                    delta_values.partition_value(col_name, source_type, v)  # raises UnrepresentableValue
-            key = json.dumps({"values": values, "dir": "/".join(dirs)}, sort_keys=True)
+            key = self.key_for(tuple(u[str(i)] for i in range(len(transformed))))
             out = pc.if_else(mask, pa.scalar(key), out)
         if out.null_count:  # a value equal to no group (NaN): never hand Spark a null key
             raise ValueError(f"no partition key for {out.null_count} row(s): a partition source value is not equal to itself (NaN)")
@@ -161,6 +176,10 @@ class FileWriter:
     target_file_size: int
     compression: str = "zstd"
     compression_level: int | None = 3
+    # Partition values computed by Spark expressions (core/partition_columns.py): the hidden columns
+    # holding them, and the keyer that turns one run's values into its key. Empty: the key column path.
+    key_columns: tuple[str, ...] = ()
+    keyer: "PartitionKeyer | None" = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -188,7 +207,9 @@ class FileWriter:
             if batch.num_rows == 0:
                 continue
             key_index = batch.schema.get_field_index(PARTITION_KEY_COLUMN)
-            if key_index < 0:
+            if self.key_columns:
+                groups = _split_by_columns(batch, self.key_columns, self._key_cache())
+            elif key_index < 0:
                 groups = [(UNPARTITIONED_KEY, batch)]
             else:
                 groups = _split_by_key(batch, key_index)
@@ -211,6 +232,23 @@ class FileWriter:
         if results:
             yield _file_rows(results)
 
+    def dictionary_columns(self, first: pa.Table) -> list[str]:
+        """Decided once per task from the first file's first rows: the columns' nature does not change per file."""
+        if not hasattr(self, "_dictionary"):
+            self._dictionary = _dictionary_columns(first)
+        return self._dictionary
+
+    def _key_cache(self):
+        if not hasattr(self, "_keys"):
+            self._keys = {}
+
+        def key(values: tuple) -> str:
+            if values not in self._keys:
+                self._keys[values] = self.keyer.key_for(values)
+            return self._keys[values]
+
+        return key
+
     def next_path(self, key_dir: str) -> str:
         self._seq += 1
         name = f"{self.write_id}-{self._attempt:05d}-{self._seq:05d}.parquet"
@@ -230,6 +268,29 @@ def _split_by_key(batch: pa.RecordBatch, key_index: int) -> list[tuple[str, pa.R
     runs = []
     for start, end in zip(boundaries, boundaries[1:]):
         runs.append((keys[start].as_py(), data.slice(start, end - start)))
+    return runs
+
+
+def _split_by_columns(batch: pa.RecordBatch, names: tuple[str, ...], key_of) -> list[tuple[str, pa.RecordBatch]]:
+    """Runs of equal partition values (input sorted by them), each with its key; the value columns dropped."""
+    n = batch.num_rows
+    data = pa.RecordBatch.from_arrays(
+        [c for c, f in zip(batch.columns, batch.schema) if f.name not in names], schema=pa.schema([f for f in batch.schema if f.name not in names])
+    )
+    change = None
+    for name in names:
+        col = batch.column(batch.schema.get_field_index(name))
+        a, b = col.slice(1), col.slice(0, n - 1)
+        same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        if pa.types.is_floating(col.type):
+            same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
+        differs = pc.invert(same)
+        change = differs if change is None else pc.or_(change, differs)
+    starts = [0, *[i + 1 for i in pc.indices_nonzero(change).to_pylist()]] if n > 1 else [0]
+    columns = [batch.column(batch.schema.get_field_index(name)) for name in names]
+    runs = []
+    for start, end in zip(starts, [*starts[1:], n]):
+        runs.append((key_of(tuple(c[start].as_py() for c in columns)), data.slice(start, end - start)))
     return runs
 
 
@@ -267,7 +328,7 @@ class _RollingFile:
             self.owner.arrow_schema,
             compression=self.owner.compression,
             compression_level=self.owner.compression_level,
-            use_dictionary=_dictionary_columns(first),
+            use_dictionary=self.owner.dictionary_columns(first),
             write_statistics=True,
         )
 
@@ -299,6 +360,7 @@ class _RollingFile:
 def _dictionary_columns(table: pa.Table) -> list[str]:
     """Dictionary-encode only low-cardinality columns: faster writes, same or smaller files."""
     cols = []
+    table = table.slice(0, DICTIONARY_SAMPLE_ROWS)  # a sample decides; counting distinct values of every row costs
     n = max(1, table.num_rows)
     for name, col in zip(table.column_names, table.columns):
         t = col.type
@@ -354,14 +416,28 @@ def write_files(
     and the executor's cause, which stays the `__cause__`) reaches the caller."""
     write_id = uuid.uuid4().hex[:16]
     arrow_schema = arrow_file_schema(schema)
+    key_columns: tuple[str, ...] = ()
+    keyer = None
     if spec.fields:
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, StructField, StructType
 
+        from .partition_columns import partition_columns
+
         keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json(), tuple(delta_columns))
-        keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
-        df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
-    writer = FileWriter(root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level)
+        exprs = partition_columns(schema, spec)
+        if exprs is not None:
+            # Spark computes Iceberg's partition values (no Python pass); the writer turns each run into a key.
+            key_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
+            df = df.select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
+            df = df.repartition(*key_columns).sortWithinPartitions(*key_columns)
+        else:
+            keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
+            df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
+    writer = FileWriter(
+        root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level,
+        key_columns=key_columns, keyer=keyer if key_columns else None,
+    )
     try:
         rows = df.mapInArrow(writer, FILE_ROW_SCHEMA).collect()  # one metadata row per file, never table rows
     except Exception as e:

@@ -1,0 +1,117 @@
+"""Where the time goes: each of our workloads once, with the driver under pyinstrument and Spark's stage times.
+
+For every workload it prints the wall time, the Spark jobs/stages it ran (from Spark's REST API: stage
+duration, executor run time, tasks, input and shuffle bytes) and the driver's own time per call path
+(pyinstrument, Python driver only; executors' Python workers can be sampled with py-spy:
+`py-spy top --pid <worker pid>`).
+
+    .venv/bin/python bench/profile_workloads.py --rows 500000 [--only write_day,merge_cdc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import urllib.request
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stages_since(spark, ui: str, after_stage: int) -> list[dict]:
+    app = spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/stages?status=complete") as r:
+        stages = json.load(r)
+    return sorted((s for s in stages if s["stageId"] > after_stage), key=lambda s: s["stageId"])
+
+
+def main() -> None:
+    from pyinstrument import Profiler
+    from pyspark.sql import functions as F
+
+    from bench.vs_java_iceberg import Bench
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=500_000)
+    p.add_argument("--only", default="write_day,write_unpartitioned,merge_cdc,compaction,read_pruned")
+    p.add_argument("--tmp", default=None)
+    args = p.parse_args()
+    port = free_port()
+    os.environ["LAKEHOUSE_SPARK_CONF"] = json.dumps({"spark.ui.enabled": "true", "spark.ui.port": str(port)})
+    ns = argparse.Namespace(rows=args.rows, reps=1, only="", commits=0, compaction_appends=20, driver_memory="4g", shuffle_partitions=8, tmp=args.tmp, keep=False)
+    b = Bench(ns)
+    spark, lh, df = b.spark, b.lh, b.df
+    ui = f"http://127.0.0.1:{port}"
+    lh.write(df.limit(10_000), "p.warm", partition_by=["day(event_time)"])  # warm-up
+
+    def cdc_batch():
+        changed = df.filter(((F.col("id") % 2048) < 2) & F.col("region").isin(0, 1))
+        return changed.withColumn("op", F.when(F.col("id") % 7 == 0, "D").otherwise("U")).cache()
+
+    setups = {
+        "write_day": (None, lambda: lh.write(df, "p.day", partition_by=["day(event_time)"])),
+        "write_day_bucket": (None, lambda: lh.write(df, "p.daybucket", partition_by=["day(event_time)", "bucket(16, user_id)"])),
+        "write_unpartitioned": (None, lambda: lh.write(df, "p.flat")),
+        "merge_cdc": (
+            lambda: lh.write(df, "p.merge", partition_by=["region"]),
+            lambda: lh.write(cdc_batch(), "p.merge", mode="merge", merge_keys=["id"], operation_column="op"),
+        ),
+        "compaction": (
+            lambda: [lh.write(df.filter(F.col("id") % 20 == i), "p.compact", partition_by=["day(event_time)"]) for i in range(20)],
+            lambda: lh.maintain("p.compact", "compaction", spark=spark),
+        ),
+        "read_pruned": (
+            lambda: lh.write(df, "p.read", partition_by=["day(event_time)"]),
+            lambda: lh.read(spark, "p.read", row_filter="event_time >= '2024-01-05T00:00:00+00:00' AND event_time < '2024-01-06T00:00:00+00:00'").groupBy("event_type").count().collect(),
+        ),
+    }
+    try:
+        for name in args.only.split(","):
+            setup, run = setups[name]
+            if setup:
+                setup()
+            last = max([s["stageId"] for s in stages_since(spark, ui, -1)] or [-1])
+            profiler = Profiler(interval=0.005)
+            t0 = time.perf_counter()
+            profiler.start()
+            run()
+            profiler.stop()
+            wall = time.perf_counter() - t0
+            time.sleep(1)  # let the listener publish the last stage
+            stages = stages_since(spark, ui, last)
+            print(f"\n################ {name}: {wall:.2f} s wall, {len(stages)} Spark stages")
+            spark_s = 0.0
+            for s in stages:
+                dur = (_ms(s.get("completionTime")) - _ms(s.get("submissionTime"))) / 1000
+                spark_s += dur
+                print(
+                    f"  stage {s['stageId']:>4} {dur:6.2f} s  run {s['executorRunTime'] / 1000:6.2f} s  tasks {s['numTasks']:>3}  "
+                    f"in {s['inputBytes'] / 1e6:7.1f} MB  shuffle w {s['shuffleWriteBytes'] / 1e6:7.1f} MB r {s['shuffleReadBytes'] / 1e6:7.1f} MB  {s['name'][:60]}"
+                )
+            print(f"  sum of stage durations {spark_s:.2f} s; the rest ({wall - spark_s:.2f} s) is driver-side")
+            print(profiler.output_text(unicode=False, color=False, show_all=False, timeline=False)[:6000])
+    finally:
+        spark.stop()
+
+
+def _ms(stamp: str | None) -> float:
+    import datetime as dt
+
+    if not stamp:
+        return 0.0
+    return dt.datetime.strptime(stamp.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""This project (writing Iceberg AND Delta) vs Spark + the Java Iceberg runtime (Iceberg only), one Spark session.
+
+Both sides run in ONE Spark session over the same cached DataFrame, alternating which goes first,
+after a warm-up; each figure is the median of `--reps` runs and each ratio is ours / theirs from
+this run. Java Iceberg comes from PyPI (lakehouse_assets_tests/java_iceberg.py), with copy-on-write
+MERGE/UPDATE/DELETE and zstd like ours. Spark's own Parquet writer (zstd) is a second baseline for writes.
+
+Workloads (`--only a,b` to pick):
+  write_day, write_day_bucket, write_unpartitioned   new table per rep; also Spark write.parquet / partitionBy
+  merge_cdc       CDC batch (~0.1% of keys updated/deleted + new keys) in 2 of 32 identity partitions,
+                  vs Java MERGE INTO and vs our own full overwrite of the same table
+  merge_all       a batch whose keys hit every file (vs Java MERGE INTO)
+  compaction      40 small appends into a day-partitioned table, then ours vs rewrite_data_files (binpack)
+  read_pruned, read_full   one day of 14 / full scan + group by, Lakehouse.read vs Java's Spark reader
+  commit_latency  a small append on a young table vs after `--commits` small commits without maintenance
+
+    .venv/bin/python bench/vs_java_iceberg.py --rows 2000000 [--reps 3] [--only write_day,merge_cdc]
+    .venv/bin/python bench/vs_java_iceberg.py --rows 50000000 --only write_day --driver-memory 1g   # scale run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+WORKLOADS = (
+    "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "commit_latency",
+)
+DAYS = 14
+REGIONS = 32
+
+
+@dataclass
+class Side:
+    name: str
+    times: list[float] = field(default_factory=list)
+    files: int | None = None
+    bytes: int | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+@dataclass
+class Row:
+    workload: str
+    ours: Side
+    others: list[Side]
+    note: str = ""
+
+
+def dir_stats(path: str) -> tuple[int, int]:
+    files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".parquet")]
+    return len(files), sum(os.path.getsize(f) for f in files)
+
+
+class Bench:
+    def __init__(self, args):
+        from pyspark.sql import functions as F
+
+        from lakehouse_assets import Lakehouse
+        from lakehouse_assets.core.spark import spark_session
+        from lakehouse_assets_tests import java_iceberg
+
+        self.args = args
+        self.F = F
+        self.root = tempfile.mkdtemp(prefix="bench-vs-java-", dir=args.tmp)
+        self.java_wh = os.path.join(self.root, "java")
+        conf = {
+            **java_iceberg.spark_conf(self.java_wh),
+            "spark.app.name": "bench-vs-java-iceberg",
+            "spark.driver.memory": args.driver_memory,
+            "spark.sql.parquet.compression.codec": "zstd",
+            "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
+        }
+        self.spark = spark_session(conf)
+        self.lh = Lakehouse(os.path.join(self.root, "ours"))
+        self.spark.sql("CREATE NAMESPACE IF NOT EXISTS java.b")
+        self.seq = 0
+        self.rows: list[Row] = []
+        self.df = self.events(0, args.rows).cache()
+        n = self.df.count()
+        print(f"{n:,} rows cached; {self.spark.sparkContext.defaultParallelism} cores; tmp {self.root}", flush=True)
+
+    # ------------------------------------------------------------ data
+
+    def events(self, lo: int, hi: int, partitions: int | None = None):
+        F = self.F
+        return self.spark.range(lo, hi, numPartitions=partitions or self.spark.sparkContext.defaultParallelism).select(
+            F.col("id"),
+            ((F.col("id") * 7919) % 100_000).alias("user_id"),
+            (F.lit("2024-01-01").cast("timestamp") + F.make_interval(secs=((F.col("id") * 104_729) % (DAYS * 86_400)).cast("int"))).alias("event_time"),
+            F.element_at(F.array(*[F.lit(k) for k in ("view", "click", "cart", "buy", "refund")]), (F.col("id") % 5 + 1).cast("int")).alias("event_type"),
+            (F.abs(F.hash("id")) % 100_000 / 100.0).alias("amount"),
+            (F.col("id") % REGIONS).cast("int").alias("region"),
+            F.substring(F.md5(F.col("id").cast("string")), 1, 24).alias("session_id"),
+        )
+
+    def name(self, prefix: str) -> str:
+        self.seq += 1
+        return f"{prefix}_{self.seq}"
+
+    # ------------------------------------------------------------ helpers
+
+    def java_create(self, table: str, df, partitioned_by=(), properties=None):
+        w = df.writeTo(f"java.b.{table}").using("iceberg").tableProperty("write.parquet.compression-codec", "zstd")
+        for k, v in (properties or {}).items():
+            w = w.tableProperty(k, v)
+        if partitioned_by:
+            w = w.partitionedBy(*partitioned_by)
+        w.create()
+
+    def java_files(self, table: str) -> tuple[int, int]:
+        r = self.spark.sql(f"SELECT count(*) AS n, coalesce(sum(file_size_in_bytes), 0) AS b FROM java.b.{table}.files").first()
+        return r["n"], r["b"]
+
+    def ours_files(self, table: str) -> tuple[int, int]:
+        files = [t.file for t in self.lh.load(f"b.{table}").scan().plan_files()]
+        return len(files), sum(f.file_size_in_bytes for f in files)
+
+    def alternate(self, rep: int, fns: dict):
+        order = list(fns)
+        if rep % 2:
+            order.reverse()
+        out = {}
+        for k in order:
+            t0 = time.perf_counter()
+            out[k] = fns[k]()
+            out[k] = (time.perf_counter() - t0, out[k])
+        return out
+
+    def report(self, row: Row):
+        self.rows.append(row)
+        parts = [f"ours {row.ours.median:.2f}s"] + [f"{o.name} {o.median:.2f}s (ratio {row.ours.median / o.median:.2f})" for o in row.others]
+        print(f"== {row.workload}: " + ", ".join(parts) + (f"  [{row.note}]" if row.note else ""), flush=True)
+
+    # ------------------------------------------------------------ workloads
+
+    def write(self, workload: str, ours_terms, java_terms, spark_cols):
+        F, df = self.F, self.df
+        ours, java, plain = Side("ours"), Side("java"), Side("spark parquet")
+        spark_df = df
+        if spark_cols:
+            spark_df = df.withColumn("day", F.to_date("event_time"))
+            if "bucket" in spark_cols:
+                spark_df = spark_df.withColumn("bucket", F.pmod(F.hash("user_id"), F.lit(16)))
+        for rep in range(self.args.reps):
+            o_name, j_name, path = self.name(workload), self.name(workload), os.path.join(self.root, "spark", self.name(workload))
+
+            def spark_write(path=path):
+                w = spark_df.write.mode("overwrite")
+                if spark_cols:
+                    w = w.partitionBy(*spark_cols)
+                w.parquet(path)
+
+            res = self.alternate(rep, {
+                "ours": lambda o_name=o_name: self.lh.write(df, f"b.{o_name}", partition_by=ours_terms),
+                "java": lambda j_name=j_name: self.java_create(j_name, df, java_terms),
+                "spark": spark_write,
+            })
+            ours.times.append(res["ours"][0])
+            java.times.append(res["java"][0])
+            plain.times.append(res["spark"][0])
+            ours.files, ours.bytes = res["ours"][1].files_added, res["ours"][1].bytes_written
+            java.files, java.bytes = self.java_files(j_name)
+            plain.files, plain.bytes = dir_stats(path)
+            print(f"  {workload} rep {rep + 1}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s spark {plain.times[-1]:.2f}s", flush=True)
+            shutil.rmtree(path, ignore_errors=True)
+        self.last_day_tables = (o_name, j_name) if workload == "write_day" else getattr(self, "last_day_tables", None)
+        self.report(Row(workload, ours, [java, plain]))
+
+    def merge(self, workload: str):
+        """CDC merge: ours vs Java MERGE INTO (copy-on-write) vs our own full overwrite of the same table."""
+        F, df, n = self.F, self.df, self.args.rows
+        if workload == "merge_cdc":
+            # ~0.1% of keys, all in regions 0 and 1 (2 of 32 partitions): 1 in 7 deleted, the rest updated; plus new keys.
+            changed = df.filter(((F.col("id") % 2048) < 2) & F.col("region").isin(0, 1))
+            new = self.events(n, n + max(1000, n // 2000)).filter(F.col("region").isin(0, 1))
+        else:
+            changed = df.filter((F.col("id") % 997) == 7)  # keys in every file (997 is prime: every region, every day)
+            new = self.events(n, n + 1000).limit(0)
+        batch = (
+            changed.withColumn("op", F.when(F.col("id") % 7 == 0, "D").otherwise("U")).withColumn("amount", F.col("amount") + 1)
+            .unionByName(new.withColumn("op", F.lit("I")))
+            .cache()
+        )
+        n_batch = batch.count()
+        batch.createOrReplaceTempView("cdc_batch")
+        cols = [c for c in df.columns]
+        merge_sql = (
+            "MERGE INTO java.b.{t} t USING cdc_batch s ON t.id = s.id "
+            "WHEN MATCHED AND s.op = 'D' THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in cols)} "
+            f"WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT ({', '.join(cols)}) VALUES ({', '.join('s.' + c for c in cols)})"
+        )
+        cow = {"write.merge.mode": "copy-on-write", "write.update.mode": "copy-on-write", "write.delete.mode": "copy-on-write"}
+        ours, java, full = Side("ours"), Side("java MERGE INTO"), Side("our full overwrite")
+        detail = ""
+        for rep in range(self.args.reps):
+            o_name, j_name, f_name = self.name(workload), self.name(workload), self.name(workload)
+            self.lh.write(df, f"b.{o_name}", partition_by=["region"])
+            self.lh.write(df, f"b.{f_name}", partition_by=["region"])
+            self.java_create(j_name, df, [F.col("region")], cow)
+            res = self.alternate(rep, {
+                "ours": lambda o_name=o_name: self.lh.write(batch, f"b.{o_name}", mode="merge", merge_keys=["id"], operation_column="op"),
+                "java": lambda j_name=j_name: self.spark.sql(merge_sql.format(t=j_name)).collect(),
+                "full": lambda f_name=f_name: self.lh.write(df, f"b.{f_name}", mode="overwrite"),
+            })
+            ours.times.append(res["ours"][0])
+            java.times.append(res["java"][0])
+            full.times.append(res["full"][0])
+            r = res["ours"][1]
+            ours.files, ours.bytes = r.files_added, r.bytes_written
+            s = self.spark.sql(f"SELECT summary FROM java.b.{j_name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()["summary"]
+            java.files, java.bytes = int(s.get("added-data-files", 0)), int(s.get("added-files-size", 0))
+            full.files, full.bytes = res["full"][1].files_added, res["full"][1].bytes_written
+            if rep == 0:
+                o_count = self.lh.read(self.spark, f"b.{o_name}").count()
+                j_count = self.spark.table(f"java.b.{j_name}").count()
+                assert o_count == j_count, f"merge results differ: ours {o_count} rows, java {j_count}"
+                summ = self.lh.load(f"b.{o_name}").current_snapshot().summary
+                detail = (
+                    f"batch {n_batch} rows; ours rewrote {summ['lakehouse.merge.rewritten-files']} of {summ['lakehouse.merge.live-files']} files "
+                    f"(candidates {summ['lakehouse.merge.candidate-files']}), java removed {s.get('deleted-data-files')} added {s.get('added-data-files')}"
+                )
+            print(f"  {workload} rep {rep + 1}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s full overwrite {full.times[-1]:.2f}s", flush=True)
+        batch.unpersist()
+        self.report(Row(workload, ours, [java, full], detail))
+
+    def compaction(self):
+        F, df = self.F, self.df
+        appends = self.args.compaction_appends
+        slices = [df.filter(F.col("id") % appends == i) for i in range(appends)]
+        ours, java = Side("ours"), Side("java rewrite_data_files")
+        detail = ""
+        for rep in range(self.args.reps):
+            o_name, j_name = self.name("compact"), self.name("compact")
+            self.java_create(j_name, slices[0], [F.days("event_time")])
+            for i, s in enumerate(slices):
+                self.lh.write(s, f"b.{o_name}", partition_by=["day(event_time)"])
+                if i:
+                    s.writeTo(f"java.b.{j_name}").append()
+            before = (self.ours_files(o_name), self.java_files(j_name))
+            call = (
+                f"CALL java.system.rewrite_data_files(table => 'b.{j_name}', strategy => 'binpack', "
+                "options => map('min-input-files', '2', 'target-file-size-bytes', '134217728'))"
+            )
+            res = self.alternate(rep, {
+                "ours": lambda o_name=o_name: self.lh.maintain(f"b.{o_name}", "compaction", spark=self.spark),
+                "java": lambda call=call: self.spark.sql(call).collect(),
+            })
+            ours.times.append(res["ours"][0])
+            java.times.append(res["java"][0])
+            ours.files, ours.bytes = self.ours_files(o_name)
+            java.files, java.bytes = self.java_files(j_name)
+            o_rows = self.lh.read(self.spark, f"b.{o_name}").count()
+            j_rows = self.spark.table(f"java.b.{j_name}").count()
+            assert o_rows == j_rows == self.args.rows, (o_rows, j_rows)
+            detail = f"input files ours {before[0][0]} java {before[1][0]} -> ours {ours.files} java {java.files}"
+            print(f"  compaction rep {rep + 1}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s ({detail})", flush=True)
+        self.report(Row("compaction", ours, [java], detail))
+
+    def reads(self, workload: str):
+        F = self.F
+        if getattr(self, "last_day_tables", None) is None:
+            o, j = self.name("read"), self.name("read")
+            self.lh.write(self.df, f"b.{o}", partition_by=["day(event_time)"])
+            self.java_create(j, self.df, [F.days("event_time")])
+            self.last_day_tables = (o, j)
+        o, j = self.last_day_tables
+        day = "event_time >= '2024-01-05T00:00:00+00:00' AND event_time < '2024-01-06T00:00:00+00:00'"  # ISO: pyiceberg and Spark both parse it
+
+        def query(d):
+            if workload == "read_pruned":
+                d = d.filter(day)
+            return d.groupBy("event_type").agg(F.count("*").alias("n"), F.sum("amount").alias("amount")).orderBy("event_type").collect()
+
+        ours, java = Side("ours Lakehouse.read"), Side("java")
+        for rep in range(self.args.reps + 1):  # the first rep is a warm-up
+            res = self.alternate(rep, {
+                "ours": lambda: query(self.lh.read(self.spark, f"b.{o}", row_filter=day if workload == "read_pruned" else None)),
+                "java": lambda: query(self.spark.table(f"java.b.{j}")),
+            })
+            assert [tuple(r) for r in res["ours"][1]] == [tuple(r) for r in res["java"][1]] or _close(res["ours"][1], res["java"][1])
+            if rep:
+                ours.times.append(res["ours"][0])
+                java.times.append(res["java"][0])
+                print(f"  {workload} rep {rep}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s", flush=True)
+        self.report(Row(workload, ours, [java]))
+
+    def commit_latency(self):
+        small = self.events(0, 100, 1).cache()
+        small.count()
+        young, old = self.name("young"), self.name("old")
+        for t in (young, old):
+            self.lh.write(small, f"b.{t}", partition_by=["day(event_time)"])
+        for _ in range(3):
+            self.lh.write(small, f"b.{young}")
+        t0 = time.perf_counter()
+        for i in range(self.args.commits - 4):
+            self.lh.write(small, f"b.{old}")
+            if (i + 1) % 100 == 0:
+                print(f"  {i + 5} commits ({(time.perf_counter() - t0) / (i + 1):.2f} s each so far)", flush=True)
+        ours, y = Side(f"old table ({self.args.commits} commits)"), Side("young table (4 commits)")
+        for rep in range(self.args.reps):
+            res = self.alternate(rep, {"old": lambda: self.lh.write(small, f"b.{old}"), "young": lambda: self.lh.write(small, f"b.{young}")})
+            ours.times.append(res["old"][0])
+            y.times.append(res["young"][0])
+            print(f"  commit rep {rep + 1}: old {ours.times[-1]:.2f}s young {y.times[-1]:.2f}s", flush=True)
+        table = self.lh.load(f"b.{old}")
+        manifests = len(table.current_snapshot().manifests(table.io))
+        self.report(Row("commit_latency", ours, [y], f"old table: {manifests} manifests in its current manifest list"))
+
+    # ------------------------------------------------------------ driver
+
+    def run(self):
+        a = self.args
+        F = self.F
+        only = a.only.split(",") if a.only else list(WORKLOADS)
+        warm = self.df.limit(50_000)
+        self.lh.write(warm, "b.warmup", partition_by=["day(event_time)"])
+        self.java_create("warmup", warm, [F.days("event_time")])
+        warm.write.mode("overwrite").parquet(os.path.join(self.root, "spark", "warmup"))
+        for w in only:
+            if w == "write_day":
+                self.write(w, ["day(event_time)"], [F.days("event_time")], ["day"])
+            elif w == "write_day_bucket":
+                self.write(w, ["day(event_time)", "bucket(16, user_id)"], [F.days("event_time"), F.bucket(16, "user_id")], ["day", "bucket"])
+            elif w == "write_unpartitioned":
+                self.write(w, [], [], [])
+            elif w in ("merge_cdc", "merge_all"):
+                self.merge(w)
+            elif w == "compaction":
+                self.compaction()
+            elif w in ("read_pruned", "read_full"):
+                self.reads(w)
+            elif w == "commit_latency":
+                self.commit_latency()
+            else:
+                raise SystemExit(f"unknown workload {w}; choose from {', '.join(WORKLOADS)}")
+        self.summary()
+
+    def summary(self):
+        load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        print()
+        print(f"rows {self.args.rows:,}, reps {self.args.reps}, medians; machine: {load}")
+        print(f"driver peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB (Python driver process)")
+        print("| work | ours s | vs | their s | ratio | ours files / MB | their files / MB |")
+        print("|---|---|---|---|---|---|---|")
+        for row in self.rows:
+            for o in row.others:
+                of = f"{row.ours.files} / {row.ours.bytes / 1e6:.1f}" if row.ours.bytes is not None else ""
+                tf = f"{o.files} / {o.bytes / 1e6:.1f}" if o.bytes is not None else ""
+                print(f"| {row.workload} | {row.ours.median:.2f} | {o.name} | {o.median:.2f} | {row.ours.median / o.median:.2f} | {of} | {tf} |")
+        for row in self.rows:
+            if row.note:
+                print(f"{row.workload}: {row.note}")
+            print(f"{row.workload} per rep: ours {', '.join(f'{t:.2f}' for t in row.ours.times)}; "
+                  + "; ".join(f"{o.name} {', '.join(f'{t:.2f}' for t in o.times)}" for o in row.others))
+
+
+def _close(a, b) -> bool:
+    return len(a) == len(b) and all(x[0] == y[0] and x[1] == y[1] and abs(x[2] - y[2]) < 1e-6 * max(1.0, abs(y[2])) for x, y in zip(a, b))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--only", default="", help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    p.add_argument("--commits", type=int, default=500, help="history length for commit_latency")
+    p.add_argument("--compaction-appends", type=int, default=40)
+    p.add_argument("--driver-memory", default="4g")
+    p.add_argument("--shuffle-partitions", type=int, default=8)
+    p.add_argument("--tmp", default=None, help="where tables go (default: the system temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the tables afterwards")
+    args = p.parse_args()
+    bench = Bench(args)
+    try:
+        bench.run()
+    finally:
+        bench.spark.stop()
+        if not args.keep:
+            shutil.rmtree(bench.root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Appends merge manifests (Java Iceberg's default), so the manifest list does not grow with every commit."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+from .conftest import assert_all_readers_agree
+
+
+def _rows(spark, lo, hi):
+    return spark.range(lo, hi, numPartitions=1).select(F.col("id"), (F.col("id") % 3).cast("int").alias("part"))
+
+
+def test_appends_merge_manifests_and_every_reader_agrees(lh, spark, duck):
+    # A low merge threshold shows the behaviour in a few commits (the default merges at 100 manifests).
+    lh.write(_rows(spark, 0, 10), "m.small", partition_by=["part"], properties={"commit.manifest.min-count-to-merge": "4"})
+    table = lh.load("m.small")
+    assert table.properties["commit.manifest-merge.enabled"] == "true"
+    counts = []
+    for i in range(1, 9):
+        lh.write(_rows(spark, i * 10, i * 10 + 10), "m.small")
+        table = lh.load("m.small")
+        counts.append(len(table.current_snapshot().manifests(table.io)))
+    assert max(counts) < 4 + 1, counts  # bounded by the threshold, not by the 9 commits
+    assert counts[-1] < 9
+    expected = [(i, i % 3) for i in range(90)]
+    assert_all_readers_agree(lh, spark, duck, "m.small", expected)
+
+
+def test_manifest_merge_can_be_turned_off(lh, spark):
+    lh.write(_rows(spark, 0, 10), "m.fast", properties={"commit.manifest-merge.enabled": "false", "commit.manifest.min-count-to-merge": "2"})
+    for i in range(1, 4):
+        lh.write(_rows(spark, i * 10, i * 10 + 10), "m.fast")
+    table = lh.load("m.fast")
+    assert len(table.current_snapshot().manifests(table.io)) == 4  # one per append

@@ -28,6 +28,7 @@ from pyiceberg.manifest import DataFile
 from .errors import InputError, SpecError
 from .iceberg_committer import live_data_files
 from .properties import SummaryKeys
+from .reader import file_uris
 from .type_mapping import iceberg_to_spark_schema
 
 if TYPE_CHECKING:
@@ -194,8 +195,8 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
         by_uri = {f.file_path: f for f in candidates}
         existing = target.read(spark, candidates, path_column=_PATH)
         hits = existing.select(*keys, _PATH).join(batch_keys, keys, "left_semi")
-        matched_uris = [r[0] for r in hits.select(_PATH).distinct().collect()]  # file paths only
-        matched = [by_uri[u] for u in matched_uris]
+        spelled = [r[0] for r in hits.select(_PATH).distinct().collect()]  # file paths only
+        matched = [by_uri[u] for u in file_uris(spelled, list(by_uri))]
     stats.matched_files = len(matched)
 
     def conform(df):

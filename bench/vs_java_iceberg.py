@@ -13,9 +13,11 @@ Workloads (`--only a,b` to pick):
   compaction      40 small appends into a day-partitioned table, then ours vs rewrite_data_files (binpack)
   read_pruned, read_full   one day of 14 / full scan + group by, Lakehouse.read vs Java's Spark reader
   commit_latency  a small append on a young table vs after `--commits` small commits without maintenance
+  scale_write     ours only: `--rows` rows straight from spark.range (not cached) into a day-partitioned
+                  table; prints the Python driver's peak RSS, to compare across sizes (run alone)
 
     .venv/bin/python bench/vs_java_iceberg.py --rows 2000000 [--reps 3] [--only write_day,merge_cdc]
-    .venv/bin/python bench/vs_java_iceberg.py --rows 50000000 --only write_day --driver-memory 1g   # scale run
+    .venv/bin/python bench/vs_java_iceberg.py --rows 50000000 --only scale_write --driver-memory 1g   # scale run
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "commit_latency",
 )
+SCALE = "scale_write"  # not in WORKLOADS: run alone, since it measures the driver process's peak memory
 DAYS = 14
 REGIONS = 32
 
@@ -91,6 +94,10 @@ class Bench:
         self.spark.sql("CREATE NAMESPACE IF NOT EXISTS java.b")
         self.seq = 0
         self.rows: list[Row] = []
+        if args.only == SCALE:
+            self.df = self.events(0, args.rows)  # generated while written: nothing held in memory
+            print(f"{args.rows:,} rows generated on the fly; {self.spark.sparkContext.defaultParallelism} cores; tmp {self.root}", flush=True)
+            return
         self.df = self.events(0, args.rows).cache()
         n = self.df.count()
         print(f"{n:,} rows cached; {self.spark.sparkContext.defaultParallelism} cores; tmp {self.root}", flush=True)
@@ -324,11 +331,26 @@ class Bench:
         manifests = len(table.current_snapshot().manifests(table.io))
         self.report(Row("commit_latency", ours, [y], f"old table: {manifests} manifests in its current manifest list"))
 
+    def scale_write(self):
+        """Ours only, uncached rows: what the driver holds must not grow with the data (metadata only)."""
+        ours = Side("ours")
+        t0 = time.perf_counter()
+        r = self.lh.write(self.df, "b.scale", partition_by=["day(event_time)"])
+        ours.times.append(time.perf_counter() - t0)
+        ours.files, ours.bytes = r.files_added, r.bytes_written
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"== scale_write: {self.args.rows:,} rows in {ours.times[0]:.1f} s, {r.files_added} files, {r.bytes_written / 1e6:,.0f} MB; "
+              f"driver peak RSS {rss:.0f} MB (spark.driver.memory {self.args.driver_memory})", flush=True)
+        assert r.rows_written == self.args.rows, (r.rows_written, self.args.rows)
+
     # ------------------------------------------------------------ driver
 
     def run(self):
         a = self.args
         F = self.F
+        if a.only == SCALE:
+            self.scale_write()
+            return
         only = a.only.split(",") if a.only else list(WORKLOADS)
         warm = self.df.limit(50_000)
         self.lh.write(warm, "b.warmup", partition_by=["day(event_time)"])

@@ -156,6 +156,9 @@ class Lakehouse:
         source = df.persist()
         try:
             batch, key_stats = merge_.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
+            if not key_stats.deduplicated:
+                # A projection of the persisted source: recomputing it is free, caching it again is not.
+                return self._write(batch, request, started, key_stats)
             batch.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
             try:
                 return self._write(batch, request, started, key_stats)

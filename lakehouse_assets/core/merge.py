@@ -76,6 +76,7 @@ class KeyStats:
 
     ranges: dict
     distinct_keys: int
+    deduplicated: bool = False  # the batch is the last row per key of the input (a window over it), not a projection
 
 
 @dataclass
@@ -125,6 +126,7 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
                 "sequence column: the last row wins) or deduplicate the batch; nothing was committed."
             )
         # Last row by order_by wins; a row without an ordering value loses to one with. A tie for last is ambiguous.
+        key_stats.deduplicated = True
         w = W.partitionBy(*opts.keys).orderBy(*[F.col(c).desc_nulls_last() for c in opts.order_by])
         df = df.withColumn(_RANK, F.rank().over(w)).filter(F.col(_RANK) == 1).drop(_RANK)
         if df.groupBy(*opts.keys).count().filter("count > 1").limit(1).count():

@@ -51,6 +51,23 @@ def duck():
     return duckdb_readers.connect()
 
 
+@pytest.fixture
+def dagster_resources(warehouse, spark):
+    """The project's Dagster resources on the test warehouse and the session's Spark."""
+    from lakehouse_assets.dagster.io_manager import LakehouseIOManager
+    from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
+
+    lakehouse = LakehouseResource(warehouse=warehouse)
+    pyspark = spark_resource()
+    return {"lakehouse": lakehouse, "pyspark": pyspark, "io_manager": LakehouseIOManager(lakehouse=lakehouse, pyspark=pyspark)}
+
+
+def materialization_metadata(result, key_path) -> dict:
+    """The last materialization's metadata of the asset `key_path` in a Dagster run result."""
+    mats = [m for m in result.get_asset_materialization_events() if m.asset_key.path == key_path]
+    return {k: v.value for k, v in mats[-1].materialization.metadata.items()}
+
+
 @contextlib.contextmanager
 def unreadable_delta_log(table_location: str):
     """A real storage failure for Delta: the `_delta_log` folder is replaced by a file while the block runs,

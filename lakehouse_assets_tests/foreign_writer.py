@@ -15,7 +15,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile, ManifestWriterV2
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
@@ -23,21 +23,12 @@ from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
+from lakehouse_assets.core.deletes import DeleteManifestWriter  # the project's own: what it writes in repair
+
 POSITION_DELETE_SCHEMA = Schema(
     NestedField(2147483546, "file_path", StringType(), required=True),
     NestedField(2147483545, "pos", LongType(), required=True),
 )
-
-
-class DeleteManifestWriter(ManifestWriterV2):
-    """pyiceberg's v2 manifest writer for delete files (pyiceberg 0.12 only writes data manifests)."""
-
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
 
 
 class _RowDelta(_SnapshotProducer["_RowDelta"]):

@@ -11,6 +11,7 @@ from lakehouse_assets.dagster.checks import build_formats_agree_checks
 from lakehouse_assets.dagster.io_manager import LakehouseIOManager, table_identifier
 from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
 
+from .conftest import materialization_metadata as _metadata
 from .conftest import unreadable_delta_log
 
 days = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-10")
@@ -53,18 +54,6 @@ def small_pyarrow():
 ASSETS = [clicks, users, clicks_per_user, small_pyarrow]
 
 
-@pytest.fixture
-def resources(warehouse, spark):
-    lakehouse = LakehouseResource(warehouse=warehouse)
-    pyspark = spark_resource()
-    return {"lakehouse": lakehouse, "pyspark": pyspark, "io_manager": LakehouseIOManager(lakehouse=lakehouse, pyspark=pyspark)}
-
-
-def _metadata(result, key_path):
-    mats = [m for m in result.get_asset_materialization_events() if m.asset_key.path == key_path]
-    return {k: v.value for k, v in mats[-1].materialization.metadata.items()}
-
-
 def test_table_identifier_from_asset_key():
     from dagster import AssetKey
 
@@ -73,16 +62,16 @@ def test_table_identifier_from_asset_key():
     assert table_identifier(AssetKey(["solo"])) == "default.solo"
 
 
-def test_materialize_partitions_metadata_checks_and_load_input(resources, warehouse, spark, duck):
+def test_materialize_partitions_metadata_checks_and_load_input(dagster_resources, warehouse, spark, duck):
     from lakehouse_assets import Lakehouse
 
     checks = build_formats_agree_checks([a.key for a in ASSETS])
-    users_result = materialize([users, small_pyarrow, *checks[1:2], *checks[3:]], resources=resources)
+    users_result = materialize([users, small_pyarrow, *checks[1:2], *checks[3:]], resources=dagster_resources)
     assert users_result.success
     for day in ("2024-01-01", "2024-01-02"):
         result = materialize(
             [clicks, clicks_per_user, users, *checks[:1], *checks[2:3]],
-            resources=resources,
+            resources=dagster_resources,
             partition_key=day,
             selection=AssetSelection.assets(clicks, clicks_per_user),  # their checks come along
         )
@@ -101,7 +90,7 @@ def test_materialize_partitions_metadata_checks_and_load_input(resources, wareho
     assert lh.read(spark, "shop.clicks_per_user").agg(F.sum("count")).first()[0] == 480
     assert lh.read(spark, "shop.small_pyarrow").count() == 2
     # Re-running a partition replaces exactly its window.
-    again = materialize([clicks], resources=resources, partition_key="2024-01-02")
+    again = materialize([clicks], resources=dagster_resources, partition_key="2024-01-02")
     assert again.success and lh.read(spark, "shop.clicks").count() == 480
     history = lh.history("shop.clicks")
     assert history[0]["operation"] == "overwrite-window" and history[0]["writer"]["partition"] == "2024-01-02"
@@ -110,26 +99,26 @@ def test_materialize_partitions_metadata_checks_and_load_input(resources, wareho
         assert lh.verify(name)["agree"]
 
 
-def test_check_fails_and_shows_the_difference(resources, warehouse, spark):
+def test_check_fails_and_shows_the_difference(dagster_resources, warehouse, spark):
 
     from lakehouse_assets import Lakehouse
 
     checks = build_formats_agree_checks([users.key])
-    assert materialize([users, *checks], resources=resources).success
+    assert materialize([users, *checks], resources=dagster_resources).success
     lh = Lakehouse(warehouse)
     with unreadable_delta_log(lh.load("shop.users").location()):
-        result = materialize([users, *checks], resources=resources, raise_on_error=False)
+        result = materialize([users, *checks], resources=dagster_resources, raise_on_error=False)
     evaluation = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"][0]
     assert not evaluation.passed
     assert "Delta" in evaluation.metadata["differences"].value
 
 
-def test_time_partitioned_asset_without_partition_expr_is_a_clear_error(resources):
+def test_time_partitioned_asset_without_partition_expr_is_a_clear_error(dagster_resources):
     @asset(key_prefix=["shop"], partitions_def=days)
     def no_expr(context: AssetExecutionContext, pyspark: PySparkResource):
         return pyspark.spark_session.range(3).select(F.current_timestamp().alias("ts"))
 
-    result = materialize([no_expr], resources=resources, partition_key="2024-01-01", raise_on_error=False)
+    result = materialize([no_expr], resources=dagster_resources, partition_key="2024-01-01", raise_on_error=False)
     assert not result.success
     failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
     assert "has no 'partition_expr' metadata" in str(failure.event_specific_data.error)

@@ -28,6 +28,7 @@ from lakehouse_assets.dagster.io_manager import LakehouseIOManager, WriteMode, p
 from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
 
 from .conftest import assert_all_readers_agree
+from .conftest import materialization_metadata as _metadata
 
 UTC = dt.timezone.utc
 REGIONS = ["APAC", "EU", "US"]
@@ -95,18 +96,6 @@ def region_totals(sales_by_region):
     return sales_by_region.groupBy("region").count()
 
 
-@pytest.fixture
-def resources(warehouse, spark):
-    lakehouse = LakehouseResource(warehouse=warehouse)
-    pyspark = spark_resource()
-    return {"lakehouse": lakehouse, "pyspark": pyspark, "io_manager": LakehouseIOManager(lakehouse=lakehouse, pyspark=pyspark)}
-
-
-def _metadata(result, key_path):
-    mats = [m for m in result.get_asset_materialization_events() if m.asset_key.path == key_path]
-    return {k: v.value for k, v in mats[-1].materialization.metadata.items()}
-
-
 def _files_by_value(lh, identifier, column):
     """Live data file paths per value of `column` (for identity-partitioned tables)."""
     out: dict = {}
@@ -161,12 +150,12 @@ def test_write_mode_enum_and_unknown_mode_error():
         WriteMode.from_metadata("p/x", "upsert")
 
 
-def test_unknown_write_mode_fails_the_materialization_naming_the_asset(resources):
+def test_unknown_write_mode_fails_the_materialization_naming_the_asset(dagster_resources):
     @asset(key_prefix=["p"], metadata={"write_mode": "replace"})
     def bad_mode(pyspark: PySparkResource):
         return pyspark.spark_session.range(3)
 
-    result = materialize([bad_mode], resources=resources, raise_on_error=False)
+    result = materialize([bad_mode], resources=dagster_resources, raise_on_error=False)
     failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
     assert "Asset p/bad_mode: unknown write_mode 'replace'" in str(failure.event_specific_data.error)
 
@@ -174,16 +163,16 @@ def test_unknown_write_mode_fails_the_materialization_naming_the_asset(resources
 # ------------------------------------------------------------------ static partitions
 
 
-def test_static_partitions_replace_exactly_their_slice_and_emit_table_metadata(resources, warehouse, spark, duck):
+def test_static_partitions_replace_exactly_their_slice_and_emit_table_metadata(dagster_resources, warehouse, spark, duck):
     from lakehouse_assets import Lakehouse
 
     lh = Lakehouse(warehouse)
     VERSION["v"] = 1
     for region in ("EU", "US"):
-        assert materialize([sales_by_region], resources=resources, partition_key=region).success
+        assert materialize([sales_by_region], resources=dagster_resources, partition_key=region).success
     us_files = _files_by_value(lh, "p.sales_by_region", "region")["US"]
     VERSION["v"] = 2
-    result = materialize([sales_by_region], resources=resources, partition_key="EU")
+    result = materialize([sales_by_region], resources=dagster_resources, partition_key="EU")
     assert result.success
     expected = _rows(None, "EU")
     VERSION["v"] = 1
@@ -195,7 +184,7 @@ def test_static_partitions_replace_exactly_their_slice_and_emit_table_metadata(r
 
     # Idempotent: the same partition again leaves the same rows.
     VERSION["v"] = 2
-    assert materialize([sales_by_region], resources=resources, partition_key="EU").success
+    assert materialize([sales_by_region], resources=dagster_resources, partition_key="EU").success
     assert_all_readers_agree(lh, spark, duck, "p.sales_by_region", [_norm_row(r) for r in expected])
 
     md = _metadata(result, ["p", "sales_by_region"])
@@ -214,24 +203,24 @@ def _norm_row(r):
     return (r[3], r[0], r[1], r[2].astimezone(UTC).replace(tzinfo=None).isoformat())  # columns sorted: amount, id, region, ts
 
 
-def test_single_run_backfill_of_static_and_daily_partitions_is_one_commit(resources, warehouse, spark, duck):
+def test_single_run_backfill_of_static_and_daily_partitions_is_one_commit(dagster_resources, warehouse, spark, duck):
     from lakehouse_assets import Lakehouse
 
     lh = Lakehouse(warehouse)
     VERSION["v"] = 1
-    result = materialize([sales_by_region], resources=resources, tags=_range_tags("APAC", "US"))
+    result = materialize([sales_by_region], resources=dagster_resources, tags=_range_tags("APAC", "US"))
     assert result.success
     assert len(lh.history("p.sales_by_region")) == 1  # three partitions, one Iceberg snapshot
     assert lh.history("p.sales_by_region")[0]["writer"]["partition"] == "APAC...US"
     expected = [r for region in REGIONS for r in _rows(None, region)]
     assert_all_readers_agree(lh, spark, duck, "p.sales_by_region", [_norm_row(r) for r in expected])
 
-    result = materialize([daily_sales], resources=resources, tags=_range_tags("2024-01-01", "2024-01-07"))
+    result = materialize([daily_sales], resources=dagster_resources, tags=_range_tags("2024-01-01", "2024-01-07"))
     assert result.success and len(lh.history("p.daily_sales")) == 1
     assert _metadata(result, ["p", "daily_sales"])["dagster/partition_row_count"] == 14
     # Re-running the middle of the range in one run replaces just those days, again in one commit.
     VERSION["v"] = 3
-    assert materialize([daily_sales], resources=resources, tags=_range_tags("2024-01-03", "2024-01-04")).success
+    assert materialize([daily_sales], resources=dagster_resources, tags=_range_tags("2024-01-03", "2024-01-04")).success
     assert len(lh.history("p.daily_sales")) == 2
     expected = [r for d in range(1, 8) for r in (_rows(f"2024-01-0{d}", "EU", 2) if d in (3, 4) else [])]
     VERSION["v"] = 1
@@ -242,16 +231,16 @@ def test_single_run_backfill_of_static_and_daily_partitions_is_one_commit(resour
 # ------------------------------------------------------------------ multi partitions
 
 
-def test_multi_partitions_replace_exactly_their_slice_in_both_formats(resources, warehouse, spark, duck):
+def test_multi_partitions_replace_exactly_their_slice_in_both_formats(dagster_resources, warehouse, spark, duck):
     from lakehouse_assets import Lakehouse
 
     lh = Lakehouse(warehouse)
     VERSION["v"] = 1
     keys = [("2024-01-01", "EU"), ("2024-01-01", "US"), ("2024-01-02", "EU")]
     for d, r in keys:
-        assert materialize([sales], resources=resources, partition_key=MultiPartitionKey({"date": d, "region": r})).success
+        assert materialize([sales], resources=dagster_resources, partition_key=MultiPartitionKey({"date": d, "region": r})).success
     VERSION["v"] = 5
-    result = materialize([sales], resources=resources, partition_key=MultiPartitionKey({"date": "2024-01-01", "region": "EU"}))
+    result = materialize([sales], resources=dagster_resources, partition_key=MultiPartitionKey({"date": "2024-01-01", "region": "EU"}))
     assert result.success
     expected = _rows("2024-01-01", "EU")
     VERSION["v"] = 1
@@ -263,12 +252,12 @@ def test_multi_partitions_replace_exactly_their_slice_in_both_formats(resources,
     assert lh.history("p.sales")[0]["writer"]["partition"] == "2024-01-01|EU"
 
     # Downstream daily asset: one date, every region of the multi-partitioned upstream.
-    result = materialize([sales, sales_all_regions], resources=resources, partition_key="2024-01-01", selection=AssetSelection.assets(sales_all_regions))
+    result = materialize([sales, sales_all_regions], resources=dagster_resources, partition_key="2024-01-01", selection=AssetSelection.assets(sales_all_regions))
     assert result.success
     assert [tuple(r) for r in lh.read(spark, "p.sales_all_regions").collect()] == [(dt.date(2024, 1, 1), 8, 2)]
 
 
-def test_rows_outside_the_slice_are_refused_and_nothing_is_committed(resources, warehouse):
+def test_rows_outside_the_slice_are_refused_and_nothing_is_committed(dagster_resources, warehouse):
     from lakehouse_assets import Lakehouse
 
     @asset(key_prefix=["p"], partitions_def=day_region, name="sales", metadata={"partition_expr": {"date": "ts", "region": "region"}})
@@ -277,10 +266,10 @@ def test_rows_outside_the_slice_are_refused_and_nothing_is_committed(resources, 
         return _df(pyspark.spark_session, _rows(keys["date"], keys["region"]) + _rows(keys["date"], "US", 1))
 
     VERSION["v"] = 1
-    assert materialize([sales], resources=resources, partition_key=MultiPartitionKey({"date": "2024-01-01", "region": "US"})).success
+    assert materialize([sales], resources=dagster_resources, partition_key=MultiPartitionKey({"date": "2024-01-01", "region": "US"})).success
     lh = Lakehouse(warehouse)
     before = lh.tables()
-    result = materialize([wrong_region], resources=resources, partition_key=MultiPartitionKey({"date": "2024-01-01", "region": "EU"}), raise_on_error=False)
+    result = materialize([wrong_region], resources=dagster_resources, partition_key=MultiPartitionKey({"date": "2024-01-01", "region": "EU"}), raise_on_error=False)
     assert not result.success
     error = str([e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0].event_specific_data.error)
     assert "Table p.sales: the data for partition slice ts in [2024-01-01 00:00:00+00:00, 2024-01-02 00:00:00+00:00) and region in (EU) has rows outside it" in error
@@ -291,20 +280,20 @@ def test_rows_outside_the_slice_are_refused_and_nothing_is_committed(resources, 
 # ------------------------------------------------------------------ partition mappings on load_input
 
 
-def test_load_input_reads_exactly_the_mapped_upstream_partitions(resources, warehouse, spark):
+def test_load_input_reads_exactly_the_mapped_upstream_partitions(dagster_resources, warehouse, spark):
     from lakehouse_assets import Lakehouse
 
     VERSION["v"] = 1
-    assert materialize([daily_sales], resources=resources, tags=_range_tags("2024-01-01", "2024-01-10")).success
-    result = materialize([daily_sales, weekly_rolling], resources=resources, partition_key="2024-01-09", selection=AssetSelection.assets(weekly_rolling))
+    assert materialize([daily_sales], resources=dagster_resources, tags=_range_tags("2024-01-01", "2024-01-10")).success
+    result = materialize([daily_sales, weekly_rolling], resources=dagster_resources, partition_key="2024-01-09", selection=AssetSelection.assets(weekly_rolling))
     assert result.success
     md = _metadata(result, ["p", "weekly_rolling"])
     assert md["days_read"] == ", ".join(f"2024-01-0{d}" for d in range(3, 10))  # 7 days: 3rd..9th, not the 1st, 2nd or 10th
     lh = Lakehouse(warehouse)
     assert [tuple(r) for r in lh.read(spark, "p.weekly_rolling").collect()] == [(dt.date(2024, 1, 9), 14, 7 * (10 + 11))]
 
-    assert materialize([sales_by_region], resources=resources, tags=_range_tags("APAC", "US")).success
-    assert materialize([sales_by_region, region_totals], resources=resources, selection=AssetSelection.assets(region_totals)).success
+    assert materialize([sales_by_region], resources=dagster_resources, tags=_range_tags("APAC", "US")).success
+    assert materialize([sales_by_region, region_totals], resources=dagster_resources, selection=AssetSelection.assets(region_totals)).success
     assert sorted(tuple(r) for r in lh.read(spark, "p.region_totals").collect()) == [(r, 4) for r in REGIONS]
 
 

@@ -201,6 +201,10 @@ def jdbc_catalog_conf(catalog: str, warehouse_dir: str) -> dict[str, str]:
         f"spark.sql.catalog.{catalog}.uri": f"jdbc:sqlite:{folder}/catalog.db",
         f"spark.sql.catalog.{catalog}.warehouse": f"file://{folder}",
         f"spark.sql.catalog.{catalog}.cache-enabled": "false",
+        # The project created the tables. Java's check for them leaves a DatabaseMetaData ResultSet open,
+        # so sqlite-jdbc holds a SHARED lock for the pooled connection's lifetime and every other writer
+        # of catalog.db then fails with "database is locked".
+        f"spark.sql.catalog.{catalog}.jdbc.init-catalog-tables": "false",
     }
 
 

@@ -107,7 +107,7 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
     model[0]["name"] = "m0"
     model[200] = {"id": 200, "name": "new", "country": "NL"}
     assert snapshot_summary(lh)["total-delete-files"] == "0"
-    mirrored_and_agreeing(lh, spark, duck, model)
+    mirrored_and_agreeing(lh, spark, duck, model, all_readers=False)
 
     # ALTER TABLE ADD COLUMN (metadata only), then rows that use it.
     spark.sql(f"ALTER TABLE {JAVA} ADD COLUMN email string")
@@ -160,4 +160,4 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
     model[5] = {"id": 5, "name": "back", "country": "US", "email": None}
     spark.sql(f"INSERT INTO {JAVA} VALUES (400, 'j', 'DE', NULL)")
     model[400] = {"id": 400, "name": "j", "country": "DE", "email": None}
-    mirrored_and_agreeing(lh, spark, duck, model)
+    mirrored_and_agreeing(lh, spark, duck, model, all_readers=False)

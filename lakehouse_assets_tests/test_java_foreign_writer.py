@@ -161,3 +161,24 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
     spark.sql(f"INSERT INTO {JAVA} VALUES (400, 'j', 'DE', NULL)")
     model[400] = {"id": 400, "name": "j", "country": "DE", "email": None}
     mirrored_and_agreeing(lh, spark, duck, model, all_readers=False)
+
+
+def test_a_java_catalog_that_keeps_catalog_db_locked_is_named_in_the_commit_error(warehouse, monkeypatch, spark):
+    """Java Iceberg 1.10's JdbcCatalog, left to check for its tables, leaves a ResultSet open: sqlite-jdbc keeps a
+    read lock on catalog.db, so no other writer can commit. The project's commit fails cleanly and says why."""
+    from lakehouse_assets import Lakehouse
+    from lakehouse_assets.core.errors import CommitError
+
+    name = "javaw_locking"  # its own Spark catalog: the leaked connection lives as long as the session
+    monkeypatch.setenv("LAKEHOUSE_CATALOG", name)
+    lh = Lakehouse(warehouse)
+    lh.write(spark.createDataFrame([(1, "US")], "id long, country string"), "jl.t")
+    before = lh.load("jl.t").current_snapshot().snapshot_id
+    conf = java_iceberg.jdbc_catalog_conf(name, warehouse)
+    conf.pop(f"spark.sql.catalog.{name}.jdbc.init-catalog-tables")  # Java's default: check (and create) the tables
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    assert spark.table(f"{name}.jl.t").count() == 1
+    with pytest.raises(CommitError, match=r"(?s)Table jl\.t: .*database is locked.*JdbcCatalog.*jdbc\.init-catalog-tables=false"):
+        lh.write(spark.createDataFrame([(2, "DE")], "id long, country string"), "jl.t")
+    assert lh.load("jl.t").current_snapshot().snapshot_id == before

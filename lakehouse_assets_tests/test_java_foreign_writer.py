@@ -96,6 +96,7 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
     # UPDATE, copy-on-write.
     spark.sql(f"UPDATE {JAVA} SET name = 'upd' WHERE id IN (4, 7)")
     model[4]["name"] = model[7]["name"] = "upd"
+    assert lh.load(NAME).current_snapshot().summary.operation.value == "overwrite"
     assert snapshot_summary(lh)["total-delete-files"] == "0"
     mirrored_and_agreeing(lh, spark, duck, model, all_readers=False)
 
@@ -106,6 +107,7 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
     )
     model[0]["name"] = "m0"
     model[200] = {"id": 200, "name": "new", "country": "NL"}
+    assert lh.load(NAME).current_snapshot().summary.operation.value == "overwrite"
     assert snapshot_summary(lh)["total-delete-files"] == "0"
     mirrored_and_agreeing(lh, spark, duck, model, all_readers=False)
 

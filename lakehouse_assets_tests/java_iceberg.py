@@ -35,6 +35,9 @@ EXTENSIONS_JAR = "iceberg-spark-extensions-3.5_2.12-1.10.2.jar"
 JACKSON_JARS = ("jackson-core-2.18.8.jar", "jackson-databind-2.18.8.jar", "jackson-annotations-2.18.8.jar")
 SHADED_JACKSON_JAR = "iceberg-shaded-jackson-2.18.8.jar"
 CATALOG = "java"  # the Hadoop catalog spark_conf() defines
+# Debian's libxerial-sqlite-jdbc-java (scripts/system-deps.sh): Java Iceberg's JdbcCatalog commits to the
+# project's embedded SQLite catalog through it (its JNI library is on Debian's default java.library.path).
+SQLITE_JDBC_JAR = "/usr/share/java/sqlite-jdbc.jar"
 
 _SHADE_PREFIX = "org/apache/iceberg/shaded/"
 _RELOCATIONS = (
@@ -168,12 +171,40 @@ def jars() -> list[str]:
 def spark_conf(warehouse_dir: str, catalog: str = CATALOG) -> dict[str, str]:
     """Spark settings that load Java Iceberg: the jars, its SQL extensions (MERGE INTO, CALL) and a Hadoop
     catalog `catalog` over `warehouse_dir` (Java Iceberg writes its own tables there)."""
+    drivers = [SQLITE_JDBC_JAR] if os.path.exists(SQLITE_JDBC_JAR) else []
     return {
-        "spark.jars": ",".join(jars()),
+        "spark.jars": ",".join(jars() + drivers),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         f"spark.sql.catalog.{catalog}": "org.apache.iceberg.spark.SparkCatalog",
         f"spark.sql.catalog.{catalog}.type": "hadoop",
         f"spark.sql.catalog.{catalog}.warehouse": warehouse_dir,
+    }
+
+
+def jdbc_catalog_conf(catalog: str, warehouse_dir: str) -> dict[str, str]:
+    """Spark settings for Java Iceberg's own JdbcCatalog over a project warehouse's embedded SQLite catalog.
+
+    pyiceberg's SqlCatalog and Java's JdbcCatalog share one schema (`iceberg_tables`: catalog_name,
+    table_namespace, table_name, metadata_location, previous_metadata_location; a commit is the same
+    compare-and-swap UPDATE), and the catalog_name column holds the catalog's name: the Spark catalog
+    must be named like the lakehouse's (`LAKEHOUSE_CATALOG`, default `lakehouse`). Spark settings under
+    `spark.sql.catalog.*` may be set on a running session (a catalog is built on first use and then kept,
+    so use one name per warehouse). `cache-enabled=false`: every statement loads the current metadata,
+    so Java sees the project's commits at once.
+    """
+    if not os.path.exists(SQLITE_JDBC_JAR):
+        raise JavaIcebergUnavailable(f"{SQLITE_JDBC_JAR} is missing: run scripts/system-deps.sh (Debian libxerial-sqlite-jdbc-java).")
+    folder = warehouse_dir[len("file://"):] if warehouse_dir.startswith("file://") else warehouse_dir
+    return {
+        f"spark.sql.catalog.{catalog}": "org.apache.iceberg.spark.SparkCatalog",
+        f"spark.sql.catalog.{catalog}.type": "jdbc",
+        f"spark.sql.catalog.{catalog}.uri": f"jdbc:sqlite:{folder}/catalog.db",
+        f"spark.sql.catalog.{catalog}.warehouse": f"file://{folder}",
+        f"spark.sql.catalog.{catalog}.cache-enabled": "false",
+        # The project created the tables. Java's check for them leaves a DatabaseMetaData ResultSet open,
+        # so sqlite-jdbc holds a SHARED lock for the pooled connection's lifetime and every other writer
+        # of catalog.db then fails with "database is locked".
+        f"spark.sql.catalog.{catalog}.jdbc.init-catalog-tables": "false",
     }
 
 

@@ -166,3 +166,30 @@ def test_catalog_picked_by_name_from_env_set_after_import(tmp_path, monkeypatch)
     monkeypatch.delenv("LAKEHOUSE_CATALOG")
     with pytest.raises(CatalogError, match=r"on object storage but no catalog named 'lakehouse' is configured.*PYICEBERG_CATALOG__LAKEHOUSE__TYPE=rest"):
         Lakehouse("s3://bucket/wh")
+
+
+def test_a_commit_refused_by_a_locked_sqlite_catalog_leaves_the_table_unchanged(lh, spark, warehouse, duck):
+    """Another process reading catalog.db (an unfinished SELECT holds SQLite's shared lock) refuses every commit.
+    The write fails naming the lock, and nothing of it survives: SQLite keeps a COMMIT refused as "database is
+    locked" open, so a pooled connection would otherwise show (and a later commit would keep) the failed snapshot."""
+    import glob
+    import sqlite3
+
+    from lakehouse_assets.core.errors import CommitError
+
+    lh.write(small(spark), "lock.t")
+    before = lh.load("lock.t").current_snapshot().snapshot_id
+    files_before = sorted(glob.glob(f"{warehouse}/lock/t/data/**/*.parquet", recursive=True))
+    reader = sqlite3.connect(f"{warehouse}/catalog.db", isolation_level=None)
+    cursor = reader.execute("SELECT * FROM iceberg_tables, (SELECT 1 UNION ALL SELECT 2)")
+    cursor.fetchone()  # the statement stays active: a shared lock until it is closed
+    try:
+        with pytest.raises(CommitError, match=r"(?s)Table lock\.t: .*database is locked.*holds a lock on the SQLite catalog"):
+            lh.write(small(spark, 10), "lock.t")
+        assert lh.load("lock.t").current_snapshot().snapshot_id == before
+    finally:
+        cursor.close()
+        reader.close()
+    assert sorted(glob.glob(f"{warehouse}/lock/t/data/**/*.parquet", recursive=True)) == files_before
+    lh.write(small(spark, 20), "lock.t")
+    assert_all_readers_agree(lh, spark, duck, "lock.t", [(str(i % 3), i) for i in [*range(10), *range(20, 30)]])

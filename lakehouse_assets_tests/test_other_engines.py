@@ -21,7 +21,7 @@ def readme_snippets() -> list[str]:
 
 def test_readme_has_a_snippet_per_engine():
     code = "\n".join(readme_snippets())
-    for engine in ("iceberg_scan", "delta_scan", "DeltaTable", "pl.read_delta", "pl.scan_iceberg", "StaticTable", "SqlCatalog", 'format("iceberg")'):
+    for engine in ("iceberg_scan", "delta_scan", "DeltaTable", "pl.read_delta", "pl.scan_iceberg", "StaticTable", "SqlCatalog", 'format("iceberg")', '.type": "jdbc"'):
         assert engine in code, engine
 
 
@@ -38,5 +38,5 @@ def test_readme_snippets_read_the_same_rows(lh, spark, warehouse):
         code = snippet.replace("./warehouse", warehouse).replace("demo.events", "engines.events")
         exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - the README's own snippets
     counts = {k: v for k, v in namespace.items() if k.startswith("n_")}
-    assert len(counts) == 8, counts  # DuckDB x2, delta-rs, Polars x2, pyiceberg x2, Java Iceberg
+    assert len(counts) == 9, counts  # DuckDB x2, delta-rs, Polars x2, pyiceberg x2, Java Iceberg x2 (path, JdbcCatalog)
     assert all(v == expected for v in counts.values()), counts

@@ -139,6 +139,7 @@ def commit(
                 log.info("Table %s: %s re-validated after a concurrent commit (attempt %d): %s", identifier, mode, attempt, e)
                 base_id = _current_id(table)
     except BaseException as e:
+        _drop_pooled_connections(table)
         # Nothing became visible: remove every file this operation created.
         delete_files(lh.storage, changes.created)
         if isinstance(e, LakehouseError):
@@ -165,8 +166,28 @@ def commit(
     return result
 
 
+def _drop_pooled_connections(table: Table) -> None:
+    """After a failed commit, close a SQL catalog's pooled connections.
+
+    A SQLite COMMIT that fails with "database is locked" leaves its transaction open, and SQLAlchemy returns
+    that connection to the pool as it is: the next checkout reads the failed commit's metadata location as
+    current (files this write just removed), and the next commit on it would make it permanent. Closing the
+    connections discards the transaction."""
+    engine = getattr(table.catalog, "engine", None)
+    if engine is not None and hasattr(engine, "dispose"):
+        engine.dispose()
+
+
 def _failed(identifier: str, e: BaseException) -> str:
-    return f"Table {identifier}: the Iceberg commit failed ({type(e).__name__}: {e}); nothing was committed and the written files were removed."
+    message = f"Table {identifier}: the Iceberg commit failed ({type(e).__name__}: {e}); nothing was committed and the written files were removed."
+    if "database is locked" in str(e):
+        # SQLite catalog: another connection keeps a read transaction open, so no commit can ever get through.
+        message += (
+            " Another process holds a lock on the SQLite catalog (catalog.db), e.g. Java Iceberg's JdbcCatalog, whose table check "
+            "leaves a read open: set jdbc.init-catalog-tables=false on it (README, \"Reading from other engines\"), or stop that "
+            "process, then retry."
+        )
+    return message
 
 
 def _current_id(table: Table) -> int | None:

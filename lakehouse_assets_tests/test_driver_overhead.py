@@ -59,28 +59,9 @@ def _check_compacted(lh, spark, duck, identifier, r):
     assert_all_readers_agree(lh, spark, duck, identifier, expected)
 
 
-def test_compaction_rewrites_each_partition_without_a_shuffle(lh, spark, duck):
+def test_compaction_of_many_small_files_lists_nothing_and_stays_exact(lh, spark, duck):
     _appended(lh, spark, "o.compact")
-    sc = spark.sparkContext
-    sc.setJobGroup("compaction-stages", "compaction")
-    try:
-        r = lh.maintain("o.compact", "compaction", spark=spark)
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    jobs = list(sc.statusTracker().getJobIdsForGroup("compaction-stages"))
-    # One job of one stage: each partition's files read into a task of their own and written, no exchange
-    # (a shuffle shows as a second stage, or with adaptive execution as a separate map-stage job).
-    assert len(jobs) == 1 and len(sc.statusTracker().getJobInfo(jobs[0]).stageIds) == 1
-    _check_compacted(lh, spark, duck, "o.compact", r)
-
-
-def test_compaction_of_many_partitions_shuffles_and_stays_exact(lh, spark, duck, monkeypatch):
-    import importlib
-
-    compaction = importlib.import_module("lakehouse_assets.core.maintenance.compaction")  # the package exports the function
-    monkeypatch.setattr(compaction, "MAX_CLUSTERED_GROUPS", 2)  # 4 partitions: the one-scan, shuffled path
-    _appended(lh, spark, "o.compact_many")
-    _check_compacted(lh, spark, duck, "o.compact_many", lh.maintain("o.compact_many", "compaction", spark=spark))
+    _check_compacted(lh, spark, duck, "o.compact", lh.maintain("o.compact", "compaction", spark=spark))
 
 
 def test_commit_builds_the_staged_metadata_once_per_change(lh, spark, duck, monkeypatch):

@@ -79,11 +79,10 @@ class WriteTarget:
     cast_files: bool = False  # existing files may hold narrower types than `schema` (after a widening)
     target_file_size: int | None = None
 
-    def write(self, df, changes: FileChanges, *, counts_as_written: bool = True, clustered: bool = False) -> list[DataFile]:
-        """Write `df` as table files, record them in `changes`, and return their Iceberg DataFiles.
-        `clustered`: each Spark partition of `df` holds one table partition (see writer.write_files)."""
+    def write(self, df, changes: FileChanges, *, counts_as_written: bool = True) -> list[DataFile]:
+        """Write `df` as table files, record them in `changes`, and return their Iceberg DataFiles."""
         root = normalize_uri(self.table.location())
-        written = write_table_files(df, self.table, self.storage, schema=self.schema, target_file_size=self.target_file_size, clustered=clustered)
+        written = write_table_files(df, self.table, self.storage, schema=self.schema, target_file_size=self.target_file_size)
         changes.created += [join_uri(root, f.path) for f in written]
         adds = ic.data_files_from_written(self.table, root, written, self.schema)
         changes.adds += adds

@@ -409,13 +409,8 @@ def write_files(
     compression: str = "zstd",
     compression_level: int | None = 3,
     table_name: str = "",
-    clustered: bool = False,
 ) -> list[WrittenFile]:
     """Write `df` as Parquet files under `<root_uri>/data/`, distributed over the executors.
-
-    `clustered`: every Spark partition of `df` already holds rows of one table partition only (compaction
-    reads each partition's files into their own tasks), so the shuffle and sort by partition are skipped.
-    The writer still starts a new file whenever the partition changes, so a file never spans two.
 
     If any task fails, every file of this write is removed before the error (one line, naming the table
     and the executor's cause, which stays the `__cause__`) reaches the caller."""
@@ -435,13 +430,10 @@ def write_files(
             # Spark computes Iceberg's partition values (no Python pass); the writer turns each run into a key.
             key_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
             df = df.select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
-            if not clustered:
-                df = df.repartition(*key_columns).sortWithinPartitions(*key_columns)
+            df = df.repartition(*key_columns).sortWithinPartitions(*key_columns)
         else:
             keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
-            df = df.mapInArrow(keyer, keyed_schema)
-            if not clustered:
-                df = df.repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
+            df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
     writer = FileWriter(
         root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level,
         key_columns=key_columns, keyer=keyer if key_columns else None,
@@ -466,9 +458,7 @@ def write_files(
     return files
 
 
-def write_table_files(
-    df, table, storage: StorageConfig, *, schema: Schema | None = None, target_file_size: int | None = None, clustered: bool = False
-) -> list[WrittenFile]:
+def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | None = None, target_file_size: int | None = None) -> list[WrittenFile]:
     """`write_files` with the table's own layout and Parquet settings (location, partition spec,
     Delta partition columns, target file size, codec and level), so every writer of a table agrees."""
     from .properties import TableProperties
@@ -489,7 +479,6 @@ def write_table_files(
         compression=props.get("write.parquet.compression-codec", "zstd"),
         compression_level=int(props.get("write.parquet.compression-level", "3")),
         table_name=".".join(table.name()),
-        clustered=clustered,
     )
 
 

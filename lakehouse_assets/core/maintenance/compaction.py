@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import math
-from functools import reduce
 from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import DataFile
@@ -41,29 +40,6 @@ def plan_compaction(table: Table, settings: MaintenanceSettings, live: list[Data
     return [g for g in groups.values() if len(g) >= settings.compaction_min_input_files]
 
 
-# Up to this many partitions, each is read into its own tasks and written without a shuffle; beyond,
-# one read of every file shuffled by partition (one scan in the plan instead of one per partition).
-MAX_CLUSTERED_GROUPS = 64
-
-
-def _input(spark, target: WriteTarget, groups: list[list[DataFile]], settings: MaintenanceSettings):
-    """The rows to rewrite as a DataFrame, and whether each of its Spark partitions holds one table partition.
-
-    Like Java Iceberg's bin-pack rewrite: a partition's small files are read into ceil(bytes / target)
-    tasks of their own (no shuffle, no sort), and the writer rolls files at the target size.
-    """
-    def tasks(files: list[DataFile]) -> int:
-        return max(1, math.ceil(sum(f.file_size_in_bytes for f in files) / settings.target_bytes))
-
-    files = [f for g in groups for f in g]
-    if not target.table.spec().fields:
-        return target.read(spark, files).coalesce(tasks(files)), True  # one output per target size
-    if len(groups) > MAX_CLUSTERED_GROUPS:
-        return target.read(spark, files), False  # write_files shuffles by partition
-    parts = [target.read(spark, g).coalesce(tasks(g)) for g in groups]
-    return reduce(lambda a, b: a.union(b), parts), True
-
-
 def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CompactionReport:
     """Rewrite each partition's small files into target-size files; re-plan when another writer commits first.
 
@@ -95,10 +71,13 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
         spark = active_session(spark)
         # A widened Iceberg-only table keeps narrower files: read them through the casting reader.
         target = WriteTarget(identifier, table, table.schema(), lh.storage, cast_files=types_were_widened(table), target_file_size=settings.target_bytes)
-        df, clustered = _input(spark, target, groups, settings)
+        df = target.read(spark, removes)
+        if not table.spec().fields:
+            # Unpartitioned: one output per target size; partitioned tables are shuffled by key in write_files.
+            df = df.coalesce(max(1, math.ceil(result["bytes_rewritten"] / settings.target_bytes)))
         changes = FileChanges(removes=list(removes))
         try:
-            adds = target.write(df, changes, counts_as_written=False, clustered=clustered)
+            adds = target.write(df, changes, counts_as_written=False)
             if sum(f.record_count for f in adds) != result["rows_rewritten"]:
                 raise CommitError(f"Table {identifier}: compaction wrote {sum(f.record_count for f in adds)} rows for {result['rows_rewritten']} input rows; nothing committed.")
         except BaseException:

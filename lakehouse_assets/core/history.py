@@ -19,10 +19,16 @@ from .properties import DeltaCommitKeys, SummaryKeys
 def ancestors(table: Table, snapshot: Snapshot | None = None) -> Iterator[Snapshot]:
     """`snapshot` (default: current) and its parents, newest first, up to the oldest retained one."""
     snap = snapshot if snapshot is not None else table.current_snapshot()
-    metadata = table.metadata
+    by_id = snapshots_by_id(table)
     while snap is not None:
         yield snap
-        snap = metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+
+
+def snapshots_by_id(table: Table) -> dict[int, Snapshot]:
+    """Every retained snapshot by id: pyiceberg's `snapshot_by_id` scans the list, so a walk through the
+    history with it costs the square of the history's length."""
+    return {s.snapshot_id: s for s in table.metadata.snapshots}
 
 
 def summary(snapshot: Snapshot) -> dict[str, str]:
@@ -42,12 +48,12 @@ def snapshots_after(table: Table, target: Snapshot | None, sequence_number: int 
     """
     chain = []
     snap = target
-    metadata = table.metadata
+    by_id = snapshots_by_id(table)
     while snap is not None and (sequence_number is None or snap.sequence_number > sequence_number):
         chain.append(snap)
         if snap.parent_snapshot_id is None:
             break
-        parent = metadata.snapshot_by_id(snap.parent_snapshot_id)
+        parent = by_id.get(snap.parent_snapshot_id)
         if parent is None:
             return None
         snap = parent

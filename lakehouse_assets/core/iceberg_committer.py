@@ -11,7 +11,8 @@ from typing import Iterable
 
 from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
 
@@ -44,6 +45,26 @@ def data_files_from_written(table: Table, root_uri: str, written: Iterable[Writt
     return out
 
 
+class MetadataCachingTransaction(Transaction):
+    """pyiceberg's Transaction, computing its staged metadata once per staged change instead of per read.
+
+    pyiceberg 0.12 rebuilds `table_metadata` (the table's metadata with the staged updates applied,
+    deep-copied) on every access, and a snapshot commit reads it about twenty times; the copy holds every
+    snapshot of the table, so the commit's cost grew with history. The models are frozen (pyiceberg
+    derives new metadata with `model_copy(update=...)`), so one result serves every read until the
+    transaction stages another update.
+    """
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        key = (self._table.metadata, self._updates)
+        cached = getattr(self, "_metadata_cache", None)
+        if cached is None or cached[0][0] is not key[0] or cached[0][1] is not key[1]:
+            cached = (key, super().table_metadata)
+            self._metadata_cache = cached
+        return cached[1]
+
+
 def commit_files(
     table: Table,
     adds: list[DataFile],
@@ -61,7 +82,7 @@ def commit_files(
     """
     if not adds and not removes and not removed_delete_files:
         return None
-    with table.transaction() as tx:
+    with MetadataCachingTransaction(table) as tx:
         if stage is not None:
             stage(tx)  # e.g. the schema change these files need: same transaction, one atomic commit
         if removed_delete_files:

@@ -331,14 +331,18 @@ class Lakehouse:
         0 when up to date (or Delta is off); None when the Delta log is missing or unreadable, or the
         snapshots it lags behind were expired: `repair` is needed either way.
         """
-        table = self.load(identifier)
+        return self.delta_lag_of(self.load(identifier))
+
+    def delta_lag_of(self, table: Table, delta=None) -> int | None:
+        """`delta_lag` of a loaded table; `delta`: its Delta table when the caller already loaded it."""
         if not self.delta_enabled(table):
             return 0
         mirror = self.mirror(table)
-        try:
-            delta = mirror.load()
-        except Exception:  # noqa: BLE001 - an unreadable log is what repair is for
-            return None
+        if delta is None:
+            try:
+                delta = mirror.load()
+            except Exception:  # noqa: BLE001 - an unreadable log is what repair is for
+                return None
         snapshot = table.current_snapshot()
         if delta is None or snapshot is None:
             return None if delta is None else 0

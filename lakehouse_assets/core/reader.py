@@ -9,6 +9,7 @@ names were reused); columns missing from older files read as null.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -93,7 +94,8 @@ def read_parquet_files(
         # these options Spark refuses values before 1582 / 1900 in files it did not write itself
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
         reader = spark.read.schema(spark_schema).option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
-        df = reader.parquet(*uris)
+        with _listed_on_driver(spark, len(uris)):
+            df = reader.parquet(*uris)
         if path_column:
             from pyspark.sql import functions as F
 
@@ -112,6 +114,32 @@ def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
     """The URIs (from `uris`) of files as `read_parquet_files`' path column spells them."""
     by_key = {_file_key(u): u for u in uris}
     return [by_key[_file_key(s)] if s.startswith("file:") else s for s in spelled]
+
+
+# Spark lists more than this many paths with a Spark job (one task per path): a job per read.
+LISTING_THRESHOLD_KEY = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
+@contextmanager
+def _listed_on_driver(spark, paths: int):
+    """Let Spark stat the given files on the driver instead of launching a listing job.
+
+    The paths are files Iceberg or Delta already listed (no directory to walk): above the threshold
+    (32) Spark would run a whole job of one task per path just to stat them, which costs more than
+    the stats. `read.parquet` builds its file index eagerly, so the setting is only needed for the call.
+    """
+    previous = spark.conf.get(LISTING_THRESHOLD_KEY, None)
+    if previous is not None and int(previous) >= paths:
+        yield
+        return
+    spark.conf.set(LISTING_THRESHOLD_KEY, str(paths))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(LISTING_THRESHOLD_KEY)
+        else:
+            spark.conf.set(LISTING_THRESHOLD_KEY, previous)
 
 
 def _file_key(uri: str) -> str:

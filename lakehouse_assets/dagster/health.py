@@ -26,6 +26,6 @@ def health_metadata(health: dict[str, Any]) -> dict[str, Any]:
     return md
 
 
-def table_health_metadata(lh: Lakehouse, identifier: str) -> dict[str, Any]:
-    """Metadata only (manifests and the Delta log listing), no data files are read."""
-    return health_metadata(maintenance.table_health(lh, identifier))
+def table_health_metadata(lh: Lakehouse, identifier: str, table=None) -> dict[str, Any]:
+    """Metadata only (manifests and the Delta log listing), no data files are read. `table`: already loaded."""
+    return health_metadata(maintenance.table_health(lh, identifier, table=table))

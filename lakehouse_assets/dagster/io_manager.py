@@ -255,8 +255,9 @@ class LakehouseIOManager(ConfigurableIOManager):
         if part is not None:
             context.add_output_metadata({"partition_slice": MetadataValue.text(part.describe()), **dict(TableMetadataSet(partition_row_count=result.rows_written))})
         try:  # table metadata and health next to its versions on the asset page; never fails a committed write
-            context.add_output_metadata(table_metadata(lh.load(identifier), identifier))
-            context.add_output_metadata(table_health_metadata(lh, identifier))
+            table = lh.load(identifier)  # once: each load parses the whole snapshot history
+            context.add_output_metadata(table_metadata(table, identifier))
+            context.add_output_metadata(table_health_metadata(lh, identifier, table))
         except Exception as e:  # noqa: BLE001
             context.log.warning(f"Table {identifier}: table metadata not computed: {type(e).__name__}: {e}")
 

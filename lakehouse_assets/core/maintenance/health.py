@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyiceberg.table import Table
+
 from .. import iceberg_committer as ic
 from .compaction import plan_compaction
 from .logs import delta_log_stats
@@ -14,9 +16,14 @@ if TYPE_CHECKING:
     from ..lakehouse import Lakehouse
 
 
-def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings | None = None) -> TableHealth:
-    """Metadata-only figures: live files, small files, snapshots, Delta log length and lag."""
-    table = lh.load(identifier)
+def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings | None = None, table: Table | None = None) -> TableHealth:
+    """Metadata-only figures: live files, small files, snapshots, Delta log length and lag.
+
+    `table`: the table as the caller just loaded it (the metadata JSON holds every snapshot, so each
+    load costs more as history grows: load it once). The manifests are read once: their entries are
+    every live file, so this grows with the table's file count (see the README, "Where the time goes").
+    """
+    table = table if table is not None else lh.load(identifier)
     settings = settings or MaintenanceSettings.for_table(table)
     files = ic.live_data_files(table)
     small = [f for f in files if f.file_size_in_bytes < settings.small_file_bytes]
@@ -35,5 +42,5 @@ def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings
     }
     out.update(delta_log_stats(lh, table))
     if lh.delta_enabled(table):
-        out["delta_lag_snapshots"] = lh.delta_lag(identifier)  # metadata only, unlike a full verify
+        out["delta_lag_snapshots"] = lh.delta_lag_of(table)  # metadata only, unlike a full verify
     return out

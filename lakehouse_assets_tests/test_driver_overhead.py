@@ -1,0 +1,87 @@
+"""Driver-side work that must not grow with a table's size or history (timings live in bench/, not here)."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+from lakehouse_assets.core import history
+from lakehouse_assets.core.reader import LISTING_THRESHOLD_KEY
+
+from .conftest import assert_all_readers_agree
+
+
+def _rows(spark, lo, hi):
+    return spark.range(lo, hi, numPartitions=1).select(F.col("id"), (F.col("id") % 40).cast("int").alias("part"))
+
+
+def test_reading_many_files_runs_no_listing_job(lh, spark):
+    # 40 files: above Spark's parallel-listing threshold (32), which would run a Spark job per read to stat them.
+    lh.write(_rows(spark, 0, 400), "o.many", partition_by=["part"])
+    table = lh.load("o.many")
+    assert len(list(table.scan().plan_files())) == 40
+    before = spark.conf.get(LISTING_THRESHOLD_KEY)
+    sc = spark.sparkContext
+    sc.setJobGroup("read-many-files", "Lakehouse.read of 40 files")
+    try:
+        df = lh.read(spark, "o.many")
+        assert list(sc.statusTracker().getJobIdsForGroup("read-many-files")) == []  # building the DataFrame ran no job
+        assert sorted(r.id for r in df.select("id").collect()) == list(range(400))
+        pruned = lh.read(spark, "o.many", row_filter="part = 7")
+        assert sorted(r.id for r in pruned.select("id").collect()) == list(range(7, 400, 40))
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert spark.conf.get(LISTING_THRESHOLD_KEY) == before  # the session's setting is restored
+
+
+def test_history_walks_follow_parents_in_order(lh, spark):
+    for i in range(6):
+        lh.write(_rows(spark, i * 10, i * 10 + 10), "o.hist", write_id=f"w{i}")
+    table = lh.load("o.hist")
+    chain = list(history.ancestors(table))
+    assert [s.snapshot_id for s in chain] == [s.snapshot_id for s in reversed(table.metadata.snapshots)]
+    assert history.find_snapshot_by_write_id(table, "w2").snapshot_id == chain[3].snapshot_id
+    after = history.snapshots_after(table, table.current_snapshot(), chain[2].sequence_number)
+    assert [s.snapshot_id for s in after] == [chain[1].snapshot_id, chain[0].snapshot_id]
+
+
+def _appended(lh, spark, identifier):
+    for i in range(3):
+        lh.write(_rows(spark, 0, 120).filter(F.col("id") % 3 == i).filter(F.col("part") < 4), identifier, partition_by=["part"])
+
+
+def _check_compacted(lh, spark, duck, identifier, r):
+    assert r["committed"] and r["files_rewritten"] == 12 and r["files_added"] == 4 and r["partitions_compacted"] == 4
+    table = lh.load(identifier)
+    files = [t.file for t in table.scan().plan_files()]
+    assert sorted(f.partition[0] for f in files) == [0, 1, 2, 3]  # one file per partition, with its own partition value
+    assert sorted(f.record_count for f in files) == [3, 3, 3, 3]
+    expected = sorted((i, i % 40) for i in range(120) if i % 40 < 4)
+    assert_all_readers_agree(lh, spark, duck, identifier, expected)
+
+
+def test_compaction_of_many_small_files_lists_nothing_and_stays_exact(lh, spark, duck):
+    _appended(lh, spark, "o.compact")
+    _check_compacted(lh, spark, duck, "o.compact", lh.maintain("o.compact", "compaction", spark=spark))
+
+
+def test_commit_builds_the_staged_metadata_once_per_change(lh, spark, duck, monkeypatch):
+    """pyiceberg rebuilds (and deep-copies) a transaction's metadata, history included, on every read of it."""
+    import pyiceberg.table as pyiceberg_table
+
+    for i in range(3):
+        lh.write(_rows(spark, i * 10, i * 10 + 10), "o.meta", partition_by=["part"])
+    builds = []
+    real = pyiceberg_table.update_table_metadata
+
+    def counting(*args, **kwargs):
+        builds.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counting)
+    r = lh.write(_rows(spark, 30, 40), "o.meta")
+    # One build per staged change (the snapshot, then its branch ref) and the commit's own; uncached, ~20.
+    assert 1 <= len(builds) <= 4, len(builds)
+    table = lh.load("o.meta")
+    assert table.current_snapshot().snapshot_id == r.iceberg_snapshot_id
+    assert table.current_snapshot().summary["total-records"] == "40"
+    assert_all_readers_agree(lh, spark, duck, "o.meta", sorted((i, i % 40) for i in range(40)))

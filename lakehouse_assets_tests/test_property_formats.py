@@ -38,12 +38,14 @@ from lakehouse_assets import InputError
 from lakehouse_assets.core import duckdb_readers
 
 from . import java_iceberg
+from .isolated_duckdb import IsolatedDuckDB
 
 # `ci` runs the explicit all-boundaries example only: the generated examples found a native abort in
 # DuckDB's delta_scan (the whole process dies) that is not isolated yet; `nightly` runs them.
 settings.register_profile("ci", max_examples=5, derandomize=True, deadline=None, print_blob=True,
                           suppress_health_check=list(HealthCheck), phases=[Phase.explicit])
-settings.register_profile("nightly", max_examples=200, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
+settings.register_profile("nightly", max_examples=int(os.environ.get("LAKEHOUSE_HYPOTHESIS_MAX_EXAMPLES", "200")), deadline=None,
+                          print_blob=True, suppress_health_check=list(HealthCheck))
 PROFILE = os.environ.get("LAKEHOUSE_HYPOTHESIS_PROFILE", "ci")
 
 UTC = dt.timezone.utc
@@ -211,8 +213,8 @@ def read_all(lh, spark, duck, identifier) -> dict[str, pa.Table]:
     iceberg = duckdb_readers.iceberg_scan_sql(table.metadata_location)
     delta = duckdb_readers.delta_scan_sql(root)
     return {
-        "duckdb_iceberg": duck.execute(f"SELECT * FROM {iceberg}").fetch_arrow_table(),
-        "duckdb_delta": duck.execute(f"SELECT * FROM {delta}").fetch_arrow_table(),
+        "duckdb_iceberg": duck.execute_arrow(f"SELECT * FROM {iceberg}"),
+        "duckdb_delta": duck.execute_arrow(f"SELECT * FROM {delta}"),
         "delta_rs": pa.table(DeltaTable(root[len("file://"):]).to_pyarrow_table()),
         "pyiceberg": table.scan().to_arrow(),
         "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location)),
@@ -221,8 +223,8 @@ def read_all(lh, spark, duck, identifier) -> dict[str, pa.Table]:
 
 
 def _sql_literal(name: str, v) -> str:
-    if name == "s":
-        return "'" + v.replace("'", "''") + "'"
+    if name == "s":  # a NUL ends a DuckDB string literal: spell it chr(0)
+        return "(" + " || chr(0) || ".join("'" + part.replace("'", "''") + "'" for part in v.split("\x00")) + ")"
     if name == "dec":
         return f"CAST('{v}' AS DECIMAL(38,10))"
     if name == "d":
@@ -256,8 +258,8 @@ def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v) -> dict
     spark_col = F.col(column)
     spark_filter = {"=": lambda: spark_col == F.lit(v), "<": lambda: spark_col < F.lit(v), ">=": lambda: spark_col >= F.lit(v), "is_null": lambda: spark_col.isNull()}[op]()
     return {
-        "duckdb_iceberg": duck.execute(f"SELECT * FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)} WHERE {where}").fetch_arrow_table(),
-        "duckdb_delta": duck.execute(f"SELECT * FROM {duckdb_readers.delta_scan_sql(root)} WHERE {where}").fetch_arrow_table(),
+        "duckdb_iceberg": duck.execute_arrow(f"SELECT * FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)} WHERE {where}"),
+        "duckdb_delta": duck.execute_arrow(f"SELECT * FROM {duckdb_readers.delta_scan_sql(root)} WHERE {where}"),
         "delta_rs": DeltaTable(root[len("file://"):]).to_pyarrow_dataset().to_table(filter=arrow_filter),
         "pyiceberg": table.scan(row_filter=ice_filter).to_arrow(),
         "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location).filter(spark_filter)),
@@ -301,6 +303,14 @@ def _iceberg_literal(column: str, v):
 
 
 @pytest.fixture(scope="module")
+def isolated_duck():
+    """DuckDB in a child process: a native crash fails the example (with the SQL and exit code) instead of killing pytest."""
+    duck = IsolatedDuckDB()
+    yield duck
+    duck.close()
+
+
+@pytest.fixture(scope="module")
 def prop_lh(tmp_path_factory):
     from lakehouse_assets import Lakehouse
 
@@ -314,9 +324,9 @@ _counter = iter(range(1_000_000))
 @settings(settings.get_profile(PROFILE))
 @given(tables())
 @example(_boundary_table())
-def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, duck, generated):
+def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, isolated_duck, generated):
     rows, terms = generated
-    lh = prop_lh
+    lh, duck = prop_lh, isolated_duck
     identifier = f"prop.t{next(_counter)}"
     df = spark.createDataFrame([tuple(r[f.name] for f in SCHEMA.fields) for r in rows], SCHEMA)
     identity_string = "s" in terms

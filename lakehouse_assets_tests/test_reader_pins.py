@@ -29,3 +29,39 @@ def test_delta_rs_dataset_drops_files_without_min_max(tmp_path):
     assert table.to_pyarrow_dataset().to_table(filter=pc.field("dec") == value).num_rows == 0  # the bug
     sql = QueryBuilder().register("t", table).execute("SELECT * FROM t WHERE dec = CAST('0.0000000001' AS DECIMAL(38,10))")
     assert pa.table(sql.read_all()).num_rows == 1
+
+
+def test_delta_rs_dataset_misreads_negative_decimal_partition_values(tmp_path):
+    """delta-rs 1.6.6 `to_pyarrow_dataset()` re-spells a decimal partition value in (-1, 0) as '0.0000-13174'
+    (for -0.0000013174) and fails to cast it, so the table cannot be read that way (its own writer fails the
+    same way on such a value). The log holds the protocol's spelling; its SQL engine and DuckDB read it right."""
+    root = str(tmp_path / "t")
+    os.makedirs(root + "/data")
+    pq.write_table(pa.table({"a": [1]}), root + "/data/f.parquet")
+    schema = pa.schema([("a", pa.int64()), ("dec", pa.decimal128(38, 10))])
+    add = AddAction("data/f.parquet", os.path.getsize(root + "/data/f.parquet"), {"dec": "-0.0000013174"}, 0, True, json.dumps({"numRecords": 1}))
+    create_table_with_add_actions(root, Schema.from_arrow(schema), [add], mode="error", partition_by=["dec"])
+    table = DeltaTable(root)
+    try:
+        table.to_pyarrow_table()
+        raise AssertionError("delta-rs reads negative decimal partition values now: drop the QueryBuilder detour in test_property_formats.py")
+    except pa.ArrowInvalid as e:
+        assert "0.0000-13174" in str(e)  # the bug
+    sql = pa.table(QueryBuilder().register("t", table).execute("SELECT dec FROM t").read_all())
+    assert sql.column("dec").to_pylist() == [decimal.Decimal("-0.0000013174")]
+
+
+def test_delta_rs_decodes_surrogate_pairs_in_stats_wrongly(tmp_path):
+    """delta-rs 1.6.6 decodes a JSON surrogate pair in the stats (`\\ud8c8\\udd69`, U+42169, valid JSON as Python's
+    json.dumps writes it by default) as U+32169, 0x10000 too low. The Delta committer writes stats as raw UTF-8
+    (ensure_ascii=False), which delta-rs reads right."""
+    t = pa.table({"s": ["\U00042169"]})
+    root = str(tmp_path / "t")
+    os.makedirs(root + "/data")
+    pq.write_table(t, root + "/data/f.parquet")
+    escaped = json.dumps({"numRecords": 1, "minValues": {"s": "\U00042169"}, "maxValues": {"s": "\U00042169"}, "nullCount": {"s": 0}})
+    assert "\\ud8c8\\udd69" in escaped
+    add = AddAction("data/f.parquet", os.path.getsize(root + "/data/f.parquet"), {}, 0, True, escaped)
+    create_table_with_add_actions(root, Schema.from_arrow(t.schema), [add], mode="error")
+    (stats,) = pa.table(DeltaTable(root).get_add_actions(flatten=True)).to_pylist()
+    assert stats["max.s"] == "\U00032169"  # the bug: a max below the value it bounds

@@ -295,7 +295,11 @@ def delta_rs_sql(lh, identifier, column, op, v) -> pa.Table:
         literal = None
     elif column == "dec":
         literal = f"CAST('{format(decimal.Decimal(v), 'f')}' AS DECIMAL(38,10))"
-    elif column in ("ts", "ntz", "d"):
+    elif column in ("ts", "ntz"):
+        # microseconds as an integer: DataFusion coerces a string literal through nanoseconds (1677-2262 only)
+        arrow_type = 'Timestamp(Microsecond, Some("UTC"))' if column == "ts" else "Timestamp(Microsecond, None)"
+        literal = f"arrow_cast({_canon(column, v)}, '{arrow_type}')"
+    elif column == "d":
         literal = f"'{_iceberg_literal(column, v)}'"  # DataFusion coerces the ISO string to the column's type
     else:
         literal = _sql_literal(column, v)

@@ -408,7 +408,7 @@ def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, isolated_
             # values (the transform values and the other readers are right), so only there DuckDB-Iceberg filters
             # without pushdown.
             pushdown = not (source in time_sources and any(_before_1970(source, x) for x in present)
-                            or source in truncate_sources and any(x < 0 for x in present))
+                            or source in truncate_sources and source != "s" and any(x < 0 for x in present))
             for reader, got in filtered_reads(lh, spark, duck, identifier, source, op, v, duckdb_iceberg_pushdown=pushdown).items():
                 if reader == "delta_rs" and op != "is_null" and files_without_min_max(lh, identifier, source):
                     # delta-rs 1.6.6 bug, pinned by test_delta_rs_dataset_drops_files_without_min_max: its pyarrow

@@ -11,9 +11,11 @@ pyiceberg, Java Iceberg and our own Spark reader; filtered reads on each partiti
 partition on a string column holding '' must be refused (InputError) before anything is written.
 
 Profiles (`LAKEHOUSE_HYPOTHESIS_PROFILE`): `ci` (default; `make test`): the explicit all-boundaries
-example (every boundary of every type, six transforms), a couple of minutes; `nightly`: 200 random
-examples (currently stopped by a native abort inside DuckDB's delta_scan on some generated table), e.g.
+example (every boundary of every type, six transforms) plus CI_EXAMPLES generated tables with a fixed seed
+(derandomize); `nightly`: 200 random tables with shrinking (LAKEHOUSE_HYPOTHESIS_MAX_EXAMPLES overrides), e.g.
 `LAKEHOUSE_HYPOTHESIS_PROFILE=nightly make test PYTEST_ARGS=lakehouse_assets_tests/test_property_formats.py`.
+DuckDB runs in a child process (isolated_duckdb.py), so a native crash fails one example, not the session.
+README: "Tests" -> "Property-based test".
 """
 
 from __future__ import annotations
@@ -38,12 +40,17 @@ from lakehouse_assets import InputError
 from lakehouse_assets.core import duckdb_readers
 
 from . import java_iceberg
+from .isolated_duckdb import IsolatedDuckDB
 
-# `ci` runs the explicit all-boundaries example only: the generated examples found a native abort in
-# DuckDB's delta_scan (the whole process dies) that is not isolated yet; `nightly` runs them.
-settings.register_profile("ci", max_examples=5, derandomize=True, deadline=None, print_blob=True,
-                          suppress_health_check=list(HealthCheck), phases=[Phase.explicit])
-settings.register_profile("nightly", max_examples=200, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
+# `ci` (`make test`): the explicit all-boundaries example plus CI_EXAMPLES generated tables, the same ones on
+# every run (derandomize: a fixed seed), not shrunk (a failure prints the table and a reproduce blob; run the
+# nightly profile to shrink it). `nightly`: 200 tables (LAKEHOUSE_HYPOTHESIS_MAX_EXAMPLES overrides), random
+# seed, shrinking on. DuckDB runs in a child process (IsolatedDuckDB): a native crash fails one example.
+CI_EXAMPLES = 15
+settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, database=None, deadline=None, print_blob=True,
+                          suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+settings.register_profile("nightly", max_examples=int(os.environ.get("LAKEHOUSE_HYPOTHESIS_MAX_EXAMPLES", "200")), deadline=None,
+                          print_blob=True, suppress_health_check=list(HealthCheck))
 PROFILE = os.environ.get("LAKEHOUSE_HYPOTHESIS_PROFILE", "ci")
 
 UTC = dt.timezone.utc
@@ -211,9 +218,12 @@ def read_all(lh, spark, duck, identifier) -> dict[str, pa.Table]:
     iceberg = duckdb_readers.iceberg_scan_sql(table.metadata_location)
     delta = duckdb_readers.delta_scan_sql(root)
     return {
-        "duckdb_iceberg": duck.execute(f"SELECT * FROM {iceberg}").fetch_arrow_table(),
-        "duckdb_delta": duck.execute(f"SELECT * FROM {delta}").fetch_arrow_table(),
-        "delta_rs": pa.table(DeltaTable(root[len("file://"):]).to_pyarrow_table()),
+        "duckdb_iceberg": duck.execute_arrow(f"SELECT * FROM {iceberg}"),
+        "duckdb_delta": duck.execute_arrow(f"SELECT * FROM {delta}"),
+        # delta-rs 1.6.6 bug, pinned by test_delta_rs_dataset_misreads_negative_decimal_partition_values: its pyarrow
+        # dataset cannot read a decimal partition value in (-1, 0). Its SQL engine is right.
+        "delta_rs": (delta_rs_sql(lh, identifier, None, None, None) if negative_decimal_fraction_partition(lh, identifier)
+                     else pa.table(DeltaTable(root[len("file://"):]).to_pyarrow_table())),
         "pyiceberg": table.scan().to_arrow(),
         "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location)),
         "ours_spark": spark_arrow(lh.read(spark, identifier)),
@@ -221,8 +231,8 @@ def read_all(lh, spark, duck, identifier) -> dict[str, pa.Table]:
 
 
 def _sql_literal(name: str, v) -> str:
-    if name == "s":
-        return "'" + v.replace("'", "''") + "'"
+    if name == "s":  # a NUL ends a DuckDB string literal: spell it chr(0)
+        return "(" + " || chr(0) || ".join("'" + part.replace("'", "''") + "'" for part in v.split("\x00")) + ")"
     if name == "dec":
         return f"CAST('{v}' AS DECIMAL(38,10))"
     if name == "d":
@@ -243,7 +253,7 @@ def _python_filter(op: str, v):
     return ops[op]
 
 
-def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v) -> dict[str, pa.Table]:
+def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v, duckdb_iceberg_pushdown=True) -> dict[str, pa.Table]:
     table = lh.load(identifier)
     root = table.location()
     where = f'"{column}" IS NULL' if op == "is_null" else f'"{column}" {op} {_sql_literal(column, v)}'
@@ -253,12 +263,18 @@ def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v) -> dict
     ice_v = _iceberg_literal(column, v)
     ice_filter = {"=": lambda: ice.EqualTo(column, ice_v), "<": lambda: ice.LessThan(column, ice_v), ">=": lambda: ice.GreaterThanOrEqual(column, ice_v),
                   "is_null": lambda: ice.IsNull(column)}[op]()
-    spark_col = F.col(column)
-    spark_filter = {"=": lambda: spark_col == F.lit(v), "<": lambda: spark_col < F.lit(v), ">=": lambda: spark_col >= F.lit(v), "is_null": lambda: spark_col.isNull()}[op]()
+    spark_col, spark_v = F.col(column), _spark_literal(column, v)
+    spark_filter = {"=": lambda: spark_col == spark_v, "<": lambda: spark_col < spark_v, ">=": lambda: spark_col >= spark_v, "is_null": lambda: spark_col.isNull()}[op]()
+    if negative_decimal_fraction_partition(lh, identifier):
+        arrow_filter = None  # delta-rs's pyarrow dataset cannot read this table (see read_all); filtered through its SQL engine below
+    iceberg = duckdb_readers.iceberg_scan_sql(table.metadata_location)
+    if not duckdb_iceberg_pushdown:
+        iceberg = f"(SELECT * FROM {iceberg} OFFSET 0)"  # OFFSET 0 keeps the filter out of the scan (no pruning)
     return {
-        "duckdb_iceberg": duck.execute(f"SELECT * FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)} WHERE {where}").fetch_arrow_table(),
-        "duckdb_delta": duck.execute(f"SELECT * FROM {duckdb_readers.delta_scan_sql(root)} WHERE {where}").fetch_arrow_table(),
-        "delta_rs": DeltaTable(root[len("file://"):]).to_pyarrow_dataset().to_table(filter=arrow_filter),
+        "duckdb_iceberg": duck.execute_arrow(f"SELECT * FROM {iceberg} WHERE {where}"),
+        "duckdb_delta": duck.execute_arrow(f"SELECT * FROM {duckdb_readers.delta_scan_sql(root)} WHERE {where}"),
+        "delta_rs": (delta_rs_sql(lh, identifier, column, op, v) if arrow_filter is None
+                     else DeltaTable(root[len("file://"):]).to_pyarrow_dataset().to_table(filter=arrow_filter)),
         "pyiceberg": table.scan(row_filter=ice_filter).to_arrow(),
         "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location).filter(spark_filter)),
     }
@@ -275,14 +291,47 @@ def delta_rs_sql(lh, identifier, column, op, v) -> pa.Table:
     from deltalake import QueryBuilder
 
     root = lh.load(identifier).location()
-    if column == "dec":
+    if column is None or op == "is_null":
+        literal = None
+    elif column == "dec":
         literal = f"CAST('{format(decimal.Decimal(v), 'f')}' AS DECIMAL(38,10))"
-    elif column in ("ts", "ntz", "d"):
+    elif column in ("ts", "ntz"):
+        # microseconds as an integer: DataFusion coerces a string literal through nanoseconds (1677-2262 only)
+        arrow_type = 'Timestamp(Microsecond, Some("UTC"))' if column == "ts" else "Timestamp(Microsecond, None)"
+        literal = f"arrow_cast({_canon(column, v)}, '{arrow_type}')"
+    elif column == "d":
         literal = f"'{_iceberg_literal(column, v)}'"  # DataFusion coerces the ISO string to the column's type
     else:
         literal = _sql_literal(column, v)
     reader = QueryBuilder().register("t", DeltaTable(root[len("file://"):]))
+    if column is None:
+        return pa.table(reader.execute("SELECT * FROM t").read_all())
+    if op == "is_null":
+        return pa.table(reader.execute(f'SELECT * FROM t WHERE "{column}" IS NULL').read_all())
     return pa.table(reader.execute(f'SELECT * FROM t WHERE "{column}" {op} {literal}').read_all())
+
+
+def negative_decimal_fraction_partition(lh, identifier) -> bool:
+    """Does a Delta add action hold a decimal partition value in (-1, 0)? (delta-rs's pyarrow dataset misreads it)"""
+    root = lh.load(identifier).location()
+    adds = pa.table(DeltaTable(root[len("file://"):]).get_add_actions(flatten=True)).to_pylist()
+    return any(v is not None and isinstance(v, decimal.Decimal) and -1 < v < 0 for a in adds for k, v in a.items() if k.startswith("partition."))
+
+
+def _before_1970(name: str, v) -> bool:
+    return v < (EPOCH if name == "ts" else dt.datetime(1970, 1, 1) if name == "ntz" else dt.date(1970, 1, 1))
+
+
+def _spark_literal(name: str, v):
+    """A Spark literal for a filter. Dates and timestamps are spelled as SQL (PySpark's F.lit goes through
+    strftime, which cannot spell years before 1000, and through java.sql.Timestamp's hybrid calendar)."""
+    if v is None or name not in ("d", "ts", "ntz"):
+        return F.lit(v)
+    if name == "d":
+        return F.expr(f"DATE '{v.year:04d}-{v.month:02d}-{v.day:02d}'")
+    u = v.astimezone(UTC) if name == "ts" else v
+    text = f"{u.year:04d}-{u:%m-%d %H:%M:%S}.{u.microsecond:06d}"
+    return F.expr(f"TIMESTAMP_LTZ '{text}Z'" if name == "ts" else f"TIMESTAMP_NTZ '{text}'")
 
 
 def _iceberg_literal(column: str, v):
@@ -301,6 +350,14 @@ def _iceberg_literal(column: str, v):
 
 
 @pytest.fixture(scope="module")
+def isolated_duck():
+    """DuckDB in a child process: a native crash fails the example (with the SQL and exit code) instead of killing pytest."""
+    duck = IsolatedDuckDB()
+    yield duck
+    duck.close()
+
+
+@pytest.fixture(scope="module")
 def prop_lh(tmp_path_factory):
     from lakehouse_assets import Lakehouse
 
@@ -314,9 +371,9 @@ _counter = iter(range(1_000_000))
 @settings(settings.get_profile(PROFILE))
 @given(tables())
 @example(_boundary_table())
-def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, duck, generated):
+def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, isolated_duck, generated):
     rows, terms = generated
-    lh = prop_lh
+    lh, duck = prop_lh, isolated_duck
     identifier = f"prop.t{next(_counter)}"
     df = spark.createDataFrame([tuple(r[f.name] for f in SCHEMA.fields) for r in rows], SCHEMA)
     identity_string = "s" in terms
@@ -334,14 +391,22 @@ def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, duck, gen
     assert report["agree"], report["differences"]
 
     # Filtered reads on every partition source column, through every reader that takes a filter.
+    from pyiceberg.transforms import DayTransform, HourTransform, MonthTransform, YearTransform
+
     from lakehouse_assets.core.spec import parse_partition_term
 
+    time_terms = (YearTransform, MonthTransform, DayTransform, HourTransform)
+    time_sources = {parse_partition_term(t).source for t in terms if isinstance(parse_partition_term(t).transform, time_terms)}
     for source in sorted({parse_partition_term(t).source for t in terms} - {"bin"}):
         present = [x[source] for x in rows if x[source] is not None]
         pivots = [("is_null", None)] + ([(op, sorted(present)[len(present) // 2]) for op in ("=", "<", ">=")] if present else [])
         for op, v in pivots:
             want = canonical_rows([x for x in rows if _python_filter(op, v)(x[source])])
-            for reader, got in filtered_reads(lh, spark, duck, identifier, source, op, v).items():
+            # DuckDB 1.5.5 bug, pinned by test_duckdb_iceberg_misprunes_time_transforms_before_1970: its iceberg_scan
+            # drops files of year/month/day/hour partitions before 1970 (the transform values and the other readers
+            # are right), so only there DuckDB-Iceberg filters without pushdown.
+            pushdown = not (source in time_sources and any(_before_1970(source, x) for x in present))
+            for reader, got in filtered_reads(lh, spark, duck, identifier, source, op, v, duckdb_iceberg_pushdown=pushdown).items():
                 if reader == "delta_rs" and op != "is_null" and files_without_min_max(lh, identifier, source):
                     # delta-rs 1.6.6 bug, pinned by test_delta_rs_dataset_drops_files_without_min_max: its pyarrow
                     # dataset turns a missing min/max into `col >= null` and drops the file. Its SQL engine is right:

@@ -29,3 +29,70 @@ def test_delta_rs_dataset_drops_files_without_min_max(tmp_path):
     assert table.to_pyarrow_dataset().to_table(filter=pc.field("dec") == value).num_rows == 0  # the bug
     sql = QueryBuilder().register("t", table).execute("SELECT * FROM t WHERE dec = CAST('0.0000000001' AS DECIMAL(38,10))")
     assert pa.table(sql.read_all()).num_rows == 1
+
+
+def test_delta_rs_dataset_misreads_negative_decimal_partition_values(tmp_path):
+    """delta-rs 1.6.6 `to_pyarrow_dataset()` re-spells a decimal partition value in (-1, 0) as '0.0000-13174'
+    (for -0.0000013174) and fails to cast it, so the table cannot be read that way (its own writer fails the
+    same way on such a value). The log holds the protocol's spelling; its SQL engine and DuckDB read it right."""
+    root = str(tmp_path / "t")
+    os.makedirs(root + "/data")
+    pq.write_table(pa.table({"a": [1]}), root + "/data/f.parquet")
+    schema = pa.schema([("a", pa.int64()), ("dec", pa.decimal128(38, 10))])
+    add = AddAction("data/f.parquet", os.path.getsize(root + "/data/f.parquet"), {"dec": "-0.0000013174"}, 0, True, json.dumps({"numRecords": 1}))
+    create_table_with_add_actions(root, Schema.from_arrow(schema), [add], mode="error", partition_by=["dec"])
+    table = DeltaTable(root)
+    try:
+        table.to_pyarrow_table()
+        raise AssertionError("delta-rs reads negative decimal partition values now: drop the QueryBuilder detour in test_property_formats.py")
+    except pa.ArrowInvalid as e:
+        assert "0.0000-13174" in str(e)  # the bug
+    sql = pa.table(QueryBuilder().register("t", table).execute("SELECT dec FROM t").read_all())
+    assert sql.column("dec").to_pylist() == [decimal.Decimal("-0.0000013174")]
+
+
+def test_delta_rs_decodes_surrogate_pairs_in_stats_wrongly(tmp_path):
+    """delta-rs 1.6.6 decodes a JSON surrogate pair in the stats (`\\ud8c8\\udd69`, U+42169, valid JSON as Python's
+    json.dumps writes it by default) as U+32169, 0x10000 too low. The Delta committer writes stats as raw UTF-8
+    (ensure_ascii=False), which delta-rs reads right."""
+    t = pa.table({"s": ["\U00042169"]})
+    root = str(tmp_path / "t")
+    os.makedirs(root + "/data")
+    pq.write_table(t, root + "/data/f.parquet")
+    escaped = json.dumps({"numRecords": 1, "minValues": {"s": "\U00042169"}, "maxValues": {"s": "\U00042169"}, "nullCount": {"s": 0}})
+    assert "\\ud8c8\\udd69" in escaped
+    add = AddAction("data/f.parquet", os.path.getsize(root + "/data/f.parquet"), {}, 0, True, escaped)
+    create_table_with_add_actions(root, Schema.from_arrow(t.schema), [add], mode="error")
+    (stats,) = pa.table(DeltaTable(root).get_add_actions(flatten=True)).to_pylist()
+    assert stats["max.s"] == "\U00032169"  # the bug: a max below the value it bounds
+
+
+def test_duckdb_iceberg_misprunes_time_transforms_before_1970(tmp_path):
+    """DuckDB 1.5.5's iceberg_scan drops the file of a month(ts) partition before 1970 for `ts = <its value>`
+    (found by the property test: 0273-02-23 is month -20363, which Iceberg, pyiceberg and Java Iceberg agree on;
+    pyiceberg and DuckDB's delta_scan return the row). The property test reads DuckDB-Iceberg filters on such
+    columns without pushdown; remove that detour when this pin fails."""
+    import datetime as dt
+
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema as IcebergSchema
+    from pyiceberg.transforms import MonthTransform
+    from pyiceberg.types import LongType, NestedField, TimestamptzType
+
+    from lakehouse_assets.core import duckdb_readers
+
+    catalog = SqlCatalog("pin", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("n")
+    schema = IcebergSchema(NestedField(1, "rid", LongType(), required=False), NestedField(2, "ts", TimestamptzType(), required=False))
+    table = catalog.create_table("n.t", schema, partition_spec=PartitionSpec(PartitionField(2, 1000, MonthTransform(), "ts_month")))
+    value = dt.datetime(273, 2, 23, 14, 18, 9, 123371, tzinfo=dt.timezone.utc)
+    table.append(pa.table({"rid": pa.array([1, 2], pa.int64()),
+                           "ts": pa.array([value, dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)], pa.timestamp("us", "UTC"))}))
+    table = catalog.load_table("n.t")
+    assert [f.file.partition[0] for f in table.scan().plan_files()].count(-20363) == 1
+    con = duckdb_readers.connect()
+    src = duckdb_readers.iceberg_scan_sql(table.metadata_location)
+    literal = "TIMESTAMPTZ '0273-02-23 14:18:09.123371+00'"
+    assert con.execute(f"SELECT rid FROM {src} WHERE ts = {literal}").fetchall() == []  # the bug
+    assert con.execute(f"SELECT rid FROM (SELECT * FROM {src} OFFSET 0) WHERE ts = {literal}").fetchall() == [(1,)]

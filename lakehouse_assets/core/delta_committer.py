@@ -197,7 +197,9 @@ def _delta_stats(schema: Schema, data_file: DataFile) -> str:
             lo, hi = stat_value(f.field_type, lower[f.field_id], False), stat_value(f.field_type, upper[f.field_id], True)
             if lo is not None and hi is not None:
                 mins[f.name], maxs[f.name] = lo, hi
-    return json.dumps({"numRecords": data_file.record_count, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
+    # Raw UTF-8, not \u escapes: delta-rs 1.6.6 decodes a surrogate pair (U+10000 and up) 0x10000 too low, so
+    # an escaped max of a string column would be below the values it bounds and readers would skip the file.
+    return json.dumps({"numRecords": data_file.record_count, "minValues": mins, "maxValues": maxs, "nullCount": nulls}, ensure_ascii=False)
 
 
 # ---------------------------------------------------------------- the mirror

@@ -122,6 +122,10 @@ def transform_column(col, transform, source_type):
         if isinstance(source_type, (IntegerType, LongType)):
             return (col - F.pmod(col, F.lit(w).cast(col_type(source_type)))).cast(col_type(source_type))
         if isinstance(source_type, DecimalType):
+            if source_type.precision >= 38:
+                # `col - pmod` of a decimal(38, s) is typed decimal(39, s), which Spark cuts to decimal(38, s-1),
+                # rounding the value (truncate(3, -2.56E-8) became -2.60E-8): pyiceberg's transform does it exactly.
+                return None
             # In units of the scale: truncate(10, 12.345 as decimal(9,3)) steps by 0.010.
             step = F.lit(decimal.Decimal(w).scaleb(-source_type.scale))
             # One more digit: truncating the most negative values steps past the precision (Iceberg allows it).

@@ -253,7 +253,7 @@ def _python_filter(op: str, v):
     return ops[op]
 
 
-def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v, duckdb_iceberg_pushdown=True) -> dict[str, pa.Table]:
+def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v, duckdb_iceberg_pushdown=True, pyiceberg_pushdown=True) -> dict[str, pa.Table]:
     table = lh.load(identifier)
     root = table.location()
     where = f'"{column}" IS NULL' if op == "is_null" else f'"{column}" {op} {_sql_literal(column, v)}'
@@ -275,7 +275,7 @@ def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v, duckdb_
         "duckdb_delta": duck.execute_arrow(f"SELECT * FROM {duckdb_readers.delta_scan_sql(root)} WHERE {where}"),
         "delta_rs": (delta_rs_sql(lh, identifier, column, op, v) if arrow_filter is None
                      else DeltaTable(root[len("file://"):]).to_pyarrow_dataset().to_table(filter=arrow_filter)),
-        "pyiceberg": table.scan(row_filter=ice_filter).to_arrow(),
+        "pyiceberg": table.scan(row_filter=ice_filter).to_arrow() if pyiceberg_pushdown else table.scan().to_arrow().filter(arrow_filter),
         "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location).filter(spark_filter)),
     }
 
@@ -316,6 +316,17 @@ def negative_decimal_fraction_partition(lh, identifier) -> bool:
     root = lh.load(identifier).location()
     adds = pa.table(DeltaTable(root[len("file://"):]).get_add_actions(flatten=True)).to_pylist()
     return any(v is not None and isinstance(v, decimal.Decimal) and -1 < v < 0 for a in adds for k, v in a.items() if k.startswith("partition."))
+
+
+def _truncation_wraps(terms, source: str, present) -> bool:
+    """truncate(W) of an int/long value whose result leaves the type's range (Java Iceberg wraps it; see the pin)."""
+    from pyiceberg.transforms import TruncateTransform
+
+    from lakehouse_assets.core.spec import parse_partition_term
+
+    bits = {"i32": 32, "i64": 64}.get(source)
+    widths = [t.transform.width for t in map(parse_partition_term, terms) if t.source == source and isinstance(t.transform, TruncateTransform)]
+    return bits is not None and any(x - x % w < -(2 ** (bits - 1)) for w in widths for x in present)
 
 
 def _before_1970(name: str, v) -> bool:
@@ -406,7 +417,11 @@ def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, isolated_
             # drops files of year/month/day/hour partitions before 1970 (the transform values and the other readers
             # are right), so only there DuckDB-Iceberg filters without pushdown.
             pushdown = not (source in time_sources and any(_before_1970(source, x) for x in present))
-            for reader, got in filtered_reads(lh, spark, duck, identifier, source, op, v, duckdb_iceberg_pushdown=pushdown).items():
+            # pyiceberg 0.12 bug, pinned by test_pyiceberg_truncate_filter_does_not_wrap_like_its_writer: projecting a
+            # filter through truncate of a value near the long/int minimum does not wrap (its writer and Java do), so
+            # the partition is pruned away; only there pyiceberg filters without pushdown.
+            ice_pushdown = not _truncation_wraps(terms, source, present)
+            for reader, got in filtered_reads(lh, spark, duck, identifier, source, op, v, duckdb_iceberg_pushdown=pushdown, pyiceberg_pushdown=ice_pushdown).items():
                 if reader == "delta_rs" and op != "is_null" and files_without_min_max(lh, identifier, source):
                     # delta-rs 1.6.6 bug, pinned by test_delta_rs_dataset_drops_files_without_min_max: its pyarrow
                     # dataset turns a missing min/max into `col >= null` and drops the file. Its SQL engine is right:

@@ -85,3 +85,41 @@ def test_commit_builds_the_staged_metadata_once_per_change(lh, spark, duck, monk
     assert table.current_snapshot().snapshot_id == r.iceberg_snapshot_id
     assert table.current_snapshot().summary["total-records"] == "40"
     assert_all_readers_agree(lh, spark, duck, "o.meta", sorted((i, i % 40) for i in range(40)))
+
+
+def test_health_opens_only_the_manifests_a_write_added(lh, spark, monkeypatch):
+    from lakehouse_assets.core import iceberg_committer as ic
+    from lakehouse_assets.core.maintenance import health
+    from lakehouse_assets.core.maintenance.compaction import plan_compaction
+    from lakehouse_assets.core.maintenance.settings import MaintenanceSettings
+
+    _appended(lh, spark, "o.health")  # 3 appends of 4 small files each: 12 small files, 4 compactable partitions
+    opened = []
+    read = health._ManifestFigures.read.__func__
+    monkeypatch.setattr(health._ManifestFigures, "read", classmethod(lambda cls, t, m, b: opened.append(m.manifest_path) or read(cls, t, m, b)))
+
+    def figures_from_every_file():
+        table = lh.load("o.health")
+        settings = MaintenanceSettings.for_table(table)
+        files = ic.live_data_files(table)
+        return {
+            "data_files": len(files),
+            "data_bytes": sum(f.file_size_in_bytes for f in files),
+            "small_files": sum(f.file_size_in_bytes < settings.small_file_bytes for f in files),
+            "compactable_files": sum(len(g) for g in plan_compaction(table, settings, files)),
+        }
+
+    first = health.table_health(lh, "o.health")
+    assert {k: first[k] for k in figures_from_every_file()} == figures_from_every_file()
+    assert first["data_files"] == 12 and first["compactable_files"] == 12
+    assert opened  # each manifest once
+    opened.clear()
+    assert health.table_health(lh, "o.health")["data_files"] == 12
+    assert opened == []  # nothing new: no manifest opened again
+    lh.write(_rows(spark, 1000, 1010).withColumn("part", F.lit(9)), "o.health", partition_by=["part"])
+    table = lh.load("o.health")
+    added = {m.manifest_path for m in table.current_snapshot().manifests(table.io) if m.added_snapshot_id == table.current_snapshot().snapshot_id}
+    again = health.table_health(lh, "o.health")
+    assert set(opened) == added  # only the manifests the last write wrote
+    assert {k: again[k] for k in figures_from_every_file()} == figures_from_every_file()
+    assert again["data_files"] == 13

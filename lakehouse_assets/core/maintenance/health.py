@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.table import Table
 
-from .. import iceberg_committer as ic
-from .compaction import plan_compaction
 from .logs import delta_log_stats
 from .reports import TableHealth
 from .settings import MaintenanceSettings
@@ -16,27 +18,75 @@ if TYPE_CHECKING:
     from ..lakehouse import Lakehouse
 
 
+@dataclass(frozen=True)
+class _ManifestFigures:
+    """What one data manifest's live entries contribute to the health figures."""
+
+    files: int
+    bytes: int
+    small: Counter  # (spec id, partition) -> live files under the small-file size
+
+    @classmethod
+    def read(cls, table: Table, manifest: ManifestFile, small_file_bytes: int) -> "_ManifestFigures":
+        files, size, small = 0, 0, Counter()
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            f = entry.data_file
+            files += 1
+            size += f.file_size_in_bytes
+            if f.file_size_in_bytes < small_file_bytes:
+                small[(f.spec_id, tuple(f.partition))] += 1
+        return cls(files, size, small)
+
+
+# A manifest never changes once written (a commit writes new ones), so its figures are read once per
+# process: a write's health then opens only the manifests that write added, not every manifest of the
+# table (which grew with the table's file count). Bounded, least recently used first out.
+_FIGURES: OrderedDict[tuple[str, int], _ManifestFigures] = OrderedDict()
+_FIGURES_MAX = 4096
+_FIGURES_LOCK = threading.Lock()
+
+
+def _manifest_figures(table: Table, manifest: ManifestFile, small_file_bytes: int) -> _ManifestFigures:
+    key = (manifest.manifest_path, small_file_bytes)
+    with _FIGURES_LOCK:
+        if key in _FIGURES:
+            _FIGURES.move_to_end(key)
+            return _FIGURES[key]
+    figures = _ManifestFigures.read(table, manifest, small_file_bytes)
+    with _FIGURES_LOCK:
+        _FIGURES[key] = figures
+        while len(_FIGURES) > _FIGURES_MAX:
+            _FIGURES.popitem(last=False)
+    return figures
+
+
 def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings | None = None, table: Table | None = None) -> TableHealth:
     """Metadata-only figures: live files, small files, snapshots, Delta log length and lag.
 
     `table`: the table as the caller just loaded it (the metadata JSON holds every snapshot, so each
-    load costs more as history grows: load it once). The manifests are read once: their entries are
-    every live file, so this grows with the table's file count (see the README, "Where the time goes").
+    load costs more as history grows: load it once). Each manifest is opened once per process
+    (`_manifest_figures`), so a write's health costs the manifests it added, not the table's file count.
     """
     table = table if table is not None else lh.load(identifier)
     settings = settings or MaintenanceSettings.for_table(table)
-    files = ic.live_data_files(table)
-    small = [f for f in files if f.file_size_in_bytes < settings.small_file_bytes]
-    compactable = sum(len(g) for g in plan_compaction(table, settings, files))
+    snapshot = table.current_snapshot()
+    manifests = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA] if snapshot is not None else []
+    figures = [_manifest_figures(table, m, settings.small_file_bytes) for m in manifests]
+    files = sum(f.files for f in figures)
+    small_by_partition = sum((f.small for f in figures), Counter())
+    small = sum(small_by_partition.values())
+    # Small files compaction would actually merge (plan_compaction: the default spec's partitions with enough of them).
+    default_spec = table.metadata.default_spec_id
+    compactable = sum(n for (spec_id, _), n in small_by_partition.items() if spec_id == default_spec and n >= settings.compaction_min_input_files)
     out: TableHealth = {
         "table": identifier,
-        "data_files": len(files),
-        "data_bytes": sum(f.file_size_in_bytes for f in files),
-        "small_files": len(small),
-        "small_file_ratio": round(len(small) / len(files), 4) if files else 0.0,
-        # Small files compaction would actually merge (partitions with enough of them): what the sensor watches.
+        "data_files": files,
+        "data_bytes": sum(f.bytes for f in figures),
+        "small_files": small,
+        "small_file_ratio": round(small / files, 4) if files else 0.0,
+        # What the sensor watches.
         "compactable_files": compactable,
-        "compactable_ratio": round(compactable / len(files), 4) if files else 0.0,
+        "compactable_ratio": round(compactable / files, 4) if files else 0.0,
         "snapshot_count": len(table.metadata.snapshots),
         "iceberg_snapshot_id": table.current_snapshot().snapshot_id if table.current_snapshot() else None,
     }

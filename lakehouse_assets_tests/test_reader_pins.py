@@ -32,9 +32,10 @@ def test_delta_rs_dataset_drops_files_without_min_max(tmp_path):
 
 
 def test_delta_rs_dataset_misreads_negative_decimal_partition_values(tmp_path):
-    """delta-rs 1.6.6 `to_pyarrow_dataset()` re-spells a decimal partition value in (-1, 0) as '0.0000-13174'
-    (for -0.0000013174) and fails to cast it, so the table cannot be read that way (its own writer fails the
-    same way on such a value). The log holds the protocol's spelling; its SQL engine and DuckDB read it right."""
+    """delta-rs 1.6.6 `to_pyarrow_dataset()` re-spells a negative decimal partition value with a fraction, e.g.
+    '0.0000-13174' for -0.0000013174 and '-289570.-7572522509' for -289570.7572522509 (-5.0 is read right), and
+    fails to cast it, so the table cannot be read that way (its own writer fails the same way on such a value).
+    The log holds the protocol's spelling; its SQL engine and DuckDB read it right."""
     root = str(tmp_path / "t")
     os.makedirs(root + "/data")
     pq.write_table(pa.table({"a": [1]}), root + "/data/f.parquet")
@@ -49,6 +50,17 @@ def test_delta_rs_dataset_misreads_negative_decimal_partition_values(tmp_path):
         assert "0.0000-13174" in str(e)  # the bug
     sql = pa.table(QueryBuilder().register("t", table).execute("SELECT dec FROM t").read_all())
     assert sql.column("dec").to_pylist() == [decimal.Decimal("-0.0000013174")]
+    # Not only in (-1, 0): any negative value with a fraction.
+    root = str(tmp_path / "u")
+    os.makedirs(root + "/data")
+    pq.write_table(pa.table({"a": [1]}), root + "/data/f.parquet")
+    add = AddAction("data/f.parquet", os.path.getsize(root + "/data/f.parquet"), {"dec": "-289570.7572522509"}, 0, True, json.dumps({"numRecords": 1}))
+    create_table_with_add_actions(root, Schema.from_arrow(schema), [add], mode="error", partition_by=["dec"])
+    try:
+        DeltaTable(root).to_pyarrow_table()
+        raise AssertionError("delta-rs reads negative decimal partition values now: drop the QueryBuilder detour in test_property_formats.py")
+    except pa.ArrowInvalid as e:
+        assert "-289570.-7572522509" in str(e)
 
 
 def test_delta_rs_decodes_surrogate_pairs_in_stats_wrongly(tmp_path):
@@ -98,12 +110,44 @@ def test_duckdb_iceberg_misprunes_time_transforms_before_1970(tmp_path):
     assert con.execute(f"SELECT rid FROM (SELECT * FROM {src} OFFSET 0) WHERE ts = {literal}").fetchall() == [(1,)]
 
 
+def test_duckdb_iceberg_misprunes_decimal_truncate_beyond_int64(tmp_path):
+    """DuckDB 1.5.5's iceberg_scan drops the file of a truncate(3, decimal(38,10)) partition for `dec = <its value>`
+    when the value's unscaled integer does not fit in 64 bits (found by the nightly property test: the decimal
+    maximum); identity and unpartitioned tables, and small values, are read right, as are pyiceberg's filter and
+    DuckDB without pushdown. The table here is written by pyiceberg. The property test reads DuckDB-Iceberg filters
+    on such columns without pushdown; remove that detour when this pin fails."""
+    import decimal as dec_
+
+    from pyiceberg import expressions as ice
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema as IcebergSchema
+    from pyiceberg.transforms import TruncateTransform
+    from pyiceberg.types import DecimalType, LongType, NestedField
+
+    from lakehouse_assets.core import duckdb_readers
+
+    catalog = SqlCatalog("pin", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("n")
+    schema = IcebergSchema(NestedField(1, "rid", LongType(), required=False), NestedField(2, "dec", DecimalType(38, 10), required=False))
+    table = catalog.create_table("n.t", schema, partition_spec=PartitionSpec(PartitionField(2, 1000, TruncateTransform(3), "dec_trunc")))
+    big, small = dec_.Decimal("99999999999999999999.0000000000"), dec_.Decimal("12345.5000000000")
+    table.append(pa.table({"rid": pa.array([1, 2], pa.int64()), "dec": pa.array([big, small], pa.decimal128(38, 10))}))
+    table = catalog.load_table("n.t")
+    assert table.scan(row_filter=ice.EqualTo("dec", big)).to_arrow().column("rid").to_pylist() == [1]
+    con = duckdb_readers.connect()
+    src = duckdb_readers.iceberg_scan_sql(table.metadata_location)
+    assert con.execute(f"SELECT rid FROM {src} WHERE dec = CAST('{big}' AS DECIMAL(38,10))").fetchall() == []  # the bug
+    assert con.execute(f"SELECT rid FROM (SELECT * FROM {src} OFFSET 0) WHERE dec = CAST('{big}' AS DECIMAL(38,10))").fetchall() == [(1,)]
+    assert con.execute(f"SELECT rid FROM {src} WHERE dec = CAST('{small}' AS DECIMAL(38,10))").fetchall() == [(2,)]
+
+
 def test_pyiceberg_truncate_filter_does_not_wrap_like_its_writer():
     """pyiceberg 0.12: truncate(1000) of the long minimum is 9223372036854775616 in its Arrow transform (the one
     that computes written partition values, as Java Iceberg's TruncateLong does: long arithmetic wraps), but
     -9223372036854776000 in its Python transform, the one filter projection uses; a filter on that value prunes
-    the partition holding it. Our files carry the wrapped value (= Java). The property test reads pyiceberg
-    without pushdown only for such values; when this pin fails, pyiceberg is fixed: remove that detour."""
+    the partition holding it (Java's filter projection prunes it too). The project's writer therefore refuses
+    such values (test_edge_values.py::test_truncate_that_leaves_the_long_range_is_refused)."""
     from pyiceberg.transforms import TruncateTransform
     from pyiceberg.types import LongType
 

@@ -158,5 +158,22 @@ def partition_columns(schema: Schema, spec: PartitionSpec) -> list | None:
         expr = transform_column(col, pf.transform, source.field_type)
         if expr is None:
             return None
+        if isinstance(pf.transform, TruncateTransform) and isinstance(source.field_type, (IntegerType, LongType)):
+            expr = _refuse_wrapped_truncation(col, expr, name, pf.transform.width, source.field_type)
         out.append(expr)
     return out
+
+
+def _refuse_wrapped_truncation(col, truncated, name: str, width: int, source_type):
+    """truncate(W) of a value within W of the type's minimum leaves the type's range: Iceberg's reference
+    implementation wraps it to a large positive partition value, so every pruning Iceberg reader (Java, pyiceberg,
+    DuckDB) drops the row from filtered reads. Such a row fails the write, naming the column (writer.executor_error)."""
+    from pyspark.sql import functions as F
+
+    kind = col_type(source_type)
+    message = (
+        f"UnrepresentableValue: column {name!r} holds a value within {width} of the {kind} minimum whose "
+        f"truncate({width}) leaves the {kind} range (Iceberg engines wrap it to a positive partition value and filtered reads "
+        "then skip the row). Partition by bucket or identity of this column, or filter such values out."
+    )
+    return F.when(truncated > col, F.raise_error(F.lit(message))).otherwise(truncated)  # subtracting pmod never increases a value

@@ -506,7 +506,7 @@ def executor_error(table_name: str, storage: StorageConfig, root_uri: str, error
     if (clear := storage_error(storage, root_uri, error)) is not None:
         return clear  # access denied, endpoint, region: the actionable storage advice
     cause = _executor_cause(error, limit=2000)
-    refused = re.match(r"(?:[\w.]+\.)?UnrepresentableValue: (.*)", cause)
+    refused = re.search(r"UnrepresentableValue: (.*)", cause)  # Python's (keyer) or a Spark raise_error (partition_columns)
     if refused:
         return InputError(f"Table {table_name}: {refused.group(1)} Nothing was written or committed.")
     cause = _one_line(cause)

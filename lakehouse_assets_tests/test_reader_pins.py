@@ -157,3 +157,20 @@ def test_pyiceberg_truncate_filter_does_not_wrap_like_its_writer():
     projected = truncate.transform(LongType())(minimum)
     assert written == minimum - 192 + 2**64 == 9223372036854775616
     assert projected == minimum - 192  # not representable as a long: no partition has it
+
+
+def test_pyiceberg_names_two_decimal_partition_types_alike_in_avro():
+    """pyiceberg 0.12 converts each decimal(p,s) of a struct to the Avro fixed type `decimal_p_s`, defining it again
+    for a second field; Avro forbids two definitions of one name, and DuckDB 1.5.5 aborts reading such a manifest
+    ("Cannot save fixed schema"; found by the property test with partitions `dec` and `truncate(3, dec)`). The
+    project refuses such partition specs (core/spec.py); when this pin fails, pyiceberg references the type the
+    second time and the refusal can go."""
+    import json as json_
+
+    from pyiceberg.schema import Schema as IcebergSchema
+    from pyiceberg.types import DecimalType, NestedField
+    from pyiceberg.utils.schema_conversion import AvroSchemaConversion
+
+    partition = IcebergSchema(NestedField(1000, "a", DecimalType(38, 10), required=False), NestedField(1001, "b", DecimalType(38, 10), required=False))
+    avro = json_.dumps(AvroSchemaConversion().iceberg_to_avro(partition, schema_name="r102"))
+    assert avro.count('"type": "fixed"') == 2 and avro.count('"name": "decimal_38_10"') == 2  # defined twice: the bug

@@ -81,6 +81,19 @@ def test_partition_spec_errors_name_table_and_column():
         build_partition_spec("ns.t", SCHEMA, ["hour(d)"])
 
 
+def test_two_partition_fields_of_one_decimal_type_are_refused():
+    from pyiceberg.types import DecimalType, NestedField
+
+    from lakehouse_assets.core.errors import SpecError
+    from lakehouse_assets.core.spec import build_partition_spec
+
+    schema = Schema(NestedField(1, "dec", DecimalType(38, 10), required=False), NestedField(2, "other", DecimalType(38, 10), required=False))
+    for terms in (["dec", "truncate(3, dec)"], ["dec", "other"]):
+        with pytest.raises(SpecError, match=r"n\.t: partition fields .* both hold decimal\(38, 10\) values"):
+            build_partition_spec("n.t", schema, terms)
+    assert len(build_partition_spec("n.t", schema, ["dec", "bucket(3, dec)"]).fields) == 2  # bucket values are ints
+
+
 def test_spec_round_trip_and_delta_columns():
     spec = build_partition_spec("ns.t", SCHEMA, ["day(event_time)", "bucket(16, user_id)", "region", "truncate(2, amount)"])
     assert spec_terms(spec, SCHEMA) == ["day(event_time)", "bucket(16, user_id)", "region", "truncate(2, amount)"]

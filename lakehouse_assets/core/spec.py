@@ -23,9 +23,12 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 from pyiceberg.types import (
+    DecimalType,
     DoubleType,
+    FixedType,
     FloatType,
     PrimitiveType,
+    UUIDType,
 )
 
 from .errors import SpecError
@@ -104,6 +107,7 @@ def build_partition_spec(table: str, schema: Schema, terms: Sequence[str]) -> Pa
     """Partition spec bound to `schema`; errors name the table, the column and the allowed types."""
     fields = []
     seen: set[str] = set()
+    avro_named: dict[str, str] = {}  # partition value types that are named Avro types -> the field that has it
     for i, text in enumerate(terms):
         term = parse_partition_term(text)
         try:
@@ -127,6 +131,15 @@ def build_partition_spec(table: str, schema: Schema, terms: Sequence[str]) -> Pa
             )
         if term.name in seen:
             raise SpecError(f"Table {table}: partition field {term.name!r} appears twice in partition_by.")
+        value_type = term.transform.result_type(source.field_type)
+        if isinstance(value_type, (DecimalType, FixedType, UUIDType)):
+            if (other := avro_named.get(str(value_type))) is not None:
+                raise SpecError(
+                    f"Table {table}: partition fields {other!r} and {term.name!r} would both hold {value_type} values: pyiceberg 0.12 "
+                    "writes that type into the manifests' Avro schema twice under one name, which Avro forbids (DuckDB aborts "
+                    f"reading such a manifest). Keep one of them, or partition by bucket(n, {term.source}) for the other."
+                )
+            avro_named[str(value_type)] = term.name
         seen.add(term.name)
         fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i, transform=term.transform, name=term.name))
     return PartitionSpec(*fields)

@@ -163,6 +163,23 @@ def test_null_keys_fail_and_commit_nothing(lh, spark):
     assert sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs) == files_before
 
 
+def test_merge_leaves_the_callers_cache_alone(lh, spark):
+    """A batch the caller cached stays cached (a merge used to unpersist it); an uncached one is not left cached."""
+    three_files(lh, spark, "m.cached")
+    cached = people(spark, 150, 160, version=1).cache()
+    cached.count()
+    lh.write(cached, "m.cached", mode="merge", merge_keys=["id"])
+    assert cached.storageLevel.useMemory
+    # Another DataFrame object over the same plan finds the same cache entry, and leaves it too.
+    lh.write(people(spark, 150, 160, version=1), "m.cached", mode="merge", merge_keys=["id"])
+    assert cached.storageLevel.useMemory
+    cached.unpersist()
+    uncached = people(spark, 170, 175, version=2)
+    lh.write(uncached, "m.cached", mode="merge", merge_keys=["id"])
+    assert not uncached.storageLevel.useMemory
+    assert {r["version"] for r in lh.read(spark, "m.cached").filter("id >= 150 AND id < 160").collect()} == {1}
+
+
 def test_merge_arguments_are_checked(lh, spark):
     with pytest.raises(SpecError, match="needs merge_keys"):
         lh.write(people(spark, 0, 3), "m.args", mode="merge")

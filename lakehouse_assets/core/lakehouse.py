@@ -153,7 +153,9 @@ class Lakehouse:
         if merge_opts is None:
             return self._write(df, request, started)
         # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
-        source = df.persist()
+        # A batch the caller already cached stays cached: unpersisting it would drop the caller's cache.
+        caller_cached = _is_cached(df)
+        source = df if caller_cached else df.persist()
         try:
             batch, key_stats = merge_.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
             if not key_stats.deduplicated:
@@ -165,7 +167,8 @@ class Lakehouse:
             finally:
                 batch.unpersist()
         finally:
-            source.unpersist()
+            if not caller_cached:
+                source.unpersist()
 
     def _write(self, df, request: write_modes.WriteRequest, started: float, key_stats: merge_.KeyStats | None = None) -> WriteResult:
         """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
@@ -393,3 +396,9 @@ def _as_spark(df, spark):
     if isinstance(df, pd.DataFrame):
         return spark.createDataFrame(df)
     raise SpecError(f"Cannot write an object of type {type(df).__name__}: pass a Spark DataFrame, a pyarrow Table or a pandas DataFrame.")
+
+
+def _is_cached(df) -> bool:
+    """Whether Spark's cache holds this DataFrame's plan (cached through this object or another with the same plan)."""
+    level = df.storageLevel  # looked up in the session's cache manager by plan
+    return level.useMemory or level.useDisk or level.useOffHeap

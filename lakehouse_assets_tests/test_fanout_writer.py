@@ -1,0 +1,96 @@
+"""The write task's fanout: rows arrive clustered by partition key but unsorted (no Spark sort); one file per key."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType
+
+from lakehouse_assets.core import writer
+from lakehouse_assets.core.storage import StorageConfig
+from lakehouse_assets.core.type_mapping import arrow_file_schema
+
+SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "region", IntegerType()), NestedField(3, "score", DoubleType()), NestedField(4, "name", StringType()))
+SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "region"), PartitionField(3, 1001, IdentityTransform(), "score"))
+KEYS = (f"{writer.PARTITION_VALUE_PREFIX}0", f"{writer.PARTITION_VALUE_PREFIX}1")
+
+
+def _batches(rows: list[tuple], size: int) -> list[pa.RecordBatch]:
+    """Rows (id, region, score, name) as the write task receives them: the table's columns plus the value columns."""
+    ids, regions, scores, names = zip(*rows)
+    table = pa.table({
+        "id": pa.array(ids, pa.int64()), "region": pa.array(regions, pa.int32()), "score": pa.array(scores, pa.float64()),
+        "name": pa.array(names, pa.string()), KEYS[0]: pa.array(regions, pa.int32()), KEYS[1]: pa.array(scores, pa.float64()),
+    })
+    return table.to_batches(max_chunksize=size)
+
+
+def _write(tmp_path, batches) -> list[dict]:
+    keyer = writer.PartitionKeyer(SCHEMA.model_dump_json(), SPEC.model_dump_json(), ())
+    w = writer.FileWriter(f"file://{tmp_path}", "w1", arrow_file_schema(SCHEMA), StorageConfig(), 1 << 30, key_columns=KEYS, keyer=keyer)
+    return [r for b in w(iter(batches)) for r in b.to_pylist()]
+
+
+def _rows_of(tmp_path, written) -> dict[tuple, list[int]]:
+    out = {}
+    for f in written:
+        table = pq.read_table(tmp_path / f["path"])
+        key = tuple(writer.decode_partition_value(v) for v in json.loads(f["partition_key"])["values"])
+        assert key not in out, f"two files for partition {key}"
+        assert f["record_count"] == table.num_rows
+        out[key] = sorted(table.column("id").to_pylist())
+        assert set(table.column("region").to_pylist()) <= {key[0]}
+    return out
+
+
+def test_interleaved_keys_give_one_file_per_key_with_every_row(tmp_path):
+    nan = float("nan")
+    keys = [(0, 1.5), (1, 1.5), (None, 1.5), (0, None), (2, nan), (1, 1.5)]  # nulls and NaN are keys like others
+    rows = [(i, *keys[i % len(keys)], f"n{i}") for i in range(1000)]
+    written = _write(tmp_path, _batches(rows, 64))  # every batch mixes keys
+    got = _rows_of(tmp_path, written)
+    assert len(written) == 5
+    want: dict = {}
+    for i, region, score, _ in rows:
+        want.setdefault((region, "nan" if score != score else score), []).append(i)
+    assert {(k[0], "nan" if isinstance(k[1], float) and k[1] != k[1] else k[1]): v for k, v in got.items()} == want
+
+
+def test_sorted_input_still_gives_one_file_per_key(tmp_path):
+    rows = sorted([(i, i % 3, 0.5, "x") for i in range(300)], key=lambda r: r[1])
+    got = _rows_of(tmp_path, _write(tmp_path, _batches(rows, 50)))
+    assert got == {(r, 0.5): [i for i in range(300) if i % 3 == r] for r in range(3)}
+
+
+def test_open_files_are_bounded(tmp_path, monkeypatch):
+    """Beyond MAX_OPEN_FILES keys in one task the oldest file is closed: more files, every row kept once."""
+    monkeypatch.setattr(writer, "MAX_OPEN_FILES", 4)
+    rows = [(i, i % 10, 0.0, "x") for i in range(200)]
+    written = _write(tmp_path, _batches(rows, 20))
+    assert len(written) > 10
+    ids = sorted(i for f in written for i in pq.read_table(tmp_path / f["path"]).column("id").to_pylist())
+    assert ids == list(range(200))
+
+
+def test_buffered_bytes_are_bounded(tmp_path, monkeypatch):
+    """Above FANOUT_PENDING_BYTES buffered over all open files, the largest buffers become row groups."""
+    monkeypatch.setattr(writer, "FANOUT_PENDING_BYTES", 4096)
+    rows = [(i, i % 2, 0.0, "y" * 50) for i in range(2000)]
+    written = _write(tmp_path, _batches(rows, 100))
+    assert len(written) == 2
+    for f in written:
+        meta = pq.ParquetFile(tmp_path / f["path"]).metadata
+        assert meta.num_row_groups > 1 and meta.num_rows == 1000
+
+
+@pytest.mark.parametrize("size", [1, 7, 1000])
+def test_batch_sizes(tmp_path, size):
+    rows = [(i, (i * 7) % 5, 2.0, "z") for i in range(100)]
+    got = _rows_of(tmp_path, _write(tmp_path, _batches(rows, size)))
+    assert got == {(r, 2.0): [i for i in range(100) if (i * 7) % 5 == r] for r in range(5)}

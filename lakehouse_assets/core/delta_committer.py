@@ -212,6 +212,9 @@ class DeltaMirror:
         self.root_uri = root_uri
         self.storage = storage
         self.configuration = configuration or {}
+        # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the
+        # log replays its last checkpoint (every live file), so one load per write instead of two.
+        self._loaded: DeltaTable | None = None
 
     def load(self, version: int | None = None) -> DeltaTable | None:
         try:
@@ -230,7 +233,7 @@ class DeltaMirror:
         commit records the authoritative snapshot id in its commitInfo.
         """
         try:
-            delta = self.load()
+            delta = self._loaded = self.load()
             if delta is None:
                 return None
             pending = self.pending_snapshots(table, table.current_snapshot(), self.mirrored_sequence_number(delta))
@@ -251,7 +254,11 @@ class DeltaMirror:
         """
         known = known or {}
         target = target if target is not None else table.current_snapshot()
-        delta = self.load()
+        delta, self._loaded = self._loaded, None
+        if delta is not None:
+            delta.update_incremental()  # commits since `next_version` read it (another writer's, or none)
+        else:
+            delta = self.load()
         if delta is None:
             delta = self._create(table)
         chain = self.pending_snapshots(table, target, self.mirrored_sequence_number(delta))

@@ -66,6 +66,12 @@ def main() -> None:
             batches["cdc"].count()
         return batches["cdc"]
 
+    tables = {}
+
+    def java_merge_table():
+        tables["java"] = b.name("jmerge")
+        return tables["java"]
+
     setups = {
         "write_day": (None, lambda: lh.write(df, "p.day", partition_by=["day(event_time)"])),
         "write_day_bucket": (None, lambda: lh.write(df, "p.daybucket", partition_by=["day(event_time)", "bucket(16, user_id)"])),
@@ -73,6 +79,11 @@ def main() -> None:
         "merge_cdc": (
             lambda: (lh.write(df, "p.merge", mode="overwrite", partition_by=["region"]), cdc_batch()),
             lambda: lh.write(batches["cdc"], "p.merge", mode="merge", merge_keys=["id"], operation_column="op"),
+        ),
+        # The reference for comparison: Java Iceberg's copy-on-write MERGE INTO on the same batch (its stages only).
+        "java_merge_cdc": (
+            lambda: (b.java_create(java_merge_table(), df, [F.col("region")], COW), cdc_batch().createOrReplaceTempView("cdc_batch")),
+            lambda: spark.sql(java_merge_sql(df.columns, tables["java"])).collect(),
         ),
         "compaction": (
             lambda: [lh.write(df.filter(F.col("id") % 20 == i), "p.compact", mode="append" if i else "overwrite", partition_by=["day(event_time)"]) for i in range(20)],
@@ -114,6 +125,18 @@ def main() -> None:
             print(profiler.output_text(unicode=False, color=False, show_all=False, timeline=False)[:6000])
     finally:
         spark.stop()
+
+
+COW = {"write.merge.mode": "copy-on-write", "write.update.mode": "copy-on-write", "write.delete.mode": "copy-on-write"}
+
+
+def java_merge_sql(cols, table):
+    return (
+        f"MERGE INTO java.b.{table} t USING cdc_batch s ON t.id = s.id "
+        "WHEN MATCHED AND s.op = 'D' THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in cols)} "
+        f"WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT ({', '.join(cols)}) VALUES ({', '.join('s.' + c for c in cols)})"
+    )
 
 
 def _ms(stamp: str | None) -> float:

@@ -1,5 +1,7 @@
 """Dagster lakehouse: every table an asset, written once as Parquet, committed to Iceberg and Delta."""
 
+from typing import TYPE_CHECKING
+
 from .core.errors import (
     CatalogError,
     CommitError,
@@ -13,8 +15,30 @@ from .core.errors import (
     TableNotFound,
     WriteError,
 )
-from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
-from .core.storage import StorageConfig
+
+if TYPE_CHECKING:
+    from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
+    from .core.storage import StorageConfig
+
+# Imported on first use: Spark's Python workers import this package to run the write and read functions
+# (core/writer.py, core/reader.py), and importing the whole facade (catalogs, Delta, pandas) costs them ~1 s.
+_LAZY = {
+    "Lakehouse": ".core.lakehouse",
+    "Slice": ".core.lakehouse",
+    "Window": ".core.lakehouse",
+    "WriteResult": ".core.lakehouse",
+    "StorageConfig": ".core.storage",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CatalogError",

@@ -198,3 +198,42 @@ def test_health_opens_only_the_manifests_a_write_added(lh, spark, monkeypatch):
     assert set(opened) == added  # only the manifests the last write wrote
     assert {k: again[k] for k in figures_from_every_file()} == figures_from_every_file()
     assert again["data_files"] == 13
+
+
+def _worker_invalidation(_):
+    """In a Python worker: which zip invalidation is installed, and how long the per-task invalidation takes."""
+    import importlib
+    import time
+    import zipimport
+
+    started = time.perf_counter()
+    importlib.invalidate_caches()  # what PySpark's worker runs before every task
+    yield zipimport.zipimporter.invalidate_caches.__name__, time.perf_counter() - started
+
+
+def test_python_workers_keep_sparks_own_archives_indexed(spark):
+    """The session's Python workers run our daemon: Spark's zips/jars on their path are not re-read per task."""
+    assert spark.conf.get("spark.python.daemon.module") == "lakehouse_assets.core.spark_daemon"
+    seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_invalidation).collect()
+    assert {name for name, _ in seen} == {"_invalidate_unless_spark_archive"}
+
+
+def test_other_archives_are_still_invalidated(tmp_path, monkeypatch):
+    """A zip outside Spark's installation (e.g. from addPyFile) is re-read, so a module added to it is found."""
+    import importlib
+    import sys
+    import zipfile
+
+    from lakehouse_assets.core import spark_daemon  # noqa: F401 - installs the invalidation
+
+    archive = tmp_path / "deps.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("first_dep.py", "X = 1\n")
+    monkeypatch.syspath_prepend(str(archive))
+    assert importlib.import_module("first_dep").X == 1
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("second_dep.py", "X = 2\n")
+    importlib.invalidate_caches()
+    assert importlib.import_module("second_dep").X == 2
+    for name in ("first_dep", "second_dep"):
+        sys.modules.pop(name, None)

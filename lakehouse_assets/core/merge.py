@@ -203,7 +203,12 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
 
     def conform(df):
         # The table's columns and types; columns the batch lacks are null (older optional columns).
-        return df.select(*[(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name) for f in spark_schema.fields])
+        # A column already of its type is passed as is (each cast is a round trip to the JVM).
+        have = {f.name: f.dataType for f in df.schema.fields}
+        return df.select(*[
+            F.col(f.name) if have.get(f.name) == f.dataType else (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in spark_schema.fields
+        ])
 
     upserts = conform(batch.filter(~F.col(_DELETE)))
     if matched:

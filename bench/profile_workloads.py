@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -125,6 +126,7 @@ def main() -> None:
             print(profiler.output_text(unicode=False, color=False, show_all=False, timeline=False)[:6000])
     finally:
         spark.stop()
+        shutil.rmtree(b.root, ignore_errors=True)  # the tables written here
 
 
 COW = {"write.merge.mode": "copy-on-write", "write.update.mode": "copy-on-write", "write.delete.mode": "copy-on-write"}

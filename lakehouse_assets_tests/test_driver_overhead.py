@@ -64,27 +64,102 @@ def test_compaction_of_many_small_files_lists_nothing_and_stays_exact(lh, spark,
     _check_compacted(lh, spark, duck, "o.compact", lh.maintain("o.compact", "compaction", spark=spark))
 
 
-def test_commit_builds_the_staged_metadata_once_per_change(lh, spark, duck, monkeypatch):
-    """pyiceberg rebuilds (and deep-copies) a transaction's metadata, history included, on every read of it."""
-    import pyiceberg.table as pyiceberg_table
+class _Counts:
+    """Counts, by wrapping, the history-sized work of one write: metadata JSON parses, deep copies of the
+    table metadata, staged-metadata builds, catalog loads and Delta log loads."""
 
-    for i in range(3):
+    def __init__(self, monkeypatch):
+        import deltalake
+        from pyiceberg.catalog.sql import SqlCatalog
+        from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
+
+        from lakehouse_assets.core import catalog, iceberg_committer, iceberg_metadata
+
+        self.calls: dict[str, int] = {}
+
+        def counting(name, real):
+            def wrapper(*args, **kwargs):
+                self.calls[name] = self.calls.get(name, 0) + 1
+                return real(*args, **kwargs)
+
+            return wrapper
+
+        monkeypatch.setattr(TableMetadataUtil, "parse_raw", staticmethod(counting("parse", TableMetadataUtil.parse_raw)))
+        real_copy = TableMetadataV2.model_copy
+
+        def model_copy(metadata, *args, deep=False, **kwargs):
+            if deep:
+                self.calls["deep_copy"] = self.calls.get("deep_copy", 0) + 1
+            return real_copy(metadata, *args, deep=deep, **kwargs)
+
+        monkeypatch.setattr(TableMetadataV2, "model_copy", model_copy)
+        staged = counting("staged", iceberg_metadata.staged_metadata)
+        monkeypatch.setattr(iceberg_committer, "staged_metadata", staged)
+        monkeypatch.setattr(catalog, "staged_metadata", staged)
+        monkeypatch.setattr(SqlCatalog, "load_table", counting("load", SqlCatalog.load_table))
+        monkeypatch.setattr(deltalake.DeltaTable, "__init__", counting("delta_load", deltalake.DeltaTable.__init__))
+        monkeypatch.setattr(deltalake.DeltaTable, "update_incremental", counting("delta_update", deltalake.DeltaTable.update_incremental))
+
+    def __call__(self, fn):
+        self.calls.clear()
+        result = fn()
+        return result, dict(self.calls)
+
+
+def test_a_write_does_no_work_that_grows_with_history(lh, spark, duck, monkeypatch):
+    """On a table with many snapshots, one append parses no metadata JSON (the one it committed last is
+    remembered under its location), copies no history, builds its staged metadata once per staged change
+    and loads the Delta log once without reading its own commit back. pyiceberg alone parsed the JSON
+    twice, deep-copied every snapshot three times and built the staged metadata ~20 times per commit; the
+    mirror loaded the Delta log twice and merged its own commit back into it."""
+    from lakehouse_assets import Lakehouse
+
+    for i in range(12):
         lh.write(_rows(spark, i * 10, i * 10 + 10), "o.meta", partition_by=["part"])
-    builds = []
-    real = pyiceberg_table.update_table_metadata
-
-    def counting(*args, **kwargs):
-        builds.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counting)
-    r = lh.write(_rows(spark, 30, 40), "o.meta")
-    # One build per staged change (the snapshot, then its branch ref) and the commit's own; uncached, ~20.
-    assert 1 <= len(builds) <= 4, len(builds)
+    counts = _Counts(monkeypatch)
+    r, calls = counts(lambda: lh.write(_rows(spark, 120, 130), "o.meta"))
+    assert calls.get("parse", 0) == 0 and calls.get("deep_copy", 0) == 0, calls
+    assert 1 <= calls["staged"] <= 4, calls  # the snapshot and its branch ref (transaction), the catalog's commit
+    assert calls["load"] <= 2 and calls["delta_load"] == 1, calls  # our load and the commit's compare-and-swap base
+    # The log read once, brought up to date before the commit; the commit is not read back (it replays every live file).
+    assert calls.get("delta_update", 0) <= 1, calls
     table = lh.load("o.meta")
+    assert table.current_snapshot().snapshot_id == r.iceberg_snapshot_id and len(table.metadata.snapshots) == 13
+    assert table.current_snapshot().summary["total-records"] == "130"
+
+    # Another writer (its own catalog connection, like another process or engine) commits in between:
+    # the next write reads the new location from the catalog, parses that file once and commits on top of it.
+    other = Lakehouse(lh.warehouse)
+    theirs = other.write(_rows(spark, 130, 140), "o.meta")
+    r, calls = counts(lambda: lh.write(_rows(spark, 140, 150), "o.meta"))
+    assert calls.get("parse", 0) == 1 and calls.get("deep_copy", 0) == 0, calls
+    table = other.load("o.meta")
     assert table.current_snapshot().snapshot_id == r.iceberg_snapshot_id
-    assert table.current_snapshot().summary["total-records"] == "40"
-    assert_all_readers_agree(lh, spark, duck, "o.meta", sorted((i, i % 40) for i in range(40)))
+    assert table.current_snapshot().parent_snapshot_id == theirs.iceberg_snapshot_id
+    assert table.current_snapshot().summary["total-records"] == "150"
+    assert_all_readers_agree(lh, spark, duck, "o.meta", sorted((i, i % 40) for i in range(150)))
+
+
+def test_a_commit_on_stale_metadata_is_still_refused(lh, spark):
+    """The remembered metadata never replaces the catalog's: a commit based on a snapshot that is no longer
+    current fails its requirement, and the catalog row's compare-and-swap still guards the update."""
+    import pytest
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.update import AssertRefSnapshotId, SetPropertiesUpdate
+
+    from lakehouse_assets import Lakehouse
+
+    lh.write(_rows(spark, 0, 10), "o.stale")
+    stale = lh.load("o.stale")
+    Lakehouse(lh.warehouse).write(_rows(spark, 10, 20), "o.stale")  # another writer moves the table on
+    with pytest.raises(CommitFailedException):
+        lh.catalog.commit_table(stale, (AssertRefSnapshotId(ref="main", snapshot_id=stale.current_snapshot().snapshot_id),), (SetPropertiesUpdate(updates={"k": "v"}),))
+    assert lh.load("o.stale").properties.get("k") is None
+    # pyiceberg's own commit through the stale table object is re-based on the current metadata (its retry).
+    with stale.transaction() as tx:
+        tx.set_properties(k="v")
+    fresh = lh.load("o.stale")
+    assert fresh.properties["k"] == "v" and fresh.current_snapshot().summary["total-records"] == "20"
 
 
 def test_health_opens_only_the_manifests_a_write_added(lh, spark, monkeypatch):

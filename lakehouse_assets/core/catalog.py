@@ -12,9 +12,13 @@ import os
 from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import CommitTableResponse, StagedTable, Table
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.utils.config import Config
 
 from .errors import CatalogError
+from .iceberg_metadata import MetadataByLocation, staged_metadata
 from .storage import StorageConfig
 
 DEFAULT_CATALOG_NAME = "lakehouse"
@@ -35,6 +39,8 @@ def open_catalog(warehouse_uri: str, storage: StorageConfig, name: str | None = 
     if props:
         merged = {**storage.iceberg_properties(), "warehouse": warehouse_uri, **props}
         try:
+            if _is_sql(merged):
+                return LakehouseSqlCatalog(name, **merged)
             return load_catalog(name, **merged)
         except Exception as e:  # the catalog server or database is unreachable or misconfigured
             raise CatalogError(
@@ -49,10 +55,63 @@ def open_catalog(warehouse_uri: str, storage: StorageConfig, name: str | None = 
             "SQLite catalog only works with a local warehouse: configure a REST, Glue or SQL (PostgreSQL) catalog, "
             f"e.g. PYICEBERG_CATALOG__{name.upper()}__TYPE=rest and PYICEBERG_CATALOG__{name.upper()}__URI=http://..."
         )
-    from pyiceberg.catalog.sql import SqlCatalog
-
     os.makedirs(parsed.path, exist_ok=True)
-    return SqlCatalog(name, uri=f"sqlite:///{parsed.path}/catalog.db", warehouse=warehouse_uri, **storage.iceberg_properties())
+    return LakehouseSqlCatalog(name, uri=f"sqlite:///{parsed.path}/catalog.db", warehouse=warehouse_uri, **storage.iceberg_properties())
+
+
+def _is_sql(props: dict) -> bool:
+    """A SQL catalog (SQLite, PostgreSQL), by its `type` or, as pyiceberg infers it, by its URI."""
+    if props.get("py-catalog-impl"):
+        return False
+    if kind := props.get("type"):
+        return str(kind).lower() == "sql"
+    uri = props.get("uri")
+    return isinstance(uri, str) and uri.startswith(("sqlite", "postgresql"))
+
+
+class LakehouseSqlCatalog(SqlCatalog):
+    """pyiceberg's SQL catalog, without per-commit work that grows with the table's history.
+
+    pyiceberg parses the current metadata JSON on every `load_table`, and `commit_table` loads the table
+    again, then deep-copies the metadata with the commit's updates applied: a write parsed the JSON twice
+    and copied every snapshot once. Here each metadata file is parsed once per process (the location is
+    still read from the catalog on every load, so another engine's commit is seen; a metadata file never
+    changes: `iceberg_metadata.MetadataByLocation`), the metadata a commit produced is remembered under
+    its new location, and the commit applies its updates without the deep copy. The conditional update of
+    the catalog row (compare-and-swap on the previous location) is pyiceberg's own, unchanged.
+    """
+
+    def __init__(self, name: str, **properties: str):
+        super().__init__(name, **properties)
+        self.metadata_cache = MetadataByLocation()
+
+    def _convert_orm_to_iceberg(self, orm_table) -> Table:
+        location = orm_table.metadata_location
+        identifier = Catalog.identifier_to_tuple(orm_table.table_namespace or "") + (orm_table.table_name,)
+        metadata = self.metadata_cache.get(identifier, location) if location and orm_table.table_name else None
+        if metadata is None:
+            table = super()._convert_orm_to_iceberg(orm_table)  # parses the JSON, and raises on a broken row
+            self.metadata_cache.put(table.name(), table.metadata_location, table.metadata)
+            return table
+        return Table(identifier=identifier, metadata=metadata, metadata_location=location, io=self._load_file_io(metadata.properties, location), catalog=self)
+
+    def _update_and_stage_table(self, current_table, table_identifier, requirements, updates) -> StagedTable:
+        if current_table is None:
+            return super()._update_and_stage_table(current_table, table_identifier, requirements, updates)  # a new table: validated whole
+        # pyiceberg's own steps, with `staged_metadata` in place of update_table_metadata's deep copy.
+        for requirement in requirements:
+            requirement.validate(current_table.metadata)
+        metadata = staged_metadata(current_table.metadata, updates, current_table.metadata_location)
+        version = self._parse_metadata_version(current_table.metadata_location) + 1
+        location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        return StagedTable(
+            identifier=table_identifier, metadata=metadata, metadata_location=location, io=self._load_file_io(properties=metadata.properties, location=location), catalog=self
+        )
+
+    def commit_table(self, table: Table, requirements, updates) -> CommitTableResponse:
+        response = super().commit_table(table, requirements, updates)
+        self.metadata_cache.put(table.name(), response.metadata_location, response.metadata)
+        return response
 
 
 def _is_glue(catalog: Catalog) -> bool:

@@ -212,6 +212,9 @@ class DeltaMirror:
         self.root_uri = root_uri
         self.storage = storage
         self.configuration = configuration or {}
+        # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the
+        # log replays its last checkpoint (every live file), so one load per write instead of two.
+        self._loaded: DeltaTable | None = None
 
     def load(self, version: int | None = None) -> DeltaTable | None:
         try:
@@ -230,7 +233,7 @@ class DeltaMirror:
         commit records the authoritative snapshot id in its commitInfo.
         """
         try:
-            delta = self.load()
+            delta = self._loaded = self.load()
             if delta is None:
                 return None
             pending = self.pending_snapshots(table, table.current_snapshot(), self.mirrored_sequence_number(delta))
@@ -251,15 +254,20 @@ class DeltaMirror:
         """
         known = known or {}
         target = target if target is not None else table.current_snapshot()
-        delta = self.load()
+        delta, self._loaded = self._loaded, None
+        if delta is not None:
+            delta.update_incremental()  # commits since `next_version` read it (another writer's, or none)
+        else:
+            delta = self.load()
         if delta is None:
             delta = self._create(table)
         chain = self.pending_snapshots(table, target, self.mirrored_sequence_number(delta))
+        landed = None  # the Delta version of the last commit made here, when the loaded log does not include it yet
         if chain is None:
             self._refuse_unless_whole(table, delta, target, "the snapshots Delta lags behind were expired")
             self._commit_full_diff(table, delta, target)
         else:
-            for snap in chain:
+            for i, snap in enumerate(chain):
                 change = known.get(snap.snapshot_id) or snapshot_change(table, snap)
                 if refusals := change_refusals(table, delta, change, self.root_uri):
                     # No exact Delta commit for this snapshot (another engine wrote it). If the table is whole
@@ -267,9 +275,18 @@ class DeltaMirror:
                     self._refuse_unless_whole(table, delta, target, f"snapshot {snap.snapshot_id}: " + "; ".join(refusals))
                     self._commit_full_diff(table, delta, target)
                     break
-                self._commit_change(table, delta, change)
+                landed = self._commit_change(table, delta, change, reload=i < len(chain) - 1)
         current = table.current_snapshot()
-        if target is not None and current is not None and target.snapshot_id == current.snapshot_id:
+        at_current = target is not None and current is not None and target.snapshot_id == current.snapshot_id
+        if landed is not None:
+            # The last snapshot landed as exactly this version (no commit retries: nobody committed between our read of
+            # the log and it) and wrote no schema, so the log as read before it still has the current schema.
+            # Reading our own commit back would merge it into the state of every live file: skip it when the
+            # current Iceberg schema needs nothing from Delta.
+            if not (at_current and _schema_differs(delta, table.schema())):
+                return landed
+            delta.update_incremental()
+        if at_current:
             # A schema change without a snapshot (another engine's add_column): Delta follows it too.
             delta.update_incremental()
             if refusals := _schema_refusals(table, delta, table.schema(), {}):
@@ -326,8 +343,11 @@ class DeltaMirror:
             log.debug("Delta table created concurrently: %s", e)
         return self.load()
 
-    def _commit_change(self, table: Table, delta: DeltaTable, change: SnapshotChange, raw_removes: list | None = None) -> None:
-        """One Delta commit with the snapshot's adds and removes, tagged with its sequence number."""
+    def _commit_change(self, table: Table, delta: DeltaTable, change: SnapshotChange, raw_removes: list | None = None, reload: bool = True) -> int | None:
+        """One Delta commit with the snapshot's adds and removes, tagged with its sequence number.
+
+        Returns the version it landed as when `reload` is False and `delta` was therefore not brought up to it
+        (None when `delta` includes the commit)."""
         snap = change.snapshot
         schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
         now = int(time.time() * 1000)
@@ -353,8 +373,9 @@ class DeltaMirror:
         metadata.update({DeltaCommitKeys.ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), DeltaCommitKeys.ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
         if _changed_types(delta, schema):
             self._replace_with_wider_types(table, delta, snap, schema, metadata, now)
-            return
+            return None
         self._evolve_schema(delta, table, schema, snap)
+        version = delta.version() + 1  # max_commit_retries=0: this version, or a CommitFailedError
         delta.create_write_transaction(
             actions,
             mode="append",
@@ -367,7 +388,10 @@ class DeltaMirror:
             ),
             post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
         )
+        if not reload:
+            return version
         delta.update_incremental()
+        return None
 
     def _add_action(self, table: Table, schema: Schema, f: DataFile, data_change: bool, now: int) -> AddAction:
         return AddAction(
@@ -442,6 +466,16 @@ class DeltaMirror:
         summary = history.summary(target)
         summary[SummaryKeys.OPERATION] = Operation.REPAIR
         self._commit_change(table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes)
+
+
+def _schema_differs(delta: DeltaTable, schema: Schema) -> bool:
+    """Whether the Iceberg schema asks anything of Delta's: other columns or types (refused or evolved by
+    `sync`), or a column Iceberg made optional that Delta still declares NOT NULL (relaxed by `_evolve_schema`)."""
+    target = {f.name: f for f in delta_schema(schema).fields}
+    current = {f.name: f for f in delta.schema().fields}
+    if target.keys() != current.keys():
+        return True
+    return any(str(target[n].type) != str(current[n].type) or (target[n].nullable and not current[n].nullable) for n in target)
 
 
 def _changed_types(delta: DeltaTable, schema: Schema) -> list[str]:

@@ -237,3 +237,15 @@ def test_other_archives_are_still_invalidated(tmp_path, monkeypatch):
     assert importlib.import_module("second_dep").X == 2
     for name in ("first_dep", "second_dep"):
         sys.modules.pop(name, None)
+
+
+def test_a_delta_change_after_an_unread_commit_still_fails_verify(lh, spark):
+    """The mirror does not read its own last Delta commit back: a Delta-side change made right after it
+    (another engine deleting rows through delta-rs) must still make the formats disagree, and stay visible."""
+    from deltalake import DeltaTable
+
+    lh.write(_rows(spark, 0, 20), "o.planted", partition_by=["part"])
+    lh.write(_rows(spark, 20, 40), "o.planted")
+    assert lh.verify("o.planted")["agree"]
+    DeltaTable(lh.load("o.planted").location()).delete("id = 3")  # rewrites one file on the Delta side only
+    assert not lh.verify("o.planted")["agree"]

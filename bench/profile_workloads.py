@@ -37,6 +37,13 @@ def stages_since(spark, ui: str, after_stage: int) -> list[dict]:
     return sorted((s for s in stages if s["stageId"] > after_stage), key=lambda s: s["stageId"])
 
 
+def jobs_since(spark, ui: str, after_job: int) -> list[dict]:
+    app = spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/jobs") as r:
+        jobs = json.load(r)
+    return sorted((j for j in jobs if j["jobId"] > after_job), key=lambda j: j["jobId"])
+
+
 def main() -> None:
     from pyinstrument import Profiler
     from pyspark.sql import functions as F
@@ -105,6 +112,8 @@ def main() -> None:
             if setup:
                 setup()
             last = max([s["stageId"] for s in stages_since(spark, ui, -1)] or [-1])
+            last_job = max([j["jobId"] for j in jobs_since(spark, ui, -1)] or [-1])
+            epoch0 = time.time()
             profiler = Profiler(interval=0.005)
             t0 = time.perf_counter()
             profiler.start()
@@ -123,7 +132,11 @@ def main() -> None:
                     f"in {s['inputBytes'] / 1e6:7.1f} MB  shuffle w {s['shuffleWriteBytes'] / 1e6:7.1f} MB r {s['shuffleReadBytes'] / 1e6:7.1f} MB  {s['name'][:60]}"
                 )
             print(f"  sum of stage durations {spark_s:.2f} s; the rest ({wall - spark_s:.2f} s) is driver-side")
-            print(profiler.output_text(unicode=False, color=False, show_all=False, timeline=False)[:6000])
+            # Job timeline from the start of the run: the gaps between jobs are the driver's own work.
+            for j in jobs_since(spark, ui, last_job):
+                start, end = _ms(j.get("submissionTime")) / 1000 - epoch0, _ms(j.get("completionTime")) / 1000 - epoch0
+                print(f"  job {j['jobId']:>4} {start:6.2f} -> {end:6.2f} s  ({end - start:.2f} s, {len(j.get('stageIds', []))} stages)  {j['name'][:60]}")
+            print(profiler.output_text(unicode=False, color=False, show_all=bool(os.environ.get("PROFILE_ALL")), timeline=False)[:int(os.environ.get("PROFILE_CHARS", "6000"))])
     finally:
         spark.stop()
         shutil.rmtree(b.root, ignore_errors=True)  # the tables written here

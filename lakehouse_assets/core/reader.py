@@ -93,7 +93,7 @@ def read_parquet_files(
         # Our files (and any Iceberg/Delta writer's) hold proleptic-Gregorian dates and timestamps; without
         # these options Spark refuses values before 1582 / 1900 in files it did not write itself
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
-        reader = spark.read.schema(spark_schema).option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
+        reader = _with_schema(spark, spark.read, spark_schema).option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
         with _listed_on_driver(spark, len(uris)):
             df = reader.parquet(*uris)
         if path_column:
@@ -118,6 +118,14 @@ def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
 
 # Spark lists more than this many paths with a Spark job (one task per path): a job per read.
 LISTING_THRESHOLD_KEY = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+SPARK_DEFAULT_LISTING_THRESHOLD = 32
+
+
+def _with_schema(spark, reader, spark_schema):
+    """`reader.schema(spark_schema)` without PySpark's lookup of the active session (a new Python
+    SparkSession wrapper and several JVM round trips, ~6 ms a read): the schema is parsed by `spark`."""
+    reader._jreader = reader._jreader.schema(spark._jsparkSession.parseDataType(spark_schema.json()))
+    return reader
 
 
 @contextmanager
@@ -128,6 +136,10 @@ def _listed_on_driver(spark, paths: int):
     (32) Spark would run a whole job of one task per path just to stat them, which costs more than
     the stats. `read.parquet` builds its file index eagerly, so the setting is only needed for the call.
     """
+    if paths <= SPARK_DEFAULT_LISTING_THRESHOLD:
+        # Within Spark's default: no conf round trips (a session that lowered the threshold lists with a job, as before).
+        yield
+        return
     previous = spark.conf.get(LISTING_THRESHOLD_KEY, None)
     if previous is not None and int(previous) >= paths:
         yield

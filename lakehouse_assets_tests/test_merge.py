@@ -163,6 +163,46 @@ def test_null_keys_fail_and_commit_nothing(lh, spark):
     assert sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs) == files_before
 
 
+@pytest.mark.parametrize("filled_cache", [True, False], ids=["cached-and-counted", "uncached"])
+def test_the_batch_check_refuses_null_and_duplicate_keys_on_either_path(lh, spark, duck, filled_cache):
+    """A cached, filled, small batch is checked in one task (no shuffle); any other in parallel. Same verdicts."""
+    from lakehouse_assets.core.merge import _small_filled_cache
+
+    name = f"m.check_{'cached' if filled_cache else 'plain'}"
+    lh.write(people(spark, 0, 5, parts=2), name)
+    before = lh.load(name).current_snapshot().snapshot_id
+    schema = "id long, name string, country string, version long"
+
+    cached = []
+
+    def batch(rows):
+        df = spark.createDataFrame(rows, schema).repartition(3)  # several partitions: the one-task path must see them all
+        if filled_cache:
+            df = df.cache()
+            cached.append(df)
+            df.count()
+        assert _small_filled_cache(df) is filled_cache
+        return df
+
+    try:
+        dups = batch([(1, "a", "US", 1), (7, "x", "DE", 1), (1, "b", "US", 2)])
+        with pytest.raises(InputError, match=rf"Table {name}: the merge batch has several rows for the same key \(id\)"):
+            lh.write(dups, name, mode="merge", merge_keys=["id"])
+        nulls = batch([(1, "a", "US", 1), (None, "b", "US", 2), (None, "c", "US", 3)])
+        with pytest.raises(InputError, match=rf"Table {name}: 2 row\(s\) of the merge batch have a null merge key"):
+            lh.write(nulls, name, mode="merge", merge_keys=["id"])
+        assert lh.load(name).current_snapshot().snapshot_id == before
+        good = batch([(1, "one", "US", 9), (8, "eight", "FR", 9)])
+        r = lh.write(good, name, mode="merge", merge_keys=["id"])
+    finally:
+        for df in cached:
+            df.unpersist()
+    assert r.files_added >= 1
+    want = model(0, 5)
+    want[1], want[8] = ("one", "US", 9), ("eight", "FR", 9)
+    assert_all_readers_agree(lh, spark, duck, name, expected(want))
+
+
 def test_merge_leaves_the_callers_cache_alone(lh, spark):
     """A batch the caller cached stays cached (a merge used to unpersist it); an uncached one is not left cached."""
     three_files(lh, spark, "m.cached")

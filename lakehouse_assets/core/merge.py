@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 DEFAULT_DELETE_VALUES = ("delete", "d", "D", "DELETE")
 IN_SET_LIMIT = 200  # up to this many distinct values of a single key, prune with an In-set instead of a range
+# A cached and filled batch of at most this size is checked in one task: no shuffle, one Spark job instead of
+# two (the check of a small CDC batch is mostly per-job latency: ~0.2 -> ~0.13 s at 2k rows).
+SMALL_BATCH_BYTES = 32 * 1024 * 1024
 # Helper columns hold a space, which user column names cannot (spec._check_names): they never collide.
 _DELETE = "_lakehouse merge delete"
 _PATH = "_lakehouse merge file"
@@ -106,7 +109,8 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
         any_null = any_null | F.col(k).isNull()
     # One tiny aggregate: null keys, duplicate keys, and the key ranges that prune candidate files later.
     ranges = [x for k in opts.keys for x in (F.min(k).alias(f"min_{k}"), F.max(k).alias(f"max_{k}"))]
-    checks = df.groupBy(*opts.keys).agg(F.count(F.lit(1)).alias("n")).agg(
+    checked = df.coalesce(1) if _small_filled_cache(df) else df
+    checks = checked.groupBy(*opts.keys).agg(F.count(F.lit(1)).alias("n")).agg(
         F.sum(F.when(any_null, F.col("n")).otherwise(0)).alias("null_rows"),
         F.max(F.when(~any_null, F.col("n"))).alias("max_dup"),
         F.count(F.lit(1)).alias("distinct_keys"),
@@ -141,6 +145,20 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
     if opts.deleted_at_column:
         delete = delete | F.col(opts.deleted_at_column).isNotNull()
     return df.withColumn(_DELETE, delete).drop(*opts.control_columns), key_stats
+
+
+def _small_filled_cache(df) -> bool:
+    """Whether `df` is served from a cache that is already filled and small (a CDC batch the caller cached
+    and counted): then the check reads it in one task, with no shuffle. Anything else keeps the parallel
+    aggregate: a first action on an unfilled cache computes its whole input, which one task must not do."""
+    try:  # Spark internals (3.5's InMemoryRelation / CachedRDDBuilder); any change falls back to the parallel path
+        plan = df._jdf.queryExecution().optimizedPlan()
+        if plan.getClass().getSimpleName() != "InMemoryRelation":
+            return False
+        cache = plan.cacheBuilder()
+        return bool(cache.isCachedColumnBuffersLoaded()) and int(cache.sizeInBytesStats().value()) <= SMALL_BATCH_BYTES
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def data_columns(batch) -> list[str]:

@@ -1,8 +1,9 @@
 """This project (writing Iceberg AND Delta) vs Spark + the Java Iceberg runtime (Iceberg only), one Spark session.
 
 Both sides run in ONE Spark session over the same cached DataFrame, alternating which goes first,
-after a warm-up; each figure is the median of `--reps` runs and each ratio is ours / theirs from
-this run. Java Iceberg comes from PyPI (lakehouse_assets_tests/java_iceberg.py), with copy-on-write
+after a warm-up (merges and reads also run one uncounted rep of their own first: the JVM compiles each
+side's MERGE and scan paths on first use); each figure is the median of `--reps` runs and each ratio
+is ours / theirs from this run. Java Iceberg comes from PyPI (lakehouse_assets_tests/java_iceberg.py), with copy-on-write
 MERGE/UPDATE/DELETE and zstd like ours. Spark's own Parquet writer (zstd) is a second baseline for writes.
 
 Workloads (`--only a,b` to pick):
@@ -216,7 +217,8 @@ class Bench:
         cow = {"write.merge.mode": "copy-on-write", "write.update.mode": "copy-on-write", "write.delete.mode": "copy-on-write"}
         ours, java, full = Side("ours"), Side("java MERGE INTO"), Side("our full overwrite")
         detail = ""
-        for rep in range(self.args.reps):
+        # The first rep is a warm-up for both sides (the JVM compiles each side's MERGE path on first use), as for reads.
+        for rep in range(-1, self.args.reps):
             o_name, j_name, f_name = self.name(workload), self.name(workload), self.name(workload)
             self.lh.write(df, f"b.{o_name}", partition_by=["region"])
             self.lh.write(df, f"b.{f_name}", partition_by=["region"])
@@ -226,6 +228,9 @@ class Bench:
                 "java": lambda j_name=j_name: self.spark.sql(merge_sql.format(t=j_name)).collect(),
                 "full": lambda f_name=f_name: self.lh.write(df, f"b.{f_name}", mode="overwrite"),
             })
+            if rep < 0:
+                print(f"  {workload} warm-up: ours {res['ours'][0]:.2f}s java {res['java'][0]:.2f}s full overwrite {res['full'][0]:.2f}s", flush=True)
+                continue
             ours.times.append(res["ours"][0])
             java.times.append(res["java"][0])
             full.times.append(res["full"][0])

@@ -37,7 +37,7 @@ def plan_compaction(table: Table, settings: MaintenanceSettings, live: list[Data
         if f.spec_id != default_spec or f.file_size_in_bytes >= settings.small_file_bytes:
             continue
         groups.setdefault((f.spec_id, tuple(f.partition)), []).append(f)
-    return [g for g in groups.values() if len(g) >= settings.compaction_min_input_files]
+    return [g for (spec_id, _), g in groups.items() if settings.worth_compacting(spec_id, default_spec, len(g))]
 
 
 def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CompactionReport:

@@ -75,9 +75,9 @@ def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings
     files = sum(f.files for f in figures)
     small_by_partition = sum((f.small for f in figures), Counter())
     small = sum(small_by_partition.values())
-    # Small files compaction would actually merge (plan_compaction: the default spec's partitions with enough of them).
+    # Small files compaction would actually merge (the rule plan_compaction applies).
     default_spec = table.metadata.default_spec_id
-    compactable = sum(n for (spec_id, _), n in small_by_partition.items() if spec_id == default_spec and n >= settings.compaction_min_input_files)
+    compactable = sum(n for (spec_id, _), n in small_by_partition.items() if settings.worth_compacting(spec_id, default_spec, n))
     out: TableHealth = {
         "table": identifier,
         "data_files": files,

@@ -68,6 +68,11 @@ class MaintenanceSettings:
     def small_file_bytes(self) -> int:
         return int(self.target_bytes * self.small_file_fraction)
 
+    def worth_compacting(self, spec_id: int, default_spec_id: int, small_files: int) -> bool:
+        """The compaction rule, shared by `plan_compaction` and the health figures the compaction sensor
+        watches: a partition of the table's current spec holding at least compaction_min_input_files small files."""
+        return spec_id == default_spec_id and small_files >= self.compaction_min_input_files
+
     @property
     def log_retention_days(self) -> float:
         return self.snapshot_retention_days if self.delta_log_retention_days is None else self.delta_log_retention_days

@@ -94,3 +94,17 @@ def test_batch_sizes(tmp_path, size):
     rows = [(i, (i * 7) % 5, 2.0, "z") for i in range(100)]
     got = _rows_of(tmp_path, _write(tmp_path, _batches(rows, size)))
     assert got == {(r, 2.0): [i for i in range(100) if (i * 7) % 5 == r] for r in range(5)}
+
+
+def test_the_keyer_path_splits_a_sorted_batch_into_runs_of_one_key():
+    """The fallback path (partition keys computed by pyiceberg in Python, input sorted by Spark): runs of one key,
+    the key column dropped, rows in order."""
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([1, 2, 3, 4, 5, 6], pa.int64()), pa.array(["a", "a", "b", "c", "c", "c"])], names=["id", writer.PARTITION_KEY_COLUMN]
+    )
+    runs = writer._split_by_key(batch, 1)
+    assert [(key, part.column(0).to_pylist(), part.schema.names) for key, part in runs] == [
+        ("a", [1, 2], ["id"]), ("b", [3], ["id"]), ("c", [4, 5, 6], ["id"]),
+    ]
+    assert writer._split_by_key(batch.slice(0, 0), 1) == []
+    assert [(k, p.num_rows) for k, p in writer._split_by_key(batch.slice(2, 1), 1)] == [("b", 1)]

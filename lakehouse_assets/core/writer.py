@@ -262,19 +262,15 @@ class FileWriter:
 
 
 def _split_by_key(batch: pa.RecordBatch, key_index: int) -> list[tuple[str, pa.RecordBatch]]:
+    """The keyer's path (input sorted by its key column): the batch's runs of one key, the key column dropped."""
+    if batch.num_rows == 0:
+        return []
     keys = batch.column(key_index)
     data = batch.drop_columns([PARTITION_KEY_COLUMN]) if hasattr(batch, "drop_columns") else pa.RecordBatch.from_arrays(
         [c for i, c in enumerate(batch.columns) if i != key_index], names=[n for i, n in enumerate(batch.schema.names) if i != key_index]
     )
-    # Sorted input -> contiguous runs; find run boundaries without Python loops over rows.
-    if len(keys) == 0:
-        return []
-    neq = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
-    boundaries = [0, *[i + 1 for i in pc.indices_nonzero(neq).to_pylist()], len(keys)]
-    runs = []
-    for start, end in zip(boundaries, boundaries[1:]):
-        runs.append((keys[start].as_py(), data.slice(start, end - start)))
-    return runs
+    starts = _run_starts(batch, (PARTITION_KEY_COLUMN,))
+    return [(keys[start].as_py(), data.slice(start, end - start)) for start, end in zip(starts, [*starts[1:], batch.num_rows])]
 
 
 def _group_by_columns(batch: pa.RecordBatch, names: tuple[str, ...], key_of) -> list[tuple[str, pa.RecordBatch]]:

@@ -255,7 +255,8 @@ class Lakehouse:
         """A Spark DataFrame of the table now, or as of an Iceberg snapshot, a Delta version or a time.
 
         Iceberg scan planning prunes files by partition and min/max before Spark opens any; a Delta
-        version is read from the Delta log's own file list.
+        version is read from the Delta log's own file list. `row_filter` (SQL text or a pyiceberg
+        expression) also filters the rows of the files it keeps.
         """
         table = self.load(identifier)
         return read_table(

@@ -17,6 +17,7 @@ from .delta_committer import DeltaMirror
 from .errors import SpecError, TableNotFound
 from .evolution import column_names_moved, types_were_widened
 from .reader import read_parquet_files
+from .spark_filters import spark_row_filter
 from .storage import StorageConfig, delta_path, join_uri, normalize_uri
 from .time_travel import check_retention
 from .type_mapping import delta_to_spark_schema, iceberg_to_spark_schema
@@ -56,6 +57,7 @@ def read_table(
         root = normalize_uri(table.location())
         uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
         spark_schema = delta_to_spark_schema(delta)
+        filter_schema = table.schema()
     else:
         snap = None
         if snapshot_id is not None:
@@ -75,12 +77,14 @@ def read_table(
         travelling = snapshot_id is not None or as_of is not None
         schema = table.schemas().get(snap.schema_id, table.schema()) if travelling and snap is not None and snap.schema_id is not None else table.schema()
         spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
+        filter_schema = schema
         if snap is None:
             return spark.createDataFrame([], spark_schema)
         uris = [t.file.file_path for t in table.scan(snapshot_id=snap.snapshot_id, row_filter=expr).plan_files()]
     df = read_parquet_files(spark, uris, spark_schema, storage, cast_files=types_were_widened(table))
-    if row_filter is not None and isinstance(row_filter, str):
-        df = df.filter(row_filter)
+    if row_filter is not None:
+        # Planning pruned files only: the rows of a planned file still need the filter.
+        df = df.filter(row_filter if isinstance(row_filter, str) else spark_row_filter(identifier, filter_schema, row_filter))
     if window is not None:
         df = df.filter(window.spark_filter(df.schema))
     return df

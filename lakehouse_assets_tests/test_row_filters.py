@@ -43,6 +43,8 @@ ROWS = [
     (3, 3, 30, 2.5, 2.5, decimal.Decimal("-3.00"), None, b"\x03\x00", True, dt.date(9999, 12, 31),
      dt.datetime(2024, 1, 1, 12, 0, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, 59, 999999), None),
     (4, None, 40, 3.5, 3.5, None, "xyz", None, None, None, None, None, (5,)),
+    (5, 2147483647, 50, 4.5, 0.5, decimal.Decimal("0.01"), "q", b"", False, dt.date(1970, 1, 1),
+     dt.datetime(1970, 1, 1, tzinfo=UTC), dt.datetime(1970, 1, 1), (6,)),
 ]
 SCHEMA = (
     "id long, i int, l long, f float, d double, dec decimal(10,2), s string, b binary, flag boolean, day date, "
@@ -75,6 +77,13 @@ CASES = [
     (EqualTo("ntz", "0001-01-01T00:00:00"), "ntz = TIMESTAMP_NTZ'0001-01-01 00:00:00'", True),
     (EqualTo("st.x", 4), "st.x = 4", True),
     (And(Or(EqualTo("i", 1), EqualTo("l", 40)), Not(EqualTo("flag", False))), "(i = 1 OR l = 40) AND NOT flag = false", True),
+    # A member outside int's range binds to a placeholder holding int's max: it must match nothing
+    # (pyiceberg's own Arrow filter matches i = 2147483647 there).
+    (In("i", {1, 2**40}), "i IN (1)", False),
+    (NotIn("i", {2**40, 2**41}), "i IS NOT NULL", False),
+    # NaN satisfies no ordering comparison (Iceberg's rule; Spark SQL alone orders NaN above every number).
+    (GreaterThan("d", 1.0), "d > 1.0 AND NOT isnan(d)", True),
+    (GreaterThanOrEqual("d", 0.5), "d >= 0.5 AND NOT isnan(d)", True),
 ]
 
 
@@ -116,3 +125,38 @@ def test_an_expression_row_filter_on_a_missing_column_names_it(filtered_table, s
 def test_an_expression_row_filter_error_is_a_spec_error_on_delta_reads(filtered_table, spark):
     with pytest.raises(SpecError, match=r"Table f\.rows: row_filter .* does not fit the table's columns"):
         filtered_table.read(spark, "f.rows", delta_version=filtered_table.point_in_time("f.rows").delta_version, row_filter=EqualTo("nope", 1))
+
+
+def test_nan_rows_match_no_ordering_comparison_whatever_the_file_layout(lh, spark):
+    """Iceberg's pruning leaves NaN out of a file's bounds: a NaN row must not match `>` in one file and not another."""
+    for values in ([float("nan"), 0.5], [float("nan"), 5.0]):
+        lh.write(spark.createDataFrame([(v,) for v in values], "d double").coalesce(1), "f.nans")
+    assert len(lh.load("f.nans").current_snapshot().summary["total-data-files"]) and len({t.file.file_path for t in lh.load("f.nans").scan().plan_files()}) == 2
+    assert [r["d"] for r in lh.read(spark, "f.nans", row_filter=GreaterThan("d", 1.0)).collect()] == [5.0]
+    assert [r["d"] for r in lh.read(spark, "f.nans", row_filter="d > 1.0").collect()] == [5.0]
+
+
+def test_a_time_travel_filter_means_the_columns_of_its_snapshot_after_names_were_swapped(lh, spark):
+    """Iceberg-only table, two files; then a and b swap names. Reading the old snapshot with `a = 1` means the
+    old `a`: pyiceberg plans with the current names (where `a` is the old `b`), so planning must not prune by it."""
+    for a, b in ((1, 100), (2, 200)):
+        lh.write(spark.createDataFrame([(a, b)], "a long, b long"), "f.swapped", formats=["iceberg"])
+    before = lh.load("f.swapped").current_snapshot().snapshot_id
+    lh.alter("f.swapped", rename={"a": "x"})
+    lh.alter("f.swapped", rename={"b": "a"})
+    lh.alter("f.swapped", rename={"x": "b"})
+    for row_filter in (EqualTo("a", 1), "a = 1"):
+        rows = lh.read(spark, "f.swapped", snapshot_id=before, row_filter=row_filter).collect()
+        assert [(r["a"], r["b"]) for r in rows] == [(1, 100)], row_filter
+    now = lh.read(spark, "f.swapped", row_filter=EqualTo("a", 200)).collect()  # the current names: a is the old b
+    assert [(r["a"], r["b"]) for r in now] == [(200, 2)]
+
+
+def test_a_delta_version_filter_binds_to_the_schema_of_that_version(lh, spark):
+    """A float column later widened to double: the old version's filter literal is a float, as its files hold."""
+    lh.write(spark.createDataFrame([(1, 0.1)], "id long, f float"), "f.widened")
+    old = lh.point_in_time("f.widened").delta_version
+    lh.write(spark.createDataFrame([(2, 0.25)], "id long, f double"), "f.widened")
+    assert str(lh.load("f.widened").schema().find_field("f").field_type) == "double"
+    rows = lh.read(spark, "f.widened", delta_version=old, row_filter=EqualTo("f", 0.1)).collect()
+    assert [r["id"] for r in rows] == [1]

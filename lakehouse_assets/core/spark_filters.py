@@ -1,9 +1,13 @@
 """A pyiceberg row filter (`BooleanExpression`) as a Spark Column.
 
 Iceberg scan planning only prunes *files* with a row filter; the rows of a planned file that do not
-match must still be filtered in Spark. A filter given as SQL text is applied as is; one given as a
-pyiceberg expression is turned into the equivalent Spark Column here, with Spark SQL's semantics (a
-comparison with null matches nothing; `not_nan` keeps nulls, as `NOT isnan(x)` does).
+match must still be filtered in Spark. Either form of `row_filter` (SQL text, which pyiceberg parses,
+or a pyiceberg expression) is turned into the equivalent Spark Column here, so both mean the same rows
+whatever files planning kept, with Spark SQL's semantics (a
+comparison with null matches nothing; `not_nan` keeps nulls, as `NOT isnan(x)` does) except for NaN,
+which satisfies no `<`, `<=`, `>`, `>=` (Iceberg's rule; Spark orders NaN above every number). A
+comparison with a value outside the column type's range is decided by pyiceberg's binding: always true
+or always false, null rows included (`i < 2**40` on an int column keeps nulls).
 
 Literals are rebuilt from Iceberg's own representation of the bound value (days, microseconds,
 Decimal) into Spark literals of the column's exact type, never through Python's local-time datetime
@@ -18,9 +22,20 @@ import datetime as dt
 import decimal
 from typing import Any
 
-from pyiceberg.expressions import BooleanExpression
-from pyiceberg.expressions.literals import Literal
-from pyiceberg.expressions.visitors import BoundBooleanExpressionVisitor, bind, visit
+from pyiceberg.expressions import (
+    BooleanExpression,
+    BoundEqualTo,
+    BoundGreaterThan,
+    BoundGreaterThanOrEqual,
+    BoundIn,
+    BoundLessThan,
+    BoundLessThanOrEqual,
+    BoundNotEqualTo,
+    BoundNotIn,
+    BoundPredicate,
+)
+from pyiceberg.expressions.literals import AboveMax, BelowMin, Literal
+from pyiceberg.expressions.visitors import BoundBooleanExpressionVisitor, bind, extract_field_ids, visit, visit_bound_predicate
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType,
@@ -46,11 +61,27 @@ _EPOCH = dt.datetime(1970, 1, 1)
 
 def spark_row_filter(identifier: str, schema: Schema, expr: BooleanExpression):
     """`expr` bound to `schema` as a Spark Column over a DataFrame with `schema`'s columns."""
+    return visit(bind_row_filter(identifier, schema, expr), _ToSparkColumn(identifier, _column_paths(schema)))
+
+
+def bind_row_filter(identifier: str, schema: Schema, expr: BooleanExpression) -> BooleanExpression:
     try:
-        bound = bind(schema, expr, case_sensitive=True)
-    except ValueError as e:
+        return bind(schema, expr, case_sensitive=True)
+    except (ValueError, TypeError) as e:  # an unknown column; a literal of the wrong type
         raise SpecError(f"Table {identifier}: row_filter {expr!r} does not fit the table's columns ({e}).") from None
-    return visit(bound, _ToSparkColumn(identifier, _column_paths(schema)))
+
+
+def same_columns_for(schema: Schema, other: Schema, bound: BooleanExpression) -> bool:
+    """Whether every column `bound` (bound to `schema`) reads has the same name and type in `other`:
+    then the expression means the same there (a time-travel read plans with the current schema)."""
+    for field_id in extract_field_ids(bound):
+        try:
+            theirs = other.find_field(field_id)
+        except ValueError:  # the column is not in `other`
+            return False
+        if schema.find_column_name(field_id) != other.find_column_name(field_id) or schema.find_field(field_id).field_type != theirs.field_type:
+            return False
+    return True
 
 
 def _column_paths(schema: Schema) -> dict[int, tuple[str, ...]]:
@@ -93,6 +124,35 @@ class _ToSparkColumn(BoundBooleanExpressionVisitor[Any]):
         return left_result | right_result
 
     # ---- predicates
+    def visit_bound_predicate(self, predicate: BoundPredicate):
+        if isinstance(predicate, (BoundIn, BoundNotIn)):
+            # Binding turns a member outside the column type's range into a placeholder holding the type's
+            # max or min (pyiceberg's value_set cannot tell it from the real max): it matches no value.
+            values = {lit.value for lit in predicate.literals if not isinstance(lit, (AboveMax, BelowMin))}
+            if isinstance(predicate, BoundIn):
+                return self.visit_in(predicate.term, values) if values else self.visit_false()
+            return self.visit_not_in(predicate.term, values) if values else self._col(predicate.term).isNotNull()
+        if isinstance(getattr(predicate, "literal", None), (AboveMax, BelowMin)):
+            return self._out_of_range(predicate, above=isinstance(predicate.literal, AboveMax))
+        return visit_bound_predicate(predicate, self)
+
+    def _out_of_range(self, predicate: BoundPredicate, above: bool):
+        """A comparison with a value beyond the column type's range (bound so by an In/NotIn of one member):
+        every non-null value lies below it (`above`) or above it."""
+        from pyspark.sql import functions as F
+
+        col, term = self._col(predicate.term), predicate.term
+        every_value = self._not_nan(term, col.isNotNull())
+        if isinstance(predicate, BoundEqualTo):
+            return F.lit(False)
+        if isinstance(predicate, BoundNotEqualTo):
+            return col.isNotNull()
+        if isinstance(predicate, (BoundLessThan, BoundLessThanOrEqual)):
+            return every_value if above else F.lit(False)
+        if isinstance(predicate, (BoundGreaterThan, BoundGreaterThanOrEqual)):
+            return F.lit(False) if above else every_value
+        raise SpecError(f"Table {self.identifier}: row_filter {predicate} compares with a value outside the column's type.")
+
     def visit_in(self, term, literals: set[Any]):
         return self._col(term).isin(*[self._value(term, v) for v in literals])
 
@@ -122,10 +182,10 @@ class _ToSparkColumn(BoundBooleanExpressionVisitor[Any]):
         return self._col(term) != self._lit(term, literal)
 
     def visit_greater_than_or_equal(self, term, literal: Literal[Any]):
-        return self._col(term) >= self._lit(term, literal)
+        return self._not_nan(term, self._col(term) >= self._lit(term, literal))
 
     def visit_greater_than(self, term, literal: Literal[Any]):
-        return self._col(term) > self._lit(term, literal)
+        return self._not_nan(term, self._col(term) > self._lit(term, literal))
 
     def visit_less_than(self, term, literal: Literal[Any]):
         return self._col(term) < self._lit(term, literal)
@@ -140,6 +200,15 @@ class _ToSparkColumn(BoundBooleanExpressionVisitor[Any]):
         return ~self._col(term).startswith(self._lit(term, literal))
 
     # ---- terms and values
+    def _not_nan(self, term, comparison):
+        """NaN satisfies no ordering comparison (Iceberg's rule, which its file pruning assumes: bounds leave
+        NaN out). Spark orders NaN above every number, so a NaN row would match `>` in some files only."""
+        from pyspark.sql import functions as F
+
+        if isinstance(term.ref().field.field_type, (FloatType, DoubleType)):
+            return comparison & ~F.isnan(self._col(term))
+        return comparison
+
     def _col(self, term):
         from pyspark.sql import functions as F
 

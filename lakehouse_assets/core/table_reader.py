@@ -17,9 +17,9 @@ from .delta_committer import DeltaMirror
 from .errors import SpecError, TableNotFound
 from .evolution import column_names_moved, types_were_widened
 from .reader import read_parquet_files
-from .spark_filters import spark_row_filter
+from .spark_filters import bind_row_filter, same_columns_for, spark_row_filter
 from .storage import StorageConfig, delta_path, join_uri, normalize_uri
-from .time_travel import check_retention
+from .time_travel import check_retention, resolve
 from .type_mapping import delta_to_spark_schema, iceberg_to_spark_schema
 from .window import Slice, Window
 
@@ -40,15 +40,16 @@ def read_table(
     """`table` (loaded as `identifier`) as a Spark DataFrame; give at most one of snapshot_id, delta_version, as_of."""
     if sum(x is not None for x in (snapshot_id, delta_version, as_of)) > 1:
         raise SpecError(f"Table {identifier}: give at most one of snapshot_id, delta_version, as_of.")
-    expr: BooleanExpression = AlwaysTrue()
+    row_expr: BooleanExpression = AlwaysTrue()
     if row_filter is not None:
         from pyiceberg.expressions.parser import parse
 
-        expr = parse(row_filter) if isinstance(row_filter, str) else row_filter
+        row_expr = parse(row_filter) if isinstance(row_filter, str) else row_filter
+    window_expr: BooleanExpression = AlwaysTrue()
     if window is not None:
         window = Slice.of(window)
         window.validate(identifier, table)
-        expr = And(expr, window.expression(table))
+        window_expr = window.expression(table)
     check_retention(table, identifier, snapshot_id, delta_version, as_of)
     if delta_version is not None:
         delta = mirror.load(delta_version)
@@ -57,7 +58,10 @@ def read_table(
         root = normalize_uri(table.location())
         uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
         spark_schema = delta_to_spark_schema(delta)
-        filter_schema = table.schema()
+        # The row filter means what it meant at that version: the schema of the snapshot it mirrors.
+        mirrored = resolve(table, mirror, delta_version=delta_version).iceberg_snapshot_id
+        snap = table.snapshot_by_id(mirrored) if mirrored is not None else None
+        filter_schema = table.schemas().get(snap.schema_id, table.schema()) if snap is not None and snap.schema_id is not None else table.schema()
     else:
         snap = None
         if snapshot_id is not None:
@@ -80,11 +84,17 @@ def read_table(
         filter_schema = schema
         if snap is None:
             return spark.createDataFrame([], spark_schema)
-        uris = [t.file.file_path for t in table.scan(snapshot_id=snap.snapshot_id, row_filter=expr).plan_files()]
+        plan_expr = row_expr
+        if row_filter is not None and schema.schema_id != table.schema().schema_id:
+            # pyiceberg plans with the current schema's names; where they mean other columns (or types) than in
+            # the snapshot's schema, the filter cannot prune: Spark still applies it to the rows below.
+            if not same_columns_for(schema, table.schema(), bind_row_filter(identifier, schema, row_expr)):
+                plan_expr = AlwaysTrue()
+        uris = [t.file.file_path for t in table.scan(snapshot_id=snap.snapshot_id, row_filter=And(plan_expr, window_expr)).plan_files()]
     df = read_parquet_files(spark, uris, spark_schema, storage, cast_files=types_were_widened(table))
     if row_filter is not None:
         # Planning pruned files only: the rows of a planned file still need the filter.
-        df = df.filter(row_filter if isinstance(row_filter, str) else spark_row_filter(identifier, filter_schema, row_filter))
+        df = df.filter(spark_row_filter(identifier, filter_schema, row_expr))  # the same rows for text and expressions
     if window is not None:
         df = df.filter(window.spark_filter(df.schema))
     return df

@@ -128,8 +128,8 @@ def _spark_type(table: str, path: str, dt, counter) -> IcebergType:
     )
 
 
-# Spark's Parquet reader matches a StructField carrying this metadata by Parquet field id, not by name
-# (with spark.sql.parquet.fieldId.read.enabled; see reader.py).
+# A StructField carrying this metadata is read by Parquet field id, not by name (reader.py: through the
+# pyarrow reader, since Spark's own field-id reading pushes filters down by name).
 SPARK_FIELD_ID_KEY = "parquet.field.id"
 
 

@@ -134,6 +134,8 @@ def main() -> None:
             print(f"  sum of stage durations {spark_s:.2f} s; the rest ({wall - spark_s:.2f} s) is driver-side")
             # Job timeline from the start of the run: the gaps between jobs are the driver's own work.
             for j in jobs_since(spark, ui, last_job):
+                if not j.get("submissionTime") or not j.get("completionTime"):
+                    continue  # still running (or never submitted): no span to show
                 start, end = _ms(j.get("submissionTime")) / 1000 - epoch0, _ms(j.get("completionTime")) / 1000 - epoch0
                 print(f"  job {j['jobId']:>4} {start:6.2f} -> {end:6.2f} s  ({end - start:.2f} s, {len(j.get('stageIds', []))} stages)  {j['name'][:60]}")
             print(profiler.output_text(unicode=False, color=False, show_all=bool(os.environ.get("PROFILE_ALL")), timeline=False)[:int(os.environ.get("PROFILE_CHARS", "6000"))])

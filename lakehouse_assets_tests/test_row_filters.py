@@ -155,8 +155,11 @@ def test_a_time_travel_filter_means_the_columns_of_its_snapshot_after_names_were
 def test_a_delta_version_filter_binds_to_the_schema_of_that_version(lh, spark):
     """A float column later widened to double: the old version's filter literal is a float, as its files hold."""
     lh.write(spark.createDataFrame([(1, 0.1)], "id long, f float"), "f.widened")
-    old = lh.point_in_time("f.widened").delta_version
+    point = lh.point_in_time("f.widened")
     lh.write(spark.createDataFrame([(2, 0.25)], "id long, f double"), "f.widened")
     assert str(lh.load("f.widened").schema().find_field("f").field_type) == "double"
-    rows = lh.read(spark, "f.widened", delta_version=old, row_filter=EqualTo("f", 0.1)).collect()
+    rows = lh.read(spark, "f.widened", delta_version=point.delta_version, row_filter=EqualTo("f", 0.1)).collect()
     assert [r["id"] for r in rows] == [1]
+    # The same point in time read through Iceberg with the same filter: both formats give the same rows.
+    iceberg_rows = lh.read(spark, "f.widened", snapshot_id=point.iceberg_snapshot_id, row_filter=EqualTo("f", 0.1)).collect()
+    assert [r["id"] for r in iceberg_rows] == [1]

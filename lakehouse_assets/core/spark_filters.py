@@ -59,9 +59,9 @@ from .errors import SpecError
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def spark_row_filter(identifier: str, schema: Schema, expr: BooleanExpression):
-    """`expr` bound to `schema` as a Spark Column over a DataFrame with `schema`'s columns."""
-    return visit(bind_row_filter(identifier, schema, expr), _ToSparkColumn(identifier, _column_paths(schema)))
+def spark_row_filter(identifier: str, schema: Schema, bound: BooleanExpression):
+    """`bound` (`bind_row_filter` of `schema`) as a Spark Column over a DataFrame with `schema`'s columns."""
+    return visit(bound, _ToSparkColumn(identifier, _column_paths(schema)))
 
 
 def bind_row_filter(identifier: str, schema: Schema, expr: BooleanExpression) -> BooleanExpression:

@@ -10,6 +10,7 @@ import datetime as dt
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from .deletes import refuse_delete_files
@@ -58,10 +59,13 @@ def read_table(
         root = normalize_uri(table.location())
         uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
         spark_schema = delta_to_spark_schema(delta)
-        # The row filter means what it meant at that version: the schema of the snapshot it mirrors.
-        mirrored = resolve(table, mirror, delta_version=delta_version).iceberg_snapshot_id
-        snap = table.snapshot_by_id(mirrored) if mirrored is not None else None
-        filter_schema = table.schemas().get(snap.schema_id, table.schema()) if snap is not None and snap.schema_id is not None else table.schema()
+        bound = None
+        if row_filter is not None:
+            # The row filter means what it meant at that version: the schema of the snapshot it mirrors
+            # (resolving it reads the Delta history, so only when there is a filter).
+            mirrored = resolve(table, mirror, delta_version=delta_version).iceberg_snapshot_id
+            schema = _schema_of(table, table.snapshot_by_id(mirrored) if mirrored is not None else None)
+            bound = bind_row_filter(identifier, schema, row_expr)
     else:
         snap = None
         if snapshot_id is not None:
@@ -79,22 +83,28 @@ def read_table(
         # Time travel reads with the schema the snapshot was written with; the current table with the current
         # schema (a rename or drop changes the schema without a new snapshot).
         travelling = snapshot_id is not None or as_of is not None
-        schema = table.schemas().get(snap.schema_id, table.schema()) if travelling and snap is not None and snap.schema_id is not None else table.schema()
+        schema = _schema_of(table, snap if travelling else None)
         spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
-        filter_schema = schema
         if snap is None:
             return spark.createDataFrame([], spark_schema)
+        bound = bind_row_filter(identifier, schema, row_expr) if row_filter is not None else None
         plan_expr = row_expr
-        if row_filter is not None and schema.schema_id != table.schema().schema_id:
+        if bound is not None and schema.schema_id != table.schema().schema_id and not same_columns_for(schema, table.schema(), bound):
             # pyiceberg plans with the current schema's names; where they mean other columns (or types) than in
             # the snapshot's schema, the filter cannot prune: Spark still applies it to the rows below.
-            if not same_columns_for(schema, table.schema(), bind_row_filter(identifier, schema, row_expr)):
-                plan_expr = AlwaysTrue()
+            plan_expr = AlwaysTrue()
         uris = [t.file.file_path for t in table.scan(snapshot_id=snap.snapshot_id, row_filter=And(plan_expr, window_expr)).plan_files()]
     df = read_parquet_files(spark, uris, spark_schema, storage, cast_files=types_were_widened(table))
-    if row_filter is not None:
+    if bound is not None:
         # Planning pruned files only: the rows of a planned file still need the filter.
-        df = df.filter(spark_row_filter(identifier, filter_schema, row_expr))  # the same rows for text and expressions
+        df = df.filter(spark_row_filter(identifier, schema, bound))  # the same rows for text and expressions
     if window is not None:
         df = df.filter(window.spark_filter(df.schema))
     return df
+
+
+def _schema_of(table: Table, snap) -> Schema:
+    """The schema `snap` was written with (the current one without a snapshot, or for a snapshot without an id)."""
+    if snap is None or snap.schema_id is None:
+        return table.schema()
+    return table.schemas().get(snap.schema_id, table.schema())

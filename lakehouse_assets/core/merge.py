@@ -8,6 +8,11 @@
    b. Iceberg scan planning prunes live files by partition and min/max with that filter (candidates);
    c. a distributed semi-join of the candidates' keys with the batch's keys tells which candidates
       really hold a matched key; only those distinct file paths reach the driver.
+   A small batch (a filled cache of at most `KEYS_ON_DRIVER_ROWS` rows, e.g. a CDC batch) takes a
+   shorter road with the same outcome: its key columns come to the driver, as the build side of a
+   broadcast join would; the checks and key ranges of (a) are computed there from them, and (c) is
+   one Spark job whose pyarrow tasks read only the candidates' key columns and test them against
+   that key set, stopping at a file's first hit (no broadcast job, no shuffle).
    Matched files are rewritten in Spark: their rows minus the batch's keys, plus the batch's
    inserted/updated rows, written once through `write_files`. Files without a matched key are
    never opened for writing and stay live as they are.
@@ -22,14 +27,16 @@ import decimal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, In, LessThanOrEqual
 from pyiceberg.manifest import DataFile
 
 from .errors import InputError, SpecError
+from .evolution import column_names_moved
 from .iceberg_committer import live_data_files
 from .properties import SummaryKeys
-from .reader import file_uris
-from .type_mapping import iceberg_to_spark_schema
+from .reader import _ParquetFileReader, file_uris
+from .type_mapping import SPARK_FIELD_ID_KEY, iceberg_to_spark_schema
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -40,8 +47,11 @@ if TYPE_CHECKING:
 DEFAULT_DELETE_VALUES = ("delete", "d", "D", "DELETE")
 IN_SET_LIMIT = 200  # up to this many distinct values of a single key, prune with an In-set instead of a range
 # A cached and filled batch of at most this size is checked in one task: no shuffle, one Spark job instead of
-# two (the check of a small CDC batch is mostly per-job latency: ~0.2 -> ~0.13 s at 2k rows).
+# two (the check of a small CDC batch is mostly per-job latency: ~0.2 -> ~0.13 s at 2k rows)...
 SMALL_BATCH_BYTES = 32 * 1024 * 1024
+# ...and if it has at most this many rows, its keys are checked and matched from the driver (module
+# docstring): ~0.8 MB of long keys, below Spark's own broadcast-join threshold (10 MB).
+KEYS_ON_DRIVER_ROWS = 100_000
 # Helper columns hold a space, which user column names cannot (spec._check_names): they never collide.
 _DELETE = "_lakehouse merge delete"
 _PATH = "_lakehouse merge file"
@@ -80,6 +90,7 @@ class KeyStats:
     ranges: dict
     distinct_keys: int
     deduplicated: bool = False  # the batch is the last row per key of the input (a window over it), not a projection
+    values: pa.Table | None = None  # the batch's distinct keys, when a small batch brought them to the driver
 
 
 @dataclass
@@ -104,19 +115,26 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
         raise SpecError(f"Table {identifier}: column(s) {reserved} are reserved for the merge's own bookkeeping; rename them.")
     if set(opts.keys) & set(opts.control_columns):
         raise SpecError(f"Table {identifier}: a merge key cannot also be the operation or deleted-at column.")
-    any_null = F.lit(False)
-    for k in opts.keys:
-        any_null = any_null | F.col(k).isNull()
-    # One tiny aggregate: null keys, duplicate keys, and the key ranges that prune candidate files later.
-    ranges = [x for k in opts.keys for x in (F.min(k).alias(f"min_{k}"), F.max(k).alias(f"max_{k}"))]
-    checked = df.coalesce(1) if _small_filled_cache(df) else df
-    checks = checked.groupBy(*opts.keys).agg(F.count(F.lit(1)).alias("n")).agg(
-        F.sum(F.when(any_null, F.col("n")).otherwise(0)).alias("null_rows"),
-        F.max(F.when(~any_null, F.col("n"))).alias("max_dup"),
-        F.count(F.lit(1)).alias("distinct_keys"),
-        *ranges,
-    ).first()
-    key_stats = KeyStats({k: (checks[f"min_{k}"], checks[f"max_{k}"]) for k in opts.keys}, checks["distinct_keys"] or 0)
+    cached_rows = _filled_cache_rows(df)
+    values = _keys_on_driver(df, opts.keys, cached_rows)
+    if values is not None:
+        checks, values = _checks_of(values, opts.keys)
+    else:
+        any_null = F.lit(False)
+        for k in opts.keys:
+            any_null = any_null | F.col(k).isNull()
+        # One tiny aggregate: null keys, duplicate keys, and the key ranges that prune candidate files later.
+        ranges = [x for k in opts.keys for x in (F.min(k).alias(f"min_{k}"), F.max(k).alias(f"max_{k}"))]
+        # A filled small cache is read in one task (no shuffle, one job instead of two); any other input keeps
+        # the parallel aggregate: a first action on an unfilled cache computes its whole input.
+        checked = df.coalesce(1) if cached_rows is not None else df
+        checks = checked.groupBy(*opts.keys).agg(F.count(F.lit(1)).alias("n")).agg(
+            F.sum(F.when(any_null, F.col("n")).otherwise(0)).alias("null_rows"),
+            F.max(F.when(~any_null, F.col("n"))).alias("max_dup"),
+            F.count(F.lit(1)).alias("distinct_keys"),
+            *ranges,
+        ).first().asDict()
+    key_stats = KeyStats({k: (checks[f"min_{k}"], checks[f"max_{k}"]) for k in opts.keys}, checks["distinct_keys"] or 0, values=values)
     if checks["null_rows"]:
         raise InputError(
             f"Table {identifier}: {checks['null_rows']} row(s) of the merge batch have a null merge key "
@@ -147,18 +165,61 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
     return df.withColumn(_DELETE, delete).drop(*opts.control_columns), key_stats
 
 
-def _small_filled_cache(df) -> bool:
-    """Whether `df` is served from a cache that is already filled and small (a CDC batch the caller cached
-    and counted): then the check reads it in one task, with no shuffle. Anything else keeps the parallel
-    aggregate: a first action on an unfilled cache computes its whole input, which one task must not do."""
-    try:  # Spark internals (3.5's InMemoryRelation / CachedRDDBuilder); any change falls back to the parallel path
+def _keys_on_driver(df, keys: Sequence[str], cached_rows: int | None) -> pa.Table | None:
+    """The key columns of `df` as an Arrow table on the driver, when `df` reads a filled small cache of
+    `cached_rows` <= KEYS_ON_DRIVER_ROWS rows and the keys are of types Arrow compares as Spark does; else None."""
+    from pyspark.sql import types as T
+
+    # Types whose Arrow equality and ordering are Spark's: integers, strings, dates, booleans, decimals.
+    exact = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.DateType, T.BooleanType, T.DecimalType)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    if not all(isinstance(types.get(k), exact) for k in keys):
+        return None  # floats (NaN, -0.0), timestamps (time zones) and nested keys keep Spark's join
+    if cached_rows is None or cached_rows > KEYS_ON_DRIVER_ROWS:
+        return None
+    try:
+        batches = df.select(*keys)._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
+    except Exception:  # noqa: BLE001  (a private API: any change keeps the Spark path)
+        return None
+    if not batches:
+        return None
+    return pa.Table.from_batches(batches)
+
+
+def _filled_cache_rows(df) -> int | None:
+    """Rows of the cache `df` reads (through projections only) if it is filled and at most SMALL_BATCH_BYTES
+    (a CDC batch the caller cached and counted, or one the merge's own check filled); else None."""
+    try:  # Spark internals (3.5's InMemoryRelation / CachedRDDBuilder); any change falls back to the Spark path
         plan = df._jdf.queryExecution().optimizedPlan()
+        while plan.getClass().getSimpleName() == "Project":
+            plan = plan.child()
         if plan.getClass().getSimpleName() != "InMemoryRelation":
-            return False
+            return None
         cache = plan.cacheBuilder()
-        return bool(cache.isCachedColumnBuffersLoaded()) and int(cache.sizeInBytesStats().value()) <= SMALL_BATCH_BYTES
+        if not cache.isCachedColumnBuffersLoaded() or int(cache.sizeInBytesStats().value()) > SMALL_BATCH_BYTES:
+            return None
+        return int(cache.rowCountStats().value())
     except Exception:  # noqa: BLE001
-        return False
+        return None
+
+
+def _checks_of(values: pa.Table, keys: Sequence[str]) -> tuple[dict, pa.Table]:
+    """The validation aggregate's figures, from the batch's key columns on the driver; and the distinct keys."""
+    import pyarrow.compute as pc
+
+    keys = list(keys)
+    null_rows = 0
+    if any(values.column(k).null_count for k in keys):
+        any_null = pc.is_null(values.column(keys[0]))
+        for k in keys[1:]:
+            any_null = pc.or_(any_null, pc.is_null(values.column(k)))
+        null_rows = pc.sum(any_null.cast(pa.int64())).as_py()
+    groups = values.group_by(keys, use_threads=False).aggregate([([], "count_all")])
+    checks = {"null_rows": null_rows, "max_dup": pc.max(groups.column("count_all")).as_py(), "distinct_keys": groups.num_rows}
+    for k in keys:
+        lo_hi = pc.min_max(values.column(k))
+        checks[f"min_{k}"], checks[f"max_{k}"] = lo_hi["min"].as_py(), lo_hi["max"].as_py()
+    return checks, groups.select(keys)
 
 
 def data_columns(batch) -> list[str]:
@@ -170,7 +231,10 @@ def _key_filter(batch, keys: Sequence[str], key_stats: KeyStats) -> BooleanExpre
     if key_stats.distinct_keys == 0:
         return AlwaysTrue()
     if len(keys) == 1 and key_stats.distinct_keys <= IN_SET_LIMIT:
-        values = [r[0] for r in batch.select(keys[0]).distinct().collect()]  # at most IN_SET_LIMIT values
+        if key_stats.values is not None:
+            values = key_stats.values.column(0).to_pylist()
+        else:
+            values = [r[0] for r in batch.select(keys[0]).distinct().collect()]  # at most IN_SET_LIMIT values
         if all(_prunable(v) for v in values):
             return In(keys[0], {_literal(v) for v in values})
     expr: BooleanExpression = AlwaysTrue()
@@ -211,7 +275,13 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
         candidates = live_data_files(table, row_filter=_key_filter(batch, keys, key_stats))
     stats.candidate_files = len(candidates)
     matched: list[DataFile] = []
-    if candidates:
+    # A small batch's keys: from the check, or now from the cache the check filled (one tiny job, which the
+    # shorter matching repays). A deduplicated batch is a window over its cache, not a projection: Spark matches.
+    values = key_stats.values if key_stats.values is not None or not candidates else _keys_on_driver(batch, keys, _filled_cache_rows(batch))
+    holding = _files_holding(spark, target, candidates, values) if candidates and values is not None else None
+    if holding is not None:
+        matched = [f for f in candidates if f.file_path in holding]
+    elif candidates:
         by_uri = {f.file_path: f for f in candidates}
         existing = target.read(spark, candidates, path_column=_PATH)
         hits = existing.select(*keys, _PATH).join(batch_keys, keys, "left_semi")
@@ -240,6 +310,58 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     target.write(merged, changes)
     changes.removes += matched
     return stats
+
+
+def _files_holding(spark, target: "WriteTarget", files: list[DataFile], values: pa.Table) -> set[str] | None:
+    """Paths of the `files` holding at least one key of `values` (distinct keys, on the driver): one Spark
+    job whose pyarrow tasks read each file's key columns only (by field id after renames, cast to the
+    table's types) and stop at its first hit. No row leaves the executors; only paths come back.
+    None if the keys do not cast to the table's key types (the caller then matches with Spark's join)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    keys = values.column_names
+    spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(target.table))
+    key_schema = to_arrow_schema(StructType([spark_schema[k] for k in keys]))
+    field_ids = {k: spark_schema[k].metadata[SPARK_FIELD_ID_KEY] for k in keys if SPARK_FIELD_ID_KEY in (spark_schema[k].metadata or {})}
+    try:
+        values = values.cast(pa.schema([pa.field(f.name, f.type) for f in key_schema]))  # the table's types (this write may widen them)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, values.schema) as w:
+        w.write_table(values)
+    holder = _KeyHolder(_ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None), sink.getvalue().to_pybytes())
+    uris = [f.file_path for f in files]
+    paths = spark.createDataFrame(spark.sparkContext.parallelize([(u,) for u in uris], min(len(uris), spark.sparkContext.defaultParallelism)), "path string")
+    return {r[0] for r in paths.mapInArrow(holder, "path string").collect()}
+
+
+@dataclass
+class _KeyHolder:
+    """mapInArrow function: file paths in, the paths of the files holding one of the keys out (on the executors)."""
+
+    reader: _ParquetFileReader  # reads the key columns, in the table's types
+    keys_ipc: bytes  # the distinct keys, an Arrow IPC stream
+
+    def __call__(self, batches):
+        import pyarrow.compute as pc
+
+        values = pa.ipc.open_stream(self.keys_ipc).read_all()
+        names = values.column_names
+        single = values.column(0).combine_chunks() if len(names) == 1 else None
+
+        def holds(rb: pa.RecordBatch) -> bool:
+            if single is not None:
+                return bool(pc.any(pc.is_in(rb.column(0), value_set=single)).as_py())
+            return pa.Table.from_batches([rb]).join(values, keys=names, join_type="left semi").num_rows > 0
+
+        for batch in batches:
+            hits = []
+            for uri in batch.column(0).to_pylist():
+                if any(holds(rb) for rb in self.reader(iter([pa.record_batch([pa.array([uri], pa.string())], names=["path"])]))):
+                    hits.append(uri)
+            yield pa.RecordBatch.from_arrays([pa.array(hits, pa.string())], names=["path"])
 
 
 def _live_file_count(table) -> int:

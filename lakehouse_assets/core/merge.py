@@ -35,7 +35,7 @@ from .errors import InputError, SpecError
 from .evolution import column_names_moved
 from .iceberg_committer import live_data_files
 from .properties import SummaryKeys
-from .reader import _ParquetFileReader, file_uris
+from .reader import _ParquetFileReader, file_uris, map_paths
 from .type_mapping import SPARK_FIELD_ID_KEY, iceberg_to_spark_schema
 
 if TYPE_CHECKING:
@@ -318,7 +318,7 @@ def _files_holding(spark, target: "WriteTarget", files: list[DataFile], values: 
     table's types) and stop at its first hit. No row leaves the executors; only paths come back.
     None if the keys do not cast to the table's key types (the caller then matches with Spark's join)."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StringType, StructField, StructType
 
     keys = values.column_names
     spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(target.table))
@@ -332,9 +332,9 @@ def _files_holding(spark, target: "WriteTarget", files: list[DataFile], values: 
     with pa.ipc.new_stream(sink, values.schema) as w:
         w.write_table(values)
     holder = _KeyHolder(_ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None), sink.getvalue().to_pybytes())
-    uris = [f.file_path for f in files]
-    paths = spark.createDataFrame(spark.sparkContext.parallelize([(u,) for u in uris], min(len(uris), spark.sparkContext.defaultParallelism)), "path string")
-    return {r[0] for r in paths.mapInArrow(holder, "path string").collect()}
+    schema = StructType([StructField("path", StringType(), False)])
+    hits = map_paths(spark, [f.file_path for f in files], holder, schema, tasks=min(len(files), spark.sparkContext.defaultParallelism))
+    return {r[0] for r in hits.collect()}
 
 
 @dataclass

@@ -124,13 +124,19 @@ def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
     assert_all_readers_agree(lh, spark, duck, ident, duck_formats=backend.duck_formats)
 
 
-def test_merge_on_every_backend(backend, spark):
+def test_merge_on_every_backend(backend, spark, monkeypatch):
+    from lakehouse_assets.core import merge
+
     lh = backend.lakehouse()
     duck = duckdb_readers.connect(lh.storage)
     ident = f"{backend.namespace()}.merged"
     lh.write(events(spark, 0, 20), ident)
+    matched = []  # the small batch's files are matched by pyarrow tasks on the executors, on every storage
+    real = merge._files_holding
+    monkeypatch.setattr(merge, "_files_holding", lambda *a, **k: matched.append(real(*a, **k)) or matched[-1])
     # Update ids 10..19, insert 20..29.
     r = lh.write(events(spark, 10, 20).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge_keys=["id"])
+    assert len(matched) == 1 and len(matched[0]) == r.files_removed >= 1
     want = expected(0, 10) + [(a + 1, c, t, i) for a, c, t, i in expected(10, 20)]
     assert r.delta_version is not None and not r.delta_lagging
     assert_all_readers_agree(lh, spark, duck, ident, want, duck_formats=backend.duck_formats)

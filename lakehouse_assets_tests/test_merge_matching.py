@@ -10,94 +10,151 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+from types import SimpleNamespace
 
 import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_assets import InputError
 from lakehouse_assets.core import merge
+from lakehouse_assets.core.properties import SummaryKeys
 
 from .conftest import _norm, assert_all_readers_agree
 
 ICEBERG_ONLY = ["iceberg"]
 
 
-@pytest.fixture(params=["driver", "spark"])
-def road(request, monkeypatch):
-    """Force a matching road and record which one each merge took."""
-    taken = []
-    real = merge._files_holding
+@pytest.fixture(params=["cached", "driver", "spark"])
+def road(request, monkeypatch, spark):
+    """Force a road and record which one each merge took.
 
-    def spy(*args, **kwargs):
-        out = real(*args, **kwargs)
-        taken.append("driver" if out is not None else "cast fallback")
-        return out
+    cached: the caller cached and counted the batch: its keys come to the driver before the check, which
+            runs on them (merge._checks_of), and the matching is pyarrow's;
+    driver: an uncached batch: Spark's check aggregate, then the keys of the cache it filled, pyarrow matching;
+    spark:  the keys never come to the driver (the limit set to 0): Spark's aggregate and semi-join.
+    """
+    name = request.param
+    seen = {"checks on the driver": 0, "pyarrow matching": 0}
+    for fn, label in ((merge._checks_of, "checks on the driver"), (merge._files_holding, "pyarrow matching")):
+        def spy(*args, _fn=fn, _label=label, **kwargs):
+            seen[_label] += 1
+            return _fn(*args, **kwargs)
 
-    monkeypatch.setattr(merge, "_files_holding", spy)
-    if request.param == "spark":
+        monkeypatch.setattr(merge, fn.__name__, spy)
+    if name == "spark":
         monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS", 0)
-    yield request.param, taken
+    cached = []
+
+    def batch(df):
+        if name == "cached":
+            df = df.cache()
+            df.count()
+            cached.append(df)
+        return df
+
+    def took(merges=1):
+        want = {
+            "cached": {"checks on the driver": merges, "pyarrow matching": merges},
+            "driver": {"checks on the driver": 0, "pyarrow matching": merges},
+            "spark": {"checks on the driver": 0, "pyarrow matching": 0},
+        }[name]
+        assert seen == want, f"expected the {name} road, saw {seen}"
+
+    yield SimpleNamespace(name=name, batch=batch, took=took)
+    for df in cached:
+        df.unpersist()
 
 
-def _took(road_):
-    name, seen = road_
-    assert seen == (["driver"] if name == "driver" else []), f"expected the {name} road, saw {seen}"
+def _summary(lh, name) -> dict:
+    return lh.load(name).current_snapshot().summary.additional_properties
 
 
-# Key values with the awkward members of each type: quotes, backslashes, non-ASCII and empty strings;
-# the sentinel dates; decimals beyond a long. Row i lands in partition i % 3.
+# Key values with the awkward members of each type: quotes, backslashes, non-ASCII and empty strings; the
+# sentinel dates; decimals beyond a long; each integer type's extremes. Row i lands in partition i % 3.
+# `absent`: two keys the table does not hold, each inside the key range of partition 1's and 2's files, so
+# that pruning keeps every file as a candidate and only the matching itself can tell them apart.
 KEYS = {
-    "string": ("string", ["a'b", "é", "", "x\\y", "z", "Ω", "q\"", "plain", "tab\t"]),
-    "date": ("date", [dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1970, 1, 1), dt.date(1582, 10, 4), dt.date(2024, 2, 29), dt.date(1900, 1, 1)]),
-    "decimal": ("decimal(38,4)", [decimal.Decimal("12345678901234567890123.4567"), decimal.Decimal("-1.0000"), decimal.Decimal("0.0001"), decimal.Decimal("7"), decimal.Decimal("-99999999999999999999999.9999"), decimal.Decimal("3.1416")]),
-    "int": ("int", [-(2**31), 2**31 - 1, 0, 1, -1, 42]),
+    "string": ("string", ["a'b", "é", "", "x\\y", "z", "Ω", "q\"", "plain", "tab\t"], ["q-new", "Z"]),
+    "date": ("date", [dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1970, 1, 1), dt.date(1582, 10, 4), dt.date(2024, 2, 29), dt.date(1900, 1, 1)], [dt.date(3000, 1, 1), dt.date(1950, 6, 15)]),
+    "decimal": (
+        "decimal(38,4)",
+        [decimal.Decimal("12345678901234567890123.4567"), decimal.Decimal("-1.0000"), decimal.Decimal("0.0001"), decimal.Decimal("7.0000"), decimal.Decimal("-99999999999999999999999.9999"), decimal.Decimal("3.1416")],
+        [decimal.Decimal("-5.0000"), decimal.Decimal("2.0000")],
+    ),
+    "int": ("int", [-(2**31), 2**31 - 1, 0, 1, -1, 42], [5, 7]),
+    "long": ("long", [-(2**63), 2**63 - 1, 0, 1, -1, 42], [5, 7]),
+    "short": ("smallint", [-(2**15), 2**15 - 1, 0, 1, -1, 42], [5, 7]),
 }
 
 
+@pytest.mark.parametrize("pruning", ["in-set", "range"])
 @pytest.mark.parametrize("kind", sorted(KEYS))
-def test_both_roads_rewrite_the_same_files_for_every_key_type(lh, spark, duck, road, kind):
-    ddl, values = KEYS[kind]
-    name = f"mm.{kind}_{road[0]}"
+def test_both_roads_rewrite_the_same_files_for_every_key_type(lh, spark, duck, road, kind, pruning, monkeypatch):
+    """Pruning by the batch's distinct keys (an In-set, up to IN_SET_LIMIT) or by their min/max: either
+    comes from the driver's keys on the cached road, so both are checked on every road."""
+    if pruning == "range":
+        monkeypatch.setattr(merge, "IN_SET_LIMIT", 0)
+    ddl, values, absent = KEYS[kind]
+    name = f"mm.{kind}_{road.name}_{pruning.replace('-', '_')}"
     rows = [(v, i % 3, "old") for i, v in enumerate(values)] + [(None, 1, "null key")]  # a null key matches nothing
     lh.write(spark.createDataFrame(rows, f"k {ddl}, part int, v string"), name, partition_by=["part"])
     update, delete = values[0], values[3]  # both in partition 0
-    new = {"string": "new", "date": dt.date(2000, 1, 1), "decimal": decimal.Decimal("5.5000"), "int": 5}[kind]
-    batch = spark.createDataFrame([(update, 0, "new", "u"), (delete, 0, None, "d"), (new, 0, "inserted", "i")], f"k {ddl}, part int, v string, op string")
-    r = lh.write(batch, name, mode="merge", merge_keys=["k"], operation_column="op")
-    _took(road)
-    assert r.files_removed == 1  # only partition 0's file held a key of the batch
-    want = [(v, i % 3, "new" if v == update else "old") for i, v in enumerate(values) if v != delete] + [(None, 1, "null key"), (new, 0, "inserted")]
+    batch = spark.createDataFrame(
+        [(update, 0, "new", "u"), (delete, 0, None, "d")] + [(a, 0, "inserted", "i") for a in absent], f"k {ddl}, part int, v string, op string"
+    )
+    r = lh.write(road.batch(batch), name, mode="merge", merge_keys=["k"], operation_column="op")
+    road.took()
+    assert _summary(lh, name)[SummaryKeys.MERGE_CANDIDATE_FILES] == "3"  # pruning kept every file...
+    assert r.files_removed == 1  # ...and only partition 0's file held a key of the batch
+    want = [(v, i % 3, "new" if v == update else "old") for i, v in enumerate(values) if v != delete]
+    want += [(None, 1, "null key")] + [(a, 0, "inserted") for a in absent]
     assert_all_readers_agree(lh, spark, duck, name, [tuple(_norm(x) for x in row) for row in want])  # columns in name order: k, part, v
 
 
-def test_both_roads_agree_on_composite_keys(lh, spark, duck, road):
-    name = f"mm.composite_{road[0]}"
-    lh.write(spark.sql("SELECT CAST(id % 4 AS INT) AS a, CONCAT('s', id % 3) AS b, CAST(id % 3 AS INT) AS part, 'old' AS v FROM range(12)"), name, partition_by=["part"])
-    # (1, s1) lives in partition 1 only; (0, s2) in partition 2; (3, s9) is new.
-    batch = spark.createDataFrame([(1, "s1", 1, "new"), (0, "s2", 2, "new"), (3, "s9", 0, "new")], "a int, b string, part int, v string")
-    r = lh.write(batch, name, mode="merge", merge_keys=["a", "b"])
-    _took(road)
-    assert r.files_removed == 2
-    rows = spark.sql("SELECT CAST(id % 4 AS INT) AS a, CONCAT('s', id % 3) AS b, CAST(id % 3 AS INT) AS part, 'old' AS v FROM range(12)").collect()
-    want = {(x.a, x.b): (x.part, x.v) for x in rows} | {(1, "s1"): (1, "new"), (0, "s2"): (2, "new"), (3, "s9"): (0, "new")}
-    got = assert_all_readers_agree(lh, spark, duck, name)
-    assert sorted(got) == sorted((a, b, p, v) for (a, b), (p, v) in want.items())
+# Composite keys: partition 0 holds x1 and y1 in different rows but not the pair (x1, y1), which partition
+# 1 holds; a matcher testing each column on its own would rewrite partition 0 as well.
+COMPOSITE = {
+    "int_string": ("a int, b string", [0, 1, 2, 3, 4, 5], ["s0", "s1", "s2", "s3", "s4", "s5"]),
+    "date_decimal": (
+        "a date, b decimal(10,2)",
+        [dt.date(1, 1, 1), dt.date(1970, 1, 1), dt.date(2000, 2, 29), dt.date(2024, 1, 1), dt.date(2025, 6, 1), dt.date(9999, 12, 31)],
+        [decimal.Decimal(x) for x in ("-1.50", "0.00", "1.25", "2.50", "3.75", "99999999.99")],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(COMPOSITE))
+def test_both_roads_match_composite_keys_as_pairs(lh, spark, duck, road, kind):
+    ddl, x, y = COMPOSITE[kind]
+    name = f"mm.composite_{kind}_{road.name}"
+    table = [(x[1], y[0], 0), (x[2], y[1], 0), (x[1], y[1], 1), (x[3], y[3], 1), (x[0], y[2], 2), (x[5], y[5], 2)]
+    lh.write(spark.createDataFrame([(*t, "old") for t in table], f"{ddl}, part int, v string"), name, partition_by=["part"])
+    batch = spark.createDataFrame([(x[1], y[1], 1, "new"), (x[0], y[2], 2, "new"), (x[4], y[4], 0, "new")], f"{ddl}, part int, v string")
+    r = lh.write(road.batch(batch), name, mode="merge", merge_keys=["a", "b"])
+    road.took()
+    assert _summary(lh, name)[SummaryKeys.MERGE_CANDIDATE_FILES] == "3"
+    assert r.files_removed == 2  # partitions 1 and 2; partition 0 holds x1 and y1, never together
+    want = {(a, b): (p, "old") for a, b, p in table} | {(x[1], y[1]): (1, "new"), (x[0], y[2]): (2, "new"), (x[4], y[4]): (0, "new")}
+    rows = [(a, b, p, v) for (a, b), (p, v) in want.items()]
+    assert_all_readers_agree(lh, spark, duck, name, [tuple(_norm(c) for c in row) for row in rows])
 
 
 def test_both_roads_find_keys_under_the_names_and_widths_the_files_use(lh, spark, duck, road):
     """Old files call the key `k` and hold it as INT32; the table now calls it `key`, a long. Both roads
     read the files by field id and compare in the table's type; the batch's keys are ints."""
-    name = f"mm.renamed_{road[0]}"
-    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, 'old' AS v FROM range(5)"), name, formats=ICEBERG_ONLY)
+    name = f"mm.renamed_{road.name}"
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, 'old' AS v FROM range(5)").coalesce(1), name, formats=ICEBERG_ONLY)  # one file each
     lh.alter(name, rename={"k": "key"})
-    lh.write(spark.sql("SELECT CAST(id AS LONG) AS key, 'old' AS v FROM range(5, 10)"), name)  # widens key to long
-    lh.write(spark.sql("SELECT CAST(id AS LONG) AS key, 'old' AS v FROM range(10, 15)"), name)
+    lh.write(spark.sql("SELECT CAST(id AS LONG) AS key, 'old' AS v FROM VALUES (5), (6), (8), (9) AS t(id)").coalesce(1), name)  # widens key
+    lh.write(spark.sql("SELECT CAST(id AS LONG) AS key, 'old' AS v FROM VALUES (7), (10), (11) AS t(id)").coalesce(1), name)
     assert [str(f.field_type) for f in lh.load(name).schema().fields] == ["long", "string"]
     batch = spark.createDataFrame([(2, "new"), (7, "new")], "key int, v string")
-    r = lh.write(batch, name, mode="merge", merge_keys=["key"])
-    _took(road)
-    assert r.files_removed == 2  # the INT32 file named `k` and the first long file; the third is untouched
-    want = sorted((i, "new" if i in (2, 7) else "old") for i in range(15))
+    r = lh.write(road.batch(batch), name, mode="merge", merge_keys=["key"])
+    road.took()
+    # The middle file's range [5, 9] covers 7 without holding it: a candidate, not rewritten.
+    assert _summary(lh, name)[SummaryKeys.MERGE_CANDIDATE_FILES] == "3"
+    assert r.files_removed == 2  # the INT32 file named `k` and the last one
+    want = sorted((i, "new" if i in (2, 7) else "old") for i in [*range(12)])
     assert sorted(tuple(x) for x in lh.read(spark, name).collect()) == want
     from lakehouse_assets.core import duckdb_readers
 
@@ -105,15 +162,40 @@ def test_both_roads_find_keys_under_the_names_and_widths_the_files_use(lh, spark
     assert sorted(duck.execute(f"SELECT key, v FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)}").fetchall()) == want
 
 
-def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, spark):
-    """A cached, counted small batch is checked from its keys on the driver: no Spark aggregate, same verdicts."""
+def test_both_roads_skip_files_written_before_the_key_column_existed(lh, spark, duck, road):
+    """A key added by schema evolution is null in older files: they hold no key of the batch."""
+    name = f"mm.late_key_{road.name}"
+    lh.write(spark.sql("SELECT id AS x, 'old' AS v FROM range(3)"), name)
+    lh.write(spark.sql("SELECT id AS x, 'old' AS v, id * 10 AS k FROM range(3, 6)"), name)  # adds k
+    batch = spark.createDataFrame([(40, "new", 99), (70, "new", 7)], "k long, v string, x long")
+    r = lh.write(road.batch(batch), name, mode="merge", merge_keys=["k"])
+    road.took()
+    assert r.files_removed == 1  # the file with k; the older one has no k at all
+    want = [(None, "old", 0), (None, "old", 1), (None, "old", 2), (30, "old", 3), (40, "new", 99), (50, "old", 5), (70, "new", 7)]
+    assert_all_readers_agree(lh, spark, duck, name, want)
+
+
+def test_an_empty_batch_matches_nothing_and_reads_no_file(lh, spark, road):
+    name = f"mm.empty_{road.name}"
+    lh.write(spark.sql("SELECT id AS k, 'old' AS v FROM range(4)"), name)
+    r = lh.write(road.batch(spark.createDataFrame([], "k long, v string")), name, mode="merge", merge_keys=["k"])
+    assert r.files_removed == 0 and r.rows_written == 0
+    assert sorted((x.k, x.v) for x in lh.read(spark, name).collect()) == [(i, "old") for i in range(4)]
+
+
+def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, spark, monkeypatch):
+    """A cached, counted small batch is checked from its keys on the driver: no Spark aggregate, same verdicts.
+    Duplicates resolved by order_by keep the driver road: the distinct keys are the deduplicated batch's keys."""
     name = "mm.checks"
     lh.write(spark.sql("SELECT id AS k, 'old' AS v FROM range(5)"), name)
     before = lh.load(name).current_snapshot().snapshot_id
+    matched = []
+    real = merge._files_holding
+    monkeypatch.setattr(merge, "_files_holding", lambda *a, **k: matched.append(1) or real(*a, **k))
     cached = []
 
-    def batch(rows):
-        df = spark.createDataFrame(rows, "k long, v string").repartition(3).cache()
+    def batch(rows, schema="k long, v string"):
+        df = spark.createDataFrame(rows, schema).repartition(3).cache()
         df.count()
         cached.append(df)
         assert merge._keys_on_driver(df, ["k"], merge._filled_cache_rows(df)) is not None
@@ -124,12 +206,9 @@ def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, sp
             lh.write(batch([(1, "a"), (7, "x"), (1, "b")]), name, mode="merge", merge_keys=["k"])
         with pytest.raises(InputError, match=rf"Table {name}: 2 row\(s\) of the merge batch have a null merge key"):
             lh.write(batch([(1, "a"), (None, "b"), (None, "c")]), name, mode="merge", merge_keys=["k"])
-        assert lh.load(name).current_snapshot().snapshot_id == before
-        # Duplicates with an order_by: the last row wins (the deduplicated batch then matches through Spark).
-        df = spark.createDataFrame([(1, "first", 1), (1, "last", 2), (9, "nine", 1)], "k long, v string, seq int").cache()
-        df.count()
-        cached.append(df)
-        lh.write(df, name, mode="merge", merge_keys=["k"], order_by=["seq"])
+        assert lh.load(name).current_snapshot().snapshot_id == before and matched == []
+        lh.write(batch([(1, "first", 1), (1, "last", 2), (9, "nine", 1)], "k long, v string, seq int"), name, mode="merge", merge_keys=["k"], order_by=["seq"])
+        assert matched == [1]
     finally:
         for df in cached:
             df.unpersist()
@@ -137,15 +216,45 @@ def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, sp
     assert got == [(0, "old"), (1, "last"), (2, "old"), (3, "old"), (4, "old"), (9, "nine")]
 
 
-def test_a_batch_above_the_driver_limit_matches_through_spark(lh, spark, monkeypatch):
+@pytest.mark.parametrize("limit", ["rows", "bytes"])
+def test_a_batch_above_the_driver_limits_matches_through_spark(lh, spark, monkeypatch, limit):
     taken = []
     real = merge._files_holding
     monkeypatch.setattr(merge, "_files_holding", lambda *a, **k: taken.append(1) or real(*a, **k))
-    monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS", 2)
-    lh.write(spark.sql("SELECT id AS k, 'old' AS v FROM range(6)"), "mm.limit")
-    lh.write(spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], "k long, v string"), "mm.limit", mode="merge", merge_keys=["k"])
+    # Rows: at most 2 keys; bytes: at most 30 bytes of keys (3 longs are 24 bytes, 3 long strings are not).
+    monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS" if limit == "rows" else "KEYS_ON_DRIVER_BYTES", 2 if limit == "rows" else 30)
+    name = f"mm.limit_{limit}"
+    lh.write(spark.sql("SELECT CAST(id AS STRING) AS k, 'old' AS v FROM range(6)"), name)
+    big = "".join(["k"] * 20)
+    batch = spark.createDataFrame([("1", "a"), ("2", "b"), ("3" if limit == "rows" else "3" + big, "c")], "k string, v string")
+    lh.write(batch, name, mode="merge", merge_keys=["k"])
     assert taken == []
-    lh.write(spark.createDataFrame([(4, "d")], "k long, v string").withColumn("v", F.upper("v")), "mm.limit", mode="merge", merge_keys=["k"])
+    lh.write(spark.createDataFrame([("4", "d")], "k string, v string").withColumn("v", F.upper("v")), name, mode="merge", merge_keys=["k"])
     assert taken == [1]
-    got = sorted((x.k, x.v) for x in lh.read(spark, "mm.limit").collect())
-    assert got == [(0, "old"), (1, "a"), (2, "b"), (3, "c"), (4, "D"), (5, "old")]
+    got = sorted((x.k, x.v) for x in lh.read(spark, name).collect())
+    third = [("3", "c")] if limit == "rows" else [("3", "old"), ("3" + big, "c")]
+    assert got == sorted([("0", "old"), ("1", "a"), ("2", "b"), ("4", "D"), ("5", "old")] + third)
+
+
+def test_the_pyarrow_reader_resolves_file_columns_as_spark_does(tmp_path):
+    """Both roads must see the same columns: by name, a file's `ID` is the table's `id` (Spark's Parquet
+    reader ignores case by default), two spellings of it are an error, and a file without any of the
+    wanted columns still has its rows (as nulls), as Spark reads it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakehouse_assets.core.reader import _ParquetFileReader
+    from lakehouse_assets.core.storage import StorageConfig
+
+    def read(table: pa.Table, want: pa.Schema):
+        path = tmp_path / f"f{len(list(tmp_path.iterdir()))}.parquet"
+        pq.write_table(table, path)
+        reader = _ParquetFileReader(StorageConfig(), want)
+        return pa.Table.from_batches(list(reader(iter([pa.record_batch([pa.array([f"file://{path}"])], names=["path"])]))), schema=want).to_pylist()
+
+    want = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    assert read(pa.table({"ID": [1, 2], "v": ["a", "b"]}), want) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+    assert read(pa.table({"id": [1], "ID": [2], "v": ["a"]}), want) == [{"id": 1, "v": "a"}]  # the exact name first
+    with pytest.raises(ValueError, match="several columns named 'id' ignoring case"):
+        read(pa.table({"Id": [1], "ID": [2]}), want)
+    assert read(pa.table({"other": [1, 2, 3]}), want) == [{"id": None, "v": None}] * 3

@@ -12,7 +12,7 @@
    shorter road with the same outcome: its key columns come to the driver, as the build side of a
    broadcast join would; the checks and key ranges of (a) are computed there from them, and (c) is
    one Spark job whose pyarrow tasks read only the candidates' key columns and test them against
-   that key set, stopping at a file's first hit (no broadcast job, no shuffle).
+   that key set (no broadcast job, no shuffle).
    Matched files are rewritten in Spark: their rows minus the batch's keys, plus the batch's
    inserted/updated rows, written once through `write_files`. Files without a matched key are
    never opened for writing and stay live as they are.
@@ -52,6 +52,7 @@ SMALL_BATCH_BYTES = 32 * 1024 * 1024
 # ...and if it has at most this many rows, its keys are checked and matched from the driver (module
 # docstring): ~0.8 MB of long keys, below Spark's own broadcast-join threshold (10 MB).
 KEYS_ON_DRIVER_ROWS = 100_000
+KEYS_ON_DRIVER_BYTES = 10 * 1024 * 1024
 # Helper columns hold a space, which user column names cannot (spec._check_names): they never collide.
 _DELETE = "_lakehouse merge delete"
 _PATH = "_lakehouse merge file"
@@ -73,7 +74,7 @@ class MergeOptions:
                 f"Table {identifier}: mode='merge' needs merge_keys, the columns that identify a row, "
                 "e.g. merge_keys=['customer_id'] (asset metadata 'merge_keys')."
             )
-        keys = (merge_keys,) if isinstance(merge_keys, str) else tuple(merge_keys)
+        keys = (merge_keys,) if isinstance(merge_keys, str) else tuple(dict.fromkeys(merge_keys))  # a repeated key counts once
         order = (order_by,) if isinstance(order_by, str) else tuple(order_by or ())
         deletes = (delete_values,) if isinstance(delete_values, str) else tuple(delete_values or DEFAULT_DELETE_VALUES)
         return cls(keys, operation_column, deletes, deleted_at_column, order)
@@ -179,11 +180,11 @@ def _keys_on_driver(df, keys: Sequence[str], cached_rows: int | None) -> pa.Tabl
         return None
     try:
         batches = df.select(*keys)._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
-    except Exception:  # noqa: BLE001  (a private API: any change keeps the Spark path)
+    except AttributeError:  # a private API: if it goes, the Spark road remains
         return None
-    if not batches:
-        return None
-    return pa.Table.from_batches(batches)
+    values = pa.Table.from_batches(batches) if batches else None
+    # Keys of a broadcast's size at most (long strings could make 100k rows large), or Spark's road.
+    return values if values is not None and values.nbytes <= KEYS_ON_DRIVER_BYTES else None
 
 
 def _filled_cache_rows(df) -> int | None:
@@ -228,8 +229,6 @@ def data_columns(batch) -> list[str]:
 
 def _key_filter(batch, keys: Sequence[str], key_stats: KeyStats) -> BooleanExpression:
     """An Iceberg filter covering every key of the batch: min/max per key, or an In-set when few."""
-    if key_stats.distinct_keys == 0:
-        return AlwaysTrue()
     if len(keys) == 1 and key_stats.distinct_keys <= IN_SET_LIMIT:
         if key_stats.values is not None:
             values = key_stats.values.column(0).to_pylist()
@@ -270,16 +269,18 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     candidates: list[DataFile] = []
     existing_columns = {f.name for f in table.schema().fields}
     # A key column the table does not have yet is null in every existing row: nothing can match.
-    if table.current_snapshot() is not None and set(keys) <= existing_columns:
+    # An empty batch matches nothing (its key filter would be AlwaysTrue: every file a candidate).
+    if table.current_snapshot() is not None and set(keys) <= existing_columns and key_stats.distinct_keys:
         stats.live_files = _live_file_count(table)
         candidates = live_data_files(table, row_filter=_key_filter(batch, keys, key_stats))
     stats.candidate_files = len(candidates)
     matched: list[DataFile] = []
-    # A small batch's keys: from the check, or now from the cache the check filled (one tiny job, which the
-    # shorter matching repays). A deduplicated batch is a window over its cache, not a projection: Spark matches.
+    # A small batch's keys: from the check (a cached batch), or now from the cache the check filled (one tiny
+    # job, which the shorter matching repays). A deduplicated batch is a window over the input, not a projection
+    # of a filled cache, so it gets here with keys only if the caller's cache gave them to the check.
     values = key_stats.values if key_stats.values is not None or not candidates else _keys_on_driver(batch, keys, _filled_cache_rows(batch))
-    holding = _files_holding(spark, target, candidates, values) if candidates and values is not None else None
-    if holding is not None:
+    if candidates and values is not None:
+        holding = _files_holding(spark, target, candidates, values)
         matched = [f for f in candidates if f.file_path in holding]
     elif candidates:
         by_uri = {f.file_path: f for f in candidates}
@@ -312,11 +313,10 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     return stats
 
 
-def _files_holding(spark, target: "WriteTarget", files: list[DataFile], values: pa.Table) -> set[str] | None:
+def _files_holding(spark, target: "WriteTarget", files: list[DataFile], values: pa.Table) -> set[str]:
     """Paths of the `files` holding at least one key of `values` (distinct keys, on the driver): one Spark
     job whose pyarrow tasks read each file's key columns only (by field id after renames, cast to the
-    table's types) and stop at its first hit. No row leaves the executors; only paths come back.
-    None if the keys do not cast to the table's key types (the caller then matches with Spark's join)."""
+    table's types) and test them against the keys. No row leaves the executors; only paths come back."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -324,10 +324,8 @@ def _files_holding(spark, target: "WriteTarget", files: list[DataFile], values: 
     spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(target.table))
     key_schema = to_arrow_schema(StructType([spark_schema[k] for k in keys]))
     field_ids = {k: spark_schema[k].metadata[SPARK_FIELD_ID_KEY] for k in keys if SPARK_FIELD_ID_KEY in (spark_schema[k].metadata or {})}
-    try:
-        values = values.cast(pa.schema([pa.field(f.name, f.type) for f in key_schema]))  # the table's types (this write may widen them)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+    # The table's types: schema evolution only widens a table's key type to the batch's, so this never narrows.
+    values = values.cast(pa.schema([pa.field(f.name, f.type) for f in key_schema]))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, values.schema) as w:
         w.write_table(values)
@@ -350,16 +348,16 @@ class _KeyHolder:
         values = pa.ipc.open_stream(self.keys_ipc).read_all()
         names = values.column_names
         single = values.column(0).combine_chunks() if len(names) == 1 else None
-
-        def holds(rb: pa.RecordBatch) -> bool:
-            if single is not None:
-                return bool(pc.any(pc.is_in(rb.column(0), value_set=single)).as_py())
-            return pa.Table.from_batches([rb]).join(values, keys=names, join_type="left semi").num_rows > 0
-
         for batch in batches:
             hits = []
             for uri in batch.column(0).to_pylist():
-                if any(holds(rb) for rb in self.reader(iter([pa.record_batch([pa.array([uri], pa.string())], names=["path"])]))):
+                # One test per file (each builds a hash table of the keys): the key columns of a file are small.
+                rows = pa.Table.from_batches(list(self.reader(iter([pa.record_batch([pa.array([uri], pa.string())], names=["path"])]))), schema=self.reader.arrow_schema)
+                if single is not None:
+                    held = pc.any(pc.is_in(rows.column(0), value_set=single)).as_py() is True
+                else:
+                    held = rows.join(values, keys=names, join_type="left semi").num_rows > 0
+                if held:
                     hits.append(uri)
             yield pa.RecordBatch.from_arrays([pa.array(hits, pa.string())], names=["path"])
 

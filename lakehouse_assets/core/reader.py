@@ -41,8 +41,8 @@ class _ParquetFileReader:
                 names = [n for n in data_schema.names if n in source]
                 table_name = {source[n]: n for n in names}  # the file's column -> table column
                 position = 0
-                for rb in parquet.iter_batches(columns=[source[n] for n in names], batch_size=65536):
-                    rb = pa.RecordBatch.from_arrays(rb.columns, names=[table_name[c] for c in rb.schema.names])
+                for rb in self._batches(parquet, [source[n] for n in names]):
+                    rb = pa.RecordBatch.from_arrays(rb.columns, names=[table_name[c] for c in rb.schema.names]) if names else rb
                     out = conform_batch(rb, data_schema)
                     if self.path_column:
                         out = out.append_column(self.path_column, pa.array([uri] * out.num_rows, pa.string()))
@@ -51,9 +51,20 @@ class _ParquetFileReader:
                     position += out.num_rows
                     yield out
 
+    @staticmethod
+    def _batches(parquet: pq.ParquetFile, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        if columns:
+            yield from parquet.iter_batches(columns=columns, batch_size=65536)
+            return
+        # None of the wanted columns is in this file (all added later): its rows still count, as nulls.
+        rows = parquet.metadata.num_rows
+        for start in range(0, rows, 65536):
+            yield pa.RecordBatch.from_struct_array(pa.array([{}] * min(65536, rows - start), pa.struct([])))  # rows, no columns
+
     def _source_columns(self, file_schema: pa.Schema) -> dict[str, str]:
+        """Table column -> the file's column that holds it."""
         if not self.field_ids:
-            return {n: n for n in file_schema.names}
+            return _by_name(self.arrow_schema.names, file_schema.names)
         by_id = {int(f.metadata[_ARROW_FIELD_ID]): f.name for f in file_schema if f.metadata and _ARROW_FIELD_ID in f.metadata}
         out = {n: by_id[i] for n, i in self.field_ids.items() if i in by_id}
         # Columns without an id (the path column) keep matching by name.
@@ -62,6 +73,24 @@ class _ParquetFileReader:
 
 
 _ARROW_FIELD_ID = b"PARQUET:field_id"
+
+
+def _by_name(wanted: list[str], present: list[str]) -> dict[str, str]:
+    """Each wanted column's column in a file: the same name, else the one name equal to it ignoring case,
+    as Spark's Parquet reader resolves them by default (another engine's file may spell `ID` for `id`)."""
+    exact = set(present)
+    folded: dict[str, list[str]] = {}
+    for n in present:
+        folded.setdefault(n.lower(), []).append(n)
+    out = {}
+    for w in wanted:
+        if w in exact:
+            out[w] = w
+        elif len(same := folded.get(w.lower(), [])) == 1:
+            out[w] = same[0]
+        elif same:
+            raise ValueError(f"the file has several columns named {w!r} ignoring case ({', '.join(same)}): which one holds it is ambiguous")
+    return out
 
 
 def read_parquet_files(

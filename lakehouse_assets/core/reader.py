@@ -126,7 +126,7 @@ def read_parquet_files(
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
         reader = _with_schema(spark, spark.read, spark_schema).option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
         with _listed_on_driver(spark, len(uris)):
-            df = reader.parquet(*uris)
+            df = _parquet(spark, reader, uris)
         if path_column:
             from pyspark.sql import functions as F
 
@@ -165,6 +165,17 @@ def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
     """The URIs (from `uris`) of files as `read_parquet_files`' path column spells them."""
     by_key = {_file_key(u): u for u in uris}
     return [by_key[_file_key(s)] if s.startswith("file:") else s for s in spelled]
+
+
+def _parquet(spark, reader, uris: list[str]):
+    """`reader.parquet(*uris)` in a fixed number of py4j round trips. PySpark converts the paths to a Java
+    list one round trip per path (py4j's ListConverter): 560 of them for a compaction of 560 files. Here
+    the JVM splits one string into a String[] and the reader's Java varargs overload takes it as is
+    (a URI never holds a newline; one that does takes PySpark's way)."""
+    if len(uris) <= 8 or any("\n" in u for u in uris):
+        return reader.parquet(*uris)
+    paths = spark._jvm.java.util.regex.Pattern.compile("\n").split("\n".join(uris), -1)  # -1: keep every part
+    return reader._df(reader._jreader.parquet(paths))
 
 
 # Spark lists more than this many paths with a Spark job (one task per path): a job per read.

@@ -249,3 +249,27 @@ def test_a_delta_change_after_an_unread_commit_still_fails_verify(lh, spark):
     assert lh.verify("o.planted")["agree"]
     DeltaTable(lh.load("o.planted").location()).delete("id = 3")  # rewrites one file on the Delta side only
     assert not lh.verify("o.planted")["agree"]
+
+
+def test_repeated_reads_of_one_table_state_plan_once(lh, spark, monkeypatch):
+    """Reads of one (metadata file, snapshot, filter) plan once per process; any commit, a schema change
+    without a snapshot, another filter or an older snapshot plans afresh and sees its own rows."""
+    from pyiceberg.table import DataScan
+
+    plans = []
+    real = DataScan.plan_files
+    monkeypatch.setattr(DataScan, "plan_files", lambda self: plans.append(1) or real(self))
+    lh.write(_rows(spark, 0, 40), "o.plans", partition_by=["part"], formats=["iceberg"])
+    first = lh.load("o.plans").current_snapshot().snapshot_id
+
+    def ids(**kw):
+        return sorted(r.id for r in lh.read(spark, "o.plans", **kw).select("id").collect())
+
+    assert ids(row_filter="part < 3") == [0, 1, 2] and len(plans) == 1
+    assert ids(row_filter="part < 3") == [0, 1, 2] and len(plans) == 1  # the same state: no plan
+    assert ids(row_filter="part < 2") == [0, 1] and len(plans) == 2  # another filter
+    lh.write(_rows(spark, 40, 42), "o.plans")  # a commit: a new metadata file
+    assert ids(row_filter="part < 3") == [0, 1, 2, 40, 41] and len(plans) == 3
+    assert ids(snapshot_id=first, row_filter="part < 3") == [0, 1, 2] and len(plans) == 4
+    lh.alter("o.plans", rename={"part": "p"})  # no snapshot, a new metadata file
+    assert ids(row_filter="p < 3") == [0, 1, 2, 40, 41] and len(plans) == 5

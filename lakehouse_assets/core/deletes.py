@@ -36,6 +36,7 @@ from pyiceberg.table.snapshots import Snapshot, SnapshotSummaryCollector, Summar
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from .errors import DeleteFilesError
+from .memo import ByImmutableFiles
 
 log = logging.getLogger("lakehouse.deletes")
 
@@ -78,15 +79,23 @@ def table_files(table: Table, snapshot: Snapshot | None = None) -> TableFiles:
     return TableFiles(data, deletes)
 
 
+# Whether a manifest list names live delete files, by its location (every read and most writes ask).
+_HAS_DELETES = ByImmutableFiles(max_entries=1024)
+
+
 def has_delete_files(table: Table, snapshot: Snapshot | None = None) -> bool:
     """From the manifest list only (manifest-level file counts), without opening a manifest."""
     snapshot = snapshot if snapshot is not None else table.current_snapshot()
     if snapshot is None:
         return False
-    return any(
-        m.content == ManifestContent.DELETES and ((m.added_files_count or 0) + (m.existing_files_count or 0)) > 0
-        for m in snapshot.manifests(table.io)
-    )
+
+    def read() -> bool:
+        return any(
+            m.content == ManifestContent.DELETES and ((m.added_files_count or 0) + (m.existing_files_count or 0)) > 0
+            for m in snapshot.manifests(table.io)
+        )
+
+    return _HAS_DELETES.get(snapshot.manifest_list, read) if snapshot.manifest_list else read()
 
 
 def describe_delete_files(files: TableFiles) -> str:

@@ -163,3 +163,55 @@ def test_a_delta_version_filter_binds_to_the_schema_of_that_version(lh, spark):
     # The same point in time read through Iceberg with the same filter: both formats give the same rows.
     iceberg_rows = lh.read(spark, "f.widened", snapshot_id=point.iceberg_snapshot_id, row_filter=EqualTo("f", 0.1)).collect()
     assert [r["id"] for r in iceberg_rows] == [1]
+
+
+DECIMAL_BEYOND = [
+    # A literal with more integer digits than decimal(10,2) holds: beyond every value of the column.
+    # (Spark would cast it to null, which matches nothing.)
+    (LessThan("dec", decimal.Decimal("123456789.00")), {1, 2, 3, 5}),
+    (GreaterThan("dec", decimal.Decimal("-123456789.00")), {1, 2, 3, 5}),
+    (GreaterThanOrEqual("dec", decimal.Decimal("123456789.00")), set()),
+    (EqualTo("dec", decimal.Decimal("123456789.00")), set()),
+    (NotEqualTo("dec", decimal.Decimal("123456789.00")), {1, 2, 3, 5}),
+    (In("dec", {decimal.Decimal("123456789.00"), decimal.Decimal("2.25")}), {2}),
+    (NotIn("dec", {decimal.Decimal("123456789.00"), decimal.Decimal("2.25")}), {1, 3, 5}),
+]
+
+
+@pytest.mark.parametrize("expr, want", DECIMAL_BEYOND, ids=[repr(c[0])[:60] for c in DECIMAL_BEYOND])
+def test_a_decimal_literal_beyond_the_columns_precision_compares_as_beyond_every_value(filtered_table, spark, expr, want):
+    """pyiceberg binds `dec < 123456789.00` to a decimal(10,2) column (it checks the scale only); the rows
+    must be Iceberg's (every non-null value is below it), as its pruning reads it. (pyiceberg's own Arrow
+    scan raises on such a literal, so the expected rows are written out here.)"""
+    lh = filtered_table
+    assert {r["id"] for r in lh.read(spark, "f.rows", row_filter=expr).select("id").collect()} == want
+
+
+def test_a_long_chain_of_one_operator_is_written_flat(filtered_table, spark):
+    """A left-deep OR of many terms (as `functools.reduce(Or, ...)` builds it) becomes one flat SQL chain,
+    which Spark's parser reads in a loop rather than one recursion level per term."""
+    import functools
+
+    from lakehouse_assets.core.spark_filters import bind_row_filter, spark_row_filter_sql
+
+    expr = functools.reduce(Or, [EqualTo("l", v) for v in range(0, 3000, 10)])
+    table = filtered_table.load("f.rows")
+    text = spark_row_filter_sql("f.rows", table.schema(), bind_row_filter("f.rows", table.schema(), expr))
+    depth = deepest = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        deepest = max(deepest, depth)
+    assert text.count(" OR ") == 299 and deepest <= 3  # the chain, a predicate, a literal's CAST: not 300 levels
+    assert sorted(r["id"] for r in filtered_table.read(spark, "f.rows", row_filter=expr).select("id").collect()) == [1, 2, 3, 4, 5]
+
+
+def test_a_filter_on_an_unusual_name_under_regex_column_names_says_what_to_change(lh, spark):
+    lh.write(spark.createDataFrame([(1, 10), (2, 20)], "`order-id` long, n long"), "f.oddnames")
+    assert [r["n"] for r in lh.read(spark, "f.oddnames", row_filter=EqualTo("order-id", 2)).collect()] == [20]
+    spark.conf.set("spark.sql.parser.quotedRegexColumnNames", "true")
+    try:
+        with pytest.raises(SpecError, match=r"Table f\.oddnames: .*spark\.sql\.parser\.quotedRegexColumnNames=false"):
+            lh.read(spark, "f.oddnames", row_filter=EqualTo("order-id", 2))
+        assert [r["n"] for r in lh.read(spark, "f.oddnames", row_filter=EqualTo("n", 10)).collect()] == [10]  # plain names still work
+    finally:
+        spark.conf.unset("spark.sql.parser.quotedRegexColumnNames")

@@ -80,7 +80,7 @@ def table_files(table: Table, snapshot: Snapshot | None = None) -> TableFiles:
 
 
 # Whether a manifest list names live delete files, by its location (every read and most writes ask).
-_HAS_DELETES = ByImmutableFiles(max_entries=1024)
+_HAS_DELETES = ByImmutableFiles(max_weight=1024)
 
 
 def has_delete_files(table: Table, snapshot: Snapshot | None = None) -> bool:

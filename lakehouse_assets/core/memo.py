@@ -15,25 +15,33 @@ V = TypeVar("V")
 
 
 class ByImmutableFiles:
-    def __init__(self, max_entries: int):
-        self._entries: OrderedDict[Hashable, object] = OrderedDict()
-        self._max = max_entries
+    """At most `max_weight` in all (each value weighs `weight(value)`, 1 by default)."""
+
+    def __init__(self, max_weight: int, weight: Callable[[object], int] = lambda _: 1):
+        self._entries: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
+        self._max = max_weight
+        self._weight = weight
+        self._total = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, compute: Callable[[], V], keep: Callable[[V], bool] = lambda _: True) -> V:
+    def get(self, key: Hashable, compute: Callable[[], V]) -> V:
         """The value under `key` (which must name the immutable files it comes from), computed once."""
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
-                return self._entries[key]  # type: ignore[return-value]
+                return self._entries[key][0]  # type: ignore[return-value]
         value = compute()
-        if keep(value):
+        weight = self._weight(value)
+        if weight <= self._max:
             with self._lock:
-                self._entries[key] = value
-                while len(self._entries) > self._max:
-                    self._entries.popitem(last=False)
+                if key not in self._entries:
+                    self._entries[key] = (value, weight)
+                    self._total += weight
+                while self._total > self._max:
+                    self._total -= self._entries.popitem(last=False)[1][1]
         return value
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._total = 0

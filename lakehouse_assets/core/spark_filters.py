@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from typing import Any
 
 from pyiceberg.expressions import (
+    And,
     BooleanExpression,
     BoundEqualTo,
     BoundGreaterThan,
@@ -38,6 +40,8 @@ from pyiceberg.expressions import (
     BoundNotEqualTo,
     BoundNotIn,
     BoundPredicate,
+    Not,
+    Or,
 )
 from pyiceberg.expressions.literals import AboveMax, BelowMin, Literal
 from pyiceberg.expressions.visitors import BoundBooleanExpressionVisitor, bind, extract_field_ids, visit, visit_bound_predicate
@@ -64,16 +68,46 @@ from .errors import SpecError
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def spark_row_filter(identifier: str, schema: Schema, bound: BooleanExpression):
+def spark_row_filter(spark, identifier: str, schema: Schema, bound: BooleanExpression):
     """`bound` (`bind_row_filter` of `schema`) as a Spark Column over a DataFrame with `schema`'s columns."""
     from pyspark.sql import functions as F
 
+    paths = _column_paths(schema)
+    if any(not _PLAIN_NAME.fullmatch(p) for i in extract_field_ids(bound) for p in paths[i]):
+        # With this (non-default) setting Spark's parser reads a backquoted name holding other characters
+        # than letters, digits and _ as a regex, which a filter refuses: say so, naming the table.
+        if spark.conf.get(_REGEX_NAMES, "false").strip().lower() == "true":
+            raise SpecError(
+                f"Table {identifier}: a row_filter on columns whose names hold other characters than letters, digits "
+                f"and _ needs {_REGEX_NAMES}=false in this Spark session (it is true); or filter the DataFrame yourself."
+            )
     return F.expr(spark_row_filter_sql(identifier, schema, bound))
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_]+")
+_REGEX_NAMES = "spark.sql.parser.quotedRegexColumnNames"
 
 
 def spark_row_filter_sql(identifier: str, schema: Schema, bound: BooleanExpression) -> str:
     """`bound` as Spark SQL expression text (what `spark_row_filter` parses)."""
-    return visit(bound, _ToSparkSql(identifier, _column_paths(schema)))
+    return _sql(bound, _ToSparkSql(identifier, _column_paths(schema)))
+
+
+def _sql(expr: BooleanExpression, visitor: "_ToSparkSql") -> str:
+    """Like pyiceberg's `visit`, but a chain of one operator is written flat, `(a OR b OR c)`: Spark's parser
+    reads such a chain in a loop, where nested parentheses cost a level of recursion each."""
+    if isinstance(expr, (And, Or)):
+        parts, stack = [], [expr]
+        while stack:
+            node = stack.pop()
+            if type(node) is type(expr):
+                stack += [node.right, node.left]  # type: ignore[attr-defined]
+            else:
+                parts.append(_sql(node, visitor))
+        return "(" + (" AND " if isinstance(expr, And) else " OR ").join(parts) + ")"
+    if isinstance(expr, Not):
+        return f"(NOT {_sql(expr.child, visitor)})"
+    return visit(expr, visitor)
 
 
 def bind_row_filter(identifier: str, schema: Schema, expr: BooleanExpression) -> BooleanExpression:
@@ -136,12 +170,17 @@ class _ToSparkSql(BoundBooleanExpressionVisitor[str]):
         if isinstance(predicate, (BoundIn, BoundNotIn)):
             # Binding turns a member outside the column type's range into a placeholder holding the type's
             # max or min (pyiceberg's value_set cannot tell it from the real max): it matches no value.
-            values = {lit.value for lit in predicate.literals if not isinstance(lit, (AboveMax, BelowMin))}
+            values = {
+                lit.value for lit in predicate.literals if not isinstance(lit, (AboveMax, BelowMin)) and _beyond_precision(predicate.term, lit) is None
+            }
             if isinstance(predicate, BoundIn):
                 return self.visit_in(predicate.term, values) if values else self.visit_false()
             return self.visit_not_in(predicate.term, values) if values else f"({self._col(predicate.term)} IS NOT NULL)"
         if isinstance(getattr(predicate, "literal", None), (AboveMax, BelowMin)):
             return self._out_of_range(predicate, above=isinstance(predicate.literal, AboveMax))
+        beyond = _beyond_precision(predicate.term, getattr(predicate, "literal", None))
+        if beyond is not None:
+            return self._out_of_range(predicate, above=beyond > 0)
         return visit_bound_predicate(predicate, self)
 
     def _out_of_range(self, predicate: BoundPredicate, above: bool) -> str:
@@ -259,6 +298,17 @@ class _ToSparkSql(BoundBooleanExpressionVisitor[str]):
             f"Table {self.identifier}: row_filter on column {field.name!r} of type {t} cannot be applied in Spark; "
             "give the filter as SQL text instead (row_filter=\"...\")."
         )
+
+
+def _beyond_precision(term, literal) -> decimal.Decimal | None:
+    """A decimal literal with more integer digits than the column's precision allows (pyiceberg's binding
+    checks the scale only): the value itself, which lies beyond every value of the column; else None.
+    Spark would cast it to null, so `d < 1000.00` on a decimal(5,2) column would match nothing."""
+    t = term.ref().field.field_type
+    if literal is None or not isinstance(t, DecimalType) or isinstance(literal, (AboveMax, BelowMin)):
+        return None
+    value = decimal.Decimal(literal.value)
+    return value if value != 0 and value.adjusted() + 1 > t.precision - t.scale else None
 
 
 def _double_text(v: float) -> str:

@@ -97,7 +97,7 @@ def read_table(
     df = read_parquet_files(spark, uris, spark_schema, storage, cast_files=types_were_widened(table))
     if bound is not None:
         # Planning pruned files only: the rows of a planned file still need the filter.
-        df = df.filter(spark_row_filter(identifier, schema, bound))  # the same rows for text and expressions
+        df = df.filter(spark_row_filter(spark, identifier, schema, bound))  # the same rows for text and expressions
     if window is not None:
         df = df.filter(window.spark_filter(df.schema))
     return df
@@ -106,19 +106,22 @@ def read_table(
 # Planned files of a (metadata file, snapshot, filter): the metadata file names the schema, specs and
 # manifest list planning reads, and none of them ever changes, so repeated reads of one table state plan
 # once per process (pyiceberg re-reads the manifest list and each manifest on every plan: ~10 ms for 14
-# files). Plans of more than 10,000 files are not kept.
-_PLANS = ByImmutableFiles(max_entries=64)
-_PLAN_FILES_KEPT = 10_000
+# files). At most 200,000 file URIs kept in all (~30 MB).
+_PLANS = ByImmutableFiles(max_weight=200_000, weight=len)
 
 
 def _planned_files(table: Table, snapshot_id: int, expr: BooleanExpression) -> list[str]:
-    def plan() -> list[str]:
-        return [t.file.file_path for t in table.scan(snapshot_id=snapshot_id, row_filter=expr).plan_files()]
+    scan = table.scan(snapshot_id=snapshot_id, row_filter=expr)
 
-    if not table.metadata_location:
-        return plan()
-    key = (table.metadata_location, snapshot_id, repr(expr))  # an unbound expression's repr spells it whole
-    return list(_PLANS.get(key, plan, keep=lambda uris: len(uris) <= _PLAN_FILES_KEPT))
+    def plan() -> list[str]:
+        return [t.file.file_path for t in scan.plan_files()]
+
+    if not table.metadata_location or getattr(scan, "_should_use_server_side_planning", lambda: True)():
+        return plan()  # a REST server's plan may depend on who asks; only a local plan follows the metadata file
+    # An unbound expression's repr spells it whole; the schema id and update time guard against a catalog
+    # that would ever reuse a metadata location (the spec writes a new file per change).
+    key = (table.metadata_location, table.metadata.last_updated_ms, table.metadata.current_schema_id, snapshot_id, repr(expr))
+    return list(_PLANS.get(key, plan))
 
 
 @functools.lru_cache(maxsize=256)

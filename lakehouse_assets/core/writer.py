@@ -472,11 +472,18 @@ def write_files(
         root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level,
         key_columns=key_columns, keyer=keyer if key_columns else None,
     )
+    sc = df.sparkSession.sparkContext
+    group = f"lakehouse-write-{write_id}"
+    previous_group = sc.getLocalProperty(_JOB_GROUP)
+    sc.setLocalProperty(_JOB_GROUP, group)  # this write's jobs, to wait for their tasks if it fails
     try:
         rows = df.mapInArrow(writer, _file_row_schema()).collect()  # one metadata row per file, never table rows
     except Exception as e:
+        _stop_tasks(sc, group)
         remove_written_files(storage, root_uri, write_id)
         raise executor_error(table_name, storage, root_uri, e) from e
+    finally:
+        sc.setLocalProperty(_JOB_GROUP, previous_group)
     files = []
     for r in rows:
         key = json.loads(r["partition_key"])
@@ -522,6 +529,31 @@ def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | Non
         compression_level=int(props.get("write.parquet.compression-level", "3")),
         table_name=".".join(table.name()),
     )
+
+
+_JOB_GROUP = "spark.jobGroup.id"  # what SparkContext.setJobGroup sets
+
+
+def _stop_tasks(sc, group: str, timeout_s: float = 60.0) -> None:
+    """Cancel what is left of a failed write's jobs and wait until none of their tasks runs. When a job
+    fails, its other tasks are still running (Spark kills them asynchronously): one of them could open
+    a file after the driver swept the write's files, and a killed Python worker cannot remove it."""
+    import time
+
+    sc.cancelJobGroup(group)
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                running += stage.numActiveTasks if stage is not None else 0
+        if not running:
+            return
+        time.sleep(0.05)
+    log.warning("tasks of the failed write %s still run after %.0f s; removing its files now", group, timeout_s)
 
 
 def remove_written_files(storage: StorageConfig, root_uri: str, write_id: str) -> None:

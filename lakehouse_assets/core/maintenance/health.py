@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.table import Table
 
+from ..memo import ByImmutableFiles
 from .logs import delta_log_stats
 from .reports import TableHealth
 from .settings import MaintenanceSettings
@@ -41,23 +41,11 @@ class _ManifestFigures:
 # A manifest never changes once written (a commit writes new ones), so its figures are read once per
 # process: a write's health then opens only the manifests that write added, not every manifest of the
 # table (which grew with the table's file count). Bounded, least recently used first out.
-_FIGURES: OrderedDict[tuple[str, int], _ManifestFigures] = OrderedDict()
-_FIGURES_MAX = 4096
-_FIGURES_LOCK = threading.Lock()
+_FIGURES = ByImmutableFiles(max_weight=4096)
 
 
 def _manifest_figures(table: Table, manifest: ManifestFile, small_file_bytes: int) -> _ManifestFigures:
-    key = (manifest.manifest_path, small_file_bytes)
-    with _FIGURES_LOCK:
-        if key in _FIGURES:
-            _FIGURES.move_to_end(key)
-            return _FIGURES[key]
-    figures = _ManifestFigures.read(table, manifest, small_file_bytes)
-    with _FIGURES_LOCK:
-        _FIGURES[key] = figures
-        while len(_FIGURES) > _FIGURES_MAX:
-            _FIGURES.popitem(last=False)
-    return figures
+    return _FIGURES.get((manifest.manifest_path, small_file_bytes), lambda: _ManifestFigures.read(table, manifest, small_file_bytes))
 
 
 def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings | None = None, table: Table | None = None) -> TableHealth:

@@ -131,9 +131,9 @@ def test_merge_on_every_backend(backend, spark, monkeypatch):
     duck = duckdb_readers.connect(lh.storage)
     ident = f"{backend.namespace()}.merged"
     lh.write(events(spark, 0, 20), ident)
-    matched = []  # the small batch's files are matched by pyarrow tasks on the executors, on every storage
-    real = merge._files_holding
-    monkeypatch.setattr(merge, "_files_holding", lambda *a, **k: matched.append(real(*a, **k)) or matched[-1])
+    matched = []  # the small batch's files are matched and rewritten by one job of pyarrow tasks, on every storage
+    real = merge._rewrite_in_one_job
+    monkeypatch.setattr(merge, "_rewrite_in_one_job", lambda *a, **k: matched.append(real(*a, **k)) or matched[-1])
     # Update ids 10..19, insert 20..29.
     r = lh.write(events(spark, 10, 20).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge_keys=["id"])
     assert len(matched) == 1 and len(matched[0]) == r.files_removed >= 1

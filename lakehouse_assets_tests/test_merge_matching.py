@@ -1,15 +1,17 @@
-"""Which files hold the batch's keys: two roads, one answer.
+"""Which files hold the batch's keys, and their rewrite: several roads, one answer.
 
 A merge finds the candidate files that hold a key of its batch either with Spark's semi-join, or, for a
 small batch of exactly comparable key types, with pyarrow tasks that test each candidate's key columns
-against the batch's keys brought to the driver (merge._files_holding). Both roads must rewrite the same
-files and leave the same rows, whatever the key type, the names the files use for the key, or their width.
+against the batch's keys brought to the driver: in one job with the rewrite (merge._rewrite_in_one_job)
+or before Spark's shuffled rewrite (merge._files_holding). Every road must rewrite the same files and
+leave the same rows, whatever the key type, the names the files use for the key, or their width.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -24,29 +26,37 @@ from .conftest import _norm, assert_all_readers_agree
 ICEBERG_ONLY = ["iceberg"]
 
 
-@pytest.fixture(params=["cached", "driver", "spark"])
+@pytest.fixture(params=["cached", "driver", "shuffled", "spark"])
 def road(request, monkeypatch, spark):
     """Force a road and record which one each merge took.
 
-    cached: the caller cached and counted the batch: its keys come to the driver before the check, which
-            runs on them (merge._checks_of), and the matching is pyarrow's;
-    driver: an uncached batch: Spark's check aggregate, then the keys of the cache it filled, pyarrow matching;
-    spark:  the keys never come to the driver (the limit set to 0): Spark's aggregate and semi-join.
+    cached:   the caller cached and counted the batch: its keys come to the driver before the check, which
+              runs on them (merge._checks_of); matching and rewrite are one job of pyarrow tasks
+              (merge._rewrite_in_one_job);
+    driver:   an uncached batch: Spark's check aggregate, then the keys of the cache it filled, the one job;
+    shuffled: a cached batch whose rewrite does not take the one job (as when its upserts are too large to
+              travel with the tasks): pyarrow matching (merge._files_holding), then Spark's shuffled rewrite;
+    spark:    the keys never come to the driver (the limit set to 0): Spark's aggregate and semi-join.
     """
     name = request.param
-    seen = {"checks on the driver": 0, "pyarrow matching": 0}
-    for fn, label in ((merge._checks_of, "checks on the driver"), (merge._files_holding, "pyarrow matching")):
+    seen = {"checks on the driver": 0, "pyarrow matching": 0, "one job": 0}
+    for fn, label in (
+        (merge._checks_of, "checks on the driver"), (merge._files_holding, "pyarrow matching"), (merge._rewrite_in_one_job, "one job")
+    ):
         def spy(*args, _fn=fn, _label=label, **kwargs):
-            seen[_label] += 1
-            return _fn(*args, **kwargs)
+            out = _fn(*args, **kwargs)
+            seen[_label] += out is not None  # the one job returns None when it does not apply
+            return out
 
         monkeypatch.setattr(merge, fn.__name__, spy)
     if name == "spark":
         monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS", 0)
+    if name == "shuffled":
+        monkeypatch.setattr(merge, "UPSERTS_ON_DRIVER_BYTES", -1)
     cached = []
 
     def batch(df):
-        if name == "cached":
+        if name in ("cached", "shuffled"):
             df = df.cache()
             df.count()
             cached.append(df)
@@ -54,9 +64,10 @@ def road(request, monkeypatch, spark):
 
     def took(merges=1):
         want = {
-            "cached": {"checks on the driver": merges, "pyarrow matching": merges},
-            "driver": {"checks on the driver": 0, "pyarrow matching": merges},
-            "spark": {"checks on the driver": 0, "pyarrow matching": 0},
+            "cached": {"checks on the driver": merges, "pyarrow matching": 0, "one job": merges},
+            "driver": {"checks on the driver": 0, "pyarrow matching": 0, "one job": merges},
+            "shuffled": {"checks on the driver": merges, "pyarrow matching": merges, "one job": 0},
+            "spark": {"checks on the driver": 0, "pyarrow matching": 0, "one job": 0},
         }[name]
         assert seen == want, f"expected the {name} road, saw {seen}"
 
@@ -183,15 +194,27 @@ def test_an_empty_batch_matches_nothing_and_reads_no_file(lh, spark, road):
     assert sorted((x.k, x.v) for x in lh.read(spark, name).collect()) == [(i, "old") for i in range(4)]
 
 
+def _keys_on_driver_matchings(monkeypatch) -> list:
+    """A list that gets a 1 for each merge that matched with the batch's keys on the driver (either road)."""
+    taken: list = []
+    for fn in (merge._files_holding, merge._rewrite_in_one_job):
+        def spy(*args, _fn=fn, **kwargs):
+            out = _fn(*args, **kwargs)
+            if out is not None:
+                taken.append(1)
+            return out
+
+        monkeypatch.setattr(merge, fn.__name__, spy)
+    return taken
+
+
 def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, spark, monkeypatch):
     """A cached, counted small batch is checked from its keys on the driver: no Spark aggregate, same verdicts.
     Duplicates resolved by order_by keep the driver road: the distinct keys are the deduplicated batch's keys."""
     name = "mm.checks"
     lh.write(spark.sql("SELECT id AS k, 'old' AS v FROM range(5)"), name)
     before = lh.load(name).current_snapshot().snapshot_id
-    matched = []
-    real = merge._files_holding
-    monkeypatch.setattr(merge, "_files_holding", lambda *a, **k: matched.append(1) or real(*a, **k))
+    matched = _keys_on_driver_matchings(monkeypatch)
     cached = []
 
     def batch(rows, schema="k long, v string"):
@@ -218,9 +241,7 @@ def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, sp
 
 @pytest.mark.parametrize("limit", ["rows", "bytes"])
 def test_a_batch_above_the_driver_limits_matches_through_spark(lh, spark, monkeypatch, limit):
-    taken = []
-    real = merge._files_holding
-    monkeypatch.setattr(merge, "_files_holding", lambda *a, **k: taken.append(1) or real(*a, **k))
+    taken = _keys_on_driver_matchings(monkeypatch)
     # Rows: at most 2 keys; bytes: at most 30 bytes of keys (3 longs are 24 bytes, 3 long strings are not).
     monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS" if limit == "rows" else "KEYS_ON_DRIVER_BYTES", 2 if limit == "rows" else 30)
     name = f"mm.limit_{limit}"
@@ -258,3 +279,79 @@ def test_the_pyarrow_reader_resolves_file_columns_as_spark_does(tmp_path):
     with pytest.raises(ValueError, match="several columns named 'id' ignoring case"):
         read(pa.table({"Id": [1], "ID": [2]}), want)
     assert read(pa.table({"other": [1, 2, 3]}), want) == [{"id": None, "v": None}] * 3
+
+
+# The one-job rewrite (merge._rewrite_in_one_job) against Spark's shuffled rewrite, per partition transform:
+# the same rows, and the same files per partition (a partition's kept rows and its upserts in one file).
+SOURCE = """
+SELECT id, CAST(id % 3 AS STRING) AS cat, DATE_ADD(DATE'2023-03-19', CAST(id % 4 AS INT)) AS d,
+       TIMESTAMP'2024-01-01 05:00:00' + make_interval(0, 0, 0, 0, CAST(id * 7 AS INT), 0, 0) AS ts,
+       CAST(TIMESTAMP'2024-01-01 05:00:00' + make_interval(0, 0, 0, 0, CAST(id * 5 AS INT), 0, 0) AS TIMESTAMP_NTZ) AS ntz,
+       CAST(id * 3.5 AS DECIMAL(10, 2)) AS dec, CAST(id * 3 AS INT) AS i, CONCAT(CHR(97 + id % 4), 'x', id) AS s, 'old' AS v
+FROM range({lo}, {hi})
+"""
+TERMS = [["cat"], ["d"], ["ts"], ["day(ts)"], ["month(d)"], ["hour(ntz)"], ["bucket(4, id)"], ["bucket(4, d)"], ["truncate(10, i)"],
+         ["truncate(1, s)"], ["truncate(1000, dec)"], ["cat", "day(ts)"], ["bucket(4, s)"], []]
+
+
+@pytest.mark.parametrize("terms", TERMS, ids=["+".join(t) or "unpartitioned" for t in TERMS])
+def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, duck, monkeypatch, terms):
+    """Updates of ids 1 and 2, a delete of id 3, inserts 101 and 102 into 1's and 2's partitions and 103 elsewhere.
+    `bucket(4, s)` is a transform only pyiceberg computes: that table keeps the shuffled rewrite."""
+    roads = _keys_on_driver_matchings(monkeypatch)
+    one_job = []
+    real = merge._rewrite_in_one_job
+    monkeypatch.setattr(merge, "_rewrite_in_one_job", lambda *a, **k: (lambda out: one_job.append(out is not None) or out)(real(*a, **k)))
+    base = spark.sql(SOURCE.format(lo=0, hi=24))
+    updated = base.filter("id IN (1, 2)").withColumn("v", F.lit("new")).withColumn("op", F.lit("U"))
+    inserted = base.filter("id IN (1, 2)").withColumn("id", F.col("id") + 100).withColumn("v", F.lit("ins")).withColumn("op", F.lit("I"))
+    elsewhere = spark.sql(SOURCE.format(lo=50, hi=51)).withColumn("id", F.lit(103).cast("long")).withColumn("op", F.lit("I"))
+    batch = updated.unionByName(base.filter("id = 3").withColumn("op", F.lit("D"))).unionByName(inserted).unionByName(elsewhere).cache()
+    batch.count()
+    results = {}
+    try:
+        for road in ("one job", "shuffled"):
+            name = f"mm.onejob_{'_'.join(''.join(ch for ch in t if ch.isalnum()) for t in terms) or 'none'}_{road.replace(' ', '_')}"
+            lh.write(base, name, partition_by=terms)
+            with monkeypatch.context() as m:
+                if road == "shuffled":
+                    m.setattr(merge, "UPSERTS_ON_DRIVER_BYTES", -1)
+                r = lh.write(batch, name, mode="merge", merge_keys=["id"], operation_column="op")
+            table = lh.load(name)
+            per_partition = sorted(Counter(str(t.file.partition) for t in table.scan().plan_files()).items())
+            rows = sorted(tuple(_norm(v) for _, v in sorted(row.asDict().items())) for row in lh.read(spark, name).collect())  # columns by name
+            results[road] = (r.files_removed, r.files_added, per_partition, rows)
+            if road == "one job":
+                assert_all_readers_agree(lh, spark, duck, name, rows)
+    finally:
+        batch.unpersist()
+    assert one_job == [terms != ["bucket(4, s)"], False] and roads == [1, 1]
+    assert results["one job"] == results["shuffled"]
+    id_at = sorted(base.columns).index("id")
+    assert sorted(row[id_at] for row in results["one job"][3]) == [i for i in range(24) if i != 3] + [101, 102, 103]
+
+
+def test_the_one_job_rewrite_drops_a_file_whose_rows_are_all_deleted_and_reads_partitions_in_several_groups(lh, spark, monkeypatch):
+    """Partition 1 loses every row (its file goes, nothing replaces it); partition 0 holds three files, each
+    read in a group of its own (FILES_PER_TASK_GROUP = 1), two of them rewritten, the third left as it is."""
+    monkeypatch.setattr(merge, "FILES_PER_TASK_GROUP", 1)
+    name = "mm.onejob_groups"
+    for lo in (0, 10, 20):
+        lh.write(spark.sql(f"SELECT id, CAST(id % 2 AS INT) AS part, 'old' AS v FROM range({lo}, {lo + 10})"), name, partition_by=["part"])
+    odd = [(i, 1, None, "D") for i in range(1, 30, 2)]
+    batch = spark.createDataFrame([(0, 0, "new", "U"), (12, 0, "new", "U"), (100, 0, "ins", "I"), *odd], "id long, part int, v string, op string").cache()
+    batch.count()
+    taken = _keys_on_driver_matchings(monkeypatch)
+    try:
+        r = lh.write(batch, name, mode="merge", merge_keys=["id"], operation_column="op")
+    finally:
+        batch.unpersist()
+    assert taken == [1]
+    assert r.files_removed == 5  # the 3 odd files, and the 2 even ones holding 0 and 12 (not the one of 20-29)
+    added = [t.file for t in lh.load(name).scan().plan_files() if "/part=0/" in t.file.file_path]
+    # A task writes a partition's rows into one file: at most one per task (2 here), beside the untouched file.
+    assert 2 <= len(added) <= 3 and r.files_added == len(added) - 1
+    assert not [t for t in lh.load(name).scan().plan_files() if "/part=1/" in t.file.file_path]
+    got = sorted((x.id, x.part, x.v) for x in lh.read(spark, name).collect())
+    want = sorted([(i, 0, "new" if i in (0, 12) else "old") for i in range(0, 30, 2)] + [(100, 0, "ins")])
+    assert got == want

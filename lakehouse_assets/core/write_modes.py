@@ -33,7 +33,7 @@ from .storage import StorageConfig, join_uri, normalize_uri
 from .transaction import FileChanges
 from .type_mapping import iceberg_to_spark_schema
 from .window import Slice, check_inside, files_inside
-from .writer import write_table_files
+from .writer import WrittenFile, write_table_files
 
 MODES = (Operation.APPEND, Operation.OVERWRITE, Operation.MERGE)
 
@@ -81,8 +81,12 @@ class WriteTarget:
 
     def write(self, df, changes: FileChanges, *, counts_as_written: bool = True) -> list[DataFile]:
         """Write `df` as table files, record them in `changes`, and return their Iceberg DataFiles."""
-        root = normalize_uri(self.table.location())
         written = write_table_files(df, self.table, self.storage, schema=self.schema, target_file_size=self.target_file_size)
+        return self.record(written, changes, counts_as_written=counts_as_written)
+
+    def record(self, written: list[WrittenFile], changes: FileChanges, *, counts_as_written: bool = True) -> list[DataFile]:
+        """Files the executors wrote for this table: recorded in `changes`; their Iceberg DataFiles."""
+        root = normalize_uri(self.table.location())
         changes.created += [join_uri(root, f.path) for f in written]
         adds = ic.data_files_from_written(self.table, root, written, self.schema)
         changes.adds += adds

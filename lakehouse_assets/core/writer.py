@@ -112,14 +112,23 @@ class PartitionKeyer:
         """The JSON key of one partition, from its transformed values (Iceberg's, in spec order)."""
         if not hasattr(self, "_fields"):
             self._fields = self._setup()
-        parts, dirs = [], []
+        internal = []
         for (pf, col_name, source_type, _), v in zip(self._fields, values):
-            internal = _to_partition_representation(source_type, v) if isinstance(pf.transform, IdentityTransform) else v
-            parts.append(_json_value(internal))
-            result_type = pf.transform.result_type(source_type)
-            dirs.append(f"{_dir_name(pf.name)}={_dir_value(pf.transform.to_human_string(result_type, internal))}")
+            internal.append(_to_partition_representation(source_type, v) if isinstance(pf.transform, IdentityTransform) else v)
             if col_name in self.delta_columns:
                 delta_values.partition_value(col_name, source_type, v)  # raises UnrepresentableValue
+        return self.key_of_partition(tuple(internal))
+
+    def key_of_partition(self, internal: tuple) -> str:
+        """The JSON key of one partition from its values in Iceberg's internal representation (a data
+        file's partition record, in spec order): the same key `key_for` gives that partition's rows."""
+        if not hasattr(self, "_fields"):
+            self._fields = self._setup()
+        parts, dirs = [], []
+        for (pf, _col_name, source_type, _), v in zip(self._fields, internal):
+            parts.append(_json_value(v))
+            result_type = pf.transform.result_type(source_type)
+            dirs.append(f"{_dir_name(pf.name)}={_dir_value(pf.transform.to_human_string(result_type, v))}")
         return json.dumps({"values": parts, "dir": "/".join(dirs)}, sort_keys=True)
 
     def keys(self, batch: pa.RecordBatch) -> pa.Array:
@@ -472,18 +481,31 @@ def write_files(
         root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level,
         key_columns=key_columns, keyer=keyer if key_columns else None,
     )
-    sc = df.sparkSession.sparkContext
+    rows = run_write_job(df.mapInArrow(writer, _file_row_schema()), write_id, storage=storage, root_uri=root_uri, table_name=table_name)
+    return written_files(rows)
+
+
+def run_write_job(mapped, write_id: str, *, storage: StorageConfig, root_uri: str, table_name: str) -> list:
+    """Collect `mapped`, a DataFrame whose tasks write this write's files (named `<write_id>-...`) and
+    return one small row per file (never table rows). If any task fails, every file of the write is
+    removed before the error (one line, naming the table and the executor's cause, which stays the
+    `__cause__`) reaches the caller."""
+    sc = mapped.sparkSession.sparkContext
     group = f"lakehouse-write-{write_id}"
     previous_group = sc.getLocalProperty(_JOB_GROUP)
     sc.setLocalProperty(_JOB_GROUP, group)  # this write's jobs, to wait for their tasks if it fails
     try:
-        rows = df.mapInArrow(writer, _file_row_schema()).collect()  # one metadata row per file, never table rows
+        return mapped.collect()
     except Exception as e:
         _stop_tasks(sc, group)
         remove_written_files(storage, root_uri, write_id)
         raise executor_error(table_name, storage, root_uri, e) from e
     finally:
         sc.setLocalProperty(_JOB_GROUP, previous_group)
+
+
+def written_files(rows) -> list[WrittenFile]:
+    """The writer's file rows (FILE_ROW_FIELDS) as WrittenFiles."""
     files = []
     for r in rows:
         key = json.loads(r["partition_key"])
@@ -508,22 +530,25 @@ def _file_row_schema():
 
 
 def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | None = None, target_file_size: int | None = None) -> list[WrittenFile]:
-    """`write_files` with the table's own layout and Parquet settings (location, partition spec,
-    Delta partition columns, target file size, codec and level), so every writer of a table agrees."""
+    """`write_files` with the table's own layout and Parquet settings (`table_write_settings`), so every
+    writer of a table agrees."""
+    return write_files(df, storage=storage, **table_write_settings(table, schema or table.schema(), target_file_size))
+
+
+def table_write_settings(table, schema: Schema, target_file_size: int | None = None) -> dict:
+    """A table's layout and Parquet settings as `write_files` arguments: location, schema, partition spec,
+    Delta partition columns, target file size, codec and level, and its name for error messages."""
     from .properties import TableProperties
     from .spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
     from .storage import normalize_uri
 
-    schema = schema or table.schema()
     props = table.properties
-    return write_files(
-        df,
+    return dict(
         root_uri=normalize_uri(table.location()),
         schema=schema,
         spec=table.spec(),
         # Iceberg-only tables have no Delta partition values to refuse.
         delta_columns=delta_partition_columns(table.spec(), schema) if "delta" in props.get(TableProperties.FORMATS, ",".join(ALL_FORMATS)).split(",") else [],
-        storage=storage,
         target_file_size=target_file_size or int(props.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
         compression=props.get("write.parquet.compression-codec", "zstd"),
         compression_level=int(props.get("write.parquet.compression-level", "3")),

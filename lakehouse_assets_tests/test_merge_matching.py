@@ -294,10 +294,17 @@ TERMS = [["cat"], ["d"], ["ts"], ["day(ts)"], ["month(d)"], ["hour(ntz)"], ["buc
          ["truncate(1, s)"], ["truncate(1000, dec)"], ["cat", "day(ts)"], ["bucket(4, s)"], []]
 
 
+@pytest.mark.parametrize("upserts", ["rows", "collected"])
 @pytest.mark.parametrize("terms", TERMS, ids=["+".join(t) or "unpartitioned" for t in TERMS])
-def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, duck, monkeypatch, terms):
+def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, duck, monkeypatch, terms, upserts):
     """Updates of ids 1 and 2, a delete of id 3, inserts 101 and 102 into 1's and 2's partitions and 103 elsewhere.
-    `bucket(4, s)` is a transform only pyiceberg computes: that table keeps the shuffled rewrite."""
+
+    rows:      the check's collect brought the whole batch; partition keys from pyiceberg's transforms;
+    collected: the upserts collected with Spark's partition values, as when the batch is above
+               ROWS_ON_DRIVER_BYTES. `bucket(4, s)` is a transform Spark does not compute: that table
+               then keeps the shuffled rewrite."""
+    if upserts == "collected":
+        monkeypatch.setattr(merge, "ROWS_ON_DRIVER_BYTES", -1)
     roads = _keys_on_driver_matchings(monkeypatch)
     one_job = []
     real = merge._rewrite_in_one_job
@@ -311,7 +318,7 @@ def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, 
     results = {}
     try:
         for road in ("one job", "shuffled"):
-            name = f"mm.onejob_{'_'.join(''.join(ch for ch in t if ch.isalnum()) for t in terms) or 'none'}_{road.replace(' ', '_')}"
+            name = f"mm.onejob_{'_'.join(''.join(ch for ch in t if ch.isalnum()) for t in terms) or 'none'}_{road.replace(' ', '_')}_{upserts}"
             lh.write(base, name, partition_by=terms)
             with monkeypatch.context() as m:
                 if road == "shuffled":
@@ -325,7 +332,7 @@ def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, 
                 assert_all_readers_agree(lh, spark, duck, name, rows)
     finally:
         batch.unpersist()
-    assert one_job == [terms != ["bucket(4, s)"], False] and roads == [1, 1]
+    assert one_job == [upserts == "rows" or terms != ["bucket(4, s)"], False] and roads == [1, 1]
     assert results["one job"] == results["shuffled"]
     id_at = sorted(base.columns).index("id")
     assert sorted(row[id_at] for row in results["one job"][3]) == [i for i in range(24) if i != 3] + [101, 102, 103]

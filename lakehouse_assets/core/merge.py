@@ -60,6 +60,9 @@ KEYS_ON_DRIVER_BYTES = 10 * 1024 * 1024
 # (`_rewrite_in_one_job`), each task reading at most this many candidates of one partition.
 UPSERTS_ON_DRIVER_BYTES = 32 * 1024 * 1024
 FILES_PER_TASK_GROUP = 16
+# A cached batch of at most this size comes to the driver whole in the check's one collect (its upserts then
+# need no second job); a larger one brings its keys only.
+ROWS_ON_DRIVER_BYTES = 8 * 1024 * 1024
 # Helper columns hold a space, which user column names cannot (spec._check_names): they never collide.
 _DELETE = "_lakehouse merge delete"
 _PATH = "_lakehouse merge file"
@@ -100,6 +103,7 @@ class KeyStats:
     distinct_keys: int
     deduplicated: bool = False  # the batch is the last row per key of the input (a window over it), not a projection
     values: pa.Table | None = None  # the batch's distinct keys, when a small batch brought them to the driver
+    rows: pa.Table | None = None  # the whole prepared batch, when it is small enough to come too (_rows_on_driver)
 
 
 @dataclass
@@ -124,8 +128,16 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
         raise SpecError(f"Table {identifier}: column(s) {reserved} are reserved for the merge's own bookkeeping; rename them.")
     if set(opts.keys) & set(opts.control_columns):
         raise SpecError(f"Table {identifier}: a merge key cannot also be the operation or deleted-at column.")
-    cached_rows = _filled_cache_rows(df)
-    values = _keys_on_driver(df, opts.keys, cached_rows)
+    delete = F.lit(False)
+    if opts.operation_column:
+        delete = delete | F.coalesce(F.col(opts.operation_column).cast("string").isin(*[str(v) for v in opts.delete_values]), F.lit(False))
+    if opts.deleted_at_column:
+        delete = delete | F.col(opts.deleted_at_column).isNotNull()
+    cached = _filled_cache(df)
+    cached_rows = cached[0] if cached is not None else None
+    prepared = df.withColumn(_DELETE, delete).drop(*opts.control_columns)
+    rows = _rows_on_driver(prepared, opts.keys, cached)
+    values = rows.select(list(opts.keys)) if rows is not None else _keys_on_driver(df, opts.keys, cached_rows)
     if values is not None:
         checks, values = _checks_of(values, opts.keys)
     else:
@@ -143,7 +155,7 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
             F.count(F.lit(1)).alias("distinct_keys"),
             *ranges,
         ).first().asDict()
-    key_stats = KeyStats({k: (checks[f"min_{k}"], checks[f"max_{k}"]) for k in opts.keys}, checks["distinct_keys"] or 0, values=values)
+    key_stats = KeyStats({k: (checks[f"min_{k}"], checks[f"max_{k}"]) for k in opts.keys}, checks["distinct_keys"] or 0, values=values, rows=rows)
     if checks["null_rows"]:
         raise InputError(
             f"Table {identifier}: {checks['null_rows']} row(s) of the merge batch have a null merge key "
@@ -158,6 +170,7 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
             )
         # Last row by order_by wins; a row without an ordering value loses to one with. A tie for last is ambiguous.
         key_stats.deduplicated = True
+        key_stats.rows = None  # the input's rows, not the deduplicated batch's (its distinct keys are the same)
         w = W.partitionBy(*opts.keys).orderBy(*[F.col(c).desc_nulls_last() for c in opts.order_by])
         df = df.withColumn(_RANK, F.rank().over(w)).filter(F.col(_RANK) == 1).drop(_RANK)
         if df.groupBy(*opts.keys).count().filter("count > 1").limit(1).count():
@@ -166,19 +179,17 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
                 f"latest {', '.join(opts.order_by)}, so none of them is the last. Add a tie-breaking column to order_by or "
                 "deduplicate the batch; nothing was committed."
             )
-    delete = F.lit(False)
-    if opts.operation_column:
-        delete = delete | F.coalesce(F.col(opts.operation_column).cast("string").isin(*[str(v) for v in opts.delete_values]), F.lit(False))
-    if opts.deleted_at_column:
-        delete = delete | F.col(opts.deleted_at_column).isNotNull()
-    return df.withColumn(_DELETE, delete).drop(*opts.control_columns), key_stats
+        return df.withColumn(_DELETE, delete).drop(*opts.control_columns), key_stats
+    return prepared, key_stats
 
 
-def _keys_on_driver(df, keys: Sequence[str], cached_rows: int | None) -> pa.Table | None:
-    """The key columns of `df` as an Arrow table on the driver, when `df` reads a filled small cache of
-    `cached_rows` <= KEYS_ON_DRIVER_ROWS rows and the keys are of types Arrow compares as Spark does; else None."""
+def _keys_on_driver(df, columns: Sequence[str], cached_rows: int | None, key_columns: int | None = None) -> pa.Table | None:
+    """`columns` of `df` as an Arrow table on the driver, when `df` reads a filled small cache of `cached_rows`
+    <= KEYS_ON_DRIVER_ROWS rows and the keys (the first `key_columns` of them; all by default) are of types
+    Arrow compares as Spark does; else None."""
     from pyspark.sql import types as T
 
+    keys = list(columns[:key_columns] if key_columns is not None else columns)
     # Types whose Arrow equality and ordering are Spark's: integers, strings, dates, booleans, decimals.
     exact = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.DateType, T.BooleanType, T.DecimalType)
     types = {f.name: f.dataType for f in df.schema.fields}
@@ -187,17 +198,38 @@ def _keys_on_driver(df, keys: Sequence[str], cached_rows: int | None) -> pa.Tabl
     if cached_rows is None or cached_rows > KEYS_ON_DRIVER_ROWS:
         return None
     try:
-        batches = df.select(*keys)._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
+        batches = df.select(*columns)._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
     except AttributeError:  # a private API: if it goes, the Spark road remains
         return None
-    values = pa.Table.from_batches(batches) if batches else None
+    values = pa.Table.from_batches(batches) if batches else pa.Table.from_batches([], _arrow_schema(df.select(*columns).schema))
     # Keys of a broadcast's size at most (long strings could make 100k rows large), or Spark's road.
-    return values if values is not None and values.nbytes <= KEYS_ON_DRIVER_BYTES else None
+    return values if values.select(keys).nbytes <= KEYS_ON_DRIVER_BYTES else None
+
+
+def _arrow_schema(spark_schema) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema)
+
+
+def _rows_on_driver(prepared, keys: Sequence[str], cached: tuple[int, int] | None) -> pa.Table | None:
+    """The whole prepared batch (its columns and the delete flag) as an Arrow table on the driver, when it
+    reads a filled cache of at most KEYS_ON_DRIVER_ROWS rows and ROWS_ON_DRIVER_BYTES, with keys of exact
+    types: one collect gives the checks their keys and the one-job rewrite its upserts. Else None."""
+    if cached is None or cached[1] > ROWS_ON_DRIVER_BYTES:
+        return None
+    rows = _keys_on_driver(prepared, [*keys, *[c for c in prepared.columns if c not in keys]], cached[0], key_columns=len(keys))
+    return rows if rows is not None and rows.nbytes <= UPSERTS_ON_DRIVER_BYTES else None
 
 
 def _filled_cache_rows(df) -> int | None:
-    """Rows of the cache `df` reads (through projections only) if it is filled and at most SMALL_BATCH_BYTES
-    (a CDC batch the caller cached and counted, or one the merge's own check filled); else None."""
+    cached = _filled_cache(df)
+    return cached[0] if cached is not None else None
+
+
+def _filled_cache(df) -> tuple[int, int] | None:
+    """(rows, bytes) of the cache `df` reads (through projections only) if it is filled and at most
+    SMALL_BATCH_BYTES (a CDC batch the caller cached and counted, or one the merge's own check filled); else None."""
     try:  # Spark internals (3.5's InMemoryRelation / CachedRDDBuilder); any change falls back to the Spark path
         plan = df._jdf.queryExecution().optimizedPlan()
         while plan.getClass().getSimpleName() == "Project":
@@ -205,9 +237,10 @@ def _filled_cache_rows(df) -> int | None:
         if plan.getClass().getSimpleName() != "InMemoryRelation":
             return None
         cache = plan.cacheBuilder()
-        if not cache.isCachedColumnBuffersLoaded() or int(cache.sizeInBytesStats().value()) > SMALL_BATCH_BYTES:
+        size = int(cache.sizeInBytesStats().value())
+        if not cache.isCachedColumnBuffersLoaded() or size > SMALL_BATCH_BYTES:
             return None
-        return int(cache.rowCountStats().value())
+        return int(cache.rowCountStats().value()), size
     except Exception:  # noqa: BLE001
         return None
 
@@ -289,7 +322,7 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     values = key_stats.values if key_stats.values is not None or not candidates else _keys_on_driver(batch, keys, _filled_cache_rows(batch))
     upserts = _conform(batch.filter(~F.col(_DELETE)), spark_schema)
     if values is not None:
-        rewritten = _rewrite_in_one_job(spark, target, candidates, values, upserts, changes)
+        rewritten = _rewrite_in_one_job(spark, target, candidates, values, upserts, changes, rows=key_stats.rows, batch_schema=batch.schema)
         if rewritten is not None:
             stats.matched_files = len(rewritten)
             changes.removes += rewritten
@@ -410,17 +443,21 @@ class _KeyHolder:
             yield pa.RecordBatch.from_arrays([pa.array(hits, pa.string())], names=["path"])
 
 
-def _rewrite_in_one_job(spark, target: "WriteTarget", candidates: list[DataFile], values: pa.Table, upserts, changes: "FileChanges") -> list[DataFile] | None:
+def _rewrite_in_one_job(
+    spark, target: "WriteTarget", candidates: list[DataFile], values: pa.Table, upserts, changes: "FileChanges", *, rows: pa.Table | None = None, batch_schema=None
+) -> list[DataFile] | None:
     """A small batch's whole merge write in ONE Spark job, no shuffle; the rewritten files (None: not
     this road, nothing done).
 
-    The upserts (at most UPSERTS_ON_DRIVER_BYTES; Spark computes their partition values, as for any
-    write) come to the driver, which groups them, and the candidate files, by partition. Each group
-    goes to one pyarrow task, which tests its files' key columns against the batch's keys, reads the
-    files holding one, drops the rows of those keys, and writes the rest with the group's upserts
-    through the writer's own `FileWriter`: one file per partition, as the shuffled rewrite writes. A
-    kept row's partition is its file's (an Iceberg data file holds one partition of its spec), so only
-    tables whose candidates are all of the current spec, with transforms Spark computes, take this road.
+    The upserts (at most UPSERTS_ON_DRIVER_BYTES) are on the driver: taken from `rows`, the prepared
+    batch the check collected, when they need no cast to the table's types (their partition keys then
+    come from pyiceberg's transforms, the writer's own fallback), else collected now with partition
+    values computed by Spark as for any write. The driver groups them, and the candidate files, by
+    partition. Each group goes to one pyarrow task, which tests its files' key columns against the
+    batch's keys, reads the files holding one, drops the rows of those keys, and writes the rest with
+    the group's upserts through the writer's own `FileWriter`: one file per partition, as the shuffled
+    rewrite writes. A kept row's partition is its file's (an Iceberg data file holds one partition of
+    its spec), so only tables whose candidates are all of the current spec take this road.
     """
     from pyspark.sql.types import StringType, StructField
 
@@ -443,20 +480,23 @@ def _rewrite_in_one_job(spark, target: "WriteTarget", candidates: list[DataFile]
     if any(f.spec_id != spec.spec_id for f in candidates):
         return None
     settings = table_write_settings(table, target.schema, target.target_file_size)
+    spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(table))
     keyer = PartitionKeyer(target.schema.model_dump_json(), spec.model_dump_json(), tuple(settings["delta_columns"]))
+    on_driver = _upserts_of(rows, batch_schema, spark_schema) if rows is not None and batch_schema is not None else None
     value_columns: tuple[str, ...] = ()
-    if spec.fields:
-        exprs = partition_columns(target.schema, spec)
-        if exprs is None:
-            return None  # a transform only pyiceberg computes (bucket of a string...): the shuffled rewrite
-        value_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
-        upserts = upserts.select("*", *[e.alias(k) for e, k in zip(exprs, value_columns)])
-    try:
-        collected = upserts._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
-    except AttributeError:  # a private API: if it goes, the shuffled rewrite remains
-        return None
-    if sum(b.nbytes for b in collected) > UPSERTS_ON_DRIVER_BYTES:
-        return None
+    if on_driver is None:
+        if spec.fields:
+            exprs = partition_columns(target.schema, spec)
+            if exprs is None:
+                return None  # a transform only pyiceberg computes (bucket of a string...): the shuffled rewrite
+            value_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
+            upserts = upserts.select("*", *[e.alias(k) for e, k in zip(exprs, value_columns)])
+        try:
+            collected = upserts._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
+        except AttributeError:  # a private API: if it goes, the shuffled rewrite remains
+            return None
+        if sum(b.nbytes for b in collected) > UPSERTS_ON_DRIVER_BYTES:
+            return None
     # The batch's upserts by partition key, as Arrow IPC streams (the key values dropped)...
     by_key: dict[str, list[pa.RecordBatch]] = {}
     keys_of: dict[tuple, str] = {}
@@ -467,10 +507,15 @@ def _rewrite_in_one_job(spark, target: "WriteTarget", candidates: list[DataFile]
         return keys_of[vals]
 
     try:
-        for b in collected:
-            groups = _group_by_columns(b, value_columns, key_of) if value_columns else [(UNPARTITIONED_KEY, b)]
-            for key, part in groups:
-                by_key.setdefault(key, []).append(part)
+        if on_driver is not None:
+            for b in on_driver.to_batches():
+                for key, part in _by_partition(b, keyer if spec.fields else None):
+                    by_key.setdefault(key, []).append(part)
+        else:
+            for b in collected:
+                groups = _group_by_columns(b, value_columns, key_of) if value_columns else [(UNPARTITIONED_KEY, b)]
+                for key, part in groups:
+                    by_key.setdefault(key, []).append(part)
     except UnrepresentableValue as e:
         raise InputError(f"Table {target.identifier}: {e} Nothing was written or committed.") from e
     # ...and the candidates by their partition (the same key the writer gives that partition's rows).
@@ -499,7 +544,6 @@ def _rewrite_in_one_job(spark, target: "WriteTarget", candidates: list[DataFile]
         settings["root_uri"], write_id, arrow_file_schema(target.schema), target.storage, settings["target_file_size"],
         settings["compression"], settings["compression_level"],
     )
-    spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(table))
     field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -512,6 +556,35 @@ def _rewrite_in_one_job(spark, target: "WriteTarget", candidates: list[DataFile]
     rewritten = {r[_REWRITTEN] for r in rows if r[_REWRITTEN] is not None}
     target.record(written_files([r for r in rows if r[_REWRITTEN] is None]), changes)
     return [f for f in candidates if f.file_path in rewritten]
+
+
+def _upserts_of(rows: pa.Table, batch_schema, spark_schema) -> pa.Table | None:
+    """The prepared batch's inserted/updated rows in the table's columns (those the batch lacks are null),
+    from its rows on the driver; None when a column would need a cast (Spark's semantics: collect anew)."""
+    import pyarrow.compute as pc
+
+    have = {f.name: f.dataType for f in batch_schema.fields}
+    if any(f.name in have and have[f.name] != f.dataType for f in spark_schema.fields):
+        return None
+    kept = rows.filter(pc.invert(rows.column(_DELETE)))
+    arrow = _arrow_schema(spark_schema)
+    return pa.table({f.name: kept.column(f.name) if f.name in have else pa.nulls(kept.num_rows, f.type) for f in arrow})
+
+
+def _by_partition(batch: pa.RecordBatch, keyer) -> list[tuple[str, pa.RecordBatch]]:
+    """`batch`'s rows per partition key, by pyiceberg's vectorized transforms (`PartitionKeyer.keys`,
+    what the writer uses where Spark cannot compute a transform); None keyer: unpartitioned."""
+    import pyarrow.compute as pc
+
+    from .writer import PARTITION_KEY_COLUMN, UNPARTITIONED_KEY, _split_by_key
+
+    if not batch.num_rows:
+        return []
+    if keyer is None:
+        return [(UNPARTITIONED_KEY, batch)]
+    keyed = batch.append_column(PARTITION_KEY_COLUMN, keyer.keys(batch))
+    keyed = keyed.take(pc.sort_indices(keyed.column(PARTITION_KEY_COLUMN)))
+    return _split_by_key(keyed, keyed.schema.get_field_index(PARTITION_KEY_COLUMN))
 
 
 @dataclass

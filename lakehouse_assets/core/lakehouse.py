@@ -173,7 +173,7 @@ class Lakehouse:
     def _write(self, df, request: write_modes.WriteRequest, started: float, key_stats: merge_.KeyStats | None = None) -> WriteResult:
         """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
         identifier, window = request.spec.identifier, request.window
-        incoming = spark_schema_to_iceberg(identifier, df.select(*merge_.data_columns(df)).schema if request.merge else df.schema)
+        incoming = spark_schema_to_iceberg(identifier, merge_.data_schema(df) if request.merge else df.schema)
         for column in window.columns if window is not None else ():
             if column not in df.columns:
                 raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")

@@ -183,13 +183,12 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
     return prepared, key_stats
 
 
-def _keys_on_driver(df, columns: Sequence[str], cached_rows: int | None, key_columns: int | None = None) -> pa.Table | None:
-    """`columns` of `df` as an Arrow table on the driver, when `df` reads a filled small cache of `cached_rows`
-    <= KEYS_ON_DRIVER_ROWS rows and the keys (the first `key_columns` of them; all by default) are of types
-    Arrow compares as Spark does; else None."""
+def _keys_on_driver(df, keys: Sequence[str], cached_rows: int | None, whole: bool = False) -> pa.Table | None:
+    """The key columns of `df` (`whole`: all its columns) as an Arrow table on the driver, when `df` reads a
+    filled small cache of `cached_rows` <= KEYS_ON_DRIVER_ROWS rows and the keys are of types Arrow compares
+    as Spark does; else None."""
     from pyspark.sql import types as T
 
-    keys = list(columns[:key_columns] if key_columns is not None else columns)
     # Types whose Arrow equality and ordering are Spark's: integers, strings, dates, booleans, decimals.
     exact = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.DateType, T.BooleanType, T.DecimalType)
     types = {f.name: f.dataType for f in df.schema.fields}
@@ -197,13 +196,14 @@ def _keys_on_driver(df, columns: Sequence[str], cached_rows: int | None, key_col
         return None  # floats (NaN, -0.0), timestamps (time zones) and nested keys keep Spark's join
     if cached_rows is None or cached_rows > KEYS_ON_DRIVER_ROWS:
         return None
+    collected = df if whole else df.select(*keys)  # (a select of every column costs py4j round trips, ~30 ms)
     try:
-        batches = df.select(*columns)._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
+        batches = collected._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
     except AttributeError:  # a private API: if it goes, the Spark road remains
         return None
-    values = pa.Table.from_batches(batches) if batches else pa.Table.from_batches([], _arrow_schema(df.select(*columns).schema))
+    values = pa.Table.from_batches(batches) if batches else pa.Table.from_batches([], _arrow_schema(collected.schema))
     # Keys of a broadcast's size at most (long strings could make 100k rows large), or Spark's road.
-    return values if values.select(keys).nbytes <= KEYS_ON_DRIVER_BYTES else None
+    return values if values.select(list(keys)).nbytes <= KEYS_ON_DRIVER_BYTES else None
 
 
 def _arrow_schema(spark_schema) -> pa.Schema:
@@ -218,7 +218,7 @@ def _rows_on_driver(prepared, keys: Sequence[str], cached: tuple[int, int] | Non
     types: one collect gives the checks their keys and the one-job rewrite its upserts. Else None."""
     if cached is None or cached[1] > ROWS_ON_DRIVER_BYTES:
         return None
-    rows = _keys_on_driver(prepared, [*keys, *[c for c in prepared.columns if c not in keys]], cached[0], key_columns=len(keys))
+    rows = _keys_on_driver(prepared, keys, cached[0], whole=True)
     return rows if rows is not None and rows.nbytes <= UPSERTS_ON_DRIVER_BYTES else None
 
 
@@ -264,8 +264,11 @@ def _checks_of(values: pa.Table, keys: Sequence[str]) -> tuple[dict, pa.Table]:
     return checks, groups.select(keys)
 
 
-def data_columns(batch) -> list[str]:
-    return [c for c in batch.columns if c != _DELETE]
+def data_schema(batch):
+    """The batch's schema without the merge's delete flag (no `select`: each is a round trip to the JVM)."""
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in batch.schema.fields if f.name != _DELETE])
 
 
 def _key_filter(batch, keys: Sequence[str], key_stats: KeyStats) -> BooleanExpression:
@@ -320,9 +323,11 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     # job, which the shorter matching repays). A deduplicated batch is a window over the input, not a projection
     # of a filled cache, so it gets here with keys only if the caller's cache gave them to the check.
     values = key_stats.values if key_stats.values is not None or not candidates else _keys_on_driver(batch, keys, _filled_cache_rows(batch))
-    upserts = _conform(batch.filter(~F.col(_DELETE)), spark_schema)
+    def upserts():
+        return _conform(batch.filter(~F.col(_DELETE)), spark_schema)
+
     if values is not None:
-        rewritten = _rewrite_in_one_job(spark, target, candidates, values, upserts, changes, rows=key_stats.rows, batch_schema=batch.schema)
+        rewritten = _rewrite_in_one_job(spark, target, candidates, values, upserts, changes, batch_rows=key_stats.rows, batch_schema=batch.schema)
         if rewritten is not None:
             stats.matched_files = len(rewritten)
             changes.removes += rewritten
@@ -339,9 +344,9 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     stats.matched_files = len(matched)
     if matched:
         kept = target.read(spark, matched).join(batch_keys, keys, "left_anti")
-        merged = kept.unionByName(upserts)
+        merged = kept.unionByName(upserts())
     else:
-        merged = upserts
+        merged = upserts()
     if not table.spec().fields:
         # Unpartitioned: one Spark partition per output file otherwise (the union adds the batch's partitions).
         merged = merged.coalesce(max(1, len(matched)))
@@ -444,15 +449,15 @@ class _KeyHolder:
 
 
 def _rewrite_in_one_job(
-    spark, target: "WriteTarget", candidates: list[DataFile], values: pa.Table, upserts, changes: "FileChanges", *, rows: pa.Table | None = None, batch_schema=None
+    spark, target: "WriteTarget", candidates: list[DataFile], values: pa.Table, upserts, changes: "FileChanges", *, batch_rows: pa.Table | None = None, batch_schema=None
 ) -> list[DataFile] | None:
     """A small batch's whole merge write in ONE Spark job, no shuffle; the rewritten files (None: not
     this road, nothing done).
 
-    The upserts (at most UPSERTS_ON_DRIVER_BYTES) are on the driver: taken from `rows`, the prepared
+    The upserts (at most UPSERTS_ON_DRIVER_BYTES) are on the driver: taken from `batch_rows`, the prepared
     batch the check collected, when they need no cast to the table's types (their partition keys then
     come from pyiceberg's transforms, the writer's own fallback), else collected now with partition
-    values computed by Spark as for any write. The driver groups them, and the candidate files, by
+    values computed by Spark as for any write (`upserts()`, their DataFrame). The driver groups them, and the candidate files, by
     partition. Each group goes to one pyarrow task, which tests its files' key columns against the
     batch's keys, reads the files holding one, drops the rows of those keys, and writes the rest with
     the group's upserts through the writer's own `FileWriter`: one file per partition, as the shuffled
@@ -482,17 +487,18 @@ def _rewrite_in_one_job(
     settings = table_write_settings(table, target.schema, target.target_file_size)
     spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(table))
     keyer = PartitionKeyer(target.schema.model_dump_json(), spec.model_dump_json(), tuple(settings["delta_columns"]))
-    on_driver = _upserts_of(rows, batch_schema, spark_schema) if rows is not None and batch_schema is not None else None
+    on_driver = _upserts_of(batch_rows, batch_schema, spark_schema) if batch_rows is not None and batch_schema is not None else None
     value_columns: tuple[str, ...] = ()
     if on_driver is None:
+        to_collect = upserts()
         if spec.fields:
             exprs = partition_columns(target.schema, spec)
             if exprs is None:
                 return None  # a transform only pyiceberg computes (bucket of a string...): the shuffled rewrite
             value_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
-            upserts = upserts.select("*", *[e.alias(k) for e, k in zip(exprs, value_columns)])
+            to_collect = to_collect.select("*", *[e.alias(k) for e, k in zip(exprs, value_columns)])
         try:
-            collected = upserts._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
+            collected = to_collect._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
         except AttributeError:  # a private API: if it goes, the shuffled rewrite remains
             return None
         if sum(b.nbytes for b in collected) > UPSERTS_ON_DRIVER_BYTES:

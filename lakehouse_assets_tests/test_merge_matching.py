@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -294,8 +295,12 @@ TERMS = [["cat"], ["d"], ["ts"], ["day(ts)"], ["month(d)"], ["hour(ntz)"], ["buc
          ["truncate(1, s)"], ["truncate(1000, dec)"], ["cat", "day(ts)"], ["bucket(4, s)"], []]
 
 
-@pytest.mark.parametrize("upserts", ["rows", "collected"])
-@pytest.mark.parametrize("terms", TERMS, ids=["+".join(t) or "unpartitioned" for t in TERMS])
+# The collected road computes partition values with the writer's own Spark expressions: a few layouts suffice.
+COLLECTED = [["cat", "day(ts)"], ["truncate(10, i)"], ["bucket(4, s)"], []]
+CASES_ONE_JOB = [(t, "rows") for t in TERMS] + [(t, "collected") for t in COLLECTED]
+
+
+@pytest.mark.parametrize("terms,upserts", CASES_ONE_JOB, ids=[f"{'+'.join(t) or 'unpartitioned'}-{u}" for t, u in CASES_ONE_JOB])
 def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, duck, monkeypatch, terms, upserts):
     """Updates of ids 1 and 2, a delete of id 3, inserts 101 and 102 into 1's and 2's partitions and 103 elsewhere.
 
@@ -362,3 +367,129 @@ def test_the_one_job_rewrite_drops_a_file_whose_rows_are_all_deleted_and_reads_p
     got = sorted((x.id, x.part, x.v) for x in lh.read(spark, name).collect())
     want = sorted([(i, 0, "new" if i in (0, 12) else "old") for i in range(0, 30, 2)] + [(100, 0, "ins")])
     assert got == want
+
+
+def _one_job_results(monkeypatch) -> list:
+    """A list that gets each one-job rewrite's outcome: True when it rewrote, False when it declined."""
+    taken: list = []
+    real = merge._rewrite_in_one_job
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(merge, "_rewrite_in_one_job", spy)
+    return taken
+
+
+def _cached(df):
+    df = df.cache()
+    df.count()
+    return df
+
+
+def test_the_one_job_rewrite_matches_composite_keys_beside_nested_columns(lh, spark, monkeypatch):
+    """Arrow's join refuses nested columns beside its keys: the rewrite joins the key columns only."""
+    taken = _one_job_results(monkeypatch)
+    name = "mm.onejob_nested"
+    cols = "id int, part string, arr array<int>, st struct<a:int,b:string>, m map<string,int>, v string"
+    rows = [(i, "p" if i % 2 else "q", [i, i + 1], (i, f"s{i}"), {"k": i}, "old") for i in range(6)]
+    lh.write(spark.createDataFrame(rows, cols), name, partition_by=["part"])
+    batch = _cached(spark.createDataFrame([(1, "p", [9], (9, "new"), {"n": 9}, "new"), (2, "p", None, None, None, "moved")], cols))
+    try:
+        r = lh.write(batch, name, mode="merge", merge_keys=["id", "part"])
+    finally:
+        batch.unpersist()
+    assert taken == [True] and r.files_removed == 1  # (1, p) is in partition p; (2, p) is new (2 is in q)
+    got = sorted((x.id, x.part, x.arr, tuple(x.st) if x.st else None, x.m, x.v) for x in lh.read(spark, name).collect())
+    want = [(i, "p" if i % 2 else "q", [i, i + 1], (i, f"s{i}"), {"k": i}, "old") for i in range(6) if i != 1]
+    want += [(1, "p", [9], (9, "new"), {"n": 9}, "new"), (2, "p", None, None, None, "moved")]
+    assert got == sorted(want)
+    assert lh.verify(name)["agree"]
+
+
+@pytest.mark.parametrize("upserts", ["rows", "collected"])
+@pytest.mark.parametrize("term", ["month(ts)", "year(ts)", "day(ts)"])
+def test_the_one_job_rewrite_partitions_instants_in_utc_whatever_the_session_time_zone(lh, spark, monkeypatch, term, upserts):
+    """Spark labels collected timestamps with the session time zone; Iceberg's year/month/day are of the UTC
+    instant. 2024-03-01 03:00 UTC is still February in Los Angeles: the row belongs to March (and 2023-12-31
+    23:00 in Los Angeles is 2024 in UTC). Every live file's partition must be its rows' UTC one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.transforms import parse_transform
+    from pyiceberg.types import TimestamptzType
+
+    if upserts == "collected":
+        monkeypatch.setattr(merge, "ROWS_ON_DRIVER_BYTES", -1)
+    taken = _one_job_results(monkeypatch)
+    name = f"mm.onejob_tz_{term[:-4]}_{upserts}"
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        ts = "TIMESTAMP'{}'"
+        lh.write(spark.sql(f"SELECT 1L AS id, {ts.format('2024-02-15 12:00:00+00:00')} AS ts, 'old' AS v"), name, partition_by=[term])
+        batch = _cached(spark.sql(
+            f"SELECT 1L AS id, {ts.format('2024-02-15 12:00:00+00:00')} AS ts, 'new' AS v UNION ALL "
+            f"SELECT 2L, {ts.format('2024-03-01 03:00:00+00:00')}, 'march' UNION ALL SELECT 3L, {ts.format('2024-01-01 07:00:00+00:00')}, 'ny'"
+        ))
+        try:
+            lh.write(batch, name, mode="merge", merge_keys=["id"])
+        finally:
+            batch.unpersist()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+    assert taken == [True]
+    table = lh.load(name)
+    transform = parse_transform(term.split("(")[0]).transform(TimestamptzType())
+    for task in table.scan().plan_files():
+        stored = pq.read_table(task.file.file_path.removeprefix("file://"), columns=["ts"]).column("ts")
+        micros = stored.cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
+        assert {transform(m) for m in micros} == {task.file.partition[0]}, f"{task.file.file_path}: rows of another partition"
+    march = lh.read(spark, name, row_filter="ts >= '2024-03-01T00:00:00+00:00'").collect()
+    assert [x.id for x in march] == [2]  # pruning by partition finds it
+    assert lh.verify(name)["agree"]
+
+
+def test_a_merge_refuses_a_truncate_that_leaves_the_int_range_on_every_road(lh, spark, monkeypatch):
+    """The rows road keys upserts with pyiceberg's truncate, which wraps within W of the minimum (Spark's
+    expression refuses it): both refuse with the column named, and nothing is committed or left behind."""
+    name = "mm.onejob_wrap"
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS i, 'old' AS v FROM range(3)"), name, partition_by=["truncate(10, i)"])
+    before = lh.load(name).current_snapshot().snapshot_id
+    for road in ("rows", "collected"):
+        with monkeypatch.context() as m:
+            if road == "collected":
+                m.setattr(merge, "ROWS_ON_DRIVER_BYTES", -1)
+            batch = _cached(spark.sql("SELECT CAST(-2147483648 AS INT) AS i, 'min' AS v UNION ALL SELECT 1, 'new'"))
+            try:
+                with pytest.raises(InputError, match=r"Table mm\.onejob_wrap: column 'i' .*truncate\(10\) leaves the int range"):
+                    lh.write(batch, name, mode="merge", merge_keys=["i"])
+            finally:
+                batch.unpersist()
+        table = lh.load(name)
+        assert table.current_snapshot().snapshot_id == before
+        on_disk = {p.name for p in Path(table.location().removeprefix("file://"), "data").rglob("*.parquet")}
+        assert on_disk == {t.file.file_path.rsplit("/", 1)[1] for t in table.scan().plan_files()}, road
+
+
+def test_candidates_of_an_older_partition_spec_take_the_shuffled_rewrite(lh, spark, monkeypatch):
+    """Another engine evolved the spec of an Iceberg-only table: the old files' rows are not all of one partition
+    of the new spec, so the one job declines and Spark's rewrite recomputes their partitions."""
+    taken = _one_job_results(monkeypatch)
+    name = "mm.onejob_oldspec"
+    lh.write(spark.sql("SELECT id, CAST(id % 2 AS INT) AS part, CONCAT('n', id % 3) AS name, 'old' AS v FROM range(6)"), name,
+             partition_by=["part"], formats=ICEBERG_ONLY)
+    table = lh.load(name)
+    with table.update_spec() as update:
+        update.add_identity("name")
+    batch = _cached(spark.sql("SELECT 1L AS id, 1 AS part, 'n1' AS name, 'new' AS v"))
+    try:
+        r = lh.write(batch, name, mode="merge", merge_keys=["id"])
+    finally:
+        batch.unpersist()
+    assert taken == [False] and r.files_removed == 1
+    table = lh.load(name)
+    assert {t.file.spec_id for t in table.scan().plan_files() if "/name=" in t.file.file_path} == {table.spec().spec_id}
+    got = sorted((x.id, x.v) for x in lh.read(spark, name).collect())
+    assert got == [(0, "old"), (1, "new"), (2, "old"), (3, "old"), (4, "old"), (5, "old")]

@@ -98,3 +98,30 @@ def test_unsupported_transforms_fall_back_to_pyiceberg(spark):
     # Spark's murmur3 of strings, binary and decimals is not Iceberg's; timestamps without zone lack exact micros.
     for transform, source in [(BucketTransform(16), StringType()), (BucketTransform(16), BinaryType()), (BucketTransform(16), DecimalType(9, 2)), (BucketTransform(4), TimestampType())]:
         assert transform_column(F.col("v"), transform, source) is None
+
+
+def test_the_pyiceberg_fallback_partitions_instants_in_utc_whatever_the_session_time_zone(lh, spark):
+    """bucket of a string sends the whole spec through pyiceberg's vectorized transforms, which receive Spark's
+    timestamps labelled with the session time zone: month and year must still be the UTC instant's
+    (2024-03-01 03:00 UTC is February in Los Angeles; 2024-01-01 07:00 UTC is 2023 there)."""
+    import pyarrow.parquet as pq
+    from pyiceberg.types import TimestamptzType
+
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        df = spark.sql(
+            "SELECT 'a' AS s, TIMESTAMP'2024-03-01 03:00:00+00:00' AS ts UNION ALL SELECT 'b', TIMESTAMP'2024-01-01 07:00:00+00:00' "
+            "UNION ALL SELECT 'c', TIMESTAMP'2024-02-15 12:00:00+00:00'"
+        )
+        lh.write(df, "pc.fallback_tz", partition_by=["bucket(2, s)", "month(ts)", "year(ts)"])
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+    month, year = MonthTransform().transform(TimestamptzType()), YearTransform().transform(TimestamptzType())
+    seen = 0
+    for task in lh.load("pc.fallback_tz").scan().plan_files():
+        stored = pq.read_table(task.file.file_path.removeprefix("file://"), columns=["ts"]).column("ts")
+        for m in stored.cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist():
+            assert (task.file.partition[1], task.file.partition[2]) == (month(m), year(m)), task.file.file_path
+            seen += 1
+    assert seen == 3

@@ -68,6 +68,7 @@ _DELETE = "_lakehouse merge delete"
 _PATH = "_lakehouse merge file"
 _RANK = "_lakehouse merge rank"
 _REWRITTEN = "_lakehouse merge rewritten"  # the one-job rewrite's rows naming a file it rewrote
+_POSITION = "_lakehouse merge position"
 
 
 @dataclass
@@ -218,7 +219,10 @@ def _rows_on_driver(prepared, keys: Sequence[str], cached: tuple[int, int] | Non
     types: one collect gives the checks their keys and the one-job rewrite its upserts. Else None."""
     if cached is None or cached[1] > ROWS_ON_DRIVER_BYTES:
         return None
-    rows = _keys_on_driver(prepared, keys, cached[0], whole=True)
+    try:
+        rows = _keys_on_driver(prepared, keys, cached[0], whole=True)
+    except Exception:  # noqa: BLE001 - a column Arrow cannot carry: the keys alone, and any error, come next
+        return None
     return rows if rows is not None and rows.nbytes <= UPSERTS_ON_DRIVER_BYTES else None
 
 
@@ -427,7 +431,11 @@ class _Keys:
         if self.single is not None:
             held = pc.fill_null(pc.is_in(table.column(self.names[0]), value_set=self.single), False)
             return table.filter(pc.invert(held))
-        return table.join(self.values, keys=self.names, join_type="left anti").select(table.column_names)
+        # Composite keys: Arrow's join refuses nested non-key columns, so join the keys and a row number only.
+        positions = pa.array(range(table.num_rows), pa.int64())
+        keyed = table.select(self.names).append_column(_POSITION, positions)
+        held = keyed.join(self.values, keys=self.names, join_type="left semi").column(_POSITION)
+        return table.filter(pc.invert(pc.is_in(positions, value_set=held)))
 
 
 def _path_batches(uri: str):
@@ -475,6 +483,7 @@ def _rewrite_in_one_job(
         PartitionKeyer,
         _file_row_schema,
         _group_by_columns,
+        executor_error,
         run_write_job,
         table_write_settings,
         written_files,
@@ -501,6 +510,8 @@ def _rewrite_in_one_job(
             collected = to_collect._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
         except AttributeError:  # a private API: if it goes, the shuffled rewrite remains
             return None
+        except Exception as e:  # e.g. a partition value refused by its Spark expression: one line, as the writer's
+            raise executor_error(settings["table_name"], target.storage, settings["root_uri"], e) from e
         if sum(b.nbytes for b in collected) > UPSERTS_ON_DRIVER_BYTES:
             return None
     # The batch's upserts by partition key, as Arrow IPC streams (the key values dropped)...
@@ -569,7 +580,9 @@ def _upserts_of(rows: pa.Table, batch_schema, spark_schema) -> pa.Table | None:
     from its rows on the driver; None when a column would need a cast (Spark's semantics: collect anew)."""
     import pyarrow.compute as pc
 
-    have = {f.name: f.dataType for f in batch_schema.fields}
+    have = {f.name: f.dataType for f in batch_schema.fields if f.name != _DELETE}
+    if not set(have) <= set(spark_schema.fieldNames()):
+        return None  # a column spelled in another case (Spark resolves it case-insensitively) or not stored
     if any(f.name in have and have[f.name] != f.dataType for f in spark_schema.fields):
         return None
     kept = rows.filter(pc.invert(rows.column(_DELETE)))

@@ -170,10 +170,15 @@ def _refuse_wrapped_truncation(col, truncated, name: str, width: int, source_typ
     DuckDB) drops the row from filtered reads. Such a row fails the write, naming the column (writer.executor_error)."""
     from pyspark.sql import functions as F
 
+    message = "UnrepresentableValue: " + wrapped_truncation_message(name, width, source_type)
+    return F.when(truncated > col, F.raise_error(F.lit(message))).otherwise(truncated)  # subtracting pmod never increases a value
+
+
+def wrapped_truncation_message(name: str, width: int, source_type) -> str:
+    """Why a row whose truncate(W) wrapped is refused (Spark's expression above; the writer's pyiceberg path)."""
     kind = col_type(source_type)
-    message = (
-        f"UnrepresentableValue: column {name!r} holds a value within {width} of the {kind} minimum whose "
+    return (
+        f"column {name!r} holds a value within {width} of the {kind} minimum whose "
         f"truncate({width}) leaves the {kind} range (Iceberg engines wrap it to a positive partition value and filtered reads "
         "then skip the row). Partition by bucket or identity of this column, or filter such values out."
     )
-    return F.when(truncated > col, F.raise_error(F.lit(message))).otherwise(truncated)  # subtracting pmod never increases a value

@@ -30,7 +30,8 @@ import pyarrow.fs  # noqa: F401  (pa.fs)
 import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import IdentityTransform
+from pyiceberg.transforms import IdentityTransform, TruncateTransform
+from pyiceberg.types import IntegerType, LongType
 
 from . import delta_values
 from .errors import InputError, WriteError
@@ -136,12 +137,24 @@ class PartitionKeyer:
         if not hasattr(self, "_fields"):
             self._fields = self._setup()
         transformed = []
-        for _pf, col_name, _source_type, fn in self._fields:
+        for pf, col_name, source_type, fn in self._fields:
             col = _column(batch, col_name)
             if pa.types.is_decimal(col.type):
                 # Arrow buffers from Spark may be unaligned for decimal128; pyiceberg-core panics on them. Copy.
                 col = pa.concat_arrays([col, pa.array([], col.type)])
-            transformed.append(fn(col))
+            if pa.types.is_timestamp(col.type) and col.type.tz is not None and col.type.tz != "UTC":
+                # Spark labels instants with the session time zone; pyiceberg-core's year and month follow the
+                # label's wall clock. Relabelled as UTC (the same instants), they are Iceberg's.
+                col = col.cast(pa.timestamp(col.type.unit, "UTC"))
+            out = fn(col)
+            if isinstance(pf.transform, TruncateTransform) and isinstance(source_type, (IntegerType, LongType)):
+                # Within W of the type's minimum, truncate wraps to a large positive value (as Spark's
+                # expression refuses it, partition_columns._refuse_wrapped_truncation).
+                if pc.any(pc.greater(out, col)).as_py():
+                    from .partition_columns import wrapped_truncation_message
+
+                    raise delta_values.UnrepresentableValue(wrapped_truncation_message(col_name, pf.transform.width, source_type))
+            transformed.append(out)
         # Distinct combinations are few; build each key once and map rows onto them.
         combos = pa.table({str(i): t for i, t in enumerate(transformed)})
         uniques = combos.group_by(combos.column_names, use_threads=False).aggregate([]).to_pylist()

@@ -125,15 +125,15 @@ def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
 
 
 def test_merge_on_every_backend(backend, spark, monkeypatch):
-    from lakehouse_assets.core import merge
+    from lakehouse_assets.core import merge_tasks
 
     lh = backend.lakehouse()
     duck = duckdb_readers.connect(lh.storage)
     ident = f"{backend.namespace()}.merged"
     lh.write(events(spark, 0, 20), ident)
     matched = []  # the small batch's files are matched and rewritten by one job of pyarrow tasks, on every storage
-    real = merge._rewrite_in_one_job
-    monkeypatch.setattr(merge, "_rewrite_in_one_job", lambda *a, **k: matched.append(real(*a, **k)) or matched[-1])
+    real = merge_tasks.rewrite_in_one_job
+    monkeypatch.setattr(merge_tasks, "rewrite_in_one_job", lambda *a, **k: matched.append(real(*a, **k)) or matched[-1])
     # Update ids 10..19, insert 20..29.
     r = lh.write(events(spark, 10, 20).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge_keys=["id"])
     assert len(matched) == 1 and len(matched[0]) == r.files_removed >= 1

@@ -2,8 +2,8 @@
 
 A merge finds the candidate files that hold a key of its batch either with Spark's semi-join, or, for a
 small batch of exactly comparable key types, with pyarrow tasks that test each candidate's key columns
-against the batch's keys brought to the driver: in one job with the rewrite (merge._rewrite_in_one_job)
-or before Spark's shuffled rewrite (merge._files_holding). Every road must rewrite the same files and
+against the batch's keys brought to the driver: in one job with the rewrite (merge_tasks.rewrite_in_one_job)
+or before Spark's shuffled rewrite (merge_tasks.files_holding). Every road must rewrite the same files and
 leave the same rows, whatever the key type, the names the files use for the key, or their width.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_assets import InputError
-from lakehouse_assets.core import merge
+from lakehouse_assets.core import merge, merge_tasks
 from lakehouse_assets.core.properties import SummaryKeys
 
 from .conftest import _norm, assert_all_readers_agree
@@ -33,27 +33,29 @@ def road(request, monkeypatch, spark):
 
     cached:   the caller cached and counted the batch: its keys come to the driver before the check, which
               runs on them (merge._checks_of); matching and rewrite are one job of pyarrow tasks
-              (merge._rewrite_in_one_job);
+              (merge_tasks.rewrite_in_one_job);
     driver:   an uncached batch: Spark's check aggregate, then the keys of the cache it filled, the one job;
     shuffled: a cached batch whose rewrite does not take the one job (as when its upserts are too large to
-              travel with the tasks): pyarrow matching (merge._files_holding), then Spark's shuffled rewrite;
+              travel with the tasks): pyarrow matching (merge_tasks.files_holding), then Spark's shuffled rewrite;
     spark:    the keys never come to the driver (the limit set to 0): Spark's aggregate and semi-join.
     """
     name = request.param
     seen = {"checks on the driver": 0, "pyarrow matching": 0, "one job": 0}
-    for fn, label in (
-        (merge._checks_of, "checks on the driver"), (merge._files_holding, "pyarrow matching"), (merge._rewrite_in_one_job, "one job")
+    for module, fn, label in (
+        (merge, merge._checks_of, "checks on the driver"),
+        (merge_tasks, merge_tasks.files_holding, "pyarrow matching"),
+        (merge_tasks, merge_tasks.rewrite_in_one_job, "one job"),
     ):
         def spy(*args, _fn=fn, _label=label, **kwargs):
             out = _fn(*args, **kwargs)
             seen[_label] += out is not None  # the one job returns None when it does not apply
             return out
 
-        monkeypatch.setattr(merge, fn.__name__, spy)
+        monkeypatch.setattr(module, fn.__name__, spy)
     if name == "spark":
         monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS", 0)
     if name == "shuffled":
-        monkeypatch.setattr(merge, "UPSERTS_ON_DRIVER_BYTES", -1)
+        monkeypatch.setattr(merge_tasks, "UPSERTS_ON_DRIVER_BYTES", -1)
     cached = []
 
     def batch(df):
@@ -198,14 +200,14 @@ def test_an_empty_batch_matches_nothing_and_reads_no_file(lh, spark, road):
 def _keys_on_driver_matchings(monkeypatch) -> list:
     """A list that gets a 1 for each merge that matched with the batch's keys on the driver (either road)."""
     taken: list = []
-    for fn in (merge._files_holding, merge._rewrite_in_one_job):
+    for fn in (merge_tasks.files_holding, merge_tasks.rewrite_in_one_job):
         def spy(*args, _fn=fn, **kwargs):
             out = _fn(*args, **kwargs)
             if out is not None:
                 taken.append(1)
             return out
 
-        monkeypatch.setattr(merge, fn.__name__, spy)
+        monkeypatch.setattr(merge_tasks, fn.__name__, spy)
     return taken
 
 
@@ -282,7 +284,7 @@ def test_the_pyarrow_reader_resolves_file_columns_as_spark_does(tmp_path):
     assert read(pa.table({"other": [1, 2, 3]}), want) == [{"id": None, "v": None}] * 3
 
 
-# The one-job rewrite (merge._rewrite_in_one_job) against Spark's shuffled rewrite, per partition transform:
+# The one-job rewrite (merge_tasks.rewrite_in_one_job) against Spark's shuffled rewrite, per partition transform:
 # the same rows, and the same files per partition (a partition's kept rows and its upserts in one file).
 SOURCE = """
 SELECT id, CAST(id % 3 AS STRING) AS cat, DATE_ADD(DATE'2023-03-19', CAST(id % 4 AS INT)) AS d,
@@ -312,8 +314,8 @@ def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, 
         monkeypatch.setattr(merge, "ROWS_ON_DRIVER_BYTES", -1)
     roads = _keys_on_driver_matchings(monkeypatch)
     one_job = []
-    real = merge._rewrite_in_one_job
-    monkeypatch.setattr(merge, "_rewrite_in_one_job", lambda *a, **k: (lambda out: one_job.append(out is not None) or out)(real(*a, **k)))
+    real = merge_tasks.rewrite_in_one_job
+    monkeypatch.setattr(merge_tasks, "rewrite_in_one_job", lambda *a, **k: (lambda out: one_job.append(out is not None) or out)(real(*a, **k)))
     base = spark.sql(SOURCE.format(lo=0, hi=24))
     updated = base.filter("id IN (1, 2)").withColumn("v", F.lit("new")).withColumn("op", F.lit("U"))
     inserted = base.filter("id IN (1, 2)").withColumn("id", F.col("id") + 100).withColumn("v", F.lit("ins")).withColumn("op", F.lit("I"))
@@ -327,7 +329,7 @@ def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, 
             lh.write(base, name, partition_by=terms)
             with monkeypatch.context() as m:
                 if road == "shuffled":
-                    m.setattr(merge, "UPSERTS_ON_DRIVER_BYTES", -1)
+                    m.setattr(merge_tasks, "UPSERTS_ON_DRIVER_BYTES", -1)
                 r = lh.write(batch, name, mode="merge", merge_keys=["id"], operation_column="op")
             table = lh.load(name)
             per_partition = sorted(Counter(str(t.file.partition) for t in table.scan().plan_files()).items())
@@ -346,7 +348,7 @@ def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, 
 def test_the_one_job_rewrite_drops_a_file_whose_rows_are_all_deleted_and_reads_partitions_in_several_groups(lh, spark, monkeypatch):
     """Partition 1 loses every row (its file goes, nothing replaces it); partition 0 holds three files, each
     read in a group of its own (FILES_PER_TASK_GROUP = 1), two of them rewritten, the third left as it is."""
-    monkeypatch.setattr(merge, "FILES_PER_TASK_GROUP", 1)
+    monkeypatch.setattr(merge_tasks, "FILES_PER_TASK_GROUP", 1)
     name = "mm.onejob_groups"
     for lo in (0, 10, 20):
         lh.write(spark.sql(f"SELECT id, CAST(id % 2 AS INT) AS part, 'old' AS v FROM range({lo}, {lo + 10})"), name, partition_by=["part"])
@@ -372,14 +374,14 @@ def test_the_one_job_rewrite_drops_a_file_whose_rows_are_all_deleted_and_reads_p
 def _one_job_results(monkeypatch) -> list:
     """A list that gets each one-job rewrite's outcome: True when it rewrote, False when it declined."""
     taken: list = []
-    real = merge._rewrite_in_one_job
+    real = merge_tasks.rewrite_in_one_job
 
     def spy(*args, **kwargs):
         out = real(*args, **kwargs)
         taken.append(out is not None)
         return out
 
-    monkeypatch.setattr(merge, "_rewrite_in_one_job", spy)
+    monkeypatch.setattr(merge_tasks, "rewrite_in_one_job", spy)
     return taken
 
 

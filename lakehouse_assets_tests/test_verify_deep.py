@@ -145,3 +145,28 @@ def test_wrong_partition_value(lh, spark, planted):
     plant_delta_log(lh, "v.region", partition_values=lambda f, pv: {"region": planted})
     found = differences(lh.verify("v.region"))
     assert "partition value difference" in found and "'region' is 'us' in Iceberg" in found
+
+
+@pytest.mark.parametrize("term", ["month(ts)", "day(d)", "truncate(10, i)", "ts"])
+def test_verify_refuses_a_partition_record_that_is_not_the_rows_partition(lh, spark, monkeypatch, term):
+    """Planted divergence: a writer whose partition values are off by one (as year/month were under a non-UTC
+    session before session 20). Both logs hold the same files and rows, yet Iceberg readers pruning by the
+    record miss rows Delta readers see: the formats-agree check must say so."""
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets.core import partition_columns as pc_module
+
+    name = f"vd.record_{''.join(ch for ch in term if ch.isalnum())}"
+    df = spark.sql("SELECT CAST(id AS INT) AS i, DATE_ADD(DATE'2024-01-10', CAST(id AS INT)) AS d, "
+                   "TIMESTAMP'2024-01-10 00:00:00+00:00' + make_interval(0, 0, 0, CAST(id AS INT), 0, 0, 0) AS ts FROM range(4)")
+    lh.write(df, name + "_ok", partition_by=[term])
+    assert lh.verify(name + "_ok")["agree"]
+    real = pc_module.partition_columns
+    if term == "ts":
+        shifted = lambda schema, spec: [F.col("ts") + F.expr("INTERVAL 1 DAY")]  # noqa: E731
+    else:
+        shifted = lambda schema, spec: [e + 1 for e in real(schema, spec)]  # noqa: E731
+    monkeypatch.setattr(pc_module, "partition_columns", shifted)
+    lh.write(df, name, partition_by=[term])
+    report = lh.verify(name)
+    assert not report["agree"] and any("partition record" in d for d in report["differences"]), report["differences"]

@@ -2,7 +2,8 @@
 
 Metadata only (always; the `formats_agree` asset check and `lakehouse verify`):
 * the same live data files, Delta up to date (no lagging snapshots);
-* per file: the record count, the Delta partition values (typed, and spelled exactly as the one
+* per file: the record count, the Iceberg partition record against the file's bounds (order-keeping
+  transforms of numbers, dates and times: Iceberg readers prune by the record), the Delta partition values (typed, and spelled exactly as the one
   encoder in `delta_values` spells them: `0001-01-01`, never `1-01-01`; never `""` for a value Iceberg
   holds as the empty string), and the Delta stats (numRecords, nullCount, minValues/maxValues equal to
   what the encoder derives from the Iceberg bounds, and in any case still bounds);
@@ -21,9 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.conversions import from_bytes
+from pyiceberg.partitioning import _to_partition_representation
 from pyiceberg.table import Table
-from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import DateType, TimestampType, TimestamptzType
+from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform, YearTransform
+from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, TimestampType, TimestamptzType
 
 from . import delta_values
 from .deletes import describe_delete_files, table_files
@@ -185,6 +187,7 @@ def _file_differences(table: Table, delta, pairs: dict) -> list[str]:
             if not _same(t, iceberg_value, delta_value):
                 note("partition value", f"{path}: {name!r} is {iceberg_value!r} in Iceberg, {delta_value!r} in Delta")
         expected_spellings.add(tuple(sorted(spelled.items())))
+        _partition_bound_differences(schema, spec, data_file, path, note)
         _stats_differences(schema, data_file, add, path, note)
     if delta_columns:
         # delta-rs parses sloppy spellings leniently; other readers do not: compare the strings in the log.
@@ -193,6 +196,32 @@ def _file_differences(table: Table, delta, pairs: dict) -> list[str]:
         if wrong:
             note("partition value spelling", f"Delta log holds {dict(wrong[0])}, which is not how the Iceberg values are spelled")
     return [f"{len(v)} {kind} difference(s), e.g. {v[:MAX_LISTED]}" for kind, v in found.items()]
+
+
+# Transforms that keep order, over source types whose Iceberg bounds are exact (strings' may be truncated).
+_MONOTONIC = (IdentityTransform, YearTransform, MonthTransform, DayTransform, HourTransform, TruncateTransform)
+_EXACT_BOUNDS = (IntegerType, LongType, DateType, TimestampType, TimestamptzType, DecimalType)
+
+
+def _partition_bound_differences(schema, spec, data_file, path: str, note) -> None:
+    """Iceberg readers prune by a file's partition record, Delta readers by its rows (a transform's value is
+    no Delta partition column): the record must be the transform of every row's value. Checked on the
+    file's lower and upper bounds, which an order-keeping transform maps to the same value."""
+    lower, upper = data_file.lower_bounds or {}, data_file.upper_bounds or {}
+    for pos, pf in enumerate(spec.fields):
+        t = schema.find_type(pf.source_id)
+        if not isinstance(pf.transform, _MONOTONIC) or not isinstance(t, _EXACT_BOUNDS):
+            continue
+        if pf.source_id not in lower or pf.source_id not in upper or data_file.partition[pos] is None:
+            continue
+        fn = pf.transform.transform(t)
+        value = _to_partition_representation(t, data_file.partition[pos]) if isinstance(pf.transform, IdentityTransform) else data_file.partition[pos]
+        for bound in (lower[pf.source_id], upper[pf.source_id]):
+            got = fn(from_bytes(t, bound))
+            if got != value:
+                note("partition record", f"{path}: {pf.name} is {value!r} in the Iceberg record, but the file holds rows of {got!r} "
+                     "(Iceberg readers that prune by partition skip them; Delta readers see them)")
+                break
 
 
 def _stats_differences(schema, data_file, add: dict, path: str, note) -> None:

@@ -48,14 +48,15 @@ def files_holding(spark, target: "WriteTarget", files: list[DataFile], values: p
     return {r[0] for r in hits.collect()}
 
 
-def _key_reader(target: "WriteTarget", values: pa.Table) -> tuple[_ParquetFileReader, bytes]:
+def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None) -> tuple[_ParquetFileReader, bytes]:
     """A reader of the table's key columns (by field id after renames, in the table's types) and the
-    batch's distinct keys cast to those types, as an Arrow IPC stream for the executors."""
+    batch's distinct keys cast to those types, as an Arrow IPC stream for the executors. `spark_schema`:
+    the table's, with field ids after renames, when the caller has it already."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
     keys = values.column_names
-    spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(target.table))
+    spark_schema = spark_schema or iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(target.table))
     key_schema = to_arrow_schema(StructType([spark_schema[k] for k in keys]))
     field_ids = {k: spark_schema[k].metadata[SPARK_FIELD_ID_KEY] for k in keys if SPARK_FIELD_ID_KEY in (spark_schema[k].metadata or {})}
     # The table's types: schema evolution only widens a table's key type to the batch's, so this never narrows.
@@ -163,7 +164,7 @@ def rewrite_in_one_job(
     spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(table))  # by id after renames
     field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
     row_reader = _ParquetFileReader(target.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None)
-    rewrite = _GroupRewriter(*_key_reader(target, values), row_reader, groups, tasks, writer)
+    rewrite = _GroupRewriter(*_key_reader(target, values, spark_schema), row_reader, groups, tasks, writer)
     out_schema = StructType([*_file_row_schema().fields, StructField(_REWRITTEN, StringType())])
     mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(rewrite, out_schema)  # one index per task
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])

@@ -149,6 +149,12 @@ def test_maintenance_on_every_backend(backend, spark):
     for i in range(4):
         lh.write(events(spark, 10 * i, 10), ident)
     before = rows_of(lh.read(spark, ident).collect())
+    # Compaction's pyarrow tasks read and write through the backend's file system (object stores too): the
+    # 4 appends' files (one per Spark task each) into one file.
+    files_before = len(list(lh.load(ident).scan().plan_files()))
+    compacted = lh.maintain(ident, "compaction", spark=spark, compaction_min_input_files=2)
+    assert files_before >= 4 and compacted["committed"] and compacted["files_rewritten"] == files_before and compacted["files_added"] == 1, compacted
+    assert rows_of(lh.read(spark, ident).collect()) == before
     metadata_before = lh.load(ident).metadata_location
     # No grace period, so orphan removal considers every file (incl. the REST server's metadata/ JSON).
     lh.maintain(ident, "full_maintenance", spark=spark, orphan_grace_hours=0)

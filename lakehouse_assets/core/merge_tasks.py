@@ -20,7 +20,7 @@ from pyiceberg.manifest import DataFile
 
 from .errors import InputError
 from .evolution import column_names_moved
-from .reader import _ParquetFileReader, map_paths
+from .reader import _ParquetFileReader, map_paths, path_batches
 from .type_mapping import SPARK_FIELD_ID_KEY, arrow_file_schema, iceberg_to_spark_schema
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class _Keys:
         import pyarrow.compute as pc
 
         # One test per file (each builds a hash table of the keys): the key columns of a file are small.
-        rows = pa.Table.from_batches(list(self.reader(_path_batches(uri))), schema=self.reader.arrow_schema)
+        rows = pa.Table.from_batches(list(self.reader(path_batches(uri))), schema=self.reader.arrow_schema)
         if self.single is not None:
             return pc.any(pc.is_in(rows.column(0), value_set=self.single)).as_py() is True
         return rows.join(self.values, keys=self.names, join_type="left semi").num_rows > 0
@@ -102,10 +102,6 @@ class _Keys:
         keyed = table.select(self.names).append_column(_POSITION, positions)
         held = keyed.join(self.values, keys=self.names, join_type="left semi").column(_POSITION)
         return table.filter(pc.invert(pc.is_in(positions, value_set=held)))
-
-
-def _path_batches(uri: str):
-    return iter([pa.record_batch([pa.array([uri], pa.string())], names=["path"])])
 
 
 @dataclass
@@ -284,7 +280,7 @@ class _GroupRewriter:
                             if not keys.held_in(uri):
                                 continue  # stays live as it is
                             rewritten.append(uri)
-                            for b in self.row_reader(_path_batches(uri)):
+                            for b in self.row_reader(path_batches(uri)):
                                 yield from _keyed(keys.without_keys(b), key)
                         if upserts_ipc is not None:
                             yield from _keyed(pa.ipc.open_stream(upserts_ipc).read_all(), key)
@@ -300,8 +296,8 @@ class _GroupRewriter:
 
 def _keyed(rows: pa.Table, key: str):
     """`rows` as record batches carrying their partition key (the writer's key-column input)."""
-    from .writer import PARTITION_KEY_COLUMN
+    from .writer import with_partition_key
 
     for b in rows.to_batches():
         if b.num_rows:
-            yield b.append_column(PARTITION_KEY_COLUMN, pa.array([key] * b.num_rows, pa.string()))
+            yield with_partition_key(b, key)

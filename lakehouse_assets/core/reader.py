@@ -161,6 +161,11 @@ class _ByIndex:
         yield from self.fn(paths)
 
 
+def path_batches(uri: str) -> Iterator[pa.RecordBatch]:
+    """One file's path as the input of a `_ParquetFileReader` (which maps batches of paths)."""
+    return iter([pa.record_batch([pa.array([uri], pa.string())], names=["path"])])
+
+
 def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
     """The URIs (from `uris`) of files as `read_parquet_files`' path column spells them."""
     by_key = {_file_key(u): u for u in uris}

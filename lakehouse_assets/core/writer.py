@@ -188,6 +188,12 @@ def _column(batch: pa.RecordBatch, dotted: str) -> pa.Array:
 UNPARTITIONED_KEY = json.dumps({"values": [], "dir": ""}, sort_keys=True)
 
 
+def with_partition_key(batch: pa.RecordBatch, key: str) -> pa.RecordBatch:
+    """`batch`, all of one partition, carrying its key: the FileWriter's input where the key is known
+    (rows of existing files, whose partition their data file's record holds)."""
+    return batch.append_column(PARTITION_KEY_COLUMN, pa.array([key] * batch.num_rows, pa.string()))
+
+
 # ---------------------------------------------------------------- file writing
 
 

@@ -1,5 +1,5 @@
-"""Compaction: bin-pack small files per partition in Spark, committed through the commit pipeline as one
-Iceberg snapshot and one Delta version (remove + add with dataChange=false); the rows are unchanged."""
+"""Compaction: bin-pack small files per partition (one Spark job of pyarrow tasks), committed through
+the commit pipeline as one Iceberg snapshot and one Delta version (remove + add with dataChange=false); the rows are unchanged."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pyiceberg.table import Table
 
 from .. import iceberg_committer as ic
 from .. import transaction
+from ..compaction_tasks import compact_in_one_job
 from ..deletes import refuse_delete_files
 from ..errors import CommitConflict, CommitError
 from ..evolution import types_were_widened
@@ -71,13 +72,12 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
         spark = active_session(spark)
         # A widened Iceberg-only table keeps narrower files: read them through the casting reader.
         target = WriteTarget(identifier, table, table.schema(), lh.storage, cast_files=types_were_widened(table), target_file_size=settings.target_bytes)
-        df = target.read(spark, removes)
-        if not table.spec().fields:
-            # Unpartitioned: one output per target size; partitioned tables are shuffled by key in write_files.
-            df = df.coalesce(max(1, math.ceil(result["bytes_rewritten"] / settings.target_bytes)))
         changes = FileChanges(removes=list(removes))
         try:
-            adds = target.write(df, changes, counts_as_written=False)
+            # Each partition's files rewritten as they are, in one job without a shuffle (compaction_tasks).
+            adds = compact_in_one_job(spark, target, groups, changes)
+            if adds is None:  # a file of another spec (the plan takes the current spec only): Spark's shuffled write
+                adds = target.write(_shuffled_input(spark, target, table, removes, result["bytes_rewritten"], settings), changes, counts_as_written=False)
             if sum(f.record_count for f in adds) != result["rows_rewritten"]:
                 raise CommitError(f"Table {identifier}: compaction wrote {sum(f.record_count for f in adds)} rows for {result['rows_rewritten']} input rows; nothing committed.")
         except BaseException:
@@ -107,3 +107,12 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
     result.update(committed=False, aborted=True, files_added=0, files_removed=0, iceberg_snapshot_id=None, delta_version=None)
     log.warning("Table %s: compaction gave up after %d conflicting attempts; the table is unchanged", identifier, result["attempts"])
     return result
+
+
+def _shuffled_input(spark, target: WriteTarget, table: Table, removes: list[DataFile], total_bytes: int, settings: MaintenanceSettings):
+    """The files' rows as a DataFrame for the writer (which shuffles a partitioned table's rows by key)."""
+    df = target.read(spark, removes)
+    if not table.spec().fields:
+        # Unpartitioned: one output per target size.
+        df = df.coalesce(max(1, math.ceil(total_bytes / settings.target_bytes)))
+    return df

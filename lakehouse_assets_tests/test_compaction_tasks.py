@@ -1,0 +1,95 @@
+"""Compaction's one-job rewrite (core/compaction_tasks.py) against Spark's shuffled rewrite it replaced:
+the same rows, the same partitions and files, both formats agreeing, per partition transform."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+from lakehouse_assets.core import compaction_tasks
+
+from .conftest import _norm, assert_all_readers_agree
+
+compaction_module = importlib.import_module("lakehouse_assets.core.maintenance.compaction")  # the package exports a function of that name
+
+# Null partition sources, sentinel dates, nested columns, decimals and strings beside every transform.
+SOURCE = """
+SELECT id,
+       CASE WHEN id % 5 = 0 THEN NULL ELSE CAST(id % 3 AS STRING) END AS cat,
+       CASE WHEN id = 7 THEN DATE'0001-01-01' WHEN id = 8 THEN DATE'9999-12-31' ELSE DATE_ADD(DATE'2023-03-19', CAST(id % 4 AS INT)) END AS d,
+       TIMESTAMP'2024-01-01 05:00:00' + make_interval(0, 0, 0, 0, CAST(id * 7 AS INT), 0, 0) AS ts,
+       CAST(id * 3.5 AS DECIMAL(10, 2)) AS dec, CAST(id * 3 AS INT) AS i, CONCAT(CHR(97 + id % 4), 'x', id) AS s,
+       named_struct('a', id, 'b', array(CAST(id AS STRING), 'z')) AS nested
+FROM range({lo}, {hi})
+"""
+TERMS = [["cat"], ["d"], ["day(ts)"], ["month(d)"], ["bucket(4, id)"], ["bucket(4, s)"], ["truncate(10, i)"], ["truncate(1, s)"],
+         ["truncate(1000, dec)"], ["cat", "month(ts)"], []]
+
+
+def _shape(lh, spark, name):
+    table = lh.load(name)
+    files = [t.file for t in table.scan().plan_files()]
+    per_partition = sorted(Counter(str(f.partition) for f in files).items())
+    rows = sorted((tuple(_norm(v) for _, v in sorted(r.asDict(recursive=True).items())) for r in lh.read(spark, name).collect()), key=repr)
+    return per_partition, sum(f.record_count for f in files), rows
+
+
+@pytest.mark.parametrize("terms", TERMS, ids=["+".join(t) or "unpartitioned" for t in TERMS])
+def test_the_one_job_compaction_writes_what_the_shuffled_compaction_writes(lh, spark, duck, monkeypatch, terms):
+    one_job = []
+    real = compaction_tasks.compact_in_one_job
+    monkeypatch.setattr(compaction_module, "compact_in_one_job", lambda *a, **k: (lambda out: one_job.append(out is not None) or out)(real(*a, **k)))
+    results = {}
+    for road in ("one job", "shuffled"):
+        name = f"ct.c_{'_'.join(''.join(ch for ch in t if ch.isalnum()) for t in terms) or 'none'}_{road.replace(' ', '_')}"
+        for lo in (0, 12, 24):  # three appends: up to three small files per partition
+            lh.write(spark.sql(SOURCE.format(lo=lo, hi=lo + 12)), name, partition_by=terms)
+        before = _shape(lh, spark, name)
+        with monkeypatch.context() as m:
+            if road == "shuffled":
+                m.setattr(compaction_module, "compact_in_one_job", lambda *a, **k: None)
+            r = lh.maintain(name, "compaction", spark=spark, compaction_min_input_files=2)
+        assert r["committed"] and r["files_rewritten"] > r["files_added"], r
+        after = _shape(lh, spark, name)
+        # Rows unchanged; each compacted partition now one file; partitions (records) as before.
+        assert after[1:] == before[1:] and [p for p, _ in after[0]] == [p for p, _ in before[0]]
+        assert all(n == 1 for _, n in after[0]), after[0]
+        results[road] = after
+        if road == "one job":
+            assert_all_readers_agree(lh, spark, duck, name, after[2])
+    assert one_job == [True]
+    assert results["one job"] == results["shuffled"]
+
+
+def test_a_failing_compaction_task_leaves_the_table_and_its_files_as_they_were(lh, spark):
+    name = "ct.failing"
+    for lo in (0, 12, 24):
+        lh.write(spark.sql(SOURCE.format(lo=lo, hi=lo + 12)), name, partition_by=["cat"])
+    table = lh.load(name)
+    snapshot = table.current_snapshot().snapshot_id
+    root = table.location().removeprefix("file://")
+    on_disk = {os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs}
+    # One input file gone from storage (as after a bad manual cleanup): its task fails mid-job.
+    victim = next(t.file.file_path for t in table.scan().plan_files() if t.file.partition[0] == "1")
+    os.remove(victim.removeprefix("file://"))
+    with pytest.raises(Exception) as err:
+        lh.maintain(name, "compaction", spark=spark, compaction_min_input_files=2)
+    assert "ct.failing" in str(err.value)
+    assert lh.load(name).current_snapshot().snapshot_id == snapshot
+    left = {os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs}
+    assert left == on_disk - {victim.removeprefix("file://")}  # every file the job wrote was removed again
+
+
+def test_bins_are_about_the_target_size_and_leave_no_small_remainder():
+    def files(*sizes):
+        return [SimpleNamespace(file_size_in_bytes=s, file_path=f"f{i}") for i, s in enumerate(sizes)]
+
+    assert [[f.file_size_in_bytes for f in b] for b in compaction_tasks._bin_pack(files(10, 20, 30), 100)] == [[30, 20, 10]]
+    bins = compaction_tasks._bin_pack(files(*[10] * 13), 100)  # 130 bytes: two bins of 70 and 60, not 100 and 30
+    assert sorted(sum(f.file_size_in_bytes for f in b) for b in bins) == [60, 70]
+    assert sorted(f.file_path for b in bins for f in b) == sorted(f"f{i}" for i in range(13))
+    assert len(compaction_tasks._bin_pack(files(90, 90, 90), 100)) == 3

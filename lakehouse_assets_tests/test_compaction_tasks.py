@@ -84,12 +84,58 @@ def test_a_failing_compaction_task_leaves_the_table_and_its_files_as_they_were(l
     assert left == on_disk - {victim.removeprefix("file://")}  # every file the job wrote was removed again
 
 
-def test_bins_are_about_the_target_size_and_leave_no_small_remainder():
+def test_bins_are_about_the_target_size_and_none_is_small():
     def files(*sizes):
         return [SimpleNamespace(file_size_in_bytes=s, file_path=f"f{i}") for i, s in enumerate(sizes)]
 
+    def sizes(bins):
+        return sorted(sum(f.file_size_in_bytes for f in b) for b in bins)
+
     assert [[f.file_size_in_bytes for f in b] for b in compaction_tasks._bin_pack(files(10, 20, 30), 100)] == [[30, 20, 10]]
-    bins = compaction_tasks._bin_pack(files(*[10] * 13), 100)  # 130 bytes: two bins of 70 and 60, not 100 and 30
-    assert sorted(sum(f.file_size_in_bytes for f in b) for b in bins) == [60, 70]
-    assert sorted(f.file_path for b in bins for f in b) == sorted(f"f{i}" for i in range(13))
-    assert len(compaction_tasks._bin_pack(files(90, 90, 90), 100)) == 3
+    # 130 bytes for a target of 100: one file of 130, not two small ones of 70 and 60 (the next run would redo them).
+    assert sizes(compaction_tasks._bin_pack(files(*[10] * 13), 100)) == [130]
+    bins = compaction_tasks._bin_pack(files(*[10] * 17), 100)  # 170: two of 90 and 80
+    assert sizes(bins) == [80, 90] and sorted(f.file_path for b in bins for f in b) == sorted(f"f{i}" for i in range(17))
+    # 350 in files of 70: three bins, and the odd file alone; it stays the partition's one small file, which
+    # a compaction (2 small files at least) leaves be.
+    assert sizes(compaction_tasks._bin_pack(files(70, 70, 70, 70, 70), 100)) == [70, 140, 140]
+    for total in range(1, 1000):  # every output at least 0.82 of the target once there is a target's worth
+        out = sizes(compaction_tasks._bin_pack(files(*[1] * total), 100))
+        assert sum(out) == total and (total < 100 or min(out) >= 82) and max(out) <= 165, (total, out)
+
+
+def test_a_compacted_partition_is_not_compacted_again(lh, spark):
+    """1.2 targets of small files become one file, not two small ones that every later run would rewrite."""
+    name = "ct.settles"
+    rows = 5_800  # ~0.4 MB of hex text per append
+    for i in range(3):
+        lh.write(spark.range(i * rows, (i + 1) * rows, numPartitions=1).selectExpr("id", "sha2(CAST(id AS STRING), 512) AS h", "'a' AS p"), name, partition_by=["p"])
+    sizes = [t.file.file_size_in_bytes for t in lh.load(name).scan().plan_files()]
+    assert len(sizes) == 3 and 1.05 * 2**20 < sum(sizes) < 1.5 * 2**20, sizes
+    first = lh.maintain(name, "compaction", spark=spark, compaction_target_mb=1)
+    assert first["committed"] and first["files_rewritten"] == 3 and first["files_added"] == 1, first
+    again = lh.maintain(name, "compaction", spark=spark, compaction_target_mb=1)
+    assert not again["committed"] and again["files_rewritten"] == 0, again
+
+
+def test_int96_timestamps_of_other_engines_read_as_written(tmp_path):
+    """Spark and Hive wrote INT96 timestamps; read as nanoseconds they wrap outside 1677-2262."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+
+    from lakehouse_assets.core.reader import _ParquetFileReader, path_batches
+    from lakehouse_assets.core.storage import StorageConfig
+
+    values = [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59), dt.datetime(2024, 5, 1, 12, 0, 0, 123456)]
+    path = tmp_path / "int96.parquet"
+    # Written as INT96 from microseconds (the file holds Julian day + nanoseconds of day, as Spark writes them).
+    pq.write_table(pa.table({"id": [1, 2, 3], "ts": pa.array(values, pa.timestamp("us"))}), path, use_deprecated_int96_timestamps=True)
+    assert str(pq.ParquetFile(path).schema.column(1).physical_type) == "INT96"
+    schema = to_arrow_schema(StructType([StructField("id", LongType()), StructField("ts", TimestampType())]))
+    reader = _ParquetFileReader(StorageConfig(), schema)
+    out = pa.Table.from_batches(list(reader(path_batches(f"file://{path}"))))
+    assert [v.replace(tzinfo=None) for v in out.column("ts").to_pylist()] == values

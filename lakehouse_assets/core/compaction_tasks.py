@@ -13,7 +13,7 @@ executors; only file rows (path, size, count, partition, footer) come back.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import DataFile
@@ -59,17 +59,30 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(table))  # by id after renames
     field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
     reader = _ParquetFileReader(target.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None)
-    compactor = _BinRewriter(reader, [(key, [f.file_path for f in files]) for key, files in bins], tasks, writer)
+    # One writer per bin, named apart (`<write_id>-<bin>-...`, still swept as this write's on failure): a bin's
+    # file closes when the bin ends, and it is never rolled (a bin holds at most ~1.65 targets of input).
+    per_bin = [
+        (key, [f.file_path for f in files], replace(writer, write_id=f"{write_id}-{i:05d}", target_file_size=max(writer.target_file_size, 2 * sum(f.file_size_in_bytes for f in files))))
+        for i, (key, files) in enumerate(bins)
+    ]
+    compactor = _BinRewriter(reader, per_bin, tasks)
     mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(compactor, _file_row_schema())  # one index per task
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     return target.record(written_files(rows), changes, counts_as_written=False)
 
 
+# Output files per partition: total / target rounded down below .65 (1.3x the target -> one file, 1.7x ->
+# two), so every output is 0.82-1.65x the target: none is "small" (under 0.75x, MaintenanceSettings) and
+# the next compaction finds nothing to redo. (ceil(total / target) equal bins would leave 150 MB as two
+# small 75 MB files, rewritten again on every run.)
+ROUND_UP_FROM = 0.65
+
+
 def _bin_pack(files: list[DataFile], target_bytes: int) -> list[list[DataFile]]:
-    """One partition's files in ceil(total / target) bins of about equal size (largest file first into the
-    emptiest bin): each bin becomes about one output file, and no small remainder file is left over."""
+    """One partition's files in about total / target bins of about equal size (largest file first into the
+    emptiest bin): each bin becomes one output file, and no small remainder file is left over."""
     total = sum(f.file_size_in_bytes for f in files)
-    count = max(1, -(-total // max(1, target_bytes)))
+    count = max(1, int(total / max(1, target_bytes) + 1 - ROUND_UP_FROM))
     bins: list[list[DataFile]] = [[] for _ in range(count)]
     sizes = [0] * count
     for f in sorted(files, key=lambda f: f.file_size_in_bytes, reverse=True):
@@ -82,23 +95,22 @@ def _bin_pack(files: list[DataFile], target_bytes: int) -> list[list[DataFile]]:
 @dataclass
 class _BinRewriter:
     """mapInArrow function: task indexes in; each bin's files read whole (in the table's types) and
-    written, carrying their partition's key, by the writer's `FileWriter`. Out: its file rows."""
+    written into one file, carrying their partition's key, by the bin's `FileWriter`. Out: file rows."""
 
     reader: _ParquetFileReader
-    bins: list  # (partition key, file URIs)
+    bins: list  # (partition key, file URIs, the bin's writer.FileWriter)
     tasks: int  # task i takes bins i, i + tasks, i + 2 * tasks...
-    writer: "object"  # writer.FileWriter
 
     def __call__(self, batches):
         from .writer import with_partition_key
 
-        def rows():
-            for batch in batches:
-                for task in batch.column(0).to_pylist():
-                    for key, uris in self.bins[task :: self.tasks]:
-                        for uri in uris:
-                            for b in self.reader(path_batches(uri)):
-                                if b.num_rows:
-                                    yield with_partition_key(b, key)
+        def rows(key: str, uris: list[str]):
+            for uri in uris:
+                for b in self.reader(path_batches(uri)):
+                    if b.num_rows:
+                        yield with_partition_key(b, key)
 
-        yield from self.writer(rows())
+        for batch in batches:
+            for task in batch.column(0).to_pylist():
+                for key, uris, writer in self.bins[task :: self.tasks]:
+                    yield from writer(rows(key, uris))

@@ -35,7 +35,9 @@ class _ParquetFileReader:
         for batch in batches:
             for uri in batch.column(0).to_pylist():
                 fs, path = self.storage.filesystem(uri)
-                parquet = pq.ParquetFile(fs.open_input_file(path))
+                # INT96 (Spark's and Hive's old timestamps) as microseconds: pyarrow's default nanoseconds
+                # wrap outside 1677-2262 (a 9999-12-31 sentinel would come back as another date, or fail).
+                parquet = pq.ParquetFile(fs.open_input_file(path), coerce_int96_timestamp_unit="us")
                 source = self._source_columns(parquet.schema_arrow)  # table column -> the file's column
                 data_schema = pa.schema([f for f in self.arrow_schema if f.name not in (self.path_column, self.position_column)])
                 names = [n for n in data_schema.names if n in source]

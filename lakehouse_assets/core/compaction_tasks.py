@@ -18,9 +18,7 @@ from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import DataFile
 
-from .evolution import column_names_moved
 from .reader import _ParquetFileReader, path_batches
-from .type_mapping import SPARK_FIELD_ID_KEY, arrow_file_schema, iceberg_to_spark_schema
 
 if TYPE_CHECKING:
     from .transaction import FileChanges
@@ -33,9 +31,7 @@ TASKS_PER_CORE = 2
 def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]], changes: "FileChanges") -> list[DataFile] | None:
     """Rewrite each group (the files of one partition) into about target-size files in one Spark job;
     the new files, recorded in `changes` (None: a file is not of the current spec, nothing done)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from .writer import UNPARTITIONED_KEY, FileWriter, PartitionKeyer, _file_row_schema, run_write_job, table_write_settings, written_files
+    from .writer import UNPARTITIONED_KEY, PartitionKeyer, _file_row_schema, run_write_job, table_write_settings, written_files
 
     table = target.table
     spec = table.spec()
@@ -52,13 +48,8 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     bins.sort(key=lambda kb: sum(f.file_size_in_bytes for f in kb[1]), reverse=True)
     tasks = min(len(bins), spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
     write_id = uuid.uuid4().hex[:16]
-    writer = FileWriter(
-        settings["root_uri"], write_id, arrow_file_schema(target.schema), target.storage, settings["target_file_size"],
-        settings["compression"], settings["compression_level"],
-    )
-    spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(table))  # by id after renames
-    field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
-    reader = _ParquetFileReader(target.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None)
+    writer = target.file_writer(settings, write_id)
+    reader = target.row_reader()
     # One writer per bin, named apart (`<write_id>-<bin>-...`, still swept as this write's on failure): a bin's
     # file closes when the bin ends, and it is never rolled (a bin holds at most ~1.65 targets of input).
     per_bin = [

@@ -19,9 +19,8 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 
 from .errors import InputError
-from .evolution import column_names_moved
 from .reader import _ParquetFileReader, map_paths, path_batches
-from .type_mapping import SPARK_FIELD_ID_KEY, arrow_file_schema, iceberg_to_spark_schema
+from .type_mapping import SPARK_FIELD_ID_KEY
 
 if TYPE_CHECKING:
     from .transaction import FileChanges
@@ -56,7 +55,7 @@ def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None) -> t
     from pyspark.sql.types import StructType
 
     keys = values.column_names
-    spark_schema = spark_schema or iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(target.table))
+    spark_schema = spark_schema or target.spark_schema()
     key_schema = to_arrow_schema(StructType([spark_schema[k] for k in keys]))
     field_ids = {k: spark_schema[k].metadata[SPARK_FIELD_ID_KEY] for k in keys if SPARK_FIELD_ID_KEY in (spark_schema[k].metadata or {})}
     # The table's types: schema evolution only widens a table's key type to the batch's, so this never narrows.
@@ -134,10 +133,9 @@ def rewrite_in_one_job(
     rewrite writes. A kept row's partition is its file's (an Iceberg data file holds one partition of
     its spec), so only tables whose candidates are all of the current spec take this road.
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from .writer import FileWriter, PartitionKeyer, _file_row_schema, run_write_job, table_write_settings, written_files
+    from .writer import PartitionKeyer, _file_row_schema, run_write_job, table_write_settings, written_files
 
     table = target.table
     spec = table.spec()
@@ -153,13 +151,9 @@ def rewrite_in_one_job(
         return []
     tasks = min(len(groups), spark.sparkContext.defaultParallelism)
     write_id = uuid.uuid4().hex[:16]
-    writer = FileWriter(
-        settings["root_uri"], write_id, arrow_file_schema(target.schema), target.storage, settings["target_file_size"],
-        settings["compression"], settings["compression_level"],
-    )
-    spark_schema = iceberg_to_spark_schema(target.schema, field_ids=column_names_moved(table))  # by id after renames
-    field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
-    row_reader = _ParquetFileReader(target.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None)
+    writer = target.file_writer(settings, write_id)
+    spark_schema = target.spark_schema()
+    row_reader = target.row_reader(spark_schema)
     rewrite = _GroupRewriter(*_key_reader(target, values, spark_schema), row_reader, groups, tasks, writer)
     out_schema = StructType([*_file_row_schema().fields, StructField(_REWRITTEN, StringType())])
     mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(rewrite, out_schema)  # one index per task

@@ -27,13 +27,13 @@ from .deletes import refuse_delete_files, table_files
 from .errors import SpecError
 from .evolution import column_names_moved
 from .properties import Operation, SummaryKeys
-from .reader import read_parquet_files
+from .reader import _ParquetFileReader, read_parquet_files
 from .spec import TableSpec
 from .storage import StorageConfig, join_uri, normalize_uri
 from .transaction import FileChanges
-from .type_mapping import iceberg_to_spark_schema
+from .type_mapping import SPARK_FIELD_ID_KEY, arrow_file_schema, iceberg_to_spark_schema
 from .window import Slice, check_inside, files_inside
-from .writer import WrittenFile, write_table_files
+from .writer import FileWriter, WrittenFile, write_table_files
 
 MODES = (Operation.APPEND, Operation.OVERWRITE, Operation.MERGE)
 
@@ -97,8 +97,28 @@ class WriteTarget:
     def read(self, spark, files: list[DataFile], *, cast_files: bool | None = None, path_column: str | None = None):
         """Existing files as a DataFrame in the write's schema."""
         cast = self.cast_files if cast_files is None else cast_files
-        spark_schema = iceberg_to_spark_schema(self.schema, field_ids=column_names_moved(self.table))  # by id after renames
-        return read_parquet_files(spark, [f.file_path for f in files], spark_schema, self.storage, path_column=path_column, cast_files=cast)
+        return read_parquet_files(spark, [f.file_path for f in files], self.spark_schema(), self.storage, path_column=path_column, cast_files=cast)
+
+    def spark_schema(self):
+        """The write's schema for Spark; with Parquet field ids after renames (existing files are read by id)."""
+        return iceberg_to_spark_schema(self.schema, field_ids=column_names_moved(self.table))
+
+    def row_reader(self, spark_schema=None) -> _ParquetFileReader:
+        """A pyarrow reader of existing files' whole rows for executor tasks, in the write's types (by field id
+        after renames). `spark_schema`: `self.spark_schema()`, when the caller has it already."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        spark_schema = spark_schema or self.spark_schema()
+        field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
+        return _ParquetFileReader(self.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None)
+
+    def file_writer(self, settings: dict, write_id: str) -> FileWriter:
+        """The writer's own file writer for executor tasks whose rows carry their partition key, with the
+        table's Parquet settings (`writer.table_write_settings`)."""
+        return FileWriter(
+            settings["root_uri"], write_id, arrow_file_schema(self.schema), self.storage, settings["target_file_size"],
+            settings["compression"], settings["compression_level"],
+        )
 
 
 def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *, widen_types: bool, key_stats=None) -> dict[str, str]:

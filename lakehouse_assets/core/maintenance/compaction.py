@@ -77,7 +77,7 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
             # Each partition's files rewritten as they are, in one job without a shuffle (compaction_tasks).
             adds = compact_in_one_job(spark, target, groups, changes)
             if adds is None:  # a file of another spec (the plan takes the current spec only): Spark's shuffled write
-                adds = target.write(_shuffled_input(spark, target, table, removes, result["bytes_rewritten"], settings), changes, counts_as_written=False)
+                adds = target.write(_shuffled_input(spark, target, removes, result["bytes_rewritten"], settings), changes, counts_as_written=False)
             if sum(f.record_count for f in adds) != result["rows_rewritten"]:
                 raise CommitError(f"Table {identifier}: compaction wrote {sum(f.record_count for f in adds)} rows for {result['rows_rewritten']} input rows; nothing committed.")
         except BaseException:
@@ -109,10 +109,10 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
     return result
 
 
-def _shuffled_input(spark, target: WriteTarget, table: Table, removes: list[DataFile], total_bytes: int, settings: MaintenanceSettings):
+def _shuffled_input(spark, target: WriteTarget, removes: list[DataFile], total_bytes: int, settings: MaintenanceSettings):
     """The files' rows as a DataFrame for the writer (which shuffles a partitioned table's rows by key)."""
     df = target.read(spark, removes)
-    if not table.spec().fields:
+    if not target.table.spec().fields:
         # Unpartitioned: one output per target size.
         df = df.coalesce(max(1, math.ceil(total_bytes / settings.target_bytes)))
     return df

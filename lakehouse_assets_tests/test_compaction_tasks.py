@@ -139,3 +139,20 @@ def test_int96_timestamps_of_other_engines_read_as_written(tmp_path):
     reader = _ParquetFileReader(StorageConfig(), schema)
     out = pa.Table.from_batches(list(reader(path_batches(f"file://{path}"))))
     assert [v.replace(tzinfo=None) for v in out.column("ts").to_pylist()] == values
+
+
+def test_a_wrong_partition_key_in_the_one_job_compaction_fails_the_formats_agree_check(lh, spark, monkeypatch):
+    """Planted: the one-job road takes each file's key from its partition record; were that key off by one,
+    both formats would agree with each other but not with the rows, and verify must say so."""
+    from lakehouse_assets.core.writer import PartitionKeyer
+
+    name = "ct.planted"
+    for lo in (0, 12, 24):
+        lh.write(spark.sql(SOURCE.format(lo=lo, hi=lo + 12)), name, partition_by=["truncate(10, i)"])
+    assert lh.verify(name)["agree"]
+    real = PartitionKeyer.key_of_partition
+    monkeypatch.setattr(PartitionKeyer, "key_of_partition", lambda self, values: real(self, tuple(v + 10 for v in values)))
+    r = lh.maintain(name, "compaction", spark=spark, compaction_min_input_files=2)
+    assert r["committed"], r
+    report = lh.verify(name)
+    assert not report["agree"] and report["differences"], report

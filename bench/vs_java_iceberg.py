@@ -14,6 +14,8 @@ Workloads (`--only a,b` to pick):
   compaction      40 small appends into a day-partitioned table, then ours vs rewrite_data_files (binpack)
   read_pruned, read_full   one day of 14 / full scan + group by, Lakehouse.read vs Java's Spark reader
   commit_latency  a small append on a young table vs after `--commits` small commits without maintenance
+  write_wide      `--wide-rows` rows of 1,000 columns, statistics for every column in both formats (Iceberg's
+                  `write.metadata.metrics.max-inferred-column-defaults=1000` on both sides; Delta indexes the same)
   scale_write     ours only: `--rows` rows straight from spark.range (not cached) into a day-partitioned
                   table; prints the Python driver's peak RSS, to compare across sizes (run alone)
 
@@ -42,7 +44,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "commit_latency",
+    "write_wide",
 )
+WIDE_COLUMNS = 1000
+WIDE_PROPERTIES = {"write.metadata.metrics.max-inferred-column-defaults": str(WIDE_COLUMNS)}
 SCALE = "scale_write"  # not in WORKLOADS: run alone, since it measures the driver process's peak memory
 DAYS = 14
 REGIONS = 32
@@ -191,6 +196,36 @@ class Bench:
             shutil.rmtree(path, ignore_errors=True)
         self.last_day_tables = (o_name, j_name) if workload == "write_day" else getattr(self, "last_day_tables", None)
         self.report(Row(workload, ours, [java, plain]))
+
+    def write_wide(self):
+        """A 1,000-column table (longs, doubles and strings) with statistics for every column: new table per rep."""
+        F = self.F
+        cols = [F.col("id")]
+        for i in range(1, WIDE_COLUMNS):
+            kind = i % 3
+            v = (F.col("id") * (i + 7)) % 10_007
+            cols.append((v if kind == 0 else (v / 7.0) if kind == 1 else F.concat(F.lit(f"v{i}_"), v.cast("string"))).alias(f"c{i}"))
+        df = self.spark.range(0, self.args.wide_rows, numPartitions=self.spark.sparkContext.defaultParallelism).select(*cols).cache()
+        df.count()
+        ours, java, plain = Side("ours"), Side("java"), Side("spark parquet")
+        for rep in range(self.args.reps):
+            o_name, j_name, path = self.name("wide"), self.name("wide"), os.path.join(self.root, "spark", self.name("wide"))
+            res = self.alternate(rep, {
+                "ours": lambda o_name=o_name: self.lh.write(df, f"b.{o_name}", properties=WIDE_PROPERTIES),
+                "java": lambda j_name=j_name: self.java_create(j_name, df, (), WIDE_PROPERTIES),
+                "spark": lambda path=path: df.write.mode("overwrite").parquet(path),
+            })
+            for side, key in ((ours, "ours"), (java, "java"), (plain, "spark")):
+                side.times.append(res[key][0])
+            ours.files, ours.bytes = res["ours"][1].files_added, res["ours"][1].bytes_written
+            java.files, java.bytes = self.java_files(j_name)
+            plain.files, plain.bytes = dir_stats(path)
+            r = res["ours"][1]
+            print(f"  write_wide rep {rep + 1}: ours {ours.times[-1]:.2f}s (iceberg commit {r.iceberg_commit_seconds:.2f}s, delta {r.delta_commit_seconds:.2f}s) "
+                  f"java {java.times[-1]:.2f}s spark {plain.times[-1]:.2f}s", flush=True)
+            shutil.rmtree(path, ignore_errors=True)
+        df.unpersist()
+        self.report(Row("write_wide", ours, [java, plain], note=f"{self.args.wide_rows:,} rows x {WIDE_COLUMNS} columns"))
 
     def merge(self, workload: str):
         """CDC merge: ours vs Java MERGE INTO (copy-on-write) vs our own full overwrite of the same table."""
@@ -380,6 +415,8 @@ class Bench:
                 self.reads(w)
             elif w == "commit_latency":
                 self.commit_latency()
+            elif w == "write_wide":
+                self.write_wide()
             else:
                 raise SystemExit(f"unknown workload {w}; choose from {', '.join(WORKLOADS)}")
         self.summary()
@@ -424,6 +461,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--only", default="", help=f"comma-separated subset of {','.join(WORKLOADS)}")
     p.add_argument("--commits", type=int, default=500, help="history length for commit_latency")
+    p.add_argument("--wide-rows", type=int, default=20_000, help="rows of the 1,000-column table for write_wide")
     p.add_argument("--compaction-appends", type=int, default=40)
     p.add_argument("--driver-memory", default="4g")
     p.add_argument("--shuffle-partitions", type=int, default=8)

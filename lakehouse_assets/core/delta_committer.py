@@ -41,7 +41,8 @@ from .delta_values import partition_value, stat_value
 from .errors import MirrorRefused
 from .iceberg_committer import live_data_files
 from .properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
-from .spec import delta_partition_columns
+from .spec import delta_partition_columns, statistics_policy
+from .statistics import StatisticsPolicy
 from .storage import StorageConfig, delta_path, relative_to
 from .type_mapping import delta_schema
 
@@ -185,15 +186,15 @@ def _delta_partition_values(spec: PartitionSpec, schema: Schema, data_file: Data
     return out
 
 
-def _delta_stats(schema: Schema, data_file: DataFile) -> str:
+def _delta_stats(schema: Schema, data_file: DataFile, policy: StatisticsPolicy) -> str:
+    """The add action's stats: the policy's Delta columns, derived from the file's Iceberg statistics."""
     mins, maxs, nulls = {}, {}, {}
     lower, upper, null_counts = data_file.lower_bounds or {}, data_file.upper_bounds or {}, data_file.null_value_counts or {}
-    for f in schema.fields:
-        if not f.field_type.is_primitive:
-            continue
+    for name in policy.delta_columns():
+        f = schema.find_field(name)
         if f.field_id in null_counts:
             nulls[f.name] = null_counts[f.field_id]
-        if f.field_id in lower and f.field_id in upper:
+        if policy.has_bounds(f.field_id) and f.field_id in lower and f.field_id in upper:
             lo, hi = stat_value(f.field_type, lower[f.field_id], False), stat_value(f.field_type, upper[f.field_id], True)
             if lo is not None and hi is not None:
                 mins[f.name], maxs[f.name] = lo, hi
@@ -334,7 +335,7 @@ class DeltaMirror:
                 mode="error",
                 partition_by=delta_partition_columns(spec, schema) or None,
                 name=table.name()[-1],
-                configuration=self.configuration or None,
+                configuration={**self.configuration, **statistics_policy(table, schema).delta_configuration(self.configuration)},
                 storage_options=self.storage.delta_options(self.root_uri),
             )
         except Exception as e:  # a concurrent creator won: use its table
@@ -368,13 +369,15 @@ class DeltaMirror:
             RemoveAction(path=r.path, data_change=True, deletion_timestamp=now, size=r.size, partition_values=_stringify(schema, r.partition_values))
             for r in raw_removes or []
         ]
-        actions += [self._add_action(table, schema, f, change.data_change, now) for f in change.adds]
+        policy = statistics_policy(table, schema)
+        actions += [self._add_action(table, schema, f, change.data_change, now, policy) for f in change.adds]
         metadata = {k: v for k, v in change.summary.items() if k.startswith(SummaryKeys.PREFIX)}
         metadata.update({DeltaCommitKeys.ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), DeltaCommitKeys.ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
         if _changed_types(delta, schema):
-            self._replace_with_wider_types(table, delta, snap, schema, metadata, now)
+            self._replace_with_wider_types(table, delta, snap, schema, metadata, now, policy)
             return None
         self._evolve_schema(delta, table, schema, snap)
+        self._declare_statistics(delta, snap, policy)
         version = delta.version() + 1  # max_commit_retries=0: this version, or a CommitFailedError
         delta.create_write_transaction(
             actions,
@@ -393,17 +396,17 @@ class DeltaMirror:
         delta.update_incremental()
         return None
 
-    def _add_action(self, table: Table, schema: Schema, f: DataFile, data_change: bool, now: int) -> AddAction:
+    def _add_action(self, table: Table, schema: Schema, f: DataFile, data_change: bool, now: int, policy: StatisticsPolicy) -> AddAction:
         return AddAction(
             path=relative_to(self.root_uri, f.file_path),
             size=f.file_size_in_bytes,
             partition_values=_delta_partition_values(table.specs()[f.spec_id], schema, f),
             modification_time=now,
             data_change=data_change,
-            stats=_delta_stats(schema, f),
+            stats=_delta_stats(schema, f, policy),
         )
 
-    def _replace_with_wider_types(self, table: Table, delta: DeltaTable, snap: Snapshot, schema: Schema, metadata: dict, now: int) -> None:
+    def _replace_with_wider_types(self, table: Table, delta: DeltaTable, snap: Snapshot, schema: Schema, metadata: dict, now: int, policy: StatisticsPolicy) -> None:
         """Mirror a snapshot that widened column types as one CREATE OR REPLACE commit.
 
         Delta cannot change a column's type in place without its typeWidening feature, which delta-rs
@@ -411,7 +414,8 @@ class DeltaMirror:
         so the replace carries the new schema and the snapshot's complete file list; earlier Delta
         versions keep their own schema and files and stay readable.
         """
-        adds = [self._add_action(table, schema, f, True, now) for f in live_data_files(table, snap.snapshot_id)]
+        adds = [self._add_action(table, schema, f, True, now, policy) for f in live_data_files(table, snap.snapshot_id)]
+        configuration = {**(delta.metadata().configuration or {}), **self.configuration}
         create_table_with_add_actions(
             self.root_uri,
             delta_schema(schema),
@@ -419,7 +423,7 @@ class DeltaMirror:
             mode="overwrite",
             partition_by=delta_partition_columns(table.spec(), schema) or None,
             name=table.name()[-1],
-            configuration={**(delta.metadata().configuration or {}), **self.configuration} or None,
+            configuration={**configuration, **policy.delta_configuration(configuration)},
             storage_options=self.storage.delta_options(self.root_uri),
             commit_properties=CommitProperties(
                 custom_metadata={**metadata, DeltaCommitKeys.REPLACED_FOR: "type-widening"},
@@ -452,6 +456,24 @@ class DeltaMirror:
             delta.alter.drop_column_not_null(name, commit_properties=props, post_commithook_properties=hooks)
         if new:
             delta.update_incremental()
+
+    def _declare_statistics(self, delta: DeltaTable, snap: Snapshot, policy: StatisticsPolicy) -> None:
+        """Make Delta readers parse the statistics of exactly the policy's columns (a metadata-only version, tagged,
+        when the columns changed: a new table, new columns, changed statistics properties). Idempotent."""
+        current = delta.metadata().configuration or {}
+        wanted = policy.delta_configuration(current)
+        if all(current.get(k) == v for k, v in wanted.items()):
+            return
+        delta.alter.set_table_properties(
+            wanted,
+            raise_if_not_exists=False,
+            commit_properties=CommitProperties(
+                custom_metadata={SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)},
+                max_commit_retries=0,
+            ),
+            post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
+        )
+        delta.update_incremental()
 
     def _commit_full_diff(self, table: Table, delta: DeltaTable, target: Snapshot) -> None:
         """Delta is older than the retained Iceberg history: one commit that makes the file sets equal."""

@@ -17,6 +17,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
 
 from .iceberg_metadata import staged_metadata
+from .spec import statistics_policy
 from .storage import join_uri
 from .writer import WrittenFile
 
@@ -25,7 +26,8 @@ def data_files_from_written(table: Table, root_uri: str, written: Iterable[Writt
     """`schema`: the schema the files were written with, when it is not yet the table's (evolution pending)."""
     metadata = table.metadata
     schema = schema if schema is not None else metadata.schema()
-    stats_plan = compute_statistics_plan(schema, metadata.properties)
+    # The columns both formats keep statistics for (statistics.py), in the form pyiceberg's collector reads.
+    stats_plan = compute_statistics_plan(schema, statistics_policy(table, schema).iceberg_properties())
     column_mapping = parquet_path_to_id_mapping(schema)
     out = []
     for f in written:

@@ -39,6 +39,7 @@ from .spec import (
     TableSpec,
     spec_terms,
 )
+from .statistics import policy_keys
 from .storage import StorageConfig, check_access, delete_files, normalize_uri
 from .table_reader import read_table
 from .transaction import FileChanges, WriteResult
@@ -139,7 +140,8 @@ class Lakehouse:
             identifier,
             partition_by=tuple(partition_by or ()),
             formats=tuple(formats or ALL_FORMATS),
-            properties=dict(properties or {}),
+            # A resource-wide Delta statistics setting is the new table's too: both formats follow the table's properties.
+            properties={**policy_keys(self.delta_configuration), **(properties or {})},
             target_file_size=target_file_size or DEFAULT_TARGET_FILE_SIZE,
             schema_evolution=schema_evolution,
         )

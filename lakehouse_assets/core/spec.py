@@ -32,6 +32,7 @@ from pyiceberg.types import (
 )
 
 from .errors import SpecError
+from .statistics import StatisticsPolicy, table_policy
 
 Format = Literal["iceberg", "delta"]
 ALL_FORMATS: tuple[Format, ...] = ("iceberg", "delta")
@@ -182,6 +183,12 @@ def delta_partition_columns(spec: PartitionSpec, schema: Schema) -> list[str]:
     """
     top_level = {f.field_id: f.name for f in schema.fields}
     return [top_level[f.source_id] for f in spec.fields if isinstance(f.transform, IdentityTransform) and f.source_id in top_level]
+
+
+def statistics_policy(table, schema: Schema | None = None) -> StatisticsPolicy:
+    """The columns whose statistics both formats keep for `table` (`schema`: its current one by default)."""
+    schema = schema if schema is not None else table.schema()
+    return table_policy(".".join(table.name()), schema, table.properties, delta_partition_columns(table.spec(), schema))
 
 
 # ---------------------------------------------------------------- the table spec

@@ -7,6 +7,7 @@ Metadata only (always; the `formats_agree` asset check and `lakehouse verify`):
   encoder in `delta_values` spells them: `0001-01-01`, never `1-01-01`; never `""` for a value Iceberg
   holds as the empty string), and the Delta stats (numRecords, nullCount, minValues/maxValues equal to
   what the encoder derives from the Iceberg bounds, and in any case still bounds);
+  of every column the Delta log indexes (`statistics.py`: what Delta readers parse, never more);
 * the schema: column names, types and nullability, and the Delta partition columns.
 
 Content (`deep=True`: `lakehouse verify TABLE --deep`, the maintenance operation `verify_deep`): DuckDB
@@ -31,6 +32,7 @@ from . import delta_values
 from .deletes import describe_delete_files, table_files
 from .delta_committer import DeltaMirror
 from .spec import delta_partition_columns
+from .statistics import delta_indexed_columns
 from .storage import delta_path, normalize_uri, relative_to
 from .type_mapping import delta_schema
 
@@ -168,6 +170,8 @@ def _file_differences(table: Table, delta, pairs: dict) -> list[str]:
         found.setdefault(kind, []).append(detail)
 
     delta_columns = set(delta.metadata().partition_columns)
+    # Delta readers parse the statistics of these columns only (its dataSkipping* configuration): compare those.
+    indexed = delta_indexed_columns(schema, delta.metadata().configuration or {}, delta_columns)
     expected_spellings: set[tuple] = set()
     for path, (data_file, add) in sorted(pairs.items()):
         spec = table.specs()[data_file.spec_id]
@@ -188,7 +192,7 @@ def _file_differences(table: Table, delta, pairs: dict) -> list[str]:
                 note("partition value", f"{path}: {name!r} is {iceberg_value!r} in Iceberg, {delta_value!r} in Delta")
         expected_spellings.add(tuple(sorted(spelled.items())))
         _partition_bound_differences(schema, spec, data_file, path, note)
-        _stats_differences(schema, data_file, add, path, note)
+        _stats_differences(schema, data_file, add, path, note, indexed)
     if delta_columns:
         # delta-rs parses sloppy spellings leniently; other readers do not: compare the strings in the log.
         actual_spellings = {tuple(sorted(p.items())) for p in delta.partitions()}
@@ -224,10 +228,12 @@ def _partition_bound_differences(schema, spec, data_file, path: str, note) -> No
                 break
 
 
-def _stats_differences(schema, data_file, add: dict, path: str, note) -> None:
+def _stats_differences(schema, data_file, add: dict, path: str, note, indexed: set[str]) -> None:
+    """The statistics of the columns the Delta log indexes: each must be what the mirror derives from the file's
+    Iceberg statistics (a column Iceberg keeps no statistics for must have none in Delta that Iceberg contradicts)."""
     lower, upper, nulls = data_file.lower_bounds or {}, data_file.upper_bounds or {}, data_file.null_value_counts or {}
     for f in schema.fields:
-        if not f.field_type.is_primitive:
+        if not f.field_type.is_primitive or f.name not in indexed:
             continue
         t, name = f.field_type, f.name
         if f"partition.{name}" in add:

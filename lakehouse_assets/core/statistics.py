@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Mapping
 
 from pyiceberg.io.pyarrow import MetricModeTypes, MetricsMode, match_metrics_mode
@@ -85,7 +86,11 @@ class StatisticsPolicy:
 
     def delta_columns(self) -> list[str]:
         """Top-level columns whose statistics the Delta log carries, in schema order."""
-        return [f.name for f in self.schema.fields if f.field_type.is_primitive and f.name not in self.partition_columns and self.has_counts(f.field_id)]
+        return list(self._delta_fields)
+
+    @cached_property
+    def _delta_fields(self) -> tuple[str, ...]:  # asked once per mirrored file
+        return tuple(f.name for f in self.schema.fields if f.field_type.is_primitive and f.name not in self.partition_columns and self.has_counts(f.field_id))
 
     def delta_configuration(self, current: Mapping[str, str] | None = None) -> dict[str, str]:
         """The Delta table configuration that makes Delta readers parse `delta_columns()`, given the table's `current` one.

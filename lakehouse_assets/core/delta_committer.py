@@ -36,7 +36,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
 
-from . import history
+from . import delta_column_mapping, history
 from .delta_values import partition_value, stat_value
 from .errors import MirrorRefused
 from .iceberg_committer import live_data_files
@@ -450,9 +450,19 @@ class DeltaMirror:
         )
         hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
         new = [f for n, f in target.items() if n not in current]
+        relaxed = [n for n in target if n in current and target[n].nullable and not current[n].nullable]
+        if (new or relaxed) and delta_column_mapping.is_mapped(delta):
+            # delta-rs refuses schema changes of a column-mapped table: the metaData is written here (existing columns
+            # keep their ids and physical names; a new column's physical name is its name, as the writer spells it).
+            delta_column_mapping.commit_schema(
+                self.root_uri, self.storage, delta, schema, delta_column_mapping.physical_names(delta), operation="ADD COLUMNS",
+                commit_info=props.custom_metadata,
+            )
+            delta.update_incremental()
+            return
         if new:
             delta.alter.add_columns(new, commit_properties=props, post_commithook_properties=hooks)
-        for name in [n for n in target if n in current and target[n].nullable and not current[n].nullable]:
+        for name in relaxed:
             delta.alter.drop_column_not_null(name, commit_properties=props, post_commithook_properties=hooks)
         if new:
             delta.update_incremental()

@@ -8,6 +8,7 @@ Nothing here reads a manifest or a data file.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Iterator
 
 from pyiceberg.table import Table
@@ -39,6 +40,18 @@ def summary(snapshot: Snapshot) -> dict[str, str]:
 def find_snapshot_by_write_id(table: Table, write_id: str) -> Snapshot | None:
     """A snapshot of the current branch written with this idempotency key."""
     return next((s for s in ancestors(table) if summary(s).get(SummaryKeys.WRITE_ID) == write_id), None)
+
+
+def find_snapshot_by_writer(table: Table, key: str, value: str) -> Snapshot | None:
+    """The newest snapshot of the current branch whose writer record (`SummaryKeys.WRITER`) has `key` == `value`."""
+    for s in ancestors(table):
+        try:
+            writer = json.loads(summary(s).get(SummaryKeys.WRITER, "{}"))
+        except ValueError:
+            continue
+        if isinstance(writer, dict) and writer.get(key) == value:
+            return s
+    return None
 
 
 def snapshots_after(table: Table, target: Snapshot | None, sequence_number: int | None) -> list[Snapshot] | None:

@@ -26,6 +26,7 @@ from . import alter as alter_
 from . import history, tables, time_travel, transaction, write_modes
 from . import maintenance as maintenance_
 from . import merge as merge_
+from .arrow_reader import read_arrow
 from .catalog import missing_table_hint, open_catalog
 from .delta_committer import DeltaMirror
 from .errors import SpecError, TableNotFound
@@ -266,6 +267,27 @@ class Lakehouse:
             snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of, row_filter=row_filter, window=window,
         )
 
+    def read_arrow(
+        self,
+        identifier: str,
+        *,
+        columns: Sequence[str] | None = None,
+        row_filter: str | BooleanExpression | None = None,
+        snapshot_id: int | None = None,
+        as_of: dt.datetime | None = None,
+        window: Window | Slice | None = None,
+    ):
+        """A pyarrow Table of the table (or of `columns`), now or as of a snapshot or a time, read by pyiceberg and
+        pyarrow without Spark: for small tables and pandas/Polars assets (see core/arrow_reader.py)."""
+        return read_arrow(identifier, self.load(identifier), columns=columns, row_filter=row_filter, snapshot_id=snapshot_id, as_of=as_of, window=window)
+
+    def snapshot_of_run(self, identifier: str, run_id: str) -> int:
+        """The snapshot the Dagster run `run_id` left the table at (its last write to it)."""
+        snap = history.find_snapshot_by_writer(self.load(identifier), "dagster_run_id", run_id)
+        if snap is None:
+            raise LookupError(f"Table {identifier} has no retained snapshot written by run {run_id} (it never wrote the table, or that snapshot was expired).")
+        return snap.snapshot_id
+
     # ------------------------------------------------------------ maintenance
 
     def maintain(self, identifier: str, operation: str = "full_maintenance", *, dry_run: bool = False, spark=None, **settings) -> dict[str, Any]:
@@ -383,10 +405,12 @@ class Lakehouse:
 
 
 def _as_spark(df, spark):
-    """Spark DataFrames pass through; pyarrow Tables and pandas DataFrames (small assets) are converted."""
+    """Spark DataFrames pass through; pyarrow Tables, pandas and Polars DataFrames (small assets) are converted."""
     if hasattr(df, "sparkSession") and hasattr(df, "mapInArrow"):
         return df
     spark = active_session(spark)
+    if type(df).__module__.split(".")[0] == "polars":  # polars.DataFrame or LazyFrame (not a dependency of the core)
+        df = (df.collect() if hasattr(df, "collect") else df).to_arrow()
     try:
         import pyarrow as pa
 
@@ -398,7 +422,7 @@ def _as_spark(df, spark):
 
     if isinstance(df, pd.DataFrame):
         return spark.createDataFrame(df)
-    raise SpecError(f"Cannot write an object of type {type(df).__name__}: pass a Spark DataFrame, a pyarrow Table or a pandas DataFrame.")
+    raise SpecError(f"Cannot write an object of type {type(df).__name__}: pass a Spark DataFrame, a pyarrow Table, a pandas or a Polars DataFrame.")
 
 
 def _is_cached(df) -> bool:

@@ -47,6 +47,7 @@ from dagster import (
 # Dagster's standard `dagster/*` metadata keys (not re-exported at the top level in 1.13).
 from dagster._core.definitions.metadata.metadata_set import TableMetadataSet, UriMetadataSet
 from dagster_pyspark import PySparkResource
+from pyiceberg.expressions import AlwaysFalse
 from pyiceberg.table import Table
 
 from ..core.errors import SpecError
@@ -54,6 +55,7 @@ from ..core.lakehouse import WriteResult
 from ..core.spec import spec_terms
 from ..core.window import Slice, Window
 from .health import table_health_metadata
+from .inputs import InputRequest, from_arrow, input_kind
 from .resources import LakehouseResource
 
 DEFAULT_NAMESPACE = "default"
@@ -211,7 +213,8 @@ def write_metadata(result: WriteResult) -> dict[str, Any]:
 
 
 class LakehouseIOManager(ConfigurableIOManager):
-    """Stores Spark DataFrames (or small pyarrow/pandas tables) as dual-format lakehouse tables."""
+    """Stores Spark DataFrames (or small pyarrow, pandas and Polars tables) as dual-format lakehouse tables, and loads
+    them as the downstream input's annotation asks (see inputs.py)."""
 
     lakehouse: ResourceDependency[LakehouseResource]
     pyspark: ResourceDependency[PySparkResource]
@@ -262,15 +265,28 @@ class LakehouseIOManager(ConfigurableIOManager):
             context.log.warning(f"Table {identifier}: table metadata not computed: {type(e).__name__}: {e}")
 
     def load_input(self, context: InputContext):
+        """The upstream table as the input's annotation asks (Spark by default; see inputs.py), narrowed by the
+        input's metadata (columns, row_filter, snapshot_id, as_of, as_of_run) and the partition mapping."""
         upstream = context.upstream_output
         identifier = table_identifier(context.asset_key)
         metadata = dict(upstream.definition_metadata or {}) if upstream is not None else {}
+        asset = context.asset_key.to_user_string()
+        request = InputRequest.from_metadata(asset, dict(context.definition_metadata or {}))
+        kind = input_kind(context.dagster_type.typing_type if context.dagster_type is not None else None)
         lh = self.lakehouse.get()
-        spark = self.pyspark.spark_session
-        if not context.has_asset_partitions:
-            return lh.read(spark, identifier)
-        keys = context.asset_partition_keys
-        if not keys:  # the partition mapping asks for no upstream partition
-            return lh.read(spark, identifier).limit(0)
-        part = partition_slice(context.asset_key.to_user_string(), context.asset_partitions_def, keys, metadata.get("partition_expr"))
-        return lh.read(spark, identifier, window=part)
+        part = None
+        if context.has_asset_partitions:
+            keys = context.asset_partition_keys
+            if keys:
+                part = partition_slice(asset, context.asset_partitions_def, keys, metadata.get("partition_expr"))
+        snapshot_id = lh.snapshot_of_run(identifier, request.as_of_run) if request.as_of_run is not None else request.snapshot_id
+        read = dict(row_filter=request.row_filter, snapshot_id=snapshot_id, as_of=request.as_of, window=part)
+        nothing = context.has_asset_partitions and not context.asset_partition_keys  # the mapping asks for no upstream partition
+        if kind != "spark":
+            if nothing:
+                read["row_filter"] = AlwaysFalse()
+            return from_arrow(lh.read_arrow(identifier, columns=request.columns, **read), kind)
+        df = lh.read(self.pyspark.spark_session, identifier, **read)
+        if request.columns is not None:
+            df = df.select(*request.columns)
+        return df.limit(0) if nothing else df

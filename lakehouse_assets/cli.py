@@ -176,6 +176,31 @@ def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], as_
     _emit(result, as_json, render)
 
 
+@cli.command()
+@global_options
+@click.argument("table")
+@click.option("--to-snapshot", "snapshot_id", type=int, default=None, help="An Iceberg snapshot id (see `lakehouse history`).")
+@click.option("--to-version", "delta_version", type=int, default=None, help="A Delta version.")
+@click.option("--as-of", "as_of", type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"]), default=None,
+              help="A time (UTC unless it names a zone): the table as it was then.")
+@click.option("--to-run", "run_id", default=None, help="A Dagster run id: the table as that run left it.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def rollback(ctx, table: str, snapshot_id, delta_version, as_of, run_id, as_json: bool) -> None:
+    """Give a table back the rows of an earlier point, in both formats, as one new commit in each (history is kept)."""
+    import datetime as dt
+
+    if as_of is not None and as_of.tzinfo is None:
+        as_of = as_of.replace(tzinfo=dt.timezone.utc)
+    result = _lakehouse(ctx).rollback(table, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of, run_id=run_id).to_dict()
+
+    def render(r):
+        click.echo(f"{r['table']}: rolled back as Iceberg snapshot {r['iceberg_snapshot_id']} / Delta version {r['delta_version']} "
+                   f"({r['files_added']} file(s) back, {r['files_removed']} removed, no data file written)")
+
+    _emit(result, as_json, render)
+
+
 MAINTENANCE_OPERATIONS = list(maintenance.OPERATIONS)
 
 

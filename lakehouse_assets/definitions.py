@@ -11,6 +11,7 @@ from .dagster.demo_assets import country_revenue, customers, daily, daily_user_a
 from .dagster.io_manager import LakehouseIOManager
 from .dagster.maintenance import maintenance_jobs, maintenance_schedules, maintenance_sensors
 from .dagster.resources import LakehouseResource, spark_resource
+from .dagster.rollback import lakehouse_rollback_job
 from .dagster.schema_ops import lakehouse_alter_job
 
 lakehouse = LakehouseResource(warehouse=os.environ.get("LAKEHOUSE_WAREHOUSE", "./warehouse"))
@@ -36,7 +37,7 @@ demo_country_job = define_asset_job(
 defs = Definitions(
     assets=demo_assets,
     asset_checks=build_formats_agree_checks([a.key for a in demo_assets]),
-    jobs=[demo_customers_job, demo_daily_job, demo_country_job, *maintenance_jobs, lakehouse_alter_job],
+    jobs=[demo_customers_job, demo_daily_job, demo_country_job, *maintenance_jobs, lakehouse_alter_job, lakehouse_rollback_job],
     schedules=maintenance_schedules,
     sensors=maintenance_sensors,
     resources={

@@ -26,12 +26,13 @@ from . import alter as alter_
 from . import history, tables, time_travel, transaction, write_modes
 from . import maintenance as maintenance_
 from . import merge as merge_
+from . import rollback as rollback_
 from .arrow_reader import read_arrow
 from .catalog import missing_table_hint, open_catalog
 from .delta_committer import DeltaMirror
-from .errors import SpecError, TableNotFound
+from .errors import RetentionError, SpecError, TableNotFound
 from .evolution import evolved_schema, types_were_widened
-from .properties import DEFAULT_DELTA_CONFIGURATION, SummaryKeys
+from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
 from .small_writes import small_writes_warning
 from .spark import active_session
 from .spec import (
@@ -287,6 +288,41 @@ class Lakehouse:
         if snap is None:
             raise LookupError(f"Table {identifier} has no retained snapshot written by run {run_id} (it never wrote the table, or that snapshot was expired).")
         return snap.snapshot_id
+
+    # ------------------------------------------------------------ rollback
+
+    def rollback(
+        self,
+        identifier: str,
+        *,
+        snapshot_id: int | None = None,
+        delta_version: int | None = None,
+        as_of: dt.datetime | None = None,
+        run_id: str | None = None,
+    ) -> WriteResult:
+        """Give the table back exactly the rows of an earlier point, in both formats, as one new commit in each.
+
+        The point: an Iceberg snapshot, a Delta version, a time, or a Dagster run (the table as that run left it);
+        exactly one. History is kept; refused with nothing changed when the point's files are gone or its schema
+        cannot be read back (see core/rollback.py).
+        """
+        if sum(x is not None for x in (snapshot_id, delta_version, as_of, run_id)) != 1:
+            raise SpecError(f"Table {identifier}: give exactly one of snapshot_id, delta_version, as_of, run_id to roll back to.")
+        table = self.load(identifier)
+        time_travel.check_retention(table, identifier, snapshot_id, delta_version, as_of)
+        if run_id is not None:
+            target = self.snapshot_of_run(identifier, run_id)
+        else:
+            mirror = self.mirror(table) if self.delta_enabled(table) else None
+            target = time_travel.resolve(table, mirror, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of).iceberg_snapshot_id
+        if target is None:
+            raise RetentionError(f"Table {identifier}: no retained snapshot at that point to roll back to. See `lakehouse history {identifier}`.")
+        adds, removes = rollback_.plan(identifier, table, target, self.storage)
+        summary = {SummaryKeys.OPERATION: Operation.ROLLBACK, SummaryKeys.ROLLBACK_TARGET: str(target)}
+        changes = FileChanges(adds=adds, removes=removes, rows_written=sum(f.record_count for f in adds))
+        result = transaction.commit(self, identifier, table, changes, summary, mode=Operation.ROLLBACK)
+        log.info("Table %s: rolled back to snapshot %s (%d file(s) back, %d removed)", identifier, target, len(adds), len(removes))
+        return result
 
     # ------------------------------------------------------------ maintenance
 

@@ -58,6 +58,7 @@ class SummaryKeys:
     MERGE_REWRITTEN_FILES = "lakehouse.merge.rewritten-files"
     COMPACTION_FILES_REWRITTEN = "lakehouse.compaction.files-rewritten"
     APPLIED_DELETE_FILES = "lakehouse.apply-deletes.delete-files"  # other engines' delete files an apply-deletes removed
+    ROLLBACK_TARGET = "lakehouse.rollback.target-snapshot-id"  # the snapshot a rollback restored the rows of
     PREFIX = "lakehouse."  # summary keys with this prefix are copied into the mirroring Delta commitInfo
 
 
@@ -78,4 +79,5 @@ class Operation:
     COMPACTION = "compaction"  # rows unchanged: the Delta mirror writes dataChange=false
     APPLY_DELETES = "apply-deletes"  # other engines' delete files applied by rewriting the data files they hit
     REPAIR = "repair"  # a Delta-only commit that makes the file sets equal again
+    ROLLBACK = "rollback"  # the live files of an earlier snapshot, committed again (rollback.py)
     SCHEMA_CHANGE = "schema-change"  # a metadata-only Delta version before a data version

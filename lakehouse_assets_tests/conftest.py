@@ -23,8 +23,8 @@ def spark(tmp_path_factory):
     from . import java_iceberg
 
     # Java Iceberg's jars ride along so any test can read a table with the reference implementation
-    # (`java_iceberg.read_metadata`); the project's own code uses no jars.
-    java = java_iceberg.spark_conf(str(tmp_path_factory.mktemp("java-iceberg-warehouse")))
+    # (`java_iceberg.read_metadata`); the project's own code uses no jars. Spark 3.5 only (java_iceberg.available).
+    java = java_iceberg.spark_conf(str(tmp_path_factory.mktemp("java-iceberg-warehouse"))) if java_iceberg.available() else {}
     session = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests", **java})
     yield session
     session.stop()

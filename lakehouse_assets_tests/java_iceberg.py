@@ -168,6 +168,13 @@ def jars() -> list[str]:
 # ---------------------------------------------------------------- Spark
 
 
+def available() -> bool:
+    """The runtime jar is built for Spark 3.5 (Scala 2.12): on another Spark line there is no Java Iceberg here."""
+    import pyspark
+
+    return pyspark.__version__.startswith("3.5.")
+
+
 def spark_conf(warehouse_dir: str, catalog: str = CATALOG) -> dict[str, str]:
     """Spark settings that load Java Iceberg: the jars, its SQL extensions (MERGE INTO, CALL) and a Hadoop
     catalog `catalog` over `warehouse_dir` (Java Iceberg writes its own tables there)."""

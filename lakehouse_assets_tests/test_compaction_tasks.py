@@ -38,6 +38,7 @@ def _shape(lh, spark, name):
     return per_partition, sum(f.record_count for f in files), rows
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("terms", TERMS, ids=["+".join(t) or "unpartitioned" for t in TERMS])
 def test_the_one_job_compaction_writes_what_the_shuffled_compaction_writes(lh, spark, duck, monkeypatch, terms):
     one_job = []
@@ -104,6 +105,7 @@ def test_bins_are_about_the_target_size_and_none_is_small():
         assert sum(out) == total and (total < 100 or min(out) >= 82) and max(out) <= 165, (total, out)
 
 
+@pytest.mark.smoke
 def test_a_compacted_partition_is_not_compacted_again(lh, spark):
     """1.2 targets of small files become one file, not two small ones that every later run would rewrite."""
     name = "ct.settles"

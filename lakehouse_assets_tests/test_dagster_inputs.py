@@ -64,6 +64,7 @@ def _spark_jobs(spark) -> int:
     [(pa.Table, pa.Table), (pd.DataFrame, pd.DataFrame), (pl.DataFrame, pl.DataFrame), (pl.LazyFrame, pl.LazyFrame), (SparkDataFrame, SparkDataFrame)],
     ids=["pyarrow", "pandas", "polars", "polars-lazy", "spark"],
 )
+@pytest.mark.smoke
 def test_each_input_type_reads_the_projection_and_filter(dagster_resources, spark, annotation, kind):
     assert materialize([orders], resources=dagster_resources).success
     name = f"narrow_{kind.__module__.split('.')[0]}_{kind.__name__.lower()}"

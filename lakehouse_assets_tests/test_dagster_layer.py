@@ -62,6 +62,7 @@ def test_table_identifier_from_asset_key():
     assert table_identifier(AssetKey(["solo"])) == "default.solo"
 
 
+@pytest.mark.smoke
 def test_materialize_partitions_metadata_checks_and_load_input(dagster_resources, warehouse, spark, duck):
     from lakehouse_assets import Lakehouse
 
@@ -99,6 +100,7 @@ def test_materialize_partitions_metadata_checks_and_load_input(dagster_resources
         assert lh.verify(name)["agree"]
 
 
+@pytest.mark.smoke
 def test_check_fails_and_shows_the_difference(dagster_resources, warehouse, spark):
 
     from lakehouse_assets import Lakehouse
@@ -124,6 +126,7 @@ def test_time_partitioned_asset_without_partition_expr_is_a_clear_error(dagster_
     assert "has no 'partition_expr' metadata" in str(failure.event_specific_data.error)
 
 
+@pytest.mark.smoke
 def test_code_location_loads_and_jobs_resolve():
     from lakehouse_assets.definitions import defs
 

@@ -19,6 +19,9 @@ from lakehouse_assets.core.deletes import table_files
 from . import java_iceberg
 from .conftest import assert_all_readers_agree, rows_of
 
+# The Java Iceberg runtime exists here for Spark 3.5 only (java_iceberg.available).
+pytestmark = pytest.mark.java_iceberg
+
 CATALOG = "javaw"  # the lakehouse's catalog name in this test = the Spark catalog's name (catalog_name column)
 NAME = "jw.events"
 JAVA = f"{CATALOG}.{NAME}"

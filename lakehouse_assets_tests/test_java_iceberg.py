@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zipfile
 
+import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_assets.core import duckdb_readers
@@ -11,6 +12,9 @@ from lakehouse_assets.core import duckdb_readers
 from . import java_iceberg
 from .conftest import rows_of
 from .test_write_modes import events
+
+# The Java Iceberg runtime exists here for Spark 3.5 only (java_iceberg.available).
+pytestmark = pytest.mark.java_iceberg
 
 COLUMNS = ["amount", "event_id", "event_time", "kind", "user_id"]
 

@@ -225,7 +225,8 @@ def read_all(lh, spark, duck, identifier) -> dict[str, pa.Table]:
         "delta_rs": (delta_rs_sql(lh, identifier, None, None, None) if negative_decimal_fraction_partition(lh, identifier)
                      else pa.table(DeltaTable(root[len("file://"):]).to_pyarrow_table())),
         "pyiceberg": table.scan().to_arrow(),
-        "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location)),
+        # The reference implementation exists here for Spark 3.5 only.
+        **({"java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location))} if java_iceberg.available() else {}),
         "ours_spark": spark_arrow(lh.read(spark, identifier)),
     }
 
@@ -276,7 +277,7 @@ def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v, duckdb_
         "delta_rs": (delta_rs_sql(lh, identifier, column, op, v) if arrow_filter is None
                      else DeltaTable(root[len("file://"):]).to_pyarrow_dataset().to_table(filter=arrow_filter)),
         "pyiceberg": table.scan(row_filter=ice_filter).to_arrow(),
-        "java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location).filter(spark_filter)),
+        **({"java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location).filter(spark_filter))} if java_iceberg.available() else {}),
     }
 
 

@@ -44,6 +44,7 @@ def _slice_g0():
     return Slice(values={"g": [0]})
 
 
+@pytest.mark.smoke
 def test_rollback_by_snapshot_gives_both_formats_the_old_rows_as_a_new_commit(lh, spark, duck):
     first, expected = _history(lh, spark, "rb.snap")
     before = lh.history("rb.snap")

@@ -22,6 +22,7 @@ def cluster(tmp_path_factory):
         c.stop()
 
 
+@pytest.mark.smoke
 def test_append_merge_read_verify_on_a_standalone_cluster(cluster, tmp_path):
     out = tmp_path / "result.json"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}

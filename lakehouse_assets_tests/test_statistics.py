@@ -162,6 +162,7 @@ def _delta_indexed(table) -> set[str]:
     return delta_indexed_columns(table.schema(), delta.metadata().configuration, delta.metadata().partition_columns)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("width", [33, 120, 1000])
 def test_wide_tables_agree_after_append_and_merge_and_every_reader_filters_a_late_column(lh, spark, duck, width):
     name = f"wide.t{width}"
@@ -193,8 +194,9 @@ def test_wide_tables_agree_after_append_and_merge_and_every_reader_filters_a_lat
     assert sorted(table.scan(row_filter=GreaterThanOrEqual(f"c{late}", threshold), selected_fields=("id",)).to_arrow()["id"].to_pylist()) == expected
     dataset = delta.to_pyarrow_dataset()
     assert sorted(dataset.to_table(columns=["id"], filter=pc.field(f"c{late}") >= threshold)["id"].to_pylist()) == expected
-    java = java_iceberg.read_metadata(spark, table.metadata_location)
-    assert sorted(r["id"] for r in java.where(where).select("id").collect()) == expected
+    if java_iceberg.available():  # the reference implementation exists here for Spark 3.5 only
+        java = java_iceberg.read_metadata(spark, table.metadata_location)
+        assert sorted(r["id"] for r in java.where(where).select("id").collect()) == expected
 
 
 def test_iceberg_metrics_properties_are_translated_to_delta(lh, spark, duck):

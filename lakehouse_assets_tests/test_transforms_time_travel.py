@@ -114,6 +114,7 @@ def test_identity_partition_values_in_the_delta_log(lh, spark):
     assert all(a["min.ts"] is not None and a["max.ts"] is not None for a in actions)
 
 
+@pytest.mark.smoke
 def test_time_travel_by_snapshot_version_and_timestamp(lh, spark, duck):
     marks, results = [], []
     ops = [

@@ -23,6 +23,7 @@ def events(spark, start: int, n: int, day0=dt.datetime(2024, 1, 1, tzinfo=dt.tim
     )
 
 
+@pytest.mark.smoke
 def test_append_partitioned_by_day_and_bucket(lh, spark, duck):
     r1 = lh.write(events(spark, 0, 500), "t.events", partition_by=["day(event_time)", "bucket(16, user_id)"])
     r2 = lh.write(events(spark, 500, 300), "t.events")
@@ -52,6 +53,7 @@ def test_overwrite_whole_table(lh, spark, duck):
     assert DeltaTable(r.location[len("file://"):]).metadata().partition_columns == ["kind"]
 
 
+@pytest.mark.smoke
 def test_overwrite_one_window_leaves_other_days_alone(lh, spark, duck):
     lh.write(events(spark, 0, 600), "t.win", partition_by=["day(event_time)"])
     day2 = Window("event_time", dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc), dt.datetime(2024, 1, 3, tzinfo=dt.timezone.utc))
@@ -89,6 +91,7 @@ def test_rows_outside_the_window_are_refused(lh, spark):
     assert lh.verify("t.outside")["agree"]
 
 
+@pytest.mark.smoke
 def test_all_types_and_nested_columns(lh, spark, duck):
     df = spark.sql(
         """
@@ -126,6 +129,7 @@ def test_target_file_size_rolls_files(lh, spark):
     assert lh.read(spark, "t.rolled").count() == 200_000
 
 
+@pytest.mark.smoke
 def test_read_prunes_files_by_partition_and_min_max(lh, spark):
     lh.write(events(spark, 0, 900), "t.prune", partition_by=["day(event_time)"])
     table = lh.load("t.prune")

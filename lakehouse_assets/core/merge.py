@@ -201,7 +201,7 @@ def _keys_on_driver(df, keys: Sequence[str], cached_rows: int | None, whole: boo
 
 
 def _arrow_schema(spark_schema) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from .spark_compat import arrow_schema as to_arrow_schema
 
     return to_arrow_schema(spark_schema)
 

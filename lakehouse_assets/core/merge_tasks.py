@@ -51,8 +51,9 @@ def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None) -> t
     """A reader of the table's key columns (by field id after renames, in the table's types) and the
     batch's distinct keys cast to those types, as an Arrow IPC stream for the executors. `spark_schema`:
     the table's, with field ids after renames, when the caller has it already."""
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
+
+    from .spark_compat import arrow_schema as to_arrow_schema
 
     keys = values.column_names
     spark_schema = spark_schema or target.spark_schema()

@@ -43,6 +43,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from .spark_compat import column_of_expression
+
 MICROS_PER_DAY = 86_400_000_000
 MICROS_PER_HOUR = 3_600_000_000
 _EPOCH_YEAR = 1970
@@ -57,11 +59,12 @@ def _floor_div(col, divisor: int):
 
 def _murmur3(col):
     """Spark's Murmur3Hash with Iceberg's seed 0 (the public `hash()` fixes seed 42)."""
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import SparkSession
 
-    jvm = SparkSession.getActiveSession()._jvm
-    expr = jvm.org.apache.spark.sql.catalyst.expressions.Murmur3Hash(jvm.PythonUtils.toSeq([col._jc.expr()]), 0)
-    return Column(jvm.org.apache.spark.sql.Column(expr))
+    def murmur3(jvm, expr):
+        return jvm.org.apache.spark.sql.catalyst.expressions.Murmur3Hash(jvm.PythonUtils.toSeq([expr]), 0)
+
+    return column_of_expression(SparkSession.getActiveSession(), murmur3, col)
 
 
 def _as_long(col, source_type):

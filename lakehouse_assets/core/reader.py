@@ -137,7 +137,7 @@ def read_parquet_files(
             # (Mapping per row here, with url_decode and a map lookup, cost ~7 us a row: 14 s for 2M rows.)
             df = df.withColumn(path_column, F.input_file_name())
         return df
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from .spark_compat import arrow_schema as to_arrow_schema
 
     reader = _ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column)
     return map_paths(spark, uris, reader, out_schema, tasks=min(len(uris), spark.sparkContext.defaultParallelism * 4))

@@ -65,3 +65,4 @@ def active_session(spark=None):
     from pyspark.sql import SparkSession
 
     return SparkSession.getActiveSession() or spark_session()
+

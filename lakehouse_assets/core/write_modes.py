@@ -106,7 +106,7 @@ class WriteTarget:
     def row_reader(self, spark_schema=None) -> _ParquetFileReader:
         """A pyarrow reader of existing files' whole rows for executor tasks, in the write's types (by field id
         after renames). `spark_schema`: `self.spark_schema()`, when the caller has it already."""
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from .spark_compat import arrow_schema as to_arrow_schema
 
         spark_schema = spark_schema or self.spark_schema()
         field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}

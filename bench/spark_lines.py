@@ -1,0 +1,110 @@
+"""This project's own timings on each Spark line, so that a regression between Spark 3.5 and Spark 4 shows.
+
+Java Iceberg exists here for Spark 3.5 only, so the comparison with it (vs_java_iceberg.py) stays on 3.5;
+this script times our side alone, with the same data, on whichever pyspark its interpreter has:
+
+    .venv/bin/python bench/spark_lines.py --out /tmp/lines-3.5.json
+    .venv-spark4/bin/python bench/spark_lines.py --out /tmp/lines-4.json
+    python bench/spark_lines.py --compare /tmp/lines-3.5.json /tmp/lines-4.json
+
+`make bench` runs the three. Each figure is the median of `--reps` runs after a warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def measure(args) -> dict:
+    import pyspark
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets import Lakehouse
+    from lakehouse_assets.core.spark import spark_session
+
+    spark = spark_session({"spark.driver.memory": "4g", "spark.sql.shuffle.partitions": "8", "spark.app.name": "bench-spark-lines"})
+    root = tempfile.mkdtemp(prefix="bench-spark-lines-")
+    lh = Lakehouse(os.path.join(root, "warehouse"))
+    days = 14
+    df = spark.range(0, args.rows, numPartitions=spark.sparkContext.defaultParallelism).select(
+        F.col("id"),
+        ((F.col("id") * 7919) % 100_000).alias("user_id"),
+        (F.lit("2024-01-01").cast("timestamp") + F.make_interval(secs=((F.col("id") * 104_729) % (days * 86_400)).cast("int"))).alias("event_time"),
+        (F.col("id") % 32).cast("int").alias("region"),
+        F.substring(F.md5(F.col("id").cast("string")), 1, 24).alias("session_id"),
+    ).cache()
+    df.count()
+    lh.write(df.limit(10_000), "b.warmup", partition_by=["day(event_time)"])
+    seq = iter(range(1_000_000))
+    changed = df.filter((F.col("id") % 2048) < 2).withColumn("session_id", F.lit("changed")).cache()
+    changed.count()
+
+    def merge_target():
+        name = f"b.merge_{next(seq)}"
+        lh.write(df, name, partition_by=["region"])
+        return name
+
+    merge_tables = [merge_target() for _ in range(args.reps + 1)]
+    workloads = {
+        "write_day": lambda: lh.write(df, f"b.day_{next(seq)}", partition_by=["day(event_time)"]),
+        "write_unpartitioned": lambda: lh.write(df, f"b.plain_{next(seq)}"),
+        "merge_cdc": lambda: lh.write(changed, merge_tables.pop(), mode="merge", merge_keys=["id"]),
+        "read_full": lambda: lh.read(spark, "b.day_1").groupBy("region").count().collect(),
+        "read_pruned": lambda: lh.read(spark, "b.day_1", row_filter="event_time >= '2024-01-03T00:00:00' and event_time < '2024-01-04T00:00:00'").count(),
+    }
+    out = {"spark": pyspark.__version__, "rows": args.rows, "reps": args.reps, "medians": {}}
+    for name, fn in workloads.items():
+        fn()  # warm-up
+        times = []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out["medians"][name] = statistics.median(times)
+        print(f"  spark {pyspark.__version__} {name}: " + ", ".join(f"{t:.2f}" for t in times), flush=True)
+    spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def compare(paths: list[str]) -> str:
+    runs = [json.load(open(p)) for p in paths]
+    base = runs[0]
+    head = "| work | " + " | ".join(f"ours on Spark {r['spark']} s" for r in runs) + " | " + " | ".join(f"{r['spark']} / {base['spark']}" for r in runs[1:]) + " |"
+    lines = [head, "|" + "---|" * (1 + 2 * len(runs) - 1)]
+    for work in base["medians"]:
+        cells = [f"{r['medians'][work]:.2f}" for r in runs] + [f"{r['medians'][work] / base['medians'][work]:.2f}" for r in runs[1:]]
+        lines.append(f"| {work} | " + " | ".join(cells) + " |")
+    return f"{base['rows']:,} rows, medians of {base['reps']}\n\n" + "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--out", help="write this run's medians (JSON) here")
+    p.add_argument("--compare", nargs="+", metavar="JSON", help="print the runs' medians side by side (the first is the baseline)")
+    args = p.parse_args()
+    if args.compare:
+        print(compare(args.compare))
+        return
+    result = measure(args)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""What differs between Spark 3.5 and Spark 4, in one place: the rest of the code runs unchanged on both."""
+
+from __future__ import annotations
+
+
+def is_spark3() -> bool:
+    import pyspark
+
+    return pyspark.__version__.startswith("3.")
+
+
+def arrow_schema(spark_schema):
+    """The Arrow schema of the batches Spark hands `mapInArrow` for `spark_schema` (timestamps in UTC microseconds).
+
+    Spark 4's converter asks for the session time zone, which is UTC here (DEFAULT_SPARK_CONFIG); 3.5's assumes it."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema) if is_spark3() else to_arrow_schema(spark_schema, timezone="UTC")
+
+
+def column_of_expression(spark, make_expression, *columns):
+    """A Column of the Catalyst expression `make_expression(jvm, *their expressions)` built over `columns`.
+
+    For the few expressions PySpark does not expose (e.g. Murmur3Hash with another seed than `hash()`'s):
+    Spark 3.5's Column wraps an Expression; Spark 4's is converted by ExpressionUtils."""
+    from pyspark.sql import Column
+
+    jvm = spark._jvm
+    if is_spark3():
+        expressions = [c._jc.expr() for c in columns]
+        return Column(jvm.org.apache.spark.sql.Column(make_expression(jvm, *expressions)))
+    utils = jvm.org.apache.spark.sql.classic.ExpressionUtils
+    expressions = [utils.expression(c._jc) for c in columns]
+    return Column(utils.column(make_expression(jvm, *expressions)))

@@ -126,10 +126,10 @@ def test_int96_timestamps_of_other_engines_read_as_written(tmp_path):
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
     from lakehouse_assets.core.reader import _ParquetFileReader, path_batches
+    from lakehouse_assets.core.spark_compat import arrow_schema as to_arrow_schema
     from lakehouse_assets.core.storage import StorageConfig
 
     values = [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59), dt.datetime(2024, 5, 1, 12, 0, 0, 123456)]

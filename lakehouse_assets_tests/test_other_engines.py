@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from . import java_iceberg
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -35,8 +37,11 @@ def test_readme_snippets_read_the_same_rows(lh, spark, warehouse):
     expected = 45
     namespace: dict = {}
     for snippet in readme_snippets():
+        if ('format("iceberg")' in snippet or '.type": "jdbc"' in snippet) and not java_iceberg.available():
+            continue  # the Java Iceberg runtime exists here for Spark 3.5 only
         code = snippet.replace("./warehouse", warehouse).replace("demo.events", "engines.events")
         exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - the README's own snippets
     counts = {k: v for k, v in namespace.items() if k.startswith("n_")}
-    assert len(counts) == 9, counts  # DuckDB x2, delta-rs, Polars x2, pyiceberg x2, Java Iceberg x2 (path, JdbcCatalog)
+    # DuckDB x2, delta-rs, Polars x2, pyiceberg x2, Java Iceberg x2 (path, JdbcCatalog) on Spark 3.5
+    assert len(counts) == (9 if java_iceberg.available() else 7), counts
     assert all(v == expected for v in counts.values()), counts

@@ -227,17 +227,19 @@ def _filled_cache_rows(df) -> int | None:
 def _filled_cache(df) -> tuple[int, int] | None:
     """(rows, bytes) of the cache `df` reads (through projections only) if it is filled and at most
     SMALL_BATCH_BYTES (a CDC batch the caller cached and counted, or one the merge's own check filled); else None."""
-    try:  # Spark internals (3.5's InMemoryRelation / CachedRDDBuilder); any change falls back to the Spark path
+    from .spark_compat import cache_figures
+
+    try:  # Spark internals (InMemoryRelation / CachedRDDBuilder); any change falls back to the Spark path
         plan = df._jdf.queryExecution().optimizedPlan()
         while plan.getClass().getSimpleName() == "Project":
             plan = plan.child()
         if plan.getClass().getSimpleName() != "InMemoryRelation":
             return None
         cache = plan.cacheBuilder()
-        size = int(cache.sizeInBytesStats().value())
-        if not cache.isCachedColumnBuffersLoaded() or size > SMALL_BATCH_BYTES:
+        if not cache.isCachedColumnBuffersLoaded():
             return None
-        return int(cache.rowCountStats().value()), size
+        rows, size = cache_figures(cache)
+        return (rows, size) if size <= SMALL_BATCH_BYTES else None
     except Exception:  # noqa: BLE001
         return None
 

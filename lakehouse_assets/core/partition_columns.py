@@ -123,7 +123,7 @@ def transform_column(col, transform, source_type):
     if isinstance(transform, TruncateTransform):
         w = transform.width
         if isinstance(source_type, (IntegerType, LongType)):
-            return (col - F.pmod(col, F.lit(w).cast(col_type(source_type)))).cast(col_type(source_type))
+            return _wrapping_truncate(col, w, source_type)
         if isinstance(source_type, DecimalType):
             if source_type.precision >= 38:
                 # `col - pmod` of a decimal(38, s) is typed decimal(39, s), which Spark cuts to decimal(38, s-1),
@@ -165,6 +165,19 @@ def partition_columns(schema: Schema, spec: PartitionSpec) -> list | None:
             expr = _refuse_wrapped_truncation(col, expr, name, pf.transform.width, source.field_type)
         out.append(expr)
     return out
+
+
+def _wrapping_truncate(col, width: int, source_type):
+    """`col - pmod(col, width)` wrapped into the type's range as Java Iceberg's does (two's complement), computed in
+    a wider type: the same values whether Spark's ANSI mode (Spark 4's default) would raise on the overflow or not."""
+    from pyspark.sql import functions as F
+
+    bits = 64 if isinstance(source_type, LongType) else 32
+    wide = "decimal(38,0)" if bits == 64 else "long"
+    x = col.cast(wide)
+    truncated = x - F.pmod(x, F.lit(width).cast(wide))
+    half, full = F.lit(decimal.Decimal(2 ** (bits - 1))).cast(wide), F.lit(decimal.Decimal(2**bits)).cast(wide)
+    return (F.pmod(truncated + half, full) - half).cast(col_type(source_type))
 
 
 def _refuse_wrapped_truncation(col, truncated, name: str, width: int, source_type):

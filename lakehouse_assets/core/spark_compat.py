@@ -32,3 +32,10 @@ def column_of_expression(spark, make_expression, *columns):
     utils = jvm.org.apache.spark.sql.classic.ExpressionUtils
     expressions = [utils.expression(c._jc) for c in columns]
     return Column(utils.column(make_expression(jvm, *expressions)))
+
+
+def cache_figures(cache_builder) -> tuple[int, int]:
+    """(rows, bytes) of a filled Spark cache (a CachedRDDBuilder): 3.5 keeps them in accumulators, 4 as properties."""
+    if is_spark3():
+        return int(cache_builder.rowCountStats().value()), int(cache_builder.sizeInBytesStats().value())
+    return int(cache_builder.materializedRowCount()), int(cache_builder.materializedSizeInBytes())

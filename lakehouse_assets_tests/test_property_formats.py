@@ -207,7 +207,7 @@ def canonical_arrow(table: pa.Table) -> list[tuple]:
 def spark_arrow(df) -> pa.Table:
     """A Spark DataFrame's rows as Arrow, without PySpark's Python datetime conversion (which cannot hold
     0001-01-01T00:00Z)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from lakehouse_assets.core.spark_compat import arrow_schema as to_arrow_schema
 
     return pa.Table.from_batches(df._collect_as_arrow(), schema=to_arrow_schema(df.schema))
 

@@ -56,12 +56,13 @@ def measure(args) -> dict:
         return name
 
     merge_tables = [merge_target() for _ in range(args.reps + 1)]
+    lh.write(df, "b.read", partition_by=["day(event_time)"])  # what the reads read
     workloads = {
         "write_day": lambda: lh.write(df, f"b.day_{next(seq)}", partition_by=["day(event_time)"]),
         "write_unpartitioned": lambda: lh.write(df, f"b.plain_{next(seq)}"),
         "merge_cdc": lambda: lh.write(changed, merge_tables.pop(), mode="merge", merge_keys=["id"]),
-        "read_full": lambda: lh.read(spark, "b.day_1").groupBy("region").count().collect(),
-        "read_pruned": lambda: lh.read(spark, "b.day_1", row_filter="event_time >= '2024-01-03T00:00:00' and event_time < '2024-01-04T00:00:00'").count(),
+        "read_full": lambda: lh.read(spark, "b.read").groupBy("region").count().collect(),
+        "read_pruned": lambda: lh.read(spark, "b.read", row_filter="event_time >= '2024-01-03T00:00:00+00:00' and event_time < '2024-01-04T00:00:00+00:00'").count(),
     }
     out = {"spark": pyspark.__version__, "rows": args.rows, "reps": args.reps, "medians": {}}
     for name, fn in workloads.items():

@@ -146,4 +146,4 @@ def test_bad_input_metadata_is_a_clear_error(dagster_resources, metadata, messag
     failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
     text = str(failure.step_failure_data.error)
     assert message in text and "shop" in text, text
-    assert SpecError.__name__ in text or "LookupError" in text
+    assert SpecError.__name__ in text or "RetentionError" in text

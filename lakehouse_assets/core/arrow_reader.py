@@ -16,7 +16,7 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
 from pyiceberg.expressions.parser import parse
 from pyiceberg.table import Table
 
-from .errors import SpecError
+from .errors import RetentionError, SpecError
 from .window import Slice, Window
 
 
@@ -36,10 +36,10 @@ def read_arrow(
     if as_of is not None:
         snap = table.snapshot_as_of_timestamp(int(as_of.timestamp() * 1000))
         if snap is None:
-            raise LookupError(f"Table {identifier} has no snapshot at or before {as_of.isoformat()}.")
+            raise RetentionError(f"Table {identifier} has no snapshot at or before {as_of.isoformat()}.")
         snapshot_id = snap.snapshot_id
     elif snapshot_id is not None and table.snapshot_by_id(snapshot_id) is None:
-        raise LookupError(f"Table {identifier} has no snapshot {snapshot_id} (it may have been expired).")
+        raise RetentionError(f"Table {identifier} has no snapshot {snapshot_id} (it may have been expired).")
     schema = table.schemas().get(table.snapshot_by_id(snapshot_id).schema_id, table.schema()) if snapshot_id is not None else table.schema()
     if columns is not None:
         missing = [c for c in columns if c not in schema.column_names]

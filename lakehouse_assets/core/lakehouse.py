@@ -286,7 +286,7 @@ class Lakehouse:
         """The snapshot the Dagster run `run_id` left the table at (its last write to it)."""
         snap = history.find_snapshot_by_writer(self.load(identifier), "dagster_run_id", run_id)
         if snap is None:
-            raise LookupError(f"Table {identifier} has no retained snapshot written by run {run_id} (it never wrote the table, or that snapshot was expired).")
+            raise RetentionError(f"Table {identifier} has no retained snapshot written by run {run_id} (it never wrote the table, or that snapshot was expired).")
         return snap.snapshot_id
 
     # ------------------------------------------------------------ rollback

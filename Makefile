@@ -14,7 +14,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: setup system-deps demo test lint dev bench clean
+.PHONY: setup system-deps demo test lint dev bench docs clean
 
 setup: system-deps $(STAMP) $(AZURITE) $(DAGSTER_HOME)/dagster.yaml
 
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "[setup]   installing Python packages into $(VENV) (log $(VENV)/pip.log)"
 	@$(PY) -m pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
-	@$(PY) -m pip install -q -e '.[test,servers,ui,java-iceberg,bench]' >> $(VENV)/pip.log 2>&1 || { tail -n 60 $(VENV)/pip.log; exit 1; }
+	@$(PY) -m pip install -q -e '.[test,servers,ui,java-iceberg,bench,docs]' >> $(VENV)/pip.log 2>&1 || { tail -n 60 $(VENV)/pip.log; exit 1; }
 	@touch $(STAMP)
 
 $(AZURITE):
@@ -53,8 +53,15 @@ dev: setup
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
 
 # BENCH_ARGS e.g. "--rows 10000000" or "--only write_day,merge_cdc"; see bench/vs_java_iceberg.py.
+# Writes docs/performance.md and docs/performance.svg from this run (bench/docs_page.py).
 bench: setup
-	$(PY) bench/vs_java_iceberg.py $(BENCH_ARGS)
+	@start=$$(date +%s); $(PY) bench/vs_java_iceberg.py --json $(VENV)/bench.json $(BENCH_ARGS) && \
+	$(PY) bench/docs_page.py $(VENV)/bench.json --docs docs --wall-seconds $$(( $$(date +%s) - start ))
+
+# The documentation site (MkDocs, Material theme); --strict fails on any warning. `make test` builds it too
+# (lakehouse_assets_tests/test_docs.py).
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf warehouse .dagster_home .node
+	rm -rf warehouse .dagster_home .node site

@@ -68,7 +68,7 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def page(data: dict, when: str, wall_s: float | None) -> str:
+def page(data: dict, when: str, wall_s: float | None, note: str = "") -> str:
     m, v = machine(), versions()
     lines = [
         "# Performance",
@@ -84,6 +84,7 @@ def page(data: dict, when: str, wall_s: float | None) -> str:
         + (f", workloads `{data['only']}`" if data.get("only") else ", all workloads")
         + (f"; the run took {wall_s / 60:.1f} minutes." if wall_s else "."),
         "",
+        *(["!!! note", f"    {note}", ""] if note else []),
         "| work | ours (s) | vs | theirs (s) | ratio |",
         "|---|---|---|---|---|",
     ]
@@ -121,12 +122,13 @@ def main() -> None:
     p.add_argument("results", help="the JSON bench/vs_java_iceberg.py --json wrote")
     p.add_argument("--docs", default="docs", help="the documentation folder")
     p.add_argument("--wall-seconds", type=float, default=None, help="the benchmark's wall time, shown on the page")
+    p.add_argument("--note", default="", help="a remark shown on the page, e.g. why only some workloads ran")
     args = p.parse_args()
     data = json.loads(Path(args.results).read_text())
     docs = Path(args.docs)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     plot(data["results"], docs / "performance.svg")
-    (docs / "performance.md").write_text(page(data, when, args.wall_seconds))
+    (docs / "performance.md").write_text(page(data, when, args.wall_seconds, args.note))
 
 
 if __name__ == "__main__":

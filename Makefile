@@ -6,11 +6,11 @@ SHELL := /bin/bash
 SPARK ?= 3.5
 ifeq ($(SPARK),4)
 VENV := .venv-spark4
-EXTRAS := test,servers,ui,bench
+EXTRAS := test,servers,ui,bench,docs
 PYTEST_MARKS := -m "not java_iceberg"
 else ifeq ($(SPARK),3.5)
 VENV := .venv
-EXTRAS := test,servers,ui,java-iceberg,bench
+EXTRAS := test,servers,ui,java-iceberg,bench,docs
 PYTEST_MARKS :=
 else
 $(error SPARK must be 3.5 or 4, not $(SPARK))
@@ -29,7 +29,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: setup system-deps demo test smoke lint dev bench clean
+.PHONY: setup system-deps demo test smoke lint dev bench docs clean
 
 setup: system-deps $(STAMP) $(AZURITE) $(DAGSTER_HOME)/dagster.yaml
 
@@ -73,13 +73,20 @@ dev: setup
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
 
 # BENCH_ARGS e.g. "--rows 10000000" or "--only write_day,merge_cdc"; see bench/vs_java_iceberg.py.
-# Then our own timings on both Spark lines (Java Iceberg exists here for Spark 3.5 only), side by side.
+# Writes docs/performance.md and docs/performance.svg from this run (bench/docs_page.py), then adds our own
+# timings on both Spark lines side by side (Java Iceberg exists here for Spark 3.5 only).
 bench: setup
-	$(PY) bench/vs_java_iceberg.py $(BENCH_ARGS)
+	@start=$$(date +%s); $(PY) bench/vs_java_iceberg.py --json $(VENV)/bench.json $(BENCH_ARGS) && \
+	$(PY) bench/docs_page.py $(VENV)/bench.json --docs docs --wall-seconds $$(( $$(date +%s) - start ))
 	$(MAKE) setup SPARK=4
 	.venv/bin/python bench/spark_lines.py $(LINES_ARGS) --out .venv/bench-lines.json
 	.venv-spark4/bin/python bench/spark_lines.py $(LINES_ARGS) --out .venv-spark4/bench-lines.json
-	.venv/bin/python bench/spark_lines.py --compare .venv/bench-lines.json .venv-spark4/bench-lines.json
+	{ printf '\n## Our timings on each Spark line\n\n'; .venv/bin/python bench/spark_lines.py --compare .venv/bench-lines.json .venv-spark4/bench-lines.json; } >> docs/performance.md
+
+# The documentation site (MkDocs, Material theme); --strict fails on any warning. `make test` builds it too
+# (lakehouse_assets_tests/test_docs.py).
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf warehouse .dagster_home .node .venv-spark4
+	rm -rf warehouse .dagster_home .node .venv-spark4 site

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import resource
@@ -438,6 +439,23 @@ class Bench:
                 print(f"{row.workload}: {row.note}")
             print(f"{row.workload} per rep: ours {', '.join(f'{t:.2f}' for t in row.ours.times)}; "
                   + "; ".join(f"{o.name} {', '.join(f'{t:.2f}' for t in o.times)}" for o in row.others))
+        if self.args.json:
+            self.write_json(self.args.json)
+
+    def write_json(self, path: str) -> None:
+        """The results as JSON, for bench/docs_page.py (the documentation's performance page)."""
+
+        def side(s):
+            return {"name": s.name, "median_s": s.median, "times_s": list(s.times), "files": s.files, "bytes": s.bytes}
+
+        out = {
+            "rows": self.args.rows,
+            "reps": self.args.reps,
+            "only": self.args.only,
+            "results": [{"workload": r.workload, "note": r.note, "ours": side(r.ours), "others": [side(o) for o in r.others]} for r in self.rows],
+        }
+        with open(path, "w") as f:
+            json.dump(out, f, indent=2)
 
 
 def _close(a, b) -> bool:
@@ -467,6 +485,7 @@ def main() -> None:
     p.add_argument("--shuffle-partitions", type=int, default=8)
     p.add_argument("--tmp", default=None, help="where tables go (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the tables afterwards")
+    p.add_argument("--json", default=None, help="also write the results to this JSON file (see bench/docs_page.py)")
     args = p.parse_args()
     bench = Bench(args)
     try:

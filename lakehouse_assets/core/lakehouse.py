@@ -23,7 +23,7 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from . import alter as alter_
-from . import history, tables, time_travel, transaction, write_modes
+from . import foreign_delta, history, tables, time_travel, transaction, write_modes
 from . import maintenance as maintenance_
 from . import merge as merge_
 from .catalog import missing_table_hint, open_catalog
@@ -373,6 +373,16 @@ class Lakehouse:
         mirror = self.mirror(table)
         before = mirror.load()
         before_version = before.version() if before is not None else None
+        if before is not None and (foreign := foreign_delta.foreign_versions(before)):
+            # Mirroring on top would hide the divergence: say which versions and how to get out.
+            return {
+                **out,
+                "delta_version_before": before_version,
+                "delta_version": before_version,
+                "repaired": False,
+                "reason": foreign_delta.explain(identifier, foreign),
+                "delta_foreign_versions": [v.to_dict() for v in foreign],
+            }
         version = transaction.sync_delta(mirror, table)
         return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
 

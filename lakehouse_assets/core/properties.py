@@ -18,6 +18,8 @@ DEFAULT_DELTA_CONFIGURATION = {"delta.checkpointInterval": "10"}
 class TableProperties:
     FORMATS = "lakehouse.formats"  # "iceberg,delta" (default) or "iceberg"
     SCHEMA_EVOLUTION = "lakehouse.schema-evolution"  # "false": this table refuses schema changes whatever the writer asks
+    # What a write does about Delta versions another engine wrote: "refuse" (default) or "adopt" (see foreign_delta.py).
+    DELTA_FOREIGN_COMMITS = "lakehouse.delta.foreign-commits"
 
     # Maintenance settings: `lakehouse.maintenance.<setting with dashes>` (see maintenance/settings.py).
     MAINTENANCE_PREFIX = "lakehouse.maintenance."

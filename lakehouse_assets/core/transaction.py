@@ -23,6 +23,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from . import foreign_delta
 from . import iceberg_committer as ic
 from .delta_committer import DeltaMirror, SnapshotChange
 from .errors import CommitConflict, CommitError, LakehouseError, MirrorRefused
@@ -117,6 +118,10 @@ def commit(
             if schema_plan is not None:
                 expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
             summary[SummaryKeys.DELTA_EXPECTED_VERSION] = str(expected)
+        if mirror is not None:
+            # Never build on Delta versions another engine wrote (policy `refuse`): fail before the Iceberg commit.
+            policy = foreign_delta.policy_of(table.properties, getattr(lh, "foreign_delta_default", foreign_delta.REFUSE))
+            foreign_delta.refuse_if_foreign(identifier, mirror._loaded, policy)
         stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
         base_id = _current_id(table)
         for attempt in range(1, REVALIDATE_ATTEMPTS + 1):

@@ -81,3 +81,5 @@ class Operation:
     APPLY_DELETES = "apply-deletes"  # other engines' delete files applied by rewriting the data files they hit
     REPAIR = "repair"  # a Delta-only commit that makes the file sets equal again
     SCHEMA_CHANGE = "schema-change"  # a metadata-only Delta version before a data version
+    ADOPT_DELTA = "adopt-delta"  # another engine's Delta versions brought into Iceberg (core/foreign_delta.py)
+    REVERT_DELTA = "revert-delta"  # another engine's Delta versions undone by a new Delta version

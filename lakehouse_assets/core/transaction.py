@@ -120,8 +120,8 @@ def commit(
             summary[SummaryKeys.DELTA_EXPECTED_VERSION] = str(expected)
         if mirror is not None:
             # Never build on Delta versions another engine wrote (policy `refuse`): fail before the Iceberg commit.
-            policy = foreign_delta.policy_of(table.properties, getattr(lh, "foreign_delta_default", foreign_delta.REFUSE))
-            foreign_delta.refuse_if_foreign(identifier, mirror._loaded, policy)
+            # Under `adopt` they were adopted before the write was planned: one landing since then raced this write.
+            foreign_delta.refuse_if_foreign(identifier, mirror._loaded, foreign_delta.REFUSE)
         stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
         base_id = _current_id(table)
         for attempt in range(1, REVALIDATE_ATTEMPTS + 1):
@@ -223,6 +223,7 @@ def sync_delta(mirror: DeltaMirror, table: Table, known: dict[int, SnapshotChang
 def mirror_to_delta(mirror: DeltaMirror, table: Table, result: WriteResult, known: dict[int, SnapshotChange] | None = None) -> None:
     """Iceberg-primary: a Delta failure after the retry policy is a warning and a recorded lag, not a failed write."""
     try:
+        foreign_delta.refuse_to_mirror_over(mirror.root_uri, result.table, mirror._loaded)
         result.delta_version = sync_delta(mirror, table, known)
         return
     except MirrorRefused as e:

@@ -200,7 +200,12 @@ class Lakehouse:
             return
         policy = foreign_delta.policy_of(table.properties, self.foreign_delta_default)
         mirror = self.mirror(table)
-        if foreign_delta.refuse_if_foreign(identifier, mirror.load(), policy):
+        try:
+            delta = mirror.load()
+        except Exception as e:  # noqa: BLE001 - an unreadable Delta log never fails the Iceberg write (repair fixes it)
+            log.warning("Table %s: the Delta log cannot be read to look for foreign versions: %s", identifier, e)
+            return
+        if foreign_delta.refuse_if_foreign(identifier, delta, policy):
             report = foreign_delta.adopt(identifier, table, mirror.root_uri, self.storage.delta_options(mirror.root_uri))
             log.info("Table %s: adopted foreign Delta versions before the write: %s", identifier, report)
 

@@ -133,20 +133,28 @@ def verify(ctx, table: str, as_json: bool, deep: bool) -> None:
     is_flag=True,
     help="First rewrite the data files that other engines' Iceberg delete files remove rows from (Spark), as one snapshot Delta can mirror.",
 )
+@click.option("--adopt-delta", is_flag=True, help="Bring Delta versions another engine wrote into Iceberg as one snapshot.")
+@click.option("--revert-delta", is_flag=True, help="Undo Delta versions another engine wrote with a new Delta version.")
 @click.pass_context
-def repair(ctx, table: str, as_json: bool, apply_deletes: bool) -> None:
+def repair(ctx, table: str, as_json: bool, apply_deletes: bool, adopt_delta: bool, revert_delta: bool) -> None:
     """Bring a lagging Delta log up to Iceberg (idempotent)."""
     spark = None
     if apply_deletes:
         from .core.spark import spark_session
 
         spark = spark_session()
-    report = _lakehouse(ctx).repair(table, apply_deletes=apply_deletes, spark=spark)
+    report = _lakehouse(ctx).repair(table, apply_deletes=apply_deletes, adopt_delta=adopt_delta, revert_delta=revert_delta, spark=spark)
 
     def render(r):
         if "apply_deletes" in r:
             a = r["apply_deletes"]
             click.echo(f"{r['table']}: applied {a['delete_files']} delete file(s): {a['rows_deleted']} row(s) removed, {a['data_files_rewritten']} data file(s) rewritten")
+        for way in ("adopt_delta", "revert_delta"):
+            if r.get(way):
+                done = r[way].get("adopted_versions") or r[way].get("reverted_versions") or []
+                click.echo(f"{r['table']}: {way.replace('_', ' ')}: Delta version(s) {[v['version'] for v in done]}")
+        if r.get("reason"):
+            click.echo(f"{r['table']}: not repaired: {r['reason']}")
         click.echo(f"{r['table']}: Delta version {r.get('delta_version_before')} -> {r['delta_version']}")
 
     _emit(report, as_json, render)

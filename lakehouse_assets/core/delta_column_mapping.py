@@ -26,9 +26,11 @@ from typing import Any, Mapping
 
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import CommitProperties
 from pyiceberg.schema import Schema
 from pyiceberg.types import ListType, MapType, NestedField, StructType
 
+from .properties import Operation, SummaryKeys
 from .storage import StorageConfig
 from .type_mapping import delta_schema
 
@@ -114,7 +116,10 @@ def commit_schema(
 
     protocol = delta.protocol()
     if "columnMapping" not in (protocol.writer_features or []) and protocol.min_writer_version < 5:
-        delta.alter.add_feature(TableFeatures.ColumnMapping, allow_protocol_versions_increase=True)
+        delta.alter.add_feature(
+            TableFeatures.ColumnMapping, allow_protocol_versions_increase=True,
+            commit_properties=CommitProperties(custom_metadata={SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE}),
+        )
         delta.update_incremental()
     md = delta.metadata()
     configuration = dict(md.configuration or {})
@@ -132,7 +137,9 @@ def commit_schema(
         "configuration": configuration,
         "createdTime": md.created_time,
     }
-    info = {"timestamp": int(time.time() * 1000), "operation": operation, "operationParameters": {}, "clientVersion": CLIENT, **(commit_info or {})}
+    # `lakehouse.operation` marks the version as the mirror's own (foreign_delta.py counts untagged versions as another engine's).
+    info = {"timestamp": int(time.time() * 1000), "operation": operation, "operationParameters": {}, "clientVersion": CLIENT,
+            SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, **(commit_info or {})}
     body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in ({"commitInfo": info}, {"metaData": metadata_action})) + "\n"
     _put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
     return version

@@ -48,3 +48,12 @@ class MirrorRefused(LakehouseError):
 class WriteError(LakehouseError):
     """Writing the data files failed on the executors (disk full, a task error...); nothing was committed
     and the files the write had written were removed. The executor's own error is the `__cause__`."""
+
+
+class ForeignDeltaCommits(LakehouseError):
+    """Another engine wrote Delta versions the mirror did not write, and the table's policy refuses to build on them.
+    `versions` lists them (version, operation, engine, files added and removed)."""
+
+    def __init__(self, message: str, versions: list | None = None):
+        super().__init__(message)
+        self.versions = versions or []

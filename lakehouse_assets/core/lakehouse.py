@@ -23,7 +23,7 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from . import alter as alter_
-from . import history, tables, time_travel, transaction, write_modes
+from . import foreign_delta, history, tables, time_travel, transaction, write_modes
 from . import maintenance as maintenance_
 from . import merge as merge_
 from . import rollback as rollback_
@@ -69,12 +69,15 @@ class Lakehouse:
         catalog_properties: dict[str, str] | None = None,
         storage: StorageConfig | None = None,
         delta_configuration: dict[str, str] | None = None,
+        foreign_delta_commits: str | None = None,
     ):
         warehouse = warehouse or os.environ.get("LAKEHOUSE_WAREHOUSE") or "./warehouse"
         # The stored form of the URI (e.g. Azure's container@account) and the storage settings it implies.
         self.warehouse, self.storage = (storage or StorageConfig.from_env()).for_warehouse(warehouse)
         self.catalog = open_catalog(self.warehouse, self.storage, catalog_name, catalog_properties)
         self.delta_configuration = {**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})}
+        # Tables without the property `lakehouse.delta.foreign-commits` follow this ("refuse" or "adopt").
+        self.foreign_delta_default = foreign_delta.policy_of({}, foreign_delta_commits or foreign_delta.REFUSE)
 
     # ------------------------------------------------------------ tables
 
@@ -181,6 +184,7 @@ class Lakehouse:
         for column in window.columns if window is not None else ():
             if column not in df.columns:
                 raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
+        self._foreign_delta_gate(identifier)
         table, schema_plan, created = tables.create_or_load(self.catalog, self.warehouse, request.spec, incoming)
         try:
             if window is not None:
@@ -190,6 +194,24 @@ class Lakehouse:
             if created:
                 tables.drop_if_never_written(self.catalog, self.storage, table)
             raise
+
+    def _foreign_delta_gate(self, identifier: str) -> None:
+        """Before planning a write: Delta versions another engine wrote are refused or adopted (the table's policy)."""
+        if not self.catalog.table_exists(identifier):
+            return
+        table = self.load(identifier)
+        if not self.delta_enabled(table):
+            return
+        policy = foreign_delta.policy_of(table.properties, self.foreign_delta_default)
+        mirror = self.mirror(table)
+        try:
+            delta = mirror.load()
+        except Exception as e:  # noqa: BLE001 - an unreadable Delta log never fails the Iceberg write (repair fixes it)
+            log.warning("Table %s: the Delta log cannot be read to look for foreign versions: %s", identifier, e)
+            return
+        if foreign_delta.refuse_if_foreign(identifier, delta, policy):
+            report = foreign_delta.adopt(identifier, table, mirror.root_uri, self.storage.delta_options(mirror.root_uri))
+            log.info("Table %s: adopted foreign Delta versions before the write: %s", identifier, report)
 
     def _write_into(self, table: Table, schema_plan, df, request: write_modes.WriteRequest, started: float, key_stats) -> WriteResult:
         identifier = request.spec.identifier
@@ -413,7 +435,7 @@ class Lakehouse:
         pending = mirror.pending_snapshots(table, snapshot, mirror.mirrored_sequence_number(delta))
         return None if pending is None else len(pending)
 
-    def repair(self, identifier: str, *, apply_deletes: bool = False, spark=None) -> dict[str, Any]:
+    def repair(self, identifier: str, *, apply_deletes: bool = False, adopt_delta: bool = False, revert_delta: bool = False, spark=None) -> dict[str, Any]:
         """Bring Delta up to Iceberg (idempotent): mirrors every snapshot Delta has not seen.
 
         Raises MirrorRefused, with the reason and the fix, when a snapshot has no exact Delta equivalent
@@ -421,7 +443,14 @@ class Lakehouse:
         `apply_deletes=True` first rewrites the data files that other engines' delete files remove rows
         from, with the deletes applied, as one Iceberg snapshot without delete files
         (core/maintenance/apply_deletes.py).
+
+        Delta versions another engine wrote are never mirrored over: the report says which and why
+        (`repaired: False`). `adopt_delta=True` brings them into Iceberg as one snapshot; `revert_delta=True`
+        undoes them with a new Delta version (core/foreign_delta.py). Raises ForeignDeltaCommits, nothing
+        changed, when they cannot be adopted.
         """
+        if adopt_delta and revert_delta:
+            raise ValueError(f"Table {identifier}: repair takes adopt_delta or revert_delta, not both.")
         out: dict[str, Any] = {"table": identifier}
         if apply_deletes:
             from .maintenance.apply_deletes import apply_deletes as apply
@@ -433,6 +462,25 @@ class Lakehouse:
         mirror = self.mirror(table)
         before = mirror.load()
         before_version = before.version() if before is not None else None
+        if before is not None and (adopt_delta or revert_delta) and foreign_delta.foreign_versions(before):
+            options = self.storage.delta_options(mirror.root_uri)
+            if adopt_delta:
+                out["adopt_delta"] = foreign_delta.adopt(identifier, table, mirror.root_uri, options)
+                table = self.load(identifier)
+            else:
+                out["revert_delta"] = foreign_delta.revert(identifier, mirror.root_uri, options)
+            version = transaction.sync_delta(mirror, table)
+            return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
+        if before is not None and (foreign := foreign_delta.foreign_versions(before)):
+            # Mirroring on top would hide the divergence: say which versions and how to get out.
+            return {
+                **out,
+                "delta_version_before": before_version,
+                "delta_version": before_version,
+                "repaired": False,
+                "reason": foreign_delta.explain(identifier, foreign),
+                "delta_foreign_versions": [v.to_dict() for v in foreign],
+            }
         version = transaction.sync_delta(mirror, table)
         return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
 

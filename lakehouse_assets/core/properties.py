@@ -18,6 +18,8 @@ DEFAULT_DELTA_CONFIGURATION = {"delta.checkpointInterval": "10"}
 class TableProperties:
     FORMATS = "lakehouse.formats"  # "iceberg,delta" (default) or "iceberg"
     SCHEMA_EVOLUTION = "lakehouse.schema-evolution"  # "false": this table refuses schema changes whatever the writer asks
+    # What a write does about Delta versions another engine wrote: "refuse" (default) or "adopt" (see foreign_delta.py).
+    DELTA_FOREIGN_COMMITS = "lakehouse.delta.foreign-commits"
 
     # Maintenance settings: `lakehouse.maintenance.<setting with dashes>` (see maintenance/settings.py).
     MAINTENANCE_PREFIX = "lakehouse.maintenance."
@@ -81,3 +83,6 @@ class Operation:
     REPAIR = "repair"  # a Delta-only commit that makes the file sets equal again
     ROLLBACK = "rollback"  # the live files of an earlier snapshot, committed again (rollback.py)
     SCHEMA_CHANGE = "schema-change"  # a metadata-only Delta version before a data version
+    DELTA_CONFIGURATION = "delta-configuration"  # a metadata-only Delta version of table properties (maintenance)
+    ADOPT_DELTA = "adopt-delta"  # another engine's Delta versions brought into Iceberg (core/foreign_delta.py)
+    REVERT_DELTA = "revert-delta"  # another engine's Delta versions undone by a new Delta version

@@ -23,6 +23,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from . import foreign_delta
 from . import iceberg_committer as ic
 from .delta_committer import DeltaMirror, SnapshotChange
 from .errors import CommitConflict, CommitError, LakehouseError, MirrorRefused
@@ -117,6 +118,10 @@ def commit(
             if schema_plan is not None:
                 expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
             summary[SummaryKeys.DELTA_EXPECTED_VERSION] = str(expected)
+        if mirror is not None:
+            # Never build on Delta versions another engine wrote (policy `refuse`): fail before the Iceberg commit.
+            # Under `adopt` they were adopted before the write was planned: one landing since then raced this write.
+            foreign_delta.refuse_if_foreign(identifier, mirror._loaded, foreign_delta.REFUSE)
         stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
         base_id = _current_id(table)
         for attempt in range(1, REVALIDATE_ATTEMPTS + 1):
@@ -218,6 +223,7 @@ def sync_delta(mirror: DeltaMirror, table: Table, known: dict[int, SnapshotChang
 def mirror_to_delta(mirror: DeltaMirror, table: Table, result: WriteResult, known: dict[int, SnapshotChange] | None = None) -> None:
     """Iceberg-primary: a Delta failure after the retry policy is a warning and a recorded lag, not a failed write."""
     try:
+        foreign_delta.refuse_to_mirror_over(mirror.root_uri, result.table, mirror._loaded)
         result.delta_version = sync_delta(mirror, table, known)
         return
     except MirrorRefused as e:

@@ -28,7 +28,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform, YearTransform
 from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, TimestampType, TimestamptzType
 
-from . import delta_values
+from . import delta_values, foreign_delta
 from .deletes import describe_delete_files, table_files
 from .delta_committer import DeltaMirror
 from .spec import delta_partition_columns
@@ -104,6 +104,9 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
     if mismatched_counts:
         differences.append(f"{len(mismatched_counts)} file(s) have different row counts in the two logs")
     differences += _schema_differences(table, delta)
+    if foreign := foreign_delta.foreign_versions(delta):
+        report["delta_foreign_versions"] = [v.to_dict() for v in foreign]
+        differences.append(foreign_delta.explain(".".join(table.name()), foreign))
     differences += _file_differences(table, delta, {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)})
     if files.deletes:
         differences.append(

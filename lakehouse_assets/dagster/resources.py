@@ -47,6 +47,8 @@ class LakehouseResource(ConfigurableResource):
     azure_tenant_id: Optional[str] = None
     azure_endpoint_url: Optional[str] = None
     delta_configuration: Optional[dict[str, str]] = None
+    # Default for tables without `lakehouse.delta.foreign-commits`: "refuse" (default) or "adopt".
+    foreign_delta_commits: Optional[str] = None
     # dagster-aws's S3Resource: its endpoint/region/keys are used where the s3_* fields above are empty.
     s3: Optional[S3Resource] = None
 
@@ -79,5 +81,6 @@ class LakehouseResource(ConfigurableResource):
                 catalog_properties=self.catalog_properties,
                 storage=self.storage(),
                 delta_configuration=self.delta_configuration,
+                foreign_delta_commits=self.foreign_delta_commits,
             )
         return self._lakehouse

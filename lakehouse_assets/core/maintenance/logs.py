@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from deltalake.transaction import CommitProperties
 from pyiceberg.table import Table
 
 from .. import history
-from ..properties import TableProperties
+from ..properties import Operation, SummaryKeys, TableProperties
 from ..storage import join_uri, normalize_uri
 from .references import list_files, mtime_ms, now_ms
 from .reports import CheckpointReport, DeltaLogStats, MetadataCleanupReport
@@ -114,7 +115,12 @@ def _delta_log_cleanup(lh: "Lakehouse", table: Table, settings: MaintenanceSetti
     if not dry_run:
         if delta.metadata().configuration.get("delta.logRetentionDuration") != wanted:
             # A metadata-only Delta commit (no data files); delta-rs reads the retention from the table.
-            delta.alter.set_table_properties({"delta.logRetentionDuration": wanted}, raise_if_not_exists=False)
+            # Tagged as ours (commitInfo `lakehouse.operation`): an untagged version reads as another engine's write.
+            delta.alter.set_table_properties(
+                {"delta.logRetentionDuration": wanted},
+                raise_if_not_exists=False,
+                commit_properties=CommitProperties(custom_metadata={SummaryKeys.OPERATION: Operation.DELTA_CONFIGURATION}),
+            )
             delta.update_incremental()
         delta.cleanup_metadata()
     after = delta_log_stats(lh, table)

@@ -1,0 +1,184 @@
+"""Other engines write the Delta side (delta-rs here): every foreign Delta version is detected and named, and
+under the default policy `refuse` no project write, mirror step or repair builds on top of it."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from lakehouse_assets import ForeignDeltaCommits
+from lakehouse_assets.core import foreign_delta
+
+from .conftest import read_everywhere
+
+
+def start(lh, spark, name, n=10, partitioned=True):
+    """A project table: ids 0..n-1, country US for odd ids, DE for even ids."""
+    rows = [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(n)]
+    lh.write(spark.createDataFrame(rows, "id long, name string, country string").coalesce(1), name, partition_by=["country"] if partitioned else None)
+    return sorted((c, i, nm) for i, nm, c in rows)
+
+
+def foreign_append(location, ids):
+    """delta-rs appends rows to the table's Delta log, as another team's script would."""
+    delta = DeltaTable(location)
+    schema = delta.to_pyarrow_table().schema
+    data = pa.table({"id": list(ids), "name": [f"f{i}" for i in ids], "country": ["FR"] * len(ids)}).select(schema.names).cast(schema)
+    write_deltalake(location, data, mode="append", partition_by=delta.metadata().partition_columns or None)
+
+
+def test_a_foreign_append_is_named_by_verify_refused_by_the_next_write_and_explained_by_repair(lh, spark, duck):
+    expected = start(lh, spark, "fd.append")
+    location = lh.load("fd.append").location()
+    mirrored = DeltaTable(location).version()
+    assert foreign_delta.foreign_versions(DeltaTable(location)) == []
+    foreign_append(location, range(100, 110))
+    foreign_append(location, range(200, 203))
+
+    found = foreign_delta.foreign_versions(DeltaTable(location))
+    assert [v.version for v in found] == [mirrored + 1, mirrored + 2]
+    assert all(v.operation == "WRITE" and v.engine.startswith("delta-rs") and v.files_added == 1 and v.files_removed == 0 for v in found)
+
+    report = lh.verify("fd.append")
+    assert not report["agree"]
+    assert [v["version"] for v in report["delta_foreign_versions"]] == [mirrored + 1, mirrored + 2]
+    explanation = next(d for d in report["differences"] if "did not write" in d)
+    assert f"version {mirrored + 1} (WRITE by delta-rs" in explanation and "--revert-delta" in explanation and "--adopt-delta" in explanation
+
+    snapshot_before = lh.load("fd.append").current_snapshot().snapshot_id
+    with pytest.raises(ForeignDeltaCommits, match=rf"fd\.append: the Delta log holds 2 version\(s\).*version {mirrored + 1}.*Nothing was written") as e:
+        lh.write(spark.createDataFrame([(50, "x", "US")], "id long, name string, country string"), "fd.append", mode="append")
+    assert [v.version for v in e.value.versions] == [mirrored + 1, mirrored + 2]
+    # Nothing changed on either side, and no data file of the refused write was left behind.
+    assert lh.load("fd.append").current_snapshot().snapshot_id == snapshot_before
+    assert DeltaTable(location).version() == mirrored + 2
+
+    repaired = lh.repair("fd.append")
+    assert repaired["repaired"] is False and "did not write" in repaired["reason"]
+    assert DeltaTable(location).version() == mirrored + 2
+
+    # Time travel to the last mirrored version still reads the project's rows in every reader.
+    # Time travel to the last mirrored Delta version (and Iceberg's current snapshot) reads the project's rows in every reader.
+    for reader, rows in read_everywhere(lh, spark, duck, "fd.append", delta_version=mirrored).items():
+        assert rows == sorted(expected, key=repr), reader
+    before = DeltaTable(location, version=mirrored).to_pyarrow_table()
+    assert sorted(zip(before["country"].to_pylist(), before["id"].to_pylist(), before["name"].to_pylist())) == expected
+    assert DeltaTable(location).to_pyarrow_table().num_rows == 23
+
+
+def test_the_mirrors_own_versions_are_never_foreign_across_schema_changes_and_checkpoints(lh, spark, duck):
+    expected = start(lh, spark, "fd.own")
+    for i in range(12):  # past delta.checkpointInterval=10
+        lh.write(spark.createDataFrame([(1000 + i, f"w{i}", "DE")], "id long, name string, country string"), "fd.own", mode="append")
+        expected.append(("DE", 1000 + i, f"w{i}"))
+    lh.write(spark.createDataFrame([(2000, "s", "US", 7)], "id long, name string, country string, extra int"), "fd.own", mode="append")
+    assert foreign_delta.foreign_versions(DeltaTable(lh.load("fd.own").location())) == []
+    report = lh.verify("fd.own")
+    assert report["agree"], report["differences"]
+    assert "delta_foreign_versions" not in report
+
+
+def test_an_unknown_policy_is_refused_with_the_accepted_values():
+    with pytest.raises(Exception, match=r"lakehouse.delta.foreign-commits='ignore' is not a policy: expected one of refuse, adopt"):
+        foreign_delta.policy_of({"lakehouse.delta.foreign-commits": "ignore"})
+
+
+def set_policy(lh, name, policy):
+    with lh.load(name).transaction() as tx:
+        tx.set_properties({"lakehouse.delta.foreign-commits": policy})
+
+
+def rows_now(lh, spark, duck, name):
+    """Every reader of both formats agrees (and verify does); returns the rows."""
+    results = read_everywhere(lh, spark, duck, name)
+    reference = next(iter(results.values()))
+    for reader, rows in results.items():
+        assert rows == reference, f"{reader} differs"
+    report = lh.verify(name)
+    assert report["agree"], report["differences"]
+    return reference
+
+
+def test_policy_adopt_brings_a_foreign_append_into_iceberg_and_the_write_proceeds(lh, spark, duck):
+    expected = start(lh, spark, "fd.adopt", partitioned=False)
+    set_policy(lh, "fd.adopt", "adopt")
+    location = lh.load("fd.adopt").location()
+    mirrored = DeltaTable(location).version()
+    first_snapshot = lh.load("fd.adopt").current_snapshot().snapshot_id
+    foreign_append(location, range(100, 110))
+    result = lh.write(spark.createDataFrame([(50, "x", "US")], "id long, name string, country string"), "fd.adopt", mode="append")
+    assert not result.delta_lagging
+    expected += [("FR", i, f"f{i}") for i in range(100, 110)] + [("US", 50, "x")]
+    assert rows_now(lh, spark, duck, "fd.adopt") == sorted(expected, key=repr)
+    # Time travel to before the foreign commit still reads the project's rows in both formats.
+    for reader, rows in read_everywhere(lh, spark, duck, "fd.adopt", snapshot_id=first_snapshot, delta_version=mirrored).items():
+        assert len(rows) == 10, reader
+
+
+def test_repair_adopt_delta_takes_two_foreign_appends_and_an_added_column(lh, spark, duck):
+    start(lh, spark, "fd.rewrite", partitioned=False)
+    location = lh.load("fd.rewrite").location()
+    foreign_append(location, range(100, 104))
+    foreign_append(location, range(104, 106))
+    extra = pa.table({"id": [300], "name": ["m"], "country": ["IT"], "score": [1.5]})
+    write_deltalake(location, extra, mode="append", schema_mode="merge")
+    assert len(foreign_delta.foreign_versions(DeltaTable(location))) == 3
+    with pytest.raises(ForeignDeltaCommits):
+        lh.write(spark.createDataFrame([(51, "y", "DE")], "id long, name string, country string"), "fd.rewrite", mode="append")
+    report = lh.repair("fd.rewrite", adopt_delta=True)
+    assert report["repaired"] and len(report["adopt_delta"]["adopted_versions"]) == 3 and report["adopt_delta"]["columns_added"] == ["score"]
+    rows = rows_now(lh, spark, duck, "fd.rewrite")
+    ids = {r[1] for r in rows}
+    assert {100, 101, 102, 103, 104, 105, 300} <= ids and len(rows) == 17
+    lh.write(spark.createDataFrame([(51, "y", "DE", 2.0)], "id long, name string, country string, score double"), "fd.rewrite", mode="append")
+    assert len(rows_now(lh, spark, duck, "fd.rewrite")) == 18
+
+
+def test_repair_revert_delta_undoes_a_foreign_overwrite_and_the_formats_agree(lh, spark, duck):
+    expected = start(lh, spark, "fd.revert")
+    location = lh.load("fd.revert").location()
+    schema = DeltaTable(location).to_pyarrow_table().schema
+    write_deltalake(location, pa.table({"id": [1], "name": ["o"], "country": ["US"]}).select(schema.names).cast(schema), mode="overwrite", partition_by=["country"])
+    report = lh.repair("fd.revert", revert_delta=True)
+    assert [v["version"] for v in report["revert_delta"]["reverted_versions"]] == [report["delta_version_before"]]
+    assert foreign_delta.foreign_versions(DeltaTable(location)) == []
+    assert rows_now(lh, spark, duck, "fd.revert") == sorted(expected, key=repr)
+    lh.write(spark.createDataFrame([(50, "x", "US")], "id long, name string, country string"), "fd.revert", mode="append")
+    assert len(rows_now(lh, spark, duck, "fd.revert")) == 11
+
+
+def test_a_foreign_commit_racing_a_write_is_never_mirrored_over(lh, spark, duck, monkeypatch):
+    start(lh, spark, "fd.race", partitioned=False)
+    location = lh.load("fd.race").location()
+    from lakehouse_assets.core import iceberg_committer
+
+    commit_files = iceberg_committer.commit_files
+
+    def racing(*args, **kw):
+        snapshot = commit_files(*args, **kw)
+        foreign_append(location, [900])  # lands between our Iceberg commit and its Delta mirror
+        return snapshot
+
+    monkeypatch.setattr(iceberg_committer, "commit_files", racing)
+    result = lh.write(spark.createDataFrame([(50, "x", "US")], "id long, name string, country string"), "fd.race", mode="append")
+    monkeypatch.undo()
+    assert result.delta_lagging and "did not write" in result.delta_error
+    found = foreign_delta.foreign_versions(DeltaTable(location))
+    assert len(found) == 1
+    with pytest.raises(ForeignDeltaCommits, match="Delta also lags Iceberg"):
+        lh.repair("fd.race", adopt_delta=True)
+    report = lh.repair("fd.race", revert_delta=True)
+    assert report["repaired"] and len(report["revert_delta"]["reverted_versions"]) == 1
+    assert len(rows_now(lh, spark, duck, "fd.race")) == 11
+
+
+def test_adopting_delta_files_without_their_partition_columns_is_refused_with_nothing_changed(lh, spark):
+    start(lh, spark, "fd.parts")
+    location = lh.load("fd.parts").location()
+    foreign_append(location, [100])
+    snapshot = lh.load("fd.parts").current_snapshot().snapshot_id
+    version = DeltaTable(location).version()
+    with pytest.raises(ForeignDeltaCommits, match=r"does not contain the partition column\(s\) \['country'\].*--revert-delta"):
+        lh.repair("fd.parts", adopt_delta=True)
+    assert lh.load("fd.parts").current_snapshot().snapshot_id == snapshot and DeltaTable(location).version() == version

@@ -36,7 +36,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
 
-from . import delta_column_mapping, history
+from . import delta_column_mapping, foreign_delta, history
 from .delta_values import partition_value, stat_value
 from .errors import MirrorRefused
 from .iceberg_committer import live_data_files
@@ -223,6 +223,10 @@ class DeltaMirror:
         except TableNotFoundError:
             return None
 
+    def hand_over(self, delta: DeltaTable) -> None:
+        """A log this process read moments ago (the write's foreign-version check): `next_version` updates it instead of loading."""
+        self._loaded = delta
+
     def mirrored_sequence_number(self, delta: DeltaTable | None = None) -> int | None:
         delta = delta if delta is not None else self.load()
         return None if delta is None else delta.transaction_version(DELTA_APP_ID)
@@ -234,7 +238,11 @@ class DeltaMirror:
         commit records the authoritative snapshot id in its commitInfo.
         """
         try:
-            delta = self._loaded = self.load()
+            if self._loaded is not None:
+                delta = self._loaded
+                delta.update_incremental()  # what landed since it was read (another engine's version is refused before the commit)
+            else:
+                delta = self._loaded = self.load()
             if delta is None:
                 return None
             pending = self.pending_snapshots(table, table.current_snapshot(), self.mirrored_sequence_number(delta))
@@ -262,6 +270,7 @@ class DeltaMirror:
             delta = self.load()
         if delta is None:
             delta = self._create(table)
+        foreign_delta.refuse_to_mirror_over(".".join(table.name()), delta)  # never mirror over another engine's versions
         chain = self.pending_snapshots(table, target, self.mirrored_sequence_number(delta))
         landed = None  # the Delta version of the last commit made here, when the loaded log does not include it yet
         if chain is None:

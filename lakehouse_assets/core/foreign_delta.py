@@ -137,15 +137,12 @@ def refuse_if_foreign(identifier: str, delta: DeltaTable | None, policy: str) ->
     return versions
 
 
-def refuse_to_mirror_over(root_uri: str, identifier: str, delta: DeltaTable | None) -> None:
-    """Before a mirror step: a foreign version that landed since the log was read (a race) stops it.
-
-    Raised as MirrorRefused, so the Iceberg write stands, Delta lags, and the warning names the versions."""
+def refuse_to_mirror_over(identifier: str, delta: DeltaTable) -> None:
+    """Before a mirror step, on the log as just brought up to date: a foreign version that landed since the write
+    checked (a race) stops it. Raised as MirrorRefused, so the Iceberg write stands, Delta lags, and the warning
+    names the versions."""
     from .errors import MirrorRefused
 
-    if delta is None:
-        return
-    delta.update_incremental()
     if versions := foreign_versions(delta):
         raise MirrorRefused(explain(identifier, versions).replace("Nothing was written.", "Delta was left as it was."))
 

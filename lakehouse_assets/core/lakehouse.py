@@ -184,36 +184,40 @@ class Lakehouse:
         for column in window.columns if window is not None else ():
             if column not in df.columns:
                 raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
-        self._foreign_delta_gate(identifier)
         table, schema_plan, created = tables.create_or_load(self.catalog, self.warehouse, request.spec, incoming)
         try:
+            delta = None if created else self._foreign_delta_gate(identifier, table)
+            if delta is False:  # foreign versions were adopted: a new Iceberg snapshot
+                table, delta = self.load(identifier), None
             if window is not None:
                 window.validate(identifier, table)
-            return self._write_into(table, schema_plan, df, request, started, key_stats)
+            return self._write_into(table, schema_plan, df, request, started, key_stats, delta)
         except BaseException:
             if created:
                 tables.drop_if_never_written(self.catalog, self.storage, table)
             raise
 
-    def _foreign_delta_gate(self, identifier: str) -> None:
-        """Before planning a write: Delta versions another engine wrote are refused or adopted (the table's policy)."""
-        if not self.catalog.table_exists(identifier):
-            return
-        table = self.load(identifier)
+    def _foreign_delta_gate(self, identifier: str, table: Table):
+        """Before planning a write: Delta versions another engine wrote are refused or adopted (the table's policy).
+
+        Returns the Delta log as read, for the commit to bring up to date instead of loading it again (None when
+        there is none to hand on; False when an adoption changed the Iceberg table, which must then be reloaded)."""
         if not self.delta_enabled(table):
-            return
+            return None
         policy = foreign_delta.policy_of(table.properties, self.foreign_delta_default)
         mirror = self.mirror(table)
         try:
             delta = mirror.load()
         except Exception as e:  # noqa: BLE001 - an unreadable Delta log never fails the Iceberg write (repair fixes it)
             log.warning("Table %s: the Delta log cannot be read to look for foreign versions: %s", identifier, e)
-            return
+            return None
         if foreign_delta.refuse_if_foreign(identifier, delta, policy):
             report = foreign_delta.adopt(identifier, table, mirror.root_uri, self.storage.delta_options(mirror.root_uri))
             log.info("Table %s: adopted foreign Delta versions before the write: %s", identifier, report)
+            return False
+        return delta
 
-    def _write_into(self, table: Table, schema_plan, df, request: write_modes.WriteRequest, started: float, key_stats) -> WriteResult:
+    def _write_into(self, table: Table, schema_plan, df, request: write_modes.WriteRequest, started: float, key_stats, delta=None) -> WriteResult:
         identifier = request.spec.identifier
         delta_on = tables.delta_enabled(table)
 
@@ -247,7 +251,7 @@ class Lakehouse:
             def revalidate(fresh, base_id):
                 return merge_.concurrent_conflict(df.sparkSession, fresh, base_id, df, request.merge, self.storage, target.cast_files)
 
-        result = transaction.commit(self, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate)
+        result = transaction.commit(self, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate, delta=delta)
         result.write_seconds = write_seconds
         if result.files_added or result.files_removed:
             if (advice := small_writes_warning(identifier, table)) is not None:

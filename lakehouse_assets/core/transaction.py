@@ -101,6 +101,7 @@ def commit(
     mode: str,
     schema_plan: SchemaPlan | None = None,
     revalidate: Callable[[Table, int | None], str | None] | None = None,
+    delta=None,
 ) -> WriteResult:
     """Commit `changes` to Iceberg, then mirror to Delta. See the module docstring for the failure rules.
 
@@ -111,6 +112,8 @@ def commit(
     started = time.monotonic()
     delta_on = lh.delta_enabled(table)
     mirror = lh.mirror(table) if delta_on else None
+    if mirror is not None and delta is not None:
+        mirror.hand_over(delta)  # the log the write's foreign-version check read: brought up to date, not loaded again
     summary = dict(summary)
     try:
         if mirror is not None and (expected := mirror.next_version(table)) is not None:
@@ -223,7 +226,6 @@ def sync_delta(mirror: DeltaMirror, table: Table, known: dict[int, SnapshotChang
 def mirror_to_delta(mirror: DeltaMirror, table: Table, result: WriteResult, known: dict[int, SnapshotChange] | None = None) -> None:
     """Iceberg-primary: a Delta failure after the retry policy is a warning and a recorded lag, not a failed write."""
     try:
-        foreign_delta.refuse_to_mirror_over(mirror.root_uri, result.table, mirror._loaded)
         result.delta_version = sync_delta(mirror, table, known)
         return
     except MirrorRefused as e:

@@ -1,5 +1,5 @@
 """Maintenance runs by itself: `dagster dev`'s daemon launches the compaction, Delta-repair and scheduled
-maintenance runs with nobody clicking anything (issue 12).
+maintenance runs with nobody clicking anything.
 
 A fresh DAGSTER_HOME and warehouse hold two tables: `ops.small_files` (one commit of many small files)
 and `ops.lagging` (its last Delta commit failed, so Delta lags Iceberg by one snapshot). The code

@@ -1,4 +1,4 @@
-"""Static and multi partitions, partition mappings, single-run backfills, write modes and table metadata (issue 12).
+"""Static and multi partitions, partition mappings, single-run backfills, write modes and table metadata.
 
 Every write is read back by every reader of both formats (DuckDB iceberg_scan/delta_scan, pyiceberg,
 delta-rs, Spark) against the rows the partitions should hold.

@@ -1,4 +1,4 @@
-"""Edge values and odd names: each works in both formats or is refused up front (issue 11, points 1-3, 5, 6).
+"""Edge values and odd names: each works in both formats or is refused up front.
 
 Every refusal names the table and the column, and leaves nothing behind: no data file, no catalog
 entry for a table the failed write would have created, no new snapshot or version of an existing one.

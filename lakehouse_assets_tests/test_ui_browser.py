@@ -1,4 +1,4 @@
-"""The Dagster UI works for a person: a real headless Chromium drives `dagster dev` (issue 6).
+"""The Dagster UI works for a person: a real headless Chromium drives `dagster dev`.
 
 One `dagster dev` (fresh DAGSTER_HOME and warehouse, a free port) and one browser serve the whole
 test; every step is done by clicking and typing in the UI, and GraphQL or the Lakehouse API only

@@ -4,16 +4,16 @@ set -euo pipefail
 need=()
 # --- Spark needs a JRE.
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
-# --- section: servers for the catalog/storage conformance tests (issue 5)
+# --- section: servers for the catalog/storage conformance tests
 # PostgreSQL 15 for the SQL catalog tests (Debian puts initdb/pg_ctl in /usr/lib/postgresql/15/bin).
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then need+=(postgresql); fi
 # Node.js + npm run Azurite, the Azure Blob emulator (installed by the Makefile into .node/).
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
-# --- section: Java Iceberg as a foreign writer (issue 11)
+# --- section: Java Iceberg as a foreign writer
 # The SQLite JDBC driver (pure Java + its JNI library) lets Java Iceberg's JdbcCatalog commit to the
 # project's embedded SQLite catalog (Maven Central is unreachable, Debian packages it).
 [ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
-# --- section: browser for the UI test (issue 6)
+# --- section: browser for the UI test
 # Headless Chromium driven by Playwright (launched with executable_path; never `playwright install`).
 [ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then

@@ -88,7 +88,7 @@ def snapshot_change(table: Table, snapshot: Snapshot) -> SnapshotChange:
 # ---------------------------------------------------------------- what Delta cannot express
 
 _FIX_DELETES = "run `lakehouse repair {t} --apply-deletes` (rewrites the affected data files with the deletes applied in one Iceberg snapshot; Delta then mirrors the result)"
-_FIX_RENAME = "Delta (delta-rs) cannot rename or drop a column without column mapping, which this project does not write yet (issue 14); rename it back in Iceberg to let Delta catch up, or keep the table Iceberg-only (table property lakehouse.formats=iceberg)"
+_FIX_RENAME = "Delta (delta-rs) cannot rename or drop a column without column mapping, which this project does not write for renames yet; rename it back in Iceberg to let Delta catch up, or keep the table Iceberg-only (table property lakehouse.formats=iceberg)"
 _FIX_SPEC = "partition evolution is not supported: Delta's partition columns are fixed. Restore the original spec in Iceberg (and rewrite files written under the new one), or keep the table Iceberg-only"
 
 

@@ -1,4 +1,4 @@
-"""Table health as Dagster metadata: small files, snapshot count, Delta log length (issue 6).
+"""Table health as Dagster metadata: small files, snapshot count, Delta log length.
 
 Attached to every materialization, so the asset page shows the table's health next to its
 Iceberg snapshot and Delta version, and plots it over time. The keys are the ones the

@@ -167,7 +167,9 @@ def repair(ctx, table: str, as_json: bool, apply_deletes: bool, adopt_delta: boo
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], as_json: bool) -> None:
-    """Rename and drop columns in metadata only (Iceberg-only tables; no data file is rewritten)."""
+    """Rename and drop columns in metadata only, in both formats (no data file is rewritten).
+
+    A Delta-mirrored table needs Delta column mapping first: `lakehouse upgrade TABLE`."""
     pairs = {}
     for r in renames:
         old, sep, new = r.partition("=")
@@ -180,6 +182,28 @@ def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], as_
         changes = [f"renamed {o} -> {n}" for o, n in r["renamed"].items()] + [f"dropped {c}" for c in r["dropped"]]
         click.echo(f"{r['table']}: {', '.join(changes)} (schema {r['schema_id_before']} -> {r['schema_id']}, no data file rewritten)")
         click.echo(f"  columns: {', '.join(f'{n} {t}' for n, t in r['columns'].items())}")
+        if r.get("delta_version") is not None:
+            click.echo(f"  Delta version {r['delta_version']}")
+        if r.get("delta_error"):
+            click.echo(f"  Delta lags: {r['delta_error']}")
+
+    _emit(result, as_json, render)
+
+
+@cli.command()
+@click.argument("table")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def upgrade(ctx, table: str, as_json: bool) -> None:
+    """Turn Delta column mapping on, so that renames and drops work in both formats (metadata only; idempotent)."""
+    result = _lakehouse(ctx).upgrade(table)
+
+    def render(r):
+        if not r["upgraded"]:
+            click.echo(f"{r['table']}: nothing to do: {r['reason']}")
+            return
+        click.echo(f"{r['table']}: Delta column mapping on (Delta version {r['delta_version']}, no data file rewritten)")
+        click.echo(f"  physical names: {', '.join(f'{c}={p}' for c, p in r['physical_names'].items())}")
 
     _emit(result, as_json, render)
 

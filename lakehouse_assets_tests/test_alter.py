@@ -2,8 +2,10 @@
 
 Iceberg-only tables: one schema update, no data file touched, every Iceberg reader (DuckDB
 `iceberg_scan`, pyiceberg, our Spark reader) resolves the old files by field id, older snapshots read
-with their old names, a dropped name written again is a new column. Delta-mirrored tables are
-refused, and the test at the end pins down why (what delta-rs 1.6.6 cannot do with column mapping).
+with their old names, a dropped name written again is a new column. Delta-mirrored tables without Delta column
+mapping are refused with the command that turns it on (test_renames_both_formats.py covers both formats), and
+the test at the end pins down what delta-rs 1.6.6 cannot do with column mapping (why the project writes that
+metaData itself, core/delta_column_mapping.py).
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def test_a_delta_mirrored_table_refuses_renames_and_drops_and_stays_unchanged(lh
     lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name FROM range(3)"), t)
     table = lh.load(t)
     metadata, version = table.metadata_location, DeltaTable(table.location()).version()
-    with pytest.raises(SchemaError, match=r"Table alt\.mirrored: cannot rename or drop columns of a table mirrored to Delta.*delta-rs 1\.6\.6"):
+    with pytest.raises(SchemaError, match=r"Table alt\.mirrored: cannot rename or drop columns of a table mirrored to Delta without Delta column mapping.*lakehouse upgrade alt\.mirrored"):
         lh.alter(t, rename={"name": "full_name"})
     with pytest.raises(SchemaError, match=r"Table alt\.mirrored: cannot rename or drop"):
         lh.alter(t, drop=["name"])
@@ -217,9 +219,9 @@ def test_dagster_alter_job(lh, spark, warehouse):
 
 
 def test_delta_rs_cannot_carry_column_mapping(tmp_path, duck):
-    """Why Delta-mirrored tables refuse renames: what delta-rs 1.6.6 does with Delta column mapping.
+    """What delta-rs 1.6.6 does with Delta column mapping: why core/delta_column_mapping.py writes the metaData itself.
 
-    Pinned so that a delta-rs upgrade that lifts a limit fails here and the refusal can be revisited.
+    Pinned so that a delta-rs upgrade that lifts a limit fails here and that module can shrink.
     """
     existing = str(tmp_path / "plain")
     write_deltalake(existing, pa.table({"a": [1, 2]}))

@@ -6,28 +6,32 @@ file, no snapshot), no data file is read or rewritten, and every Iceberg reader 
 `iceberg_scan`, Java Iceberg, `core/reader.py`) resolves each column of the old files by field id.
 Older snapshots keep their own schema, so time travel reads them with the old names.
 
-Delta-mirrored tables are refused. Delta resolves columns by Parquet name unless the table uses
-column mapping, and delta-rs 1.6.6, the only Delta writer here, cannot carry a column-mapped table
-(it cannot enable the mode on an existing table, refuses ADD COLUMN and `delta.*` field metadata on
-one, and its Arrow reader returns nulls for every column of one). README, "Renames and drops", has
-the evidence; `test_alter.py::test_delta_rs_cannot_carry_column_mapping` pins it down.
+Delta-mirrored tables need Delta column mapping (`delta.columnMapping.mode=name`): Delta then finds a
+column in the files by its physical name, which never changes, so the rename or drop is one metadata-only
+Delta version too (the mirror writes it right after the Iceberg update, `delta_column_mapping.py`). A
+table without it is turned over by `upgrade_table` (`lakehouse upgrade TABLE`): metadata only, the
+columns' current names become their physical names. Without it a rename is refused with that advice.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
-from .errors import CommitConflict, SchemaError, SpecError
+from . import delta_column_mapping
+from .delta_committer import DeltaMirror
+from .errors import CommitConflict, MirrorRefused, SchemaError, SpecError
+from .properties import Operation, SummaryKeys
 from .tables import delta_enabled
+from .transaction import sync_delta
 from .type_mapping import check_column_names
 
 DELTA_BLOCKED = (
-    "Delta without column mapping identifies columns by their Parquet name, so a rename or drop would make Delta "
-    "readers disagree with Iceberg, and delta-rs 1.6.6 cannot enable column mapping on an existing table, add columns "
-    "to a column-mapped one or rename a column (see the README, 'Renames and drops')."
+    "Delta without column mapping identifies columns by their name in the Parquet files, so a rename or drop would make "
+    "Delta readers disagree with Iceberg."
 )
 
 
@@ -68,10 +72,11 @@ def _validate(table: Table, identifier: str, rename: dict[str, str], drop: list[
     names = [f.name for f in schema.fields]
     if not rename and not drop:
         raise SpecError(f"Table {identifier}: nothing to alter. Give rename={{'old': 'new'}} and/or drop=['column'].")
-    if delta_enabled(table):
+    if delta_enabled(table) and not delta_column_mapping.enabled(table.properties):
         raise SchemaError(
-            f"Table {identifier}: cannot rename or drop columns of a table mirrored to Delta. {DELTA_BLOCKED} "
-            "Create the table with formats=['iceberg'] to rename and drop in Iceberg, or keep the column and write a new one."
+            f"Table {identifier}: cannot rename or drop columns of a table mirrored to Delta without Delta column mapping. "
+            f"{DELTA_BLOCKED} Run `lakehouse upgrade {identifier}` (or Lakehouse.upgrade) once: it turns column mapping on "
+            "as a metadata-only change (no data file is rewritten), then rename and drop freely."
         )
     for name in [*rename, *drop]:
         if name not in names:
@@ -108,3 +113,61 @@ def _validate(table: Table, identifier: str, rename: dict[str, str], drop: list[
                 f"Table {identifier}: column {name!r} is the source of partition field {partition_sources[field_id]}; "
                 "Iceberg cannot drop a column that a partition spec still uses. Keep it (or rename it)."
             )
+
+
+# ---------------------------------------------------------------- upgrade to Delta column mapping
+
+
+def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, attempts: int = 3) -> dict[str, Any]:
+    """Turn Delta column mapping on for a Delta-mirrored table, metadata only: one Delta version (protocol and
+    metaData: each column's Iceberg field id, and its name in the existing files as its physical name) and one
+    Iceberg property update. Idempotent. A rename another engine made on the Iceberg side, which Delta could
+    not follow, lands in the same Delta version."""
+    if mirror is None:
+        return {"table": identifier, "upgraded": False, "reason": "the table is Iceberg-only: renames and drops need no upgrade"}
+    if delta_column_mapping.enabled(table.properties):
+        return {"table": identifier, "upgraded": False, "reason": "column mapping is already on", "delta_version": sync_delta(mirror, table)}
+    for attempt in range(attempts):
+        try:
+            sync_delta(mirror, table)
+        except MirrorRefused:
+            pass  # a rename Delta could not follow: the upgrade below expresses it, if nothing was written since
+        delta = mirror.load()
+        base = _schema_of_the_files(table, identifier, mirror, delta)
+        props = {delta_column_mapping.MODE: "name", delta_column_mapping.SCHEMA_ID_PROPERTY: str(base.schema_id)}
+        names = {f.field_id: f.name for f in base.fields}
+        schema = table.schema()
+        names.update({f.field_id: f.name for f in schema.fields if f.field_id not in names})  # new, never written yet
+        try:
+            version = delta_column_mapping.commit_schema(
+                mirror.root_uri, mirror.storage, delta, schema, names, operation="UPGRADE COLUMN MAPPING",
+                commit_info={SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE},
+            )
+            with table.transaction() as tx:  # fails if another writer committed since `table` was read: try again
+                tx.set_properties(props)
+        except (CommitFailedException, DeltaCommitFailedError):
+            if attempt == attempts - 1:
+                raise
+            table = table.refresh()
+            continue
+        return {"table": identifier, "upgraded": True, "delta_version": version, "physical_names": {schema.find_column_name(i): n for i, n in names.items()},
+                "data_files_rewritten": 0}
+    raise AssertionError("unreachable")
+
+
+def _schema_of_the_files(table: Table, identifier: str, mirror: DeltaMirror, delta) -> Any:
+    """The Iceberg schema whose column names the table's data files hold: the current one, or, after a rename on the
+    Iceberg side that Delta did not follow, the one Delta still has (only if no snapshot was written since)."""
+    delta_names = [f.name for f in delta.schema().fields]
+    current = table.schema()
+    if [f.name for f in current.fields if f.name in delta_names] == delta_names:
+        return current
+    pending = mirror.pending_snapshots(table, table.current_snapshot(), mirror.mirrored_sequence_number(delta))
+    for schema in sorted(table.schemas().values(), key=lambda s: s.schema_id, reverse=True):
+        if [f.name for f in schema.fields] == delta_names and not pending:
+            return schema
+    raise SchemaError(
+        f"Table {identifier}: Delta's columns {delta_names} match no Iceberg schema whose files are all mirrored "
+        f"(Delta lags {len(pending or [])} snapshot(s) written after the columns changed, so some files hold other names). "
+        f"Rewrite the files into one set of names first (`lakehouse compact {identifier}`), or rename back in Iceberg, then upgrade."
+    )

@@ -34,15 +34,99 @@ from .properties import Operation, SummaryKeys
 from .storage import StorageConfig
 from .type_mapping import delta_schema
 
-MODE = "delta.columnMapping.mode"
+MODE = "delta.columnMapping.mode"  # also the Iceberg table property that turns column mapping on for a table
 MAX_COLUMN_ID = "delta.columnMapping.maxColumnId"
 FIELD_ID = "delta.columnMapping.id"
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
 CLIENT = "lakehouse-assets"
+# The Iceberg schema that was current when column mapping was turned on: its columns keep their names as
+# physical names (the files already hold them); every column added later gets a generated one.
+SCHEMA_ID_PROPERTY = "lakehouse.delta.column-mapping.schema-id"
+
+
+def mapping_keys(configuration: Mapping[str, str]) -> dict[str, str]:
+    """The column-mapping setting among `configuration` (e.g. a resource-wide Delta configuration), for new tables."""
+    return {MODE: configuration[MODE]} if MODE in configuration else {}
+
+
+def without_mapping_keys(configuration: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in configuration.items() if k not in (MODE, MAX_COLUMN_ID)}
+
+
+def enabled(properties: Mapping[str, str]) -> bool:
+    """Whether a table (its Iceberg properties) uses Delta column mapping."""
+    return properties.get(MODE) == "name"
+
+
+def file_names(table, schema: Schema) -> dict[int, str] | None:
+    """Top-level field id -> the column's name inside the Parquet files written for `schema` (its physical name).
+
+    None when the table does not use column mapping (files hold the columns' current names). With it, a
+    column that existed when mapping was turned on keeps that name for good, and a column added later is
+    named `col-<table>-<field id>`: Iceberg never reuses a field id, so a physical name is never reused, and a
+    column dropped and added again under its old name reads NULL for the old rows in every reader.
+    Derived from Iceberg metadata alone, so every writer of the table (appends, merges, compaction) agrees."""
+    if not enabled(table.properties):
+        return None
+    base_id = table.properties.get(SCHEMA_ID_PROPERTY)
+    base = table.schemas().get(int(base_id)) if base_id is not None and base_id.lstrip("-").isdigit() else None
+    if base is None:
+        from .errors import SchemaError
+
+        t = ".".join(table.name())
+        raise SchemaError(
+            f"Table {t}: table property {MODE}=name asks for Delta column mapping, but property {SCHEMA_ID_PROPERTY} "
+            f"({base_id!r}) names no Iceberg schema of the table, so the columns' physical names are unknown. Turn column "
+            f"mapping on with `lakehouse upgrade {t}` (which sets both), not by setting the property alone."
+        )
+    kept = {f.field_id: f.name for f in base.fields}
+    tag = str(table.metadata.table_uuid).replace("-", "")[:8]
+    return {f.field_id: kept.get(f.field_id) or f"col-{tag}-{f.field_id}" for f in schema.fields}
 
 
 def is_mapped(delta: DeltaTable) -> bool:
     return (delta.metadata().configuration or {}).get(MODE) == "name"
+
+
+def with_file_names(schema: Schema, names: Mapping[int, str] | None) -> Schema:
+    """`schema` with each top-level column under its name in the files (`file_names`), e.g. to map a Parquet footer's column paths to field ids."""
+    if not names:
+        return schema
+    fields = [NestedField(f.field_id, names.get(f.field_id, f.name), f.field_type, required=f.required, doc=f.doc) for f in schema.fields]
+    return Schema(*fields, schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids)
+
+
+def logical_names(delta: DeltaTable) -> dict[str, str]:
+    """Physical -> logical name of each top-level column of a column-mapped Delta table (the log keys stats and
+    partition values by physical name)."""
+    return {
+        (f.get("metadata") or {}).get(PHYSICAL_NAME, f["name"]): f["name"] for f in json.loads(delta.schema().to_json())["fields"]
+    }
+
+
+def schema_matches(delta: DeltaTable, schema: Schema, names: Mapping[int, str]) -> bool:
+    """Whether the Delta table is column-mapped with exactly `schema`'s columns, ids and physical names."""
+    if not is_mapped(delta):
+        return False
+    return json.loads(delta.schema().to_json())["fields"] == mapped_schema(schema, names)["fields"]
+
+
+def changed_types(delta: DeltaTable, schema: Schema) -> list[str]:
+    """Columns (matched by field id) whose type in `schema` differs from the column-mapped Delta table's."""
+    if not is_mapped(delta):
+        return []
+    current = {(f.get("metadata") or {}).get(FIELD_ID): f["type"] for f in json.loads(delta.schema().to_json())["fields"]}
+    target = json.loads(delta_schema(schema).to_json())["fields"]
+    return [t["name"] for t, f in zip(target, schema.fields, strict=True) if f.field_id in current and _bare(current[f.field_id]) != _bare(t["type"])]
+
+
+def _bare(t: Any) -> Any:
+    """A Delta type without field metadata (ids and physical names of nested fields)."""
+    if isinstance(t, dict):
+        return {k: _bare(v) for k, v in t.items() if k != "metadata"}
+    if isinstance(t, list):
+        return [_bare(v) for v in t]
+    return t
 
 
 def physical_names(delta: DeltaTable) -> dict[int, str]:
@@ -106,11 +190,13 @@ def commit_schema(
     *,
     operation: str,
     commit_info: Mapping[str, str] | None = None,
+    configuration: Mapping[str, str] | None = None,
 ) -> int:
     """One Delta version whose metaData declares `schema` with column mapping (name mode), at `delta.version() + 1`.
 
     Enables column mapping first when the table has not got it (the protocol change through delta-rs, then this
-    metaData). Raises deltalake's CommitFailedError when another writer committed that version first: re-read
+    metaData). `configuration`: table properties to set in the same version. Partition columns keep their field
+    ids: a renamed one is listed under its new name. Raises deltalake's CommitFailedError when another writer committed that version first: re-read
     the log (`delta.update_incremental()`) and call again. Returns the version written."""
     from deltalake.table import TableFeatures
 
@@ -122,10 +208,13 @@ def commit_schema(
         )
         delta.update_incremental()
     md = delta.metadata()
-    configuration = dict(md.configuration or {})
+    before = {f["name"]: (f.get("metadata") or {}).get(FIELD_ID) for f in json.loads(delta.schema().to_json())["fields"]}
+    by_id = {f.field_id: f.name for f in schema.fields}
+    partition_columns = [by_id.get(before.get(c) or _id_of(schema, c), c) for c in md.partition_columns]
+    settings = {**(md.configuration or {}), **(configuration or {})}
     ids = list(_field_ids(schema))
-    configuration[MODE] = "name"
-    configuration[MAX_COLUMN_ID] = str(max([int(configuration.get(MAX_COLUMN_ID, 0)), *ids]))
+    settings[MODE] = "name"
+    settings[MAX_COLUMN_ID] = str(max([int(settings.get(MAX_COLUMN_ID, 0)), *ids]))
     version = delta.version() + 1
     metadata_action = {
         "id": md.id,
@@ -133,8 +222,8 @@ def commit_schema(
         "description": md.description,
         "format": {"provider": "parquet", "options": {}},
         "schemaString": json.dumps(mapped_schema(schema, physical), separators=(",", ":")),
-        "partitionColumns": list(md.partition_columns),
-        "configuration": configuration,
+        "partitionColumns": partition_columns,
+        "configuration": settings,
         "createdTime": md.created_time,
     }
     # `lakehouse.operation` marks the version as the mirror's own (foreign_delta.py counts untagged versions as another engine's).
@@ -143,6 +232,13 @@ def commit_schema(
     body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in ({"commitInfo": info}, {"metaData": metadata_action})) + "\n"
     _put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
     return version
+
+
+def _id_of(schema: Schema, name: str) -> int | None:
+    try:
+        return schema.find_field(name).field_id
+    except ValueError:
+        return None
 
 
 def _field_ids(schema: Schema):

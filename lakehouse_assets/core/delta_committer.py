@@ -88,11 +88,16 @@ def snapshot_change(table: Table, snapshot: Snapshot) -> SnapshotChange:
 # ---------------------------------------------------------------- what Delta cannot express
 
 _FIX_DELETES = "run `lakehouse repair {t} --apply-deletes` (rewrites the affected data files with the deletes applied in one Iceberg snapshot; Delta then mirrors the result)"
-_FIX_RENAME = "Delta (delta-rs) cannot rename or drop a column without column mapping, which this project does not write for renames yet; rename it back in Iceberg to let Delta catch up, or keep the table Iceberg-only (table property lakehouse.formats=iceberg)"
+_FIX_RENAME = "Delta cannot rename or drop a column without column mapping: run `lakehouse upgrade {t}` (turns column mapping on, metadata only) and Delta follows the rename, or rename it back in Iceberg"
+_FIX_WIDEN_MAPPED = "Delta cannot widen a column's type in a column-mapped table (delta-rs cannot replace its schema); restore the old type in Iceberg"
 _FIX_SPEC = "partition evolution is not supported: Delta's partition columns are fixed. Restore the original spec in Iceberg (and rewrite files written under the new one), or keep the table Iceberg-only"
 
 
 def _schema_refusals(table: Table, delta: DeltaTable, schema: Schema, summary: dict[str, str]) -> list[str]:
+    if delta_column_mapping.enabled(table.properties):
+        # Renames and drops are metadata-only Delta commits (`_evolve_schema`); a type change still is not.
+        changed = delta_column_mapping.changed_types(delta, schema)
+        return [f"the type of column(s) {changed} changed; {_FIX_WIDEN_MAPPED}"] if changed else []
     target = {f.name: f for f in delta_schema(schema).fields}
     current = {f.name: f for f in delta.schema().fields}
     out = []
@@ -111,7 +116,7 @@ def _schema_refusals(table: Table, delta: DeltaTable, schema: Schema, summary: d
                     renamed[old] = new
                     break
         desc = ", ".join(f"{o!r} renamed to {renamed[o]!r}" if o in renamed else f"{o!r} dropped" for o in gone)
-        out.append(f"the Iceberg schema no longer has Delta's column(s): {desc}. {_FIX_RENAME}")
+        out.append(f"the Iceberg schema no longer has Delta's column(s): {desc}. {_FIX_RENAME.format(t='.'.join(table.name()))}")
     changed = [n for n in target if n in current and str(target[n].type) != str(current[n].type)]
     if changed and SummaryKeys.OPERATION not in summary:
         out.append(
@@ -174,7 +179,8 @@ def _file_refusals(table: Table, files: list[DataFile], root_uri: str) -> list[s
 # ---------------------------------------------------------------- per-file Delta metadata
 
 
-def _delta_partition_values(spec: PartitionSpec, schema: Schema, data_file: DataFile) -> dict[str, str | None]:
+def _delta_partition_values(spec: PartitionSpec, schema: Schema, data_file: DataFile, names: dict[int, str] | None = None) -> dict[str, str | None]:
+    """Keyed by physical name under column mapping (`names`), as the Delta protocol asks."""
     columns = set(delta_partition_columns(spec, schema))
     out = {}
     for pos, pf in enumerate(spec.fields):
@@ -182,22 +188,24 @@ def _delta_partition_values(spec: PartitionSpec, schema: Schema, data_file: Data
             continue
         name = schema.find_column_name(pf.source_id)
         if name in columns:
-            out[name] = partition_value(name, schema.find_type(pf.source_id), data_file.partition[pos])
+            out[(names or {}).get(pf.source_id, name)] = partition_value(name, schema.find_type(pf.source_id), data_file.partition[pos])
     return out
 
 
-def _delta_stats(schema: Schema, data_file: DataFile, policy: StatisticsPolicy) -> str:
-    """The add action's stats: the policy's Delta columns, derived from the file's Iceberg statistics."""
+def _delta_stats(schema: Schema, data_file: DataFile, policy: StatisticsPolicy, names: dict[int, str] | None = None) -> str:
+    """The add action's stats: the policy's Delta columns, derived from the file's Iceberg statistics (keyed by
+    physical name under column mapping)."""
     mins, maxs, nulls = {}, {}, {}
     lower, upper, null_counts = data_file.lower_bounds or {}, data_file.upper_bounds or {}, data_file.null_value_counts or {}
     for name in policy.delta_columns():
         f = schema.find_field(name)
+        key = (names or {}).get(f.field_id, f.name)
         if f.field_id in null_counts:
-            nulls[f.name] = null_counts[f.field_id]
+            nulls[key] = null_counts[f.field_id]
         if policy.has_bounds(f.field_id) and f.field_id in lower and f.field_id in upper:
             lo, hi = stat_value(f.field_type, lower[f.field_id], False), stat_value(f.field_type, upper[f.field_id], True)
             if lo is not None and hi is not None:
-                mins[f.name], maxs[f.name] = lo, hi
+                mins[key], maxs[key] = lo, hi
     # Raw UTF-8, not \u escapes: delta-rs 1.6.6 decodes a surrogate pair (U+10000 and up) 0x10000 too low, so
     # an escaped max of a string column would be below the values it bounds and readers would skip the file.
     return json.dumps({"numRecords": data_file.record_count, "minValues": mins, "maxValues": maxs, "nullCount": nulls}, ensure_ascii=False)
@@ -293,7 +301,7 @@ class DeltaMirror:
             # the log and it) and wrote no schema, so the log as read before it still has the current schema.
             # Reading our own commit back would merge it into the state of every live file: skip it when the
             # current Iceberg schema needs nothing from Delta.
-            if not (at_current and _schema_differs(delta, table.schema())):
+            if not (at_current and _schema_differs(delta, table.schema(), delta_column_mapping.file_names(table, table.schema()))):
                 return landed
             delta.update_incremental()
         if at_current:
@@ -344,7 +352,10 @@ class DeltaMirror:
                 mode="error",
                 partition_by=delta_partition_columns(spec, schema) or None,
                 name=table.name()[-1],
-                configuration={**self.configuration, **statistics_policy(table, schema).delta_configuration(self.configuration)},
+                # Column mapping is turned on by the first commit's schema step (`_evolve_schema`): delta-rs creates no mapped table.
+                configuration=delta_column_mapping.without_mapping_keys(
+                    {**self.configuration, **statistics_policy(table, schema).delta_configuration(self.configuration)}
+                ),
                 storage_options=self.storage.delta_options(self.root_uri),
             )
         except Exception as e:  # a concurrent creator won: use its table
@@ -360,6 +371,7 @@ class DeltaMirror:
         (None when `delta` includes the commit)."""
         snap = change.snapshot
         schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
+        names = delta_column_mapping.file_names(table, schema)
         now = int(time.time() * 1000)
         add_paths = {relative_to(self.root_uri, f.file_path) for f in change.adds}
         actions: list = [
@@ -368,21 +380,21 @@ class DeltaMirror:
                 data_change=change.data_change,
                 deletion_timestamp=now,
                 size=f.file_size_in_bytes,
-                partition_values=_delta_partition_values(table.specs()[f.spec_id], schema, f),
+                partition_values=_delta_partition_values(table.specs()[f.spec_id], schema, f, names),
             )
             for f in change.removes
             if relative_to(self.root_uri, f.file_path) not in add_paths
         ]
         # Removes known only from the Delta log (their Iceberg snapshot was expired): see _commit_full_diff.
         actions += [
-            RemoveAction(path=r.path, data_change=True, deletion_timestamp=now, size=r.size, partition_values=_stringify(schema, r.partition_values))
+            RemoveAction(path=r.path, data_change=True, deletion_timestamp=now, size=r.size, partition_values=_stringify(schema, r.partition_values, names))
             for r in raw_removes or []
         ]
         policy = statistics_policy(table, schema)
-        actions += [self._add_action(table, schema, f, change.data_change, now, policy) for f in change.adds]
+        actions += [self._add_action(table, schema, f, change.data_change, now, policy, names) for f in change.adds]
         metadata = {k: v for k, v in change.summary.items() if k.startswith(SummaryKeys.PREFIX)}
         metadata.update({DeltaCommitKeys.ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), DeltaCommitKeys.ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
-        if _changed_types(delta, schema):
+        if names is None and _changed_types(delta, schema):
             self._replace_with_wider_types(table, delta, snap, schema, metadata, now, policy)
             return None
         self._evolve_schema(delta, table, schema, snap)
@@ -405,14 +417,14 @@ class DeltaMirror:
         delta.update_incremental()
         return None
 
-    def _add_action(self, table: Table, schema: Schema, f: DataFile, data_change: bool, now: int, policy: StatisticsPolicy) -> AddAction:
+    def _add_action(self, table: Table, schema: Schema, f: DataFile, data_change: bool, now: int, policy: StatisticsPolicy, names: dict[int, str] | None = None) -> AddAction:
         return AddAction(
             path=relative_to(self.root_uri, f.file_path),
             size=f.file_size_in_bytes,
-            partition_values=_delta_partition_values(table.specs()[f.spec_id], schema, f),
+            partition_values=_delta_partition_values(table.specs()[f.spec_id], schema, f, names),
             modification_time=now,
             data_change=data_change,
-            stats=_delta_stats(schema, f, policy),
+            stats=_delta_stats(schema, f, policy, names),
         )
 
     def _replace_with_wider_types(self, table: Table, delta: DeltaTable, snap: Snapshot, schema: Schema, metadata: dict, now: int, policy: StatisticsPolicy) -> None:
@@ -458,17 +470,22 @@ class DeltaMirror:
             max_commit_retries=0,
         )
         hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+        names = delta_column_mapping.file_names(table, schema)
+        if names is None and delta_column_mapping.is_mapped(delta):
+            # Mapped in Delta only (an upgrade stopped before its Iceberg property): the files hold the columns' names.
+            names = {f.field_id: f.name for f in schema.fields} | {i: p for i, p in delta_column_mapping.physical_names(delta).items() if schema.find_column_name(i) in {f.name for f in schema.fields}}
+        if names is not None:
+            # delta-rs refuses schema changes of a column-mapped table: the metaData is written here, one version for
+            # any mix of new, renamed and dropped columns (ids and physical names as the table's files hold them).
+            if not delta_column_mapping.schema_matches(delta, schema, names):
+                delta_column_mapping.commit_schema(
+                    self.root_uri, self.storage, delta, schema, names, operation="CHANGE COLUMNS", commit_info=props.custom_metadata,
+                    configuration=statistics_policy(table, schema).delta_configuration(delta.metadata().configuration or {}),
+                )
+                delta.update_incremental()
+            return
         new = [f for n, f in target.items() if n not in current]
         relaxed = [n for n in target if n in current and target[n].nullable and not current[n].nullable]
-        if (new or relaxed) and delta_column_mapping.is_mapped(delta):
-            # delta-rs refuses schema changes of a column-mapped table: the metaData is written here (existing columns
-            # keep their ids and physical names; a new column's physical name is its name, as the writer spells it).
-            delta_column_mapping.commit_schema(
-                self.root_uri, self.storage, delta, schema, delta_column_mapping.physical_names(delta), operation="ADD COLUMNS",
-                commit_info=props.custom_metadata,
-            )
-            delta.update_incremental()
-            return
         if new:
             delta.alter.add_columns(new, commit_properties=props, post_commithook_properties=hooks)
         for name in relaxed:
@@ -482,6 +499,13 @@ class DeltaMirror:
         current = delta.metadata().configuration or {}
         wanted = policy.delta_configuration(current)
         if all(current.get(k) == v for k, v in wanted.items()):
+            return
+        if delta_column_mapping.is_mapped(delta):  # delta-rs refuses SET TBLPROPERTIES on a column-mapped table
+            delta_column_mapping.commit_schema(
+                self.root_uri, self.storage, delta, policy.schema, delta_column_mapping.physical_names(delta), operation="SET TBLPROPERTIES",
+                commit_info={DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)}, configuration=wanted,
+            )
+            delta.update_incremental()
             return
         delta.alter.set_table_properties(
             wanted,
@@ -509,11 +533,13 @@ class DeltaMirror:
         self._commit_change(table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes)
 
 
-def _schema_differs(delta: DeltaTable, schema: Schema) -> bool:
+def _schema_differs(delta: DeltaTable, schema: Schema, names: dict[int, str] | None = None) -> bool:
     """Whether the Iceberg schema asks anything of Delta's: other columns or types (refused or evolved by
     `sync`), or a column Iceberg made optional that Delta still declares NOT NULL (relaxed by `_evolve_schema`)."""
     target = {f.name: f for f in delta_schema(schema).fields}
     current = {f.name: f for f in delta.schema().fields}
+    if names is not None:
+        return not delta_column_mapping.schema_matches(delta, schema, names)
     if target.keys() != current.keys():
         return True
     return any(str(target[n].type) != str(current[n].type) or (target[n].nullable and not current[n].nullable) for n in target)
@@ -533,6 +559,7 @@ class _RemovedFile:
     partition_values: dict
 
 
-def _stringify(schema: Schema, values: dict) -> dict[str, str | None]:
-    """Typed partition values read back from the Delta log, spelled again for a remove action."""
-    return {k: partition_value(k, schema.find_type(k), v) if v is not None else None for k, v in values.items()}
+def _stringify(schema: Schema, values: dict, names: dict[int, str] | None = None) -> dict[str, str | None]:
+    """Typed partition values read back from the Delta log (keyed as the log keys them), spelled again for a remove action."""
+    logical = {p: schema.find_column_name(i) for i, p in (names or {}).items()}
+    return {k: partition_value(k, schema.find_type(logical.get(k, k)), v) if v is not None else None for k, v in values.items()}

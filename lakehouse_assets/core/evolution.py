@@ -14,6 +14,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, ListType, LongType, MapType, NestedField, StructType
 
+from .delta_column_mapping import file_names
 from .errors import SchemaError
 
 _WIDENINGS = {(IntegerType, LongType), (FloatType, DoubleType)}
@@ -165,6 +166,9 @@ def column_names_moved(table: Table) -> bool:
     Then files hold Parquet column names that differ from the schema's (a rename), or a name whose values
     belong to a dropped column: such tables must be read by field id, never by name.
     """
+    physical = file_names(table, table.schema())  # Delta column mapping: columns added since hold generated names
+    if physical and any(physical[f.field_id] != f.name for f in table.schema().fields):
+        return True
     names_by_id: dict[int, str] = {}
     ids_by_name: dict[str, int] = {}
     for schema in table.schemas().values():

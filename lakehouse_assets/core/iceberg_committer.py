@@ -16,6 +16,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
 
+from .delta_column_mapping import file_names, with_file_names
 from .iceberg_metadata import staged_metadata
 from .spec import statistics_policy
 from .storage import join_uri
@@ -28,7 +29,8 @@ def data_files_from_written(table: Table, root_uri: str, written: Iterable[Writt
     schema = schema if schema is not None else metadata.schema()
     # The columns both formats keep statistics for (statistics.py), in the form pyiceberg's collector reads.
     stats_plan = compute_statistics_plan(schema, statistics_policy(table, schema).iceberg_properties())
-    column_mapping = parquet_path_to_id_mapping(schema)
+    # The files' column paths: physical names under Delta column mapping.
+    column_mapping = parquet_path_to_id_mapping(with_file_names(schema, file_names(table, schema)))
     out = []
     for f in written:
         stats = data_file_statistics_from_parquet_metadata(f.parquet_metadata(), stats_plan, column_mapping)

@@ -29,6 +29,7 @@ from . import merge as merge_
 from . import rollback as rollback_
 from .arrow_reader import read_arrow
 from .catalog import missing_table_hint, open_catalog
+from .delta_column_mapping import mapping_keys
 from .delta_committer import DeltaMirror
 from .errors import RetentionError, SpecError, TableNotFound
 from .evolution import evolved_schema, types_were_widened
@@ -146,7 +147,7 @@ class Lakehouse:
             partition_by=tuple(partition_by or ()),
             formats=tuple(formats or ALL_FORMATS),
             # A resource-wide Delta statistics setting is the new table's too: both formats follow the table's properties.
-            properties={**policy_keys(self.delta_configuration), **(properties or {})},
+            properties={**policy_keys(self.delta_configuration), **mapping_keys(self.delta_configuration), **(properties or {})},
             target_file_size=target_file_size or DEFAULT_TARGET_FILE_SIZE,
             schema_evolution=schema_evolution,
         )
@@ -264,10 +265,30 @@ class Lakehouse:
     def alter(self, identifier: str, rename: Mapping[str, str] | None = None, drop: Sequence[str] | None = None) -> dict[str, Any]:
         """Rename (`{"old": "new"}`) and drop top-level columns: one Iceberg schema update, no data file rewritten.
 
-        Iceberg-only tables (formats=["iceberg"]); a Delta-mirrored table is refused with the reason
-        (see core/alter.py). Older snapshots keep reading with their old names.
+        Delta-mirrored tables need Delta column mapping (`upgrade`, or `delta.columnMapping.mode=name` at
+        creation): the same change is then one metadata-only Delta version. Older snapshots and Delta versions
+        keep reading with their old names.
         """
-        return alter_.alter_table(self.load(identifier), identifier, rename, drop)
+        table = self.load(identifier)
+        result = alter_.alter_table(table, identifier, rename, drop)
+        if self.delta_enabled(table):
+            # The same change in Delta right away: one metadata-only version (column mapping), not at the next write.
+            try:
+                mirror = self.mirror(table)
+                transaction.sync_delta(mirror, self.load(identifier))
+                result["delta_version"] = mirror.load().version()  # the schema's version (sync returns the snapshot's)
+            except Exception as e:  # noqa: BLE001 - Iceberg is changed; Delta lags until the next write or repair, as for writes
+                result["delta_lagging"], result["delta_error"] = True, f"{type(e).__name__}: {e}"
+                log.warning("Table %s: columns changed in Iceberg; Delta lags: %s", identifier, e)
+        return result
+
+    def upgrade(self, identifier: str) -> dict[str, Any]:
+        """Turn Delta column mapping on for a Delta-mirrored table, so renames and drops work in both formats.
+
+        Metadata only: one Delta version and one Iceberg property update; no data file is read or rewritten.
+        Idempotent. See core/alter.py, `upgrade_table`."""
+        table = self.load(identifier)
+        return alter_.upgrade_table(table, identifier, self.mirror(table) if self.delta_enabled(table) else None)
 
     # ------------------------------------------------------------ reads
 

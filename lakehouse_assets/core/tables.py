@@ -11,11 +11,12 @@ import logging
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.schema import Schema
+from pyiceberg.schema import INITIAL_SCHEMA_ID, Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BinaryType
 
+from . import delta_column_mapping
 from .catalog import ensure_namespace
 from .errors import SpecError
 from .evolution import SchemaPlan, plan_schema_change
@@ -61,6 +62,8 @@ def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_s
             TableProperties.FORMATS: ",".join(spec.formats),
             **spec.properties,
         }
+        if delta_column_mapping.enabled(properties):
+            properties[delta_column_mapping.SCHEMA_ID_PROPERTY] = str(INITIAL_SCHEMA_ID)  # the new table's columns keep their names in the files
         try:
             table = catalog.create_table(
                 spec.identifier, schema=incoming_schema, location=location, partition_spec=partition_spec, properties=properties

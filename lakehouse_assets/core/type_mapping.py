@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 from deltalake import Schema as DeltaSchema
@@ -203,20 +203,26 @@ def plain_arrow_field(f: pa.Field) -> pa.Field:
     return pa.field(f.name, plain_arrow_type(f.type), f.nullable, f.metadata)
 
 
-def arrow_file_schema(schema: Schema) -> pa.Schema:
-    """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata."""
+def arrow_file_schema(schema: Schema, file_names: Mapping[int, str] | None = None) -> pa.Schema:
+    """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata. `file_names`: top-level
+    field id -> the column's name in the files, when it is not the column's name (Delta column mapping)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    return pa.schema([plain_arrow_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)])
+    fields = [plain_arrow_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)]
+    if file_names:
+        fields = [f.with_name(file_names.get(s.field_id, f.name)) for f, s in zip(fields, schema.fields, strict=True)]
+    return pa.schema(fields)
 
 
-def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls."""
+def conform_batch(batch: pa.RecordBatch, target: pa.Schema, source_names: Sequence[str] | None = None) -> pa.RecordBatch:
+    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls.
+    `source_names`: the batch's name for each target column, when the files name them otherwise (physical names)."""
     names = batch.schema.names
     columns = []
-    for f in target:
-        if f.name in names:
-            col = batch.column(names.index(f.name))
+    for i, f in enumerate(target):
+        name = source_names[i] if source_names else f.name
+        if name in names:
+            col = batch.column(names.index(name))
             if col.type != f.type:
                 col = col.cast(f.type)
         else:
@@ -249,6 +255,16 @@ def delta_to_spark_schema(delta):
         if pa.types.is_timestamp(t):
             t = pa.timestamp("us", tz=t.tz)
         fields.append(pa.field(f.name, t, f.nullable))
-    return from_arrow_schema(pa.schema(fields), prefer_timestamp_ntz=True)  # Delta timestamp_ntz is Spark TimestampNTZ
+    spark_schema = from_arrow_schema(pa.schema(fields), prefer_timestamp_ntz=True)  # Delta timestamp_ntz is Spark TimestampNTZ
+    # Column mapping: the files name a column by its physical name, and ours carry its id (= the Iceberg field id)
+    # too: read by id, as after an Iceberg rename.
+    import json
+
+    from pyspark.sql.types import StructField, StructType
+
+    ids = {f["name"]: (f.get("metadata") or {}).get("delta.columnMapping.id") for f in json.loads(delta.schema().to_json())["fields"]}
+    if not any(ids.values()):
+        return spark_schema
+    return StructType([StructField(f.name, f.dataType, f.nullable, {SPARK_FIELD_ID_KEY: int(ids[f.name])} if ids.get(f.name) else None) for f in spark_schema.fields])
 
 

@@ -28,7 +28,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform, YearTransform
 from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, TimestampType, TimestamptzType
 
-from . import delta_values, foreign_delta
+from . import delta_column_mapping, delta_values, foreign_delta
 from .deletes import describe_delete_files, table_files
 from .delta_committer import DeltaMirror
 from .spec import delta_partition_columns
@@ -80,6 +80,9 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         report.update(delta_version=delta.version(), delta_files=None, delta_rows=None, delta_lag_snapshots=None, agree=False)
         report["differences"] = [f"the Delta log cannot be read: {type(e).__name__}: {e}"]
         return report
+    if delta_column_mapping.is_mapped(delta):
+        # The log keys stats and partition values by physical name: compare them under the columns' names.
+        add_rows = [_logical_keys(a, delta_column_mapping.logical_names(delta)) for a in add_rows]
     # Delta stores paths percent-encoded (URIs); compare them decoded, as Iceberg stores them.
     delta_adds = {delta_path(a["path"]): a for a in add_rows}
     delta_files = {p: a.get("num_records") for p, a in delta_adds.items()}
@@ -126,6 +129,14 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
     return report
 
 
+def _logical_keys(add: dict[str, Any], logical: dict[str, str]) -> dict[str, Any]:
+    out = {}
+    for key, value in add.items():
+        prefix, dot, column = key.partition(".")
+        out[f"{prefix}.{logical.get(column, column)}" if dot else key] = value
+    return out
+
+
 def _relative(root: str, uri: str) -> str:
     try:
         return relative_to(root, uri)
@@ -146,6 +157,13 @@ def _schema_differences(table: Table, delta) -> list[str]:
             out.append(f"column {name!r}: Iceberg {e.type if e else 'missing'}, Delta {a.type if a else 'missing'}")
         elif e.nullable != a.nullable:
             out.append(f"column {name!r}: Iceberg {'optional' if e.nullable else 'required'}, Delta {'nullable' if a.nullable else 'NOT NULL'}")
+    if delta_column_mapping.enabled(table.properties):
+        # Column mapping: each Delta column carries its Iceberg field id and the physical name the files hold.
+        names = delta_column_mapping.file_names(table, table.schema())
+        if not delta_column_mapping.schema_matches(delta, table.schema(), names):
+            want_names = {table.schema().find_column_name(i): p for i, p in names.items()}
+            have = delta_column_mapping.physical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
+            out.append(f"column mapping: Iceberg's columns have physical names {want_names}; Delta's field ids and physical names are {have or 'absent'}")
     want = delta_partition_columns(table.spec(), table.schema())
     have = list(delta.metadata().partition_columns)
     if want != have:
@@ -198,7 +216,8 @@ def _file_differences(table: Table, delta, pairs: dict) -> list[str]:
         _stats_differences(schema, data_file, add, path, note, indexed)
     if delta_columns:
         # delta-rs parses sloppy spellings leniently; other readers do not: compare the strings in the log.
-        actual_spellings = {tuple(sorted(p.items())) for p in delta.partitions()}
+        logical = delta_column_mapping.logical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
+        actual_spellings = {tuple(sorted((logical.get(k, k), v) for k, v in p.items())) for p in delta.partitions()}
         wrong = sorted(actual_spellings - expected_spellings, key=repr)
         if wrong:
             note("partition value spelling", f"Delta log holds {dict(wrong[0])}, which is not how the Iceberg values are spelled")

@@ -31,9 +31,9 @@ from .reader import _ParquetFileReader, read_parquet_files
 from .spec import TableSpec
 from .storage import StorageConfig, join_uri, normalize_uri
 from .transaction import FileChanges
-from .type_mapping import SPARK_FIELD_ID_KEY, arrow_file_schema, iceberg_to_spark_schema
+from .type_mapping import SPARK_FIELD_ID_KEY, iceberg_to_spark_schema
 from .window import Slice, check_inside, files_inside
-from .writer import FileWriter, WrittenFile, write_table_files
+from .writer import FileWriter, WrittenFile, file_writer, write_table_files
 
 MODES = (Operation.APPEND, Operation.OVERWRITE, Operation.MERGE)
 
@@ -115,10 +115,7 @@ class WriteTarget:
     def file_writer(self, settings: dict, write_id: str) -> FileWriter:
         """The writer's own file writer for executor tasks whose rows carry their partition key, with the
         table's Parquet settings (`writer.table_write_settings`)."""
-        return FileWriter(
-            settings["root_uri"], write_id, arrow_file_schema(self.schema), self.storage, settings["target_file_size"],
-            settings["compression"], settings["compression_level"],
-        )
+        return file_writer(settings, write_id, self.storage)
 
 
 def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *, widen_types: bool, key_stats=None) -> dict[str, str]:

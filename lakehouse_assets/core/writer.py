@@ -212,6 +212,8 @@ class FileWriter:
     # holding them, and the keyer that turns one run's values into its key. Empty: the key column path.
     key_columns: tuple[str, ...] = ()
     keyer: "PartitionKeyer | None" = None
+    # The rows' name of each file column, when the files name columns otherwise (Delta column mapping's physical names).
+    input_names: tuple[str, ...] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -254,7 +256,7 @@ class FileWriter:
                         oldest = next(iter(open_files))
                         results.append(open_files.pop(oldest).close())
                     current = open_files[key] = _RollingFile(self, key)
-                done = current.write(conform_batch(part, self.arrow_schema))
+                done = current.write(conform_batch(part, self.arrow_schema, self.input_names))
                 if done is not None:
                     results.append(done)
                     del open_files[key]
@@ -471,13 +473,14 @@ def write_files(
     compression: str = "zstd",
     compression_level: int | None = 3,
     table_name: str = "",
+    file_names: dict[int, str] | None = None,
 ) -> list[WrittenFile]:
     """Write `df` as Parquet files under `<root_uri>/data/`, distributed over the executors.
 
     If any task fails, every file of this write is removed before the error (one line, naming the table
     and the executor's cause, which stays the `__cause__`) reaches the caller."""
     write_id = uuid.uuid4().hex[:16]
-    arrow_schema = arrow_file_schema(schema)
+    arrow_schema = arrow_file_schema(schema, file_names)
     key_columns: tuple[str, ...] = ()
     keyer = None
     if spec.fields:
@@ -498,10 +501,22 @@ def write_files(
             df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
     writer = FileWriter(
         root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level,
-        key_columns=key_columns, keyer=keyer if key_columns else None,
+        key_columns=key_columns, keyer=keyer if key_columns else None, input_names=_input_names(schema, file_names),
     )
     rows = run_write_job(df.mapInArrow(writer, _file_row_schema()), write_id, storage=storage, root_uri=root_uri, table_name=table_name)
     return written_files(rows)
+
+
+def _input_names(schema: Schema, file_names: dict[int, str] | None) -> tuple[str, ...] | None:
+    return tuple(f.name for f in schema.fields) if file_names else None
+
+
+def file_writer(settings: dict, write_id: str, storage: StorageConfig) -> FileWriter:
+    """A FileWriter with a table's layout and Parquet settings (`table_write_settings`), for executor tasks whose rows carry their partition key."""
+    return FileWriter(
+        settings["root_uri"], write_id, arrow_file_schema(settings["schema"], settings["file_names"]), storage, settings["target_file_size"],
+        settings["compression"], settings["compression_level"], input_names=_input_names(settings["schema"], settings["file_names"]),
+    )
 
 
 def run_write_job(mapped, write_id: str, *, storage: StorageConfig, root_uri: str, table_name: str) -> list:
@@ -556,7 +571,9 @@ def write_table_files(df, table, storage: StorageConfig, *, schema: Schema | Non
 
 def table_write_settings(table, schema: Schema, target_file_size: int | None = None) -> dict:
     """A table's layout and Parquet settings as `write_files` arguments: location, schema, partition spec,
-    Delta partition columns, target file size, codec and level, and its name for error messages."""
+    Delta partition columns, target file size, codec and level, its name for error messages, and the columns'
+    names in the files (Delta column mapping's physical names; None: the columns' names)."""
+    from .delta_column_mapping import file_names
     from .properties import TableProperties
     from .spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
     from .storage import normalize_uri
@@ -572,6 +589,7 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
         compression=props.get("write.parquet.compression-codec", "zstd"),
         compression_level=int(props.get("write.parquet.compression-level", "3")),
         table_name=".".join(table.name()),
+        file_names=file_names(table, schema),
     )
 
 

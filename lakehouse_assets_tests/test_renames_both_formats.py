@@ -1,0 +1,206 @@
+"""Renames and drops in both formats: Delta column mapping, `Lakehouse.upgrade`, `Lakehouse.alter`.
+
+A rename or drop is one metadata-only commit in each format: no data file is written. Files written after it
+name each column by its physical name (Delta readers find it so) and carry its field id (Iceberg readers find it
+so). Read back by every reader here that supports Delta column mapping (DuckDB both formats, delta-rs's
+QueryBuilder, pyiceberg, our Spark reader of both formats); delta-rs's pyarrow reader refuses the reader
+feature, which the last test pins down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from deltalake import DeltaTable
+from deltalake.query import QueryBuilder
+
+from lakehouse_assets import SchemaError
+from lakehouse_assets.cli import cli
+from lakehouse_assets.core import delta_column_mapping as cm
+from lakehouse_assets.core import duckdb_readers
+
+from .conftest import rows_of
+
+
+def _data_files(root: str) -> set[str]:
+    local = root[len("file://"):]
+    return {os.path.join(d, f) for d, _, fs in os.walk(os.path.join(local, "data")) for f in fs}
+
+
+# DuckDB 1.5.5's delta_scan reads NULL for the partition column of a table in which one column is renamed and another
+# dropped (each alone reads right; delta-rs and every Iceberg reader read right): pinned by the last test.
+DUCKDB_DELTA_RENAME_AND_DROP = ("duckdb_delta",)
+
+
+def _readers(lh, spark, duck, t: str, columns: list[str]) -> dict[str, list[tuple]]:
+    """The table's rows (these columns, by their current names) through every reader of both formats."""
+    table = lh.load(t)
+    root = table.location()
+    delta = DeltaTable(root)
+    cols = ", ".join(f'"{c}"' for c in columns)
+
+    def duck_rows(src: str) -> list[tuple]:
+        res = duck.execute(f"SELECT {cols} FROM {src}")
+        return rows_of([dict(zip(columns, r)) for r in res.fetchall()], columns)
+
+    return {
+        "duckdb_iceberg": duck_rows(duckdb_readers.iceberg_scan_sql(table.metadata_location)),
+        "duckdb_delta": duck_rows(duckdb_readers.delta_scan_sql(root)),
+        "pyiceberg": rows_of(table.scan().to_arrow().to_pylist(), columns),
+        "delta_rs_sql": rows_of(pa.table(QueryBuilder().register("t", delta).execute(f"SELECT {cols} FROM t").read_all()).to_pylist(), columns),
+        "spark_iceberg": rows_of(lh.read(spark, t).select(*columns).collect(), columns),
+        "spark_delta": rows_of(lh.read(spark, t, delta_version=delta.version()).select(*columns).collect(), columns),
+    }
+
+
+def assert_readers(lh, spark, duck, t: str, columns: list[str], expected: list[tuple], known_wrong: tuple[str, ...] = ()) -> None:
+    results = _readers(lh, spark, duck, t, columns)
+    for reader, rows in results.items():
+        if reader not in known_wrong:
+            assert rows == sorted(expected, key=repr), f"{t}: {reader} returned other rows"
+    report = lh.verify(t, deep=not known_wrong)  # deep verification reads Delta with DuckDB
+    assert report["agree"], report["differences"]
+
+
+def test_an_existing_table_is_upgraded_metadata_only_then_renames_and_drops_in_both_formats(lh, spark, duck):
+    t = "ren.upgrade"
+    lh.write(spark.sql("SELECT id, concat('n', id) AS name, id * 10 AS score, id % 2 AS p FROM range(6)"), t, partition_by=["p"])
+    root = lh.load(t).location()
+    files, before = _data_files(root), DeltaTable(root).version()
+
+    # Before the upgrade a rename is refused, naming the command that makes it possible.
+    with pytest.raises(SchemaError, match=r"Table ren\.upgrade: cannot rename or drop.*without Delta column mapping.*lakehouse upgrade ren\.upgrade"):
+        lh.alter(t, rename={"name": "label"})
+
+    report = lh.upgrade(t)
+    assert report["upgraded"] and report["data_files_rewritten"] == 0
+    assert report["physical_names"] == {"id": "id", "name": "name", "score": "score", "p": "p"}
+    delta = DeltaTable(root)
+    assert delta.version() == before + 2  # the protocol (delta-rs), then the metaData (ids and physical names)
+    assert delta.protocol().reader_features == ["columnMapping"] and delta.metadata().configuration[cm.MODE] == "name"
+    assert cm.physical_names(delta) == {f.field_id: f.name for f in lh.load(t).schema().fields}
+    assert lh.upgrade(t)["upgraded"] is False  # idempotent
+    assert _data_files(root) == files
+
+    metadata_files = len(lh.load(t).metadata.metadata_log)
+    result = lh.alter(t, rename={"name": "label", "p": "part"}, drop=["score"])
+    after = DeltaTable(root)
+    assert result["delta_version"] == after.version() == delta.version() + 1  # one Delta version
+    assert len(lh.load(t).metadata.metadata_log) == metadata_files + 1  # one Iceberg schema update
+    assert _data_files(root) == files  # no data file written
+    assert [f.name for f in after.schema().fields] == ["id", "label", "part"] and after.metadata().partition_columns == ["part"]
+    expected = [(i, f"n{i}", i % 2) for i in range(6)]
+    assert_readers(lh, spark, duck, t, ["id", "label", "part"], expected, known_wrong=DUCKDB_DELTA_RENAME_AND_DROP)
+
+    # Older versions keep their names in both formats.
+    old = DeltaTable(root, version=before)
+    assert rows_of(pa.table(QueryBuilder().register("t", old).execute("SELECT id, name, score FROM t").read_all()).to_pylist(), ["id", "name", "score"]) == [
+        (i, f"n{i}", i * 10) for i in range(6)
+    ]
+    first = lh.load(t).snapshots()[0].snapshot_id
+    assert rows_of(lh.read(spark, t, snapshot_id=first).collect(), ["id", "name", "score"]) == [(i, f"n{i}", i * 10) for i in range(6)]
+
+    # Files written after the rename hold the physical names and the field ids: both formats read them.
+    lh.write(spark.sql("SELECT id, concat('n', id) AS label, id % 2 AS part FROM range(6, 8)"), t)
+    new_files = _data_files(root) - files
+    assert new_files and all(pa.parquet.read_schema(f).names == ["id", "name", "p"] for f in new_files)
+    assert_readers(lh, spark, duck, t, ["id", "label", "part"], [*expected, (6, "n6", 0), (7, "n7", 1)], known_wrong=DUCKDB_DELTA_RENAME_AND_DROP)
+
+
+def test_a_dropped_name_added_again_reads_null_for_old_rows_everywhere(lh, spark, duck):
+    t = "ren.readd"
+    lh.write(spark.sql("SELECT id, id * 10 AS score FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.alter(t, drop=["score"])
+    lh.write(spark.sql("SELECT id, id * 100 AS score FROM range(3, 5)"), t)  # a new column under the old name
+    table = lh.load(t)
+    names = cm.file_names(table, table.schema())
+    score = table.schema().find_field("score").field_id
+    assert names[score] != "score" and names[score].startswith("col-")  # a physical name never used before
+    assert cm.physical_names(DeltaTable(table.location()))[score] == names[score]
+    assert_readers(lh, spark, duck, t, ["id", "score"], [(0, None), (1, None), (2, None), (3, 300), (4, 400)])
+
+
+def test_new_tables_get_column_mapping_from_the_table_property_or_the_resource(lh, spark, duck, warehouse):
+    from lakehouse_assets import Lakehouse
+
+    t = "ren.new"
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(4)"), t, properties={cm.MODE: "name"})
+    delta = DeltaTable(lh.load(t).location())
+    assert cm.is_mapped(delta) and cm.physical_names(delta) == {1: "id", 2: "s"}
+    wide = Lakehouse(warehouse, delta_configuration={cm.MODE: "name"})
+    wide.write(spark.sql("SELECT id FROM range(2)"), "ren.resource")
+    assert cm.is_mapped(DeltaTable(wide.load("ren.resource").location()))
+    # A column added by a write gets a generated physical name; merge and compaction keep writing physical names.
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s, id AS extra FROM range(4, 6)"), t)
+    lh.alter(t, rename={"s": "label"})
+    lh.write(spark.sql("SELECT id, concat('m', id) AS label, id AS extra FROM range(3, 7)"), t, mode="merge", merge_keys=["id"])
+    compacted = lh.maintain(t, "compaction", spark=spark)
+    assert compacted["files_rewritten"] > 0, compacted
+    expected = [(0, "s0", None), (1, "s1", None), (2, "s2", None), *[(i, f"m{i}", i) for i in range(3, 7)]]
+    assert_readers(lh, spark, duck, t, ["id", "label", "extra"], expected)
+
+
+def test_a_rename_by_another_engine_on_the_iceberg_side_is_mirrored(lh, spark, duck):
+    t = "ren.foreign"
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, properties={cm.MODE: "name"})
+    with lh.load(t).update_schema() as update:  # pyiceberg as the other engine
+        update.rename_column("s", "label")
+    lh.write(spark.sql("SELECT id, concat('s', id) AS label FROM range(3, 4)"), t)
+    assert [f.name for f in DeltaTable(lh.load(t).location()).schema().fields] == ["id", "label"]
+    assert_readers(lh, spark, duck, t, ["id", "label"], [(i, f"s{i}") for i in range(4)])
+
+
+def test_a_table_without_column_mapping_renamed_by_another_engine_is_repaired_by_upgrade(lh, spark, duck):
+    t = "ren.unmapped"
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t)
+    with lh.load(t).update_schema() as update:
+        update.rename_column("s", "label")
+    report = lh.verify(t)
+    assert not report["agree"]
+    lh.upgrade(t)
+    assert [f.name for f in DeltaTable(lh.load(t).location()).schema().fields] == ["id", "label"]
+    assert_readers(lh, spark, duck, t, ["id", "label"], [(i, f"s{i}") for i in range(3)])
+
+
+def test_cli_upgrade_and_alter(lh, spark, warehouse):
+    t = "ren.cli"
+    lh.write(spark.sql("SELECT id, 'x' AS note FROM range(2)"), t)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--warehouse", warehouse, "alter", t, "--rename", "note=comment"], obj={})
+    assert res.exit_code != 0 and f"lakehouse upgrade {t}" in str(res.exception)
+    res = runner.invoke(cli, ["--warehouse", warehouse, "upgrade", t, "--json"], obj={})
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["upgraded"] is True
+    res = runner.invoke(cli, ["--warehouse", warehouse, "alter", t, "--rename", "note=comment", "--json"], obj={})
+    assert res.exit_code == 0, res.output
+    assert [f.name for f in DeltaTable(lh.load(t).location()).schema().fields] == ["id", "comment"]
+    assert lh.verify(t)["agree"]
+
+
+def test_delta_rs_pyarrow_reader_refuses_column_mapped_tables(lh, spark):
+    """Why column mapping is opt-in: delta-rs's pyarrow reader (to_pyarrow_table / to_pandas, and Polars'
+    read_delta on top of it) refuses a table with the columnMapping reader feature. Pinned so that a delta-rs
+    upgrade that lifts it fails here and the default can be revisited."""
+    t = "ren.pyarrow"
+    lh.write(spark.sql("SELECT id FROM range(2)"), t, properties={cm.MODE: "name"})
+    with pytest.raises(Exception, match=r"(?i)columnMapping|reader feature|not supported"):
+        DeltaTable(lh.load(t).location()).to_pyarrow_table()
+
+
+def test_duckdb_delta_scan_reads_null_partition_values_after_a_rename_and_a_drop(lh, spark, duck):
+    """A DuckDB 1.5.5 delta extension bug, pinned: once one column is renamed and another dropped, delta_scan reads
+    the partition column as NULL; a rename alone or a drop alone reads right, and delta-rs reads the same log right.
+    When this test fails, DuckDB fixed it: remove DUCKDB_DELTA_RENAME_AND_DROP."""
+    t = "ren.duckbug"
+    lh.write(spark.sql("SELECT id, concat('n', id) AS name, id * 10 AS score, id % 2 AS p FROM range(4)"), t, partition_by=["p"], properties={cm.MODE: "name"})
+    lh.alter(t, rename={"name": "label"})
+    root = lh.load(t).location()
+    assert sorted(duck.execute(f"SELECT id, p FROM {duckdb_readers.delta_scan_sql(root)}").fetchall()) == [(i, i % 2) for i in range(4)]
+    lh.alter(t, drop=["score"])
+    results = _readers(lh, spark, duck, t, ["id", "label", "p"])
+    assert results["duckdb_delta"] == [(i, f"n{i}", None) for i in range(4)]
+    assert all(rows == [(i, f"n{i}", i % 2) for i in range(4)] for r, rows in results.items() if r != "duckdb_delta")

@@ -133,22 +133,31 @@ def verify(ctx, table: str, as_json: bool, deep: bool) -> None:
     is_flag=True,
     help="First rewrite the data files that other engines' Iceberg delete files remove rows from (Spark), as one snapshot Delta can mirror.",
 )
+@click.option(
+    "--rewrite-files",
+    is_flag=True,
+    help="First rewrite other engines' data files of a column-mapped table under the columns' physical names (Spark), as one snapshot.",
+)
 @click.option("--adopt-delta", is_flag=True, help="Bring Delta versions another engine wrote into Iceberg as one snapshot.")
 @click.option("--revert-delta", is_flag=True, help="Undo Delta versions another engine wrote with a new Delta version.")
 @click.pass_context
-def repair(ctx, table: str, as_json: bool, apply_deletes: bool, adopt_delta: bool, revert_delta: bool) -> None:
+def repair(ctx, table: str, as_json: bool, apply_deletes: bool, rewrite_files: bool, adopt_delta: bool, revert_delta: bool) -> None:
     """Bring a lagging Delta log up to Iceberg (idempotent)."""
     spark = None
-    if apply_deletes:
+    if apply_deletes or rewrite_files:
         from .core.spark import spark_session
 
         spark = spark_session()
-    report = _lakehouse(ctx).repair(table, apply_deletes=apply_deletes, adopt_delta=adopt_delta, revert_delta=revert_delta, spark=spark)
+    report = _lakehouse(ctx).repair(
+        table, apply_deletes=apply_deletes, adopt_delta=adopt_delta, revert_delta=revert_delta, rewrite_files=rewrite_files, spark=spark
+    )
 
     def render(r):
         if "apply_deletes" in r:
             a = r["apply_deletes"]
             click.echo(f"{r['table']}: applied {a['delete_files']} delete file(s): {a['rows_deleted']} row(s) removed, {a['data_files_rewritten']} data file(s) rewritten")
+        if r.get("rewrite_files", {}).get("rewritten"):
+            click.echo(f"{r['table']}: rewrote {r['rewrite_files']['data_files_rewritten']} data file(s) under the physical column names")
         for way in ("adopt_delta", "revert_delta"):
             if r.get(way):
                 done = r[way].get("adopted_versions") or r[way].get("reverted_versions") or []

@@ -3,8 +3,8 @@
 A rename or drop is one metadata-only commit in each format: no data file is written. Files written after it
 name each column by its physical name (Delta readers find it so) and carry its field id (Iceberg readers find it
 so). Read back by every reader here that supports Delta column mapping (DuckDB both formats, delta-rs's
-QueryBuilder, pyiceberg, our Spark reader of both formats); delta-rs's pyarrow reader refuses the reader
-feature, which the last test pins down.
+QueryBuilder, pyiceberg, Java Iceberg, Sail, our Spark reader of both formats); delta-rs's pyarrow reader
+refuses the reader feature, which a test pins down.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from lakehouse_assets.cli import cli
 from lakehouse_assets.core import delta_column_mapping as cm
 from lakehouse_assets.core import duckdb_readers
 
+from . import sail_reader
 from .conftest import rows_of
 
 
@@ -108,7 +109,9 @@ def test_an_existing_table_is_upgraded_metadata_only_then_renames_and_drops_in_b
     lh.write(spark.sql("SELECT id, concat('n', id) AS label, id % 2 AS part FROM range(6, 8)"), t)
     new_files = _data_files(root) - files
     assert new_files and all(pa.parquet.read_schema(f).names == ["id", "name", "p"] for f in new_files)
-    assert_readers(lh, spark, duck, t, ["id", "label", "part"], [*expected, (6, "n6", 0), (7, "n7", 1)], known_wrong=DUCKDB_DELTA_RENAME_AND_DROP)
+    expected += [(6, "n6", 0), (7, "n7", 1)]
+    assert_readers(lh, spark, duck, t, ["id", "label", "part"], expected, known_wrong=DUCKDB_DELTA_RENAME_AND_DROP)
+    assert sail_reader.read_delta(root, ["id", "label", "part"]) == sorted(expected, key=repr)  # Sail reads the Delta side too
 
 
 def test_a_dropped_name_added_again_reads_null_for_old_rows_everywhere(lh, spark, duck):
@@ -152,6 +155,27 @@ def test_a_rename_by_another_engine_on_the_iceberg_side_is_mirrored(lh, spark, d
     lh.write(spark.sql("SELECT id, concat('s', id) AS label FROM range(3, 4)"), t)
     assert [f.name for f in DeltaTable(lh.load(t).location()).schema().fields] == ["id", "label"]
     assert_readers(lh, spark, duck, t, ["id", "label"], [(i, f"s{i}") for i in range(4)])
+
+
+def test_another_engines_iceberg_files_after_a_rename_are_refused_by_delta_then_rewritten(lh, spark, duck, warehouse):
+    """pyiceberg, as another engine, appends files naming the renamed column by its current name: Delta readers would
+    read NULL there, so the mirror refuses (loudly) and `repair(rewrite_files=True)` rewrites just those files."""
+    t = "ren.foreign_files"
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.alter(t, rename={"s": "label"})
+    table = lh.load(t)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string(), nullable=False)])
+    table.append(pa.table({"id": [3, 4], "label": ["s3", "s4"]}, schema=schema))
+    report = lh.verify(t)
+    assert not report["agree"] and report["delta_lag_snapshots"] == 1
+    refused = lh.write(spark.sql("SELECT id, concat('s', id) AS label FROM range(5, 6)"), t)
+    assert refused.delta_lagging and "--rewrite-files" in refused.delta_error and "would read NULL" in refused.delta_error
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--warehouse", warehouse, "repair", t, "--rewrite-files", "--json"], obj={})
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["rewrite_files"]["data_files_rewritten"] == 1 and out["delta_version"] is not None
+    assert_readers(lh, spark, duck, t, ["id", "label"], [(i, f"s{i}") for i in range(6)])
 
 
 def test_a_table_without_column_mapping_renamed_by_another_engine_is_repaired_by_upgrade(lh, spark, duck):
@@ -204,3 +228,28 @@ def test_duckdb_delta_scan_reads_null_partition_values_after_a_rename_and_a_drop
     results = _readers(lh, spark, duck, t, ["id", "label", "p"])
     assert results["duckdb_delta"] == [(i, f"n{i}", None) for i in range(4)]
     assert all(rows == [(i, f"n{i}", i % 2) for i in range(4)] for r, rows in results.items() if r != "duckdb_delta")
+
+
+@pytest.mark.java_iceberg
+def test_java_iceberg_reads_a_renamed_column_mapped_table_at_every_snapshot(lh, spark):
+    from . import java_iceberg
+
+    t = "ren.java"
+    first = lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.alter(t, rename={"s": "label"})
+    lh.write(spark.sql("SELECT id, concat('s', id) AS label, id AS extra FROM range(3, 5)"), t)
+    table = lh.load(t)
+    now = rows_of(java_iceberg.read_metadata(spark, table.metadata_location).collect(), ["id", "label", "extra"])
+    assert now == [(0, "s0", None), (1, "s1", None), (2, "s2", None), (3, "s3", 3), (4, "s4", 4)]
+    old = rows_of(java_iceberg.read_metadata(spark, table.metadata_location, snapshot_id=first.iceberg_snapshot_id).collect(), ["id", "s"])
+    assert old == [(i, f"s{i}") for i in range(3)]
+
+
+def test_a_type_widening_of_a_column_mapped_table_is_refused_before_writing(lh, spark):
+    t = "ren.widen"
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS n FROM range(2)"), t, properties={cm.MODE: "name"})
+    table = lh.load(t)
+    with pytest.raises(SchemaError, match=r"Table ren\.widen: the data widens column\(s\) \['n'\].*column-mapped table.*Nothing was written"):
+        lh.write(spark.sql("SELECT id AS n FROM range(2, 4)"), t)
+    assert lh.load(t).metadata_location == table.metadata_location
+    assert lh.verify(t)["agree"]

@@ -88,6 +88,33 @@ def is_mapped(delta: DeltaTable) -> bool:
     return (delta.metadata().configuration or {}).get(MODE) == "name"
 
 
+def renamed_in_files(table, schema: Schema) -> dict[int, str]:
+    """The top-level columns whose physical name differs from their name (field id -> physical name): empty unless
+    the table uses column mapping and a column was renamed, or added since mapping was turned on."""
+    names = file_names(table, schema) or {}
+    return {f.field_id: names[f.field_id] for f in schema.fields if names.get(f.field_id, f.name) != f.name}
+
+
+def misnamed_files(table, uris: list[str], renamed: Mapping[int, str]) -> list[str]:
+    """The data files among `uris` that hold a column of `renamed` (field id -> physical name) under another name:
+    another engine's Iceberg writer names columns by their current names, where Delta readers, under column
+    mapping, look for the physical name and would read NULL. Reads each file's footer (only when `renamed`)."""
+    import pyarrow.parquet as pq
+
+    if not renamed:
+        return []
+    out = []
+    for uri in uris:
+        with table.io.new_input(uri).open() as f:
+            file_schema = pq.read_schema(f)
+        for field in file_schema:
+            raw = (field.metadata or {}).get(b"PARQUET:field_id")
+            if raw is not None and int(raw) in renamed and field.name != renamed[int(raw)]:
+                out.append(uri)
+                break
+    return out
+
+
 def with_file_names(schema: Schema, names: Mapping[int, str] | None) -> Schema:
     """`schema` with each top-level column under its name in the files (`file_names`), e.g. to map a Parquet footer's column paths to field ids."""
     if not names:

@@ -90,6 +90,7 @@ def snapshot_change(table: Table, snapshot: Snapshot) -> SnapshotChange:
 _FIX_DELETES = "run `lakehouse repair {t} --apply-deletes` (rewrites the affected data files with the deletes applied in one Iceberg snapshot; Delta then mirrors the result)"
 _FIX_RENAME = "Delta cannot rename or drop a column without column mapping: run `lakehouse upgrade {t}` (turns column mapping on, metadata only) and Delta follows the rename, or rename it back in Iceberg"
 _FIX_WIDEN_MAPPED = "Delta cannot widen a column's type in a column-mapped table (delta-rs cannot replace its schema); restore the old type in Iceberg"
+_FIX_NAMES = "run `lakehouse repair {t} --rewrite-files` (rewrites those files under the physical names, rows unchanged, as one Iceberg snapshot; Delta then mirrors the table)"
 _FIX_SPEC = "partition evolution is not supported: Delta's partition columns are fixed. Restore the original spec in Iceberg (and rewrite files written under the new one), or keep the table Iceberg-only"
 
 
@@ -139,8 +140,24 @@ def change_refusals(table: Table, delta: DeltaTable, change: SnapshotChange, roo
     out += _file_refusals(table, change.adds, root_uri)
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
+    if SummaryKeys.OPERATION not in change.summary:  # another engine's files: are the columns where Delta looks?
+        out += misnamed_refusals(table, schema, [f.file_path for f in change.adds])
     out += _schema_refusals(table, delta, schema, change.summary)
     return out
+
+
+def misnamed_refusals(table: Table, schema: Schema, uris: list[str]) -> list[str]:
+    """Files of a column-mapped table whose columns are not under their physical names (Delta would read NULL)."""
+    renamed = delta_column_mapping.renamed_in_files(table, schema)
+    misnamed = delta_column_mapping.misnamed_files(table, uris, renamed)
+    if not misnamed:
+        return []
+    expected = ", ".join(f"{schema.find_column_name(i)!r} as {p!r}" for i, p in renamed.items())
+    return [
+        f"{len(misnamed)} data file(s) written by another engine (e.g. {misnamed[0]}) name columns by their current names, while "
+        f"Delta readers look for their physical names under column mapping ({expected}) and would read NULL; "
+        f"{_FIX_NAMES.format(t='.'.join(table.name()))}"
+    ]
 
 
 def state_refusals(table: Table, delta: DeltaTable, snapshot: Snapshot, root_uri: str) -> list[str]:
@@ -523,6 +540,8 @@ class DeltaMirror:
         iceberg_files = {relative_to(self.root_uri, f.file_path): f for f in live_data_files(table, target.snapshot_id)}
         delta_files = {delta_path(a["path"]): a for a in pa.table(delta.get_add_actions(flatten=True)).to_pylist()}
         adds = [f for p, f in iceberg_files.items() if p not in delta_files]
+        if refusals := misnamed_refusals(table, table.schemas().get(target.schema_id, table.schema()), [f.file_path for f in adds]):
+            raise MirrorRefused(self._refusal(table, delta, f"at snapshot {target.snapshot_id}: " + "; ".join(refusals)))
         removes = [
             _RemovedFile(p, a.get("size_bytes"), {k[len("partition."):]: v for k, v in a.items() if k.startswith("partition.")})
             for p, a in delta_files.items()

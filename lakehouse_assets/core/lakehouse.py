@@ -29,9 +29,10 @@ from . import merge as merge_
 from . import rollback as rollback_
 from .arrow_reader import read_arrow
 from .catalog import missing_table_hint, open_catalog
+from .delta_column_mapping import enabled as mapping_enabled
 from .delta_column_mapping import mapping_keys
 from .delta_committer import DeltaMirror
-from .errors import RetentionError, SpecError, TableNotFound
+from .errors import RetentionError, SchemaError, SpecError, TableNotFound
 from .evolution import evolved_schema, types_were_widened
 from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
 from .small_writes import small_writes_warning
@@ -221,6 +222,13 @@ class Lakehouse:
     def _write_into(self, table: Table, schema_plan, df, request: write_modes.WriteRequest, started: float, key_stats, delta=None) -> WriteResult:
         identifier = request.spec.identifier
         delta_on = tables.delta_enabled(table)
+        if delta_on and schema_plan.widen and mapping_enabled(table.properties):
+            raise SchemaError(
+                f"Table {identifier}: the data widens column(s) {[n for n, _ in schema_plan.widen]} to "
+                f"{[str(t) for _, t in schema_plan.widen]}, which the Delta side of a column-mapped table cannot follow "
+                "(delta-rs cannot replace a column-mapped schema). Nothing was written. Cast the column(s) to the table's "
+                "type, or write the wider values into a new column."
+            )
 
         if request.write_id is not None and (earlier := history.find_snapshot_by_write_id(table, request.write_id)) is not None:
             log.info("Table %s: write %s already committed as snapshot %s; not committing again", identifier, request.write_id, earlier.snapshot_id)
@@ -460,14 +468,18 @@ class Lakehouse:
         pending = mirror.pending_snapshots(table, snapshot, mirror.mirrored_sequence_number(delta))
         return None if pending is None else len(pending)
 
-    def repair(self, identifier: str, *, apply_deletes: bool = False, adopt_delta: bool = False, revert_delta: bool = False, spark=None) -> dict[str, Any]:
+    def repair(
+        self, identifier: str, *, apply_deletes: bool = False, adopt_delta: bool = False, revert_delta: bool = False, rewrite_files: bool = False, spark=None
+    ) -> dict[str, Any]:
         """Bring Delta up to Iceberg (idempotent): mirrors every snapshot Delta has not seen.
 
         Raises MirrorRefused, with the reason and the fix, when a snapshot has no exact Delta equivalent
         (another engine's delete files, a rename, a partition spec change); Delta is then left as it was.
         `apply_deletes=True` first rewrites the data files that other engines' delete files remove rows
         from, with the deletes applied, as one Iceberg snapshot without delete files
-        (core/maintenance/apply_deletes.py).
+        (core/maintenance/apply_deletes.py). `rewrite_files=True` first rewrites other engines' data files of a
+        column-mapped table that hold columns under their current instead of their physical names
+        (core/maintenance/rewrite_files.py).
 
         Delta versions another engine wrote are never mirrored over: the report says which and why
         (`repaired: False`). `adopt_delta=True` brings them into Iceberg as one snapshot; `revert_delta=True`
@@ -481,6 +493,10 @@ class Lakehouse:
             from .maintenance.apply_deletes import apply_deletes as apply
 
             out["apply_deletes"] = apply(self, identifier, spark)
+        if rewrite_files:
+            from .maintenance.rewrite_files import rewrite_misnamed_files
+
+            out["rewrite_files"] = rewrite_misnamed_files(self, identifier, spark)
         table = self.load(identifier)
         if not self.delta_enabled(table):
             return {**out, "delta_version": None, "repaired": False, "reason": "Delta is not enabled for this table"}

@@ -16,6 +16,7 @@ from pyiceberg.manifest import DataFile
 from .. import transaction
 from ..deletes import applies, table_files
 from ..errors import DeleteFilesError
+from ..evolution import column_names_moved
 from ..properties import Operation, SummaryKeys
 from ..reader import read_parquet_files
 from ..spark import active_session
@@ -43,7 +44,7 @@ def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any
         return result
     spark = active_session(spark)
     schema = table.schema()
-    spark_schema = iceberg_to_spark_schema(schema)
+    spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))  # by field id after renames
     # (delete file, data file) pairs it applies to: metadata only, decided on the driver.
     pairs = [(d.data_file.file_path, f.data_file.file_path) for d in files.deletes for f in files.data if applies(d, f)]
     by_uri = {e.data_file.file_path: e.data_file for e in files.data}

@@ -1,0 +1,34 @@
+"""Sail (pysail, a Rust engine behind the Spark Connect protocol) as an independent reader of the Delta side.
+
+Run in a child process: a Spark Connect client session and the suite's classic Spark session do not share
+one Python process well, and the child's server stops with it. Local tables only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_SCRIPT = """
+import json, sys
+from pysail.spark import SparkConnectServer
+server = SparkConnectServer(ip="127.0.0.1", port=0)
+server.start(background=True)
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote("sc://127.0.0.1:%d" % server.listening_address[1]).getOrCreate()
+path, columns = sys.argv[1], json.loads(sys.argv[2])
+rows = spark.read.format("delta").load(path).select(*columns).collect()
+print(json.dumps([[r[c] for c in columns] for r in rows], default=str))
+spark.stop()
+server.stop()
+"""
+
+
+def read_delta(root: str, columns: list[str]) -> list[tuple]:
+    """The rows of the Delta table at `root` (file:// or a local path), these columns, sorted."""
+    path = root[len("file://"):] if root.startswith("file://") else root
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, path, json.dumps(columns)], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"Sail could not read {path}: {done.stderr[-2000:]}")
+    return sorted((tuple(r) for r in json.loads(done.stdout.strip().splitlines()[-1])), key=repr)

@@ -113,7 +113,7 @@ def test_foreign_rename_is_refused_loudly_and_the_next_write_reports_delta_laggi
         update.rename_column("name", "full_name")
     report = lh.verify("fw.ren")
     assert not report["agree"] and any("full_name" in d for d in report["differences"])
-    with pytest.raises(MirrorRefused, match=r"Table fw\.ren: Delta cannot mirror Iceberg .*'name' renamed to 'full_name'.*does not write for renames yet"):
+    with pytest.raises(MirrorRefused, match=r"Table fw\.ren: Delta cannot mirror Iceberg .*'name' renamed to 'full_name'.*run `lakehouse upgrade fw\.ren`"):
         lh.repair("fw.ren")
     assert delta_version(lh, "fw.ren") == before  # nothing half-mirrored
     result = lh.write(spark.createDataFrame([(20, "q", "US")], "id long, full_name string, country string"), "fw.ren")

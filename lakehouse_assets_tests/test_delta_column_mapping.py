@@ -134,3 +134,22 @@ def test_put_if_absent_on_object_stores(backend, spark):
     delta = DeltaTable(root, storage_options=options)
     assert delta.version() == version and cm.is_mapped(delta)
     assert _query(delta, ["id"]) == [(0,), (1,), (2,)]
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3", "sqlite-azure"], indirect=True)
+def test_upgrade_rename_and_write_on_object_stores(backend, spark):
+    """The whole rename flow where the Delta log and the files live in an object store (footers read through it too)."""
+    lh = backend.lakehouse()
+    name = f"{backend.namespace()}.renamed"
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), name)
+    assert lh.upgrade(name)["upgraded"]
+    lh.alter(name, rename={"s": "label"})
+    lh.write(spark.sql("SELECT id, concat('s', id) AS label, id AS extra FROM range(3, 5)"), name)
+    root = lh.load(name).location()
+    delta = DeltaTable(root, storage_options=lh.storage.delta_options(root))
+    expected = [(0, "s0", None), (1, "s1", None), (2, "s2", None), (3, "s3", 3), (4, "s4", 4)]
+    assert _query(delta, ["id", "label", "extra"]) == expected
+    assert rows_of(lh.read(spark, name, delta_version=delta.version()).collect(), ["id", "label", "extra"]) == expected
+    assert rows_of(lh.read_arrow(name).to_pylist(), ["id", "label", "extra"]) == expected
+    report = lh.verify(name)
+    assert report["agree"], report["differences"]

@@ -134,6 +134,7 @@ def test_new_tables_get_column_mapping_from_the_table_property_or_the_resource(l
     lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(4)"), t, properties={cm.MODE: "name"})
     delta = DeltaTable(lh.load(t).location())
     assert cm.is_mapped(delta) and cm.physical_names(delta) == {1: "id", 2: "s"}
+    assert {r["name"]: r["delta_column_mapping"] for r in lh.tables()} == {t: True}
     wide = Lakehouse(warehouse, delta_configuration={cm.MODE: "name"})
     wide.write(spark.sql("SELECT id FROM range(2)"), "ren.resource")
     assert cm.is_mapped(DeltaTable(wide.load("ren.resource").location()))

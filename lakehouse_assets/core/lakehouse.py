@@ -408,6 +408,7 @@ class Lakehouse:
                     "delta_version": delta.version() if delta is not None else None,
                     "partition_by": spec_terms(table.spec(), table.schema()),
                     "formats": tables.formats(table),
+                    "delta_column_mapping": mapping_enabled(table.properties),  # renames and drops work in both formats
                 }
             )
         return out

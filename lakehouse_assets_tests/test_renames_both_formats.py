@@ -254,3 +254,14 @@ def test_a_type_widening_of_a_column_mapped_table_is_refused_before_writing(lh, 
         lh.write(spark.sql("SELECT id AS n FROM range(2, 4)"), t)
     assert lh.load(t).metadata_location == table.metadata_location
     assert lh.verify(t)["agree"]
+
+
+def test_writes_to_a_column_mapped_table_add_one_delta_version_each(lh, spark):
+    t = "ren.versions"
+    lh.write(spark.sql("SELECT id, named_struct('a', id, 'b', concat('x', id)) AS st, array(id) AS arr FROM range(2)"), t, properties={cm.MODE: "name"})
+    root = lh.load(t).location()
+    before = DeltaTable(root).version()
+    for i in range(2):
+        lh.write(spark.sql(f"SELECT id, named_struct('a', id, 'b', concat('x', id)) AS st, array(id) AS arr FROM range({i * 2 + 2}, {i * 2 + 4})"), t)
+    assert DeltaTable(root).version() == before + 2  # no metadata-only version when the schema did not change
+    assert lh.verify(t)["agree"]

@@ -206,14 +206,19 @@ def test_cli_upgrade_and_alter(lh, spark, warehouse):
     assert lh.verify(t)["agree"]
 
 
-def test_delta_rs_pyarrow_reader_refuses_column_mapped_tables(lh, spark):
+def test_delta_rs_pyarrow_reader_and_polars_refuse_column_mapped_tables(lh, spark):
     """Why column mapping is opt-in: delta-rs's pyarrow reader (to_pyarrow_table / to_pandas, and Polars'
     read_delta on top of it) refuses a table with the columnMapping reader feature. Pinned so that a delta-rs
     upgrade that lifts it fails here and the default can be revisited."""
     t = "ren.pyarrow"
     lh.write(spark.sql("SELECT id FROM range(2)"), t, properties={cm.MODE: "name"})
+    import polars as pl
+
+    root = lh.load(t).location()
     with pytest.raises(Exception, match=r"(?i)columnMapping|reader feature|not supported"):
-        DeltaTable(lh.load(t).location()).to_pyarrow_table()
+        DeltaTable(root).to_pyarrow_table()
+    with pytest.raises(Exception, match=r"requires reader features \['columnMapping'\], which polars does not support"):
+        pl.read_delta(root)
 
 
 def test_duckdb_delta_scan_reads_null_partition_values_after_a_rename_and_a_drop(lh, spark, duck):

@@ -128,7 +128,7 @@ def test_int96_timestamps_of_other_engines_read_as_written(tmp_path):
     import pyarrow.parquet as pq
     from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-    from lakehouse_assets.core.reader import _ParquetFileReader, path_batches
+    from lakehouse_assets.core.reader import ParquetFileReader, path_batches
     from lakehouse_assets.core.spark_compat import arrow_schema as to_arrow_schema
     from lakehouse_assets.core.storage import StorageConfig
 
@@ -138,7 +138,7 @@ def test_int96_timestamps_of_other_engines_read_as_written(tmp_path):
     pq.write_table(pa.table({"id": [1, 2, 3], "ts": pa.array(values, pa.timestamp("us"))}), path, use_deprecated_int96_timestamps=True)
     assert str(pq.ParquetFile(path).schema.column(1).physical_type) == "INT96"
     schema = to_arrow_schema(StructType([StructField("id", LongType()), StructField("ts", TimestampType())]))
-    reader = _ParquetFileReader(StorageConfig(), schema)
+    reader = ParquetFileReader(StorageConfig(), schema)
     out = pa.Table.from_batches(list(reader(path_batches(f"file://{path}"))))
     assert [v.replace(tzinfo=None) for v in out.column("ts").to_pylist()] == values
 
@@ -146,7 +146,7 @@ def test_int96_timestamps_of_other_engines_read_as_written(tmp_path):
 def test_a_wrong_partition_key_in_the_one_job_compaction_fails_the_formats_agree_check(lh, spark, monkeypatch):
     """Planted: the one-job road takes each file's key from its partition record; were that key off by one,
     both formats would agree with each other but not with the rows, and verify must say so."""
-    from lakehouse_assets.core.writer import PartitionKeyer
+    from lakehouse_assets.core.partition_keys import PartitionKeyer
 
     name = "ct.planted"
     for lo in (0, 12, 24):

@@ -12,13 +12,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType
 
-from lakehouse_assets.core import writer
+from lakehouse_assets.core import parquet_files, partition_keys
 from lakehouse_assets.core.storage import StorageConfig
 from lakehouse_assets.core.type_mapping import arrow_file_schema
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "region", IntegerType()), NestedField(3, "score", DoubleType()), NestedField(4, "name", StringType()))
 SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "region"), PartitionField(3, 1001, IdentityTransform(), "score"))
-KEYS = (f"{writer.PARTITION_VALUE_PREFIX}0", f"{writer.PARTITION_VALUE_PREFIX}1")
+KEYS = (f"{partition_keys.PARTITION_VALUE_PREFIX}0", f"{partition_keys.PARTITION_VALUE_PREFIX}1")
 
 
 def _batches(rows: list[tuple], size: int) -> list[pa.RecordBatch]:
@@ -32,8 +32,8 @@ def _batches(rows: list[tuple], size: int) -> list[pa.RecordBatch]:
 
 
 def _write(tmp_path, batches) -> list[dict]:
-    keyer = writer.PartitionKeyer(SCHEMA.model_dump_json(), SPEC.model_dump_json(), ())
-    w = writer.FileWriter(f"file://{tmp_path}", "w1", arrow_file_schema(SCHEMA), StorageConfig(), 1 << 30, key_columns=KEYS, keyer=keyer)
+    keyer = partition_keys.PartitionKeyer(SCHEMA.model_dump_json(), SPEC.model_dump_json(), ())
+    w = parquet_files.FileWriter(f"file://{tmp_path}", "w1", arrow_file_schema(SCHEMA), StorageConfig(), 1 << 30, key_columns=KEYS, keyer=keyer)
     return [r for b in w(iter(batches)) for r in b.to_pylist()]
 
 
@@ -41,7 +41,7 @@ def _rows_of(tmp_path, written) -> dict[tuple, list[int]]:
     out = {}
     for f in written:
         table = pq.read_table(tmp_path / f["path"])
-        key = tuple(writer.decode_partition_value(v) for v in json.loads(f["partition_key"])["values"])
+        key = tuple(partition_keys.decode_partition_value(v) for v in json.loads(f["partition_key"])["values"])
         assert key not in out, f"two files for partition {key}"
         assert f["record_count"] == table.num_rows
         out[key] = sorted(table.column("id").to_pylist())
@@ -70,7 +70,7 @@ def test_sorted_input_still_gives_one_file_per_key(tmp_path):
 
 def test_open_files_are_bounded(tmp_path, monkeypatch):
     """Beyond MAX_OPEN_FILES keys in one task the oldest file is closed: more files, every row kept once."""
-    monkeypatch.setattr(writer, "MAX_OPEN_FILES", 4)
+    monkeypatch.setattr(parquet_files, "MAX_OPEN_FILES", 4)
     rows = [(i, i % 10, 0.0, "x") for i in range(200)]
     written = _write(tmp_path, _batches(rows, 20))
     assert len(written) > 10
@@ -80,7 +80,7 @@ def test_open_files_are_bounded(tmp_path, monkeypatch):
 
 def test_buffered_bytes_are_bounded(tmp_path, monkeypatch):
     """Above FANOUT_PENDING_BYTES buffered over all open files, the largest buffers become row groups."""
-    monkeypatch.setattr(writer, "FANOUT_PENDING_BYTES", 4096)
+    monkeypatch.setattr(parquet_files, "FANOUT_PENDING_BYTES", 4096)
     rows = [(i, i % 2, 0.0, "y" * 50) for i in range(2000)]
     written = _write(tmp_path, _batches(rows, 100))
     assert len(written) == 2
@@ -100,11 +100,11 @@ def test_the_keyer_path_splits_a_sorted_batch_into_runs_of_one_key():
     """The fallback path (partition keys computed by pyiceberg in Python, input sorted by Spark): runs of one key,
     the key column dropped, rows in order."""
     batch = pa.RecordBatch.from_arrays(
-        [pa.array([1, 2, 3, 4, 5, 6], pa.int64()), pa.array(["a", "a", "b", "c", "c", "c"])], names=["id", writer.PARTITION_KEY_COLUMN]
+        [pa.array([1, 2, 3, 4, 5, 6], pa.int64()), pa.array(["a", "a", "b", "c", "c", "c"])], names=["id", partition_keys.PARTITION_KEY_COLUMN]
     )
-    runs = writer._split_by_key(batch, 1)
+    runs = parquet_files.split_by_key(batch, 1)
     assert [(key, part.column(0).to_pylist(), part.schema.names) for key, part in runs] == [
         ("a", [1, 2], ["id"]), ("b", [3], ["id"]), ("c", [4, 5, 6], ["id"]),
     ]
-    assert writer._split_by_key(batch.slice(0, 0), 1) == []
-    assert [(k, p.num_rows) for k, p in writer._split_by_key(batch.slice(2, 1), 1)] == [("b", 1)]
+    assert parquet_files.split_by_key(batch.slice(0, 0), 1) == []
+    assert [(k, p.num_rows) for k, p in parquet_files.split_by_key(batch.slice(2, 1), 1)] == [("b", 1)]

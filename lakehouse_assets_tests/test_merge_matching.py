@@ -267,13 +267,13 @@ def test_the_pyarrow_reader_resolves_file_columns_as_spark_does(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lakehouse_assets.core.reader import _ParquetFileReader
+    from lakehouse_assets.core.reader import ParquetFileReader
     from lakehouse_assets.core.storage import StorageConfig
 
     def read(table: pa.Table, want: pa.Schema):
         path = tmp_path / f"f{len(list(tmp_path.iterdir()))}.parquet"
         pq.write_table(table, path)
-        reader = _ParquetFileReader(StorageConfig(), want)
+        reader = ParquetFileReader(StorageConfig(), want)
         return pa.Table.from_batches(list(reader(iter([pa.record_batch([pa.array([f"file://{path}"])], names=["path"])]))), schema=want).to_pylist()
 
     want = pa.schema([("id", pa.int64()), ("v", pa.string())])

@@ -26,6 +26,7 @@ from pyiceberg.types import (
 from pyspark.sql import types as T
 
 from lakehouse_assets.core.errors import SchemaError, SpecError
+from lakehouse_assets.core.partition_keys import PartitionKeyer
 from lakehouse_assets.core.spec import (
     TableSpec,
     build_partition_spec,
@@ -35,7 +36,6 @@ from lakehouse_assets.core.spec import (
     spec_terms,
 )
 from lakehouse_assets.core.type_mapping import spark_schema_to_iceberg
-from lakehouse_assets.core.writer import PartitionKeyer
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import DataFile
 
-from .reader import _ParquetFileReader, path_batches
+from .reader import ParquetFileReader, path_batches
 
 if TYPE_CHECKING:
     from .transaction import FileChanges
@@ -31,7 +31,8 @@ TASKS_PER_CORE = 2
 def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]], changes: "FileChanges") -> list[DataFile] | None:
     """Rewrite each group (the files of one partition) into about target-size files in one Spark job;
     the new files, recorded in `changes` (None: a file is not of the current spec, nothing done)."""
-    from .writer import UNPARTITIONED_KEY, PartitionKeyer, _file_row_schema, run_write_job, table_write_settings, written_files
+    from .partition_keys import UNPARTITIONED_KEY, PartitionKeyer
+    from .writer import file_row_schema, run_write_job, table_write_settings, written_files
 
     table = target.table
     spec = table.spec()
@@ -57,7 +58,7 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
         for i, (key, files) in enumerate(bins)
     ]
     compactor = _BinRewriter(reader, per_bin, tasks)
-    mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(compactor, _file_row_schema())  # one index per task
+    mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(compactor, file_row_schema())  # one index per task
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     return target.record(written_files(rows), changes, counts_as_written=False)
 
@@ -88,12 +89,12 @@ class _BinRewriter:
     """mapInArrow function: task indexes in; each bin's files read whole (in the table's types) and
     written into one file, carrying their partition's key, by the bin's `FileWriter`. Out: file rows."""
 
-    reader: _ParquetFileReader
-    bins: list  # (partition key, file URIs, the bin's writer.FileWriter)
+    reader: ParquetFileReader
+    bins: list  # (partition key, file URIs, the bin's parquet_files.FileWriter)
     tasks: int  # task i takes bins i, i + tasks, i + 2 * tasks...
 
     def __call__(self, batches):
-        from .writer import with_partition_key
+        from .partition_keys import with_partition_key
 
         def rows(key: str, uris: list[str]):
             for uri in uris:

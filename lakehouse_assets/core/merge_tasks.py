@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 
 from .errors import InputError
-from .reader import _ParquetFileReader, map_paths, path_batches
+from .reader import ParquetFileReader, map_paths, path_batches
 from .type_mapping import SPARK_FIELD_ID_KEY
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def files_holding(spark, target: "WriteTarget", files: list[DataFile], values: p
     return {r[0] for r in hits.collect()}
 
 
-def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None) -> tuple[_ParquetFileReader, bytes]:
+def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None) -> tuple[ParquetFileReader, bytes]:
     """A reader of the table's key columns (by field id after renames, in the table's types) and the
     batch's distinct keys cast to those types, as an Arrow IPC stream for the executors. `spark_schema`:
     the table's, with field ids after renames, when the caller has it already."""
@@ -61,7 +61,7 @@ def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None) -> t
     field_ids = {k: spark_schema[k].metadata[SPARK_FIELD_ID_KEY] for k in keys if SPARK_FIELD_ID_KEY in (spark_schema[k].metadata or {})}
     # The table's types: schema evolution only widens a table's key type to the batch's, so this never narrows.
     values = values.cast(pa.schema([pa.field(f.name, f.type) for f in key_schema]))
-    return _ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None), _ipc(values)
+    return ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None), _ipc(values)
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -74,7 +74,7 @@ def _ipc(table: pa.Table) -> bytes:
 class _Keys:
     """The batch's distinct keys on an executor: which files hold one, and a file's rows without them."""
 
-    def __init__(self, reader: _ParquetFileReader, keys_ipc: bytes):
+    def __init__(self, reader: ParquetFileReader, keys_ipc: bytes):
         self.reader = reader
         self.values = pa.ipc.open_stream(keys_ipc).read_all()
         self.names = self.values.column_names
@@ -108,7 +108,7 @@ class _Keys:
 class _KeyHolder:
     """mapInArrow function: file paths in, the paths of the files holding one of the keys out (on the executors)."""
 
-    reader: _ParquetFileReader  # reads the key columns, in the table's types
+    reader: ParquetFileReader  # reads the key columns, in the table's types
     keys_ipc: bytes  # the distinct keys, an Arrow IPC stream
 
     def __call__(self, batches):
@@ -136,7 +136,8 @@ def rewrite_in_one_job(
     """
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from .writer import PartitionKeyer, _file_row_schema, run_write_job, table_write_settings, written_files
+    from .partition_keys import PartitionKeyer
+    from .writer import file_row_schema, run_write_job, table_write_settings, written_files
 
     table = target.table
     spec = table.spec()
@@ -156,7 +157,7 @@ def rewrite_in_one_job(
     spark_schema = target.spark_schema()
     row_reader = target.row_reader(spark_schema)
     rewrite = _GroupRewriter(*_key_reader(target, values, spark_schema), row_reader, groups, tasks, writer)
-    out_schema = StructType([*_file_row_schema().fields, StructField(_REWRITTEN, StringType())])
+    out_schema = StructType([*file_row_schema().fields, StructField(_REWRITTEN, StringType())])
     mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(rewrite, out_schema)  # one index per task
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     rewritten = {r[_REWRITTEN] for r in rows if r[_REWRITTEN] is not None}
@@ -168,8 +169,10 @@ def _upserts_by_partition(target: "WriteTarget", spec, keyer, settings: dict, up
     """The batch's upserts per partition key (the writer's keys), on the driver; None: not this road
     (a transform only pyiceberg computes for collected upserts, or more than UPSERTS_ON_DRIVER_BYTES)."""
     from .delta_values import UnrepresentableValue
+    from .parquet_files import group_by_columns
     from .partition_columns import partition_columns
-    from .writer import PARTITION_VALUE_PREFIX, UNPARTITIONED_KEY, _group_by_columns, executor_error
+    from .partition_keys import PARTITION_VALUE_PREFIX, UNPARTITIONED_KEY
+    from .writer import executor_error
 
     value_columns: tuple[str, ...] = ()
     if on_driver is None:
@@ -200,7 +203,7 @@ def _upserts_by_partition(target: "WriteTarget", spec, keyer, settings: dict, up
         if on_driver is not None:
             parts = [p for b in on_driver.to_batches() for p in _by_partition(b, keyer if spec.fields else None)]
         else:
-            parts = [p for b in collected for p in (_group_by_columns(b, value_columns, key_of) if value_columns else [(UNPARTITIONED_KEY, b)])]
+            parts = [p for b in collected for p in (group_by_columns(b, value_columns, key_of) if value_columns else [(UNPARTITIONED_KEY, b)])]
     except UnrepresentableValue as e:
         raise InputError(f"Table {target.identifier}: {e} Nothing was written or committed.") from e
     for key, part in parts:
@@ -214,7 +217,7 @@ def _task_groups(spec, keyer, candidates: list[DataFile], upserts_by_key: dict[s
     FILES_PER_TASK_GROUP per group, the partition's upserts with its first group. Ordered for dealing
     round-robin over the tasks: likeliest rewrites (a CDC batch updates the partitions it writes) and
     largest files first, so the rewrites spread."""
-    from .writer import UNPARTITIONED_KEY
+    from .partition_keys import UNPARTITIONED_KEY
 
     files_by_key: dict[str, list[DataFile]] = {}
     for f in candidates:
@@ -237,7 +240,8 @@ def _by_partition(batch: pa.RecordBatch, keyer) -> list[tuple[str, pa.RecordBatc
     what the writer uses where Spark cannot compute a transform); None keyer: unpartitioned."""
     import pyarrow.compute as pc
 
-    from .writer import PARTITION_KEY_COLUMN, UNPARTITIONED_KEY, _split_by_key
+    from .parquet_files import split_by_key
+    from .partition_keys import PARTITION_KEY_COLUMN, UNPARTITIONED_KEY
 
     if not batch.num_rows:
         return []
@@ -245,7 +249,7 @@ def _by_partition(batch: pa.RecordBatch, keyer) -> list[tuple[str, pa.RecordBatc
         return [(UNPARTITIONED_KEY, batch)]
     keyed = batch.append_column(PARTITION_KEY_COLUMN, keyer.keys(batch))
     keyed = keyed.take(pc.sort_indices(keyed.column(PARTITION_KEY_COLUMN)))
-    return _split_by_key(keyed, keyed.schema.get_field_index(PARTITION_KEY_COLUMN))
+    return split_by_key(keyed, keyed.schema.get_field_index(PARTITION_KEY_COLUMN))
 
 
 @dataclass
@@ -254,15 +258,15 @@ class _GroupRewriter:
     one of the keys are rewritten without those keys' rows, with the group's upserts, by the writer's
     `FileWriter`. Out: its file rows, then one row per rewritten file (`_REWRITTEN`)."""
 
-    key_reader: _ParquetFileReader
+    key_reader: ParquetFileReader
     keys_ipc: bytes
-    row_reader: _ParquetFileReader  # whole rows, in the table's types
+    row_reader: ParquetFileReader  # whole rows, in the table's types
     groups: list  # (partition key, candidate URIs, upserts as Arrow IPC or None)
     tasks: int  # task i takes groups i, i + tasks, i + 2 * tasks...
-    writer: "object"  # writer.FileWriter
+    writer: "object"  # parquet_files.FileWriter
 
     def __call__(self, batches):
-        from .writer import _FILE_ROW_ARROW
+        from .parquet_files import FILE_ROW_ARROW
 
         keys = _Keys(self.key_reader, self.keys_ipc)
         rewritten: list[str] = []
@@ -285,13 +289,13 @@ class _GroupRewriter:
         if rewritten:  # after the writer closed every file: the task's rows come back only if it succeeds
             n = len(rewritten)
             yield pa.RecordBatch.from_arrays(
-                [*(pa.nulls(n, f.type) for f in _FILE_ROW_ARROW), pa.array(rewritten, pa.string())], names=[*_FILE_ROW_ARROW.names, _REWRITTEN]
+                [*(pa.nulls(n, f.type) for f in FILE_ROW_ARROW), pa.array(rewritten, pa.string())], names=[*FILE_ROW_ARROW.names, _REWRITTEN]
             )
 
 
 def _keyed(rows: pa.Table, key: str):
     """`rows` as record batches carrying their partition key (the writer's key-column input)."""
-    from .writer import with_partition_key
+    from .partition_keys import with_partition_key
 
     for b in rows.to_batches():
         if b.num_rows:

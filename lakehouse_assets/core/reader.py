@@ -20,7 +20,7 @@ from .storage import StorageConfig
 
 
 @dataclass
-class _ParquetFileReader:
+class ParquetFileReader:
     """mapInArrow function: path rows in, table rows out (runs on the executors)."""
 
     storage: StorageConfig
@@ -139,7 +139,7 @@ def read_parquet_files(
         return df
     from .spark_compat import arrow_schema as to_arrow_schema
 
-    reader = _ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column)
+    reader = ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column)
     return map_paths(spark, uris, reader, out_schema, tasks=min(len(uris), spark.sparkContext.defaultParallelism * 4))
 
 
@@ -164,7 +164,7 @@ class _ByIndex:
 
 
 def path_batches(uri: str) -> Iterator[pa.RecordBatch]:
-    """One file's path as the input of a `_ParquetFileReader` (which maps batches of paths)."""
+    """One file's path as the input of a `ParquetFileReader` (which maps batches of paths)."""
     return iter([pa.record_batch([pa.array([uri], pa.string())], names=["path"])])
 
 

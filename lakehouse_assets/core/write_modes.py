@@ -26,14 +26,15 @@ from . import merge as merge_
 from .deletes import refuse_delete_files, table_files
 from .errors import SpecError
 from .evolution import column_names_moved
+from .parquet_files import FileWriter
 from .properties import Operation, SummaryKeys
-from .reader import _ParquetFileReader, read_parquet_files
+from .reader import ParquetFileReader, read_parquet_files
 from .spec import TableSpec
 from .storage import StorageConfig, join_uri, normalize_uri
 from .transaction import FileChanges
 from .type_mapping import SPARK_FIELD_ID_KEY, iceberg_to_spark_schema
 from .window import Slice, check_inside, files_inside
-from .writer import FileWriter, WrittenFile, file_writer, write_table_files
+from .writer import WrittenFile, file_writer, write_table_files
 
 MODES = (Operation.APPEND, Operation.OVERWRITE, Operation.MERGE)
 
@@ -103,14 +104,14 @@ class WriteTarget:
         """The write's schema for Spark; with Parquet field ids after renames (existing files are read by id)."""
         return iceberg_to_spark_schema(self.schema, field_ids=column_names_moved(self.table))
 
-    def row_reader(self, spark_schema=None) -> _ParquetFileReader:
+    def row_reader(self, spark_schema=None) -> ParquetFileReader:
         """A pyarrow reader of existing files' whole rows for executor tasks, in the write's types (by field id
         after renames). `spark_schema`: `self.spark_schema()`, when the caller has it already."""
         from .spark_compat import arrow_schema as to_arrow_schema
 
         spark_schema = spark_schema or self.spark_schema()
         field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
-        return _ParquetFileReader(self.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None)
+        return ParquetFileReader(self.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None)
 
     def file_writer(self, settings: dict, write_id: str) -> FileWriter:
         """The writer's own file writer for executor tasks whose rows carry their partition key, with the

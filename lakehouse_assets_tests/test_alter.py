@@ -216,6 +216,14 @@ def test_dagster_alter_job(lh, spark, warehouse):
         run_config=alter_run_config("alt.mirrored", drop=["id"]), resources={"lakehouse": LakehouseResource(warehouse=warehouse)}, raise_on_error=False
     )
     assert not failed.success
+    # With `upgrade`, the same run turns Delta column mapping on and the drop lands in both formats.
+    lh.write(spark.sql("SELECT id, 'x' AS note FROM range(2)"), "alt.mirrored", mode="overwrite")
+    upgraded = lakehouse_alter_job.execute_in_process(
+        run_config=alter_run_config("alt.mirrored", drop=["note"], upgrade=True), resources={"lakehouse": LakehouseResource(warehouse=warehouse)}, instance=instance
+    )
+    assert upgraded.success
+    assert [f.name for f in DeltaTable(lh.load("alt.mirrored").location()).schema().fields] == ["id"]
+    assert "delta_version" in instance.fetch_observations(AssetKey(["alt", "mirrored"]), limit=1).records[0].asset_observation.metadata
 
 
 def test_delta_rs_cannot_carry_column_mapping(tmp_path, duck):

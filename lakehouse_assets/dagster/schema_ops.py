@@ -1,7 +1,8 @@
 """Renames and drops in Dagster: one job (launch it from the UI, the CLI or GraphQL with run config).
 
 Contract: job `lakehouse_alter_job`, one op `lakehouse_alter` with config `table`, `rename`
-({"old": "new"}) and `drop` (["column"]). The change is recorded as an AssetObservation on the
+({"old": "new"}), `drop` (["column"]) and `upgrade` (turn Delta column mapping on first, which a
+Delta-mirrored table needs once for renames and drops). The change is recorded as an AssetObservation on the
 table's asset. The core (core/alter.py) does the work and refuses what it cannot do correctly.
 """
 
@@ -20,11 +21,16 @@ class AlterConfig(Config):
     table: str = Field(description="Table identifier (namespace.table).")
     rename: dict[str, str] = Field(default={}, description='Columns to rename, {"old": "new"}.')
     drop: list[str] = Field(default=[], description="Columns to drop.")
+    upgrade: bool = Field(default=False, description="Turn Delta column mapping on first (metadata only; needed once by a Delta-mirrored table).")
 
 
 @op(name=OP_NAME, description="Rename and drop columns of a lakehouse table in metadata only (no data file rewritten).")
 def lakehouse_alter(context: OpExecutionContext, config: AlterConfig, lakehouse: LakehouseResource) -> None:
-    result = lakehouse.get().alter(config.table, rename=config.rename, drop=config.drop)
+    lh = lakehouse.get()
+    if config.upgrade:
+        upgraded = lh.upgrade(config.table)
+        context.log.info(f"Table {config.table}: " + ("Delta column mapping turned on" if upgraded["upgraded"] else f"no upgrade needed: {upgraded['reason']}"))
+    result = lh.alter(config.table, rename=config.rename, drop=config.drop)
     context.log.info(f"Table {config.table}: renamed {result['renamed']}, dropped {result['dropped']}; schema {result['schema_id_before']} -> {result['schema_id']}")
     context.log_event(
         AssetObservation(
@@ -34,6 +40,7 @@ def lakehouse_alter(context: OpExecutionContext, config: AlterConfig, lakehouse:
                 "schema_id": MetadataValue.int(result["schema_id"]),
                 "columns": MetadataValue.json(result["columns"]),
                 "data_files_rewritten": MetadataValue.int(0),
+                **({"delta_version": MetadataValue.int(result["delta_version"])} if result.get("delta_version") is not None else {}),
             },
         )
     )
@@ -44,5 +51,5 @@ def lakehouse_alter_job():
     lakehouse_alter()
 
 
-def alter_run_config(table: str, rename: dict[str, str] | None = None, drop: list[str] | None = None) -> RunConfig:
-    return RunConfig(ops={OP_NAME: AlterConfig(table=table, rename=dict(rename or {}), drop=list(drop or []))})
+def alter_run_config(table: str, rename: dict[str, str] | None = None, drop: list[str] | None = None, upgrade: bool = False) -> RunConfig:
+    return RunConfig(ops={OP_NAME: AlterConfig(table=table, rename=dict(rename or {}), drop=list(drop or []), upgrade=upgrade)})

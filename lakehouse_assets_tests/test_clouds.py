@@ -1,8 +1,9 @@
 """GCS and Azure warehouses against their emulators: what each store honours, GCS conformance, cloud errors.
 
-Azure (Azurite >= 3.37) runs the full catalog x storage conformance suite in test_catalogs.py (backends
-`sqlite-azure`, `postgres-azure`). GCS (fake-gcs-server) runs the same operations here Iceberg-only,
-because the emulator cannot take delta-rs's writes (pinned below, so this file notices when it can).
+Azure (Azurite >= 3.37) and GCS (fake-gcs-server behind the XML API layer delta-rs needs, gcs_xml_api.py)
+run the full catalog x storage conformance suite in test_catalogs.py (backends `sqlite-azure`,
+`postgres-azure`, `sqlite-gcs`, `postgres-gcs`), both formats. Here: what each emulator honours, the
+layer tested on its own, GCS maintenance down to the bucket, and clear errors for common mistakes.
 """
 
 from __future__ import annotations
@@ -113,37 +114,108 @@ def _gcs_upload(endpoint: str, name: str, body: bytes, upload_type: str) -> int:
         return e.code
 
 
-def test_fake_gcs_server_facts_delta_rs_depends_on(fake_gcs):
-    """Why GCS tables are tested Iceberg-only here. delta-rs (Rust object_store) writes the Delta log through
-    GCS's XML API (`PUT /bucket/object` + `x-goog-if-generation-match: 0`) and lists it with `start-after`.
-    fake-gcs-server: XML uploads -> 400 'invalid uploadType' (not implemented); `start-after` is ignored;
-    ifGenerationMatch=0 is honoured by JSON multipart uploads but not by JSON media uploads. Real GCS does all
-    of these. When this test fails, the emulator changed: move GCS into BACKEND_IDS."""
-    from deltalake import write_deltalake
-
+def test_fake_gcs_server_lacks_what_delta_rs_needs(fake_gcs):
+    """Why the suite puts a layer in front of fake-gcs-server. delta-rs (Rust object_store) writes the Delta log
+    through GCS's XML API (`PUT /bucket/object` + `x-goog-if-generation-match: 0`) and lists it with
+    `start-after`. fake-gcs-server alone: XML uploads -> 400 'invalid uploadType'; `start-after` is ignored;
+    ifGenerationMatch=0 is honoured by JSON multipart uploads (which the layer uses) but not by media uploads.
+    When this test fails, the emulator changed: the layer may shrink."""
     endpoint = fake_gcs.urls["endpoint"]
-    storage = StorageConfig(gcs_endpoint_url=endpoint)
-    uri = f"gs://{GCS_BUCKET}/delta-{uuid.uuid4().hex[:8]}"
-    with pytest.raises(Exception) as info:
-        write_deltalake(uri, pa.table({"x": [1]}), storage_options=storage.delta_options(uri))
-    assert "invalid uploadType" in str(info.value), info.value
-
+    host = fake_gcs.urls["emulator"].split("//")[1]  # fake-gcs-server answers as the host its links name
     name = f"facts-{uuid.uuid4().hex[:8]}"
+    xml_upload = urllib.request.Request(
+        f"{endpoint}/{GCS_BUCKET}/{name}-xml", data=b"1", method="PUT", headers={"Host": host, "x-goog-if-generation-match": "0"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(xml_upload, timeout=10)
+    assert info.value.code == 400 and "invalid uploadType" in info.value.read().decode()
+
     assert _gcs_upload(endpoint, f"{name}-m", b"1", "multipart") == 200
     assert _gcs_upload(endpoint, f"{name}-m", b"2", "multipart") == 412  # honoured
     assert _gcs_upload(endpoint, f"{name}-x", b"1", "media") == 200
     assert _gcs_upload(endpoint, f"{name}-x", b"2", "media") == 200  # ignored: the object was overwritten
 
-    listing = urllib.request.urlopen(f"{endpoint}/{GCS_BUCKET}?list-type=2&prefix={name}&start-after={name}-m", timeout=10).read().decode()
+    listing_request = urllib.request.Request(f"{endpoint}/{GCS_BUCKET}?list-type=2&prefix={name}&start-after={name}-m", headers={"Host": host})
+    listing = urllib.request.urlopen(listing_request, timeout=10).read().decode()
     assert f"<Key>{name}-m</Key>" in listing  # start-after ignored: a real store would list only {name}-x
 
 
-# ---------------------------------------------------------------- GCS conformance (Iceberg side)
+def _xml_put(endpoint: str, name: str, body: bytes, create_only: bool) -> int:
+    headers = {"Content-Type": "application/octet-stream", **({"x-goog-if-generation-match": "0"} if create_only else {})}
+    request = urllib.request.Request(f"{endpoint}/{GCS_BUCKET}/{name}", data=body, method="PUT", headers=headers)
+    try:
+        return urllib.request.urlopen(request, timeout=10).status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_gcs_xml_api_layer_creates_only_if_absent_lists_after_and_round_trips(fake_gcs):
+    endpoint = fake_gcs.urls["emulator"]
+    name = f"layer-{uuid.uuid4().hex[:8]}"
+    # A planted race: eight writers create the same object at once; exactly one wins, the others get 412.
+    statuses, barrier = [], threading.Barrier(8)
+
+    def create(i: int) -> None:
+        barrier.wait()
+        statuses.append(_xml_put(endpoint, f"{name}/commit.json", f"writer {i}".encode(), create_only=True))
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sorted(statuses) == [200] + [412] * 7
+    winner = urllib.request.urlopen(f"{endpoint}/{GCS_BUCKET}/{name}/commit.json", timeout=10)
+    assert winner.read().startswith(b"writer ") and winner.headers["x-goog-generation"] and winner.headers["ETag"]
+    assert _xml_put(endpoint, f"{name}/commit.json", b"overwrite", create_only=False) == 200  # an unconditional PUT overwrites
+    # Ranged reads, and listings that honour start-after (the Delta log is listed from a version on).
+    request = urllib.request.Request(f"{endpoint}/{GCS_BUCKET}/{name}/commit.json", headers={"Range": "bytes=1-3"})
+    ranged = urllib.request.urlopen(request, timeout=10)
+    assert ranged.status == 206 and ranged.read() == b"ver"
+    for i in range(4):
+        assert _xml_put(endpoint, f"{name}/log/{i:020d}.json", b"{}", create_only=True) == 200
+    listing = urllib.request.urlopen(
+        f"{endpoint}/{GCS_BUCKET}?list-type=2&prefix={name}/log/&start-after={name}/log/{1:020d}.json", timeout=10
+    ).read().decode()
+    assert [f"{name}/log/{i:020d}.json" for i in (2, 3)] == [k.split("</Key>")[0] for k in listing.split("<Key>")[1:]]
+    listing = urllib.request.urlopen(f"{endpoint}/{GCS_BUCKET}?list-type=2&prefix={name}/&delimiter=/", timeout=10).read().decode()
+    assert f"<Prefix>{name}/log/</Prefix>" in listing and f"<Key>{name}/commit.json</Key>" in listing
+
+
+def test_two_delta_writers_of_one_version_on_gcs_one_wins(fake_gcs):
+    """delta-rs itself, through the layer: two writers that read the same version both commit the next one;
+    exactly one lands, the other gets delta-rs's CommitFailedError (the precondition failure), nothing is lost."""
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.transaction import CommitProperties
+
+    storage = StorageConfig(gcs_endpoint_url=fake_gcs.urls["emulator"])
+    uri = f"gs://{GCS_BUCKET}/race-{uuid.uuid4().hex[:8]}"
+    options = storage.delta_options(uri)
+    write_deltalake(uri, pa.table({"x": [0]}), storage_options=options)
+    readers = [DeltaTable(uri, storage_options=options) for _ in range(2)]
+    outcomes, barrier = [], threading.Barrier(2)
+
+    def commit(table, value: int) -> None:
+        barrier.wait()
+        try:
+            write_deltalake(table, pa.table({"x": [value]}), mode="append", commit_properties=CommitProperties(max_commit_retries=0))
+            outcomes.append("committed")
+        except Exception as e:  # noqa: BLE001 - the loser's error is what is checked
+            outcomes.append(type(e).__name__)
+
+    threads = [threading.Thread(target=commit, args=(t, v)) for t, v in zip(readers, (1, 2))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sorted(outcomes) == ["CommitFailedError", "committed"]
+    final = DeltaTable(uri, storage_options=options)
+    assert final.version() == 1 and len(final.to_pyarrow_table()) == 2
+
+
+# ---------------------------------------------------------------- GCS: maintenance down to the bucket
 
 
 @pytest.mark.parametrize("backend", GCS_BACKEND_IDS, indirect=True)
 def test_gcs_create_append_overwrite_merge_time_travel_maintenance(backend, spark):
-    """The conformance operations on a gs:// warehouse, Iceberg-only, read back by pyiceberg and the Spark reader."""
+    """The conformance operations on a gs:// warehouse in both formats, read back by pyiceberg, the Spark reader of
+    both formats and delta-rs; after full maintenance only what retained snapshots need is left in the bucket."""
     lh = backend.lakehouse()
     ident = f"{backend.namespace()}.events"
 
@@ -153,18 +225,25 @@ def test_gcs_create_append_overwrite_merge_time_travel_maintenance(backend, spar
         pyiceberg_rows = rows_of(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist(), cols)
         spark_rows = rows_of(lh.read(spark, ident, snapshot_id=snapshot_id).collect(), cols)
         assert pyiceberg_rows == spark_rows
+        if snapshot_id is None:  # the Delta side: the Spark reader of the Delta log and delta-rs
+            from deltalake import DeltaTable
+
+            delta = DeltaTable(table.location(), storage_options=lh.storage.delta_options(table.location()))
+            assert rows_of(lh.read(spark, ident, delta_version=delta.version()).collect(), cols) == pyiceberg_rows
+            assert rows_of(delta.to_pyarrow_table().to_pylist(), cols) == pyiceberg_rows
+            report = lh.verify(ident)
+            assert report["agree"], report["differences"]
         return pyiceberg_rows
 
-    iceberg_only = ["iceberg"]
-    created = lh.write(events(spark, 0, 30), ident, partition_by=["country", "day(event_time)"], formats=iceberg_only)
-    assert created.location.startswith(backend.warehouse) and created.delta_version is None
-    appended = lh.write(events(spark, 30, 20), ident, formats=iceberg_only)
+    created = lh.write(events(spark, 0, 30), ident, partition_by=["country", "day(event_time)"])
+    assert created.location.startswith(backend.warehouse) and created.delta_version is not None
+    appended = lh.write(events(spark, 30, 20), ident)
     assert readers() == sorted(expected(0, 50), key=repr)
-    replaced = lh.write(events(spark, 100, 10), ident, mode="overwrite", formats=iceberg_only)
+    replaced = lh.write(events(spark, 100, 10), ident, mode="overwrite")
     assert replaced.rows_removed == 50 and readers() == sorted(expected(100, 10), key=repr)
     assert readers(appended.iceberg_snapshot_id) == sorted(expected(0, 50), key=repr)
     assert readers(created.iceberg_snapshot_id) == sorted(expected(0, 30), key=repr)
-    merged = lh.write(events(spark, 105, 10).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge_keys=["id"], formats=iceberg_only)
+    merged = lh.write(events(spark, 105, 10).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge_keys=["id"])
     want = expected(100, 5) + [(a + 1, c, t, i) for a, c, t, i in expected(105, 10)]
     assert merged.iceberg_snapshot_id and readers() == sorted(want, key=repr)
     lh.maintain(ident, "full_maintenance", spark=spark, orphan_grace_hours=0)
@@ -177,6 +256,7 @@ def test_gcs_create_append_overwrite_merge_time_travel_maintenance(backend, spar
     on_storage = {i.path for i in fs.get_file_info(FileSelector(f"{root}/data", recursive=True)) if i.type == FileType.File}
     live = {lh.storage.filesystem(t.file.file_path)[1] for t in table.scan().plan_files()}
     assert live <= on_storage
+    assert any("/_delta_log/" in i.path for i in fs.get_file_info(FileSelector(root, recursive=True)))  # the log is never cleaned away
     assert ident in lh.table_names()
 
 

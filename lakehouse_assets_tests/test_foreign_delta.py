@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable, write_deltalake
 
 from lakehouse_assets import ForeignDeltaCommits
 from lakehouse_assets.core import foreign_delta
 
 from .conftest import read_everywhere
+from .servers import backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
 
 def start(lh, spark, name, n=10, partitioned=True):
@@ -182,3 +184,105 @@ def test_adopting_delta_files_without_their_partition_columns_is_refused_with_no
     with pytest.raises(ForeignDeltaCommits, match=r"does not contain the partition column\(s\) \['country'\].*--revert-delta"):
         lh.repair("fd.parts", adopt_delta=True)
     assert lh.load("fd.parts").current_snapshot().snapshot_id == snapshot and DeltaTable(location).version() == version
+
+
+def test_adopting_a_foreign_overwrite_replaces_the_files_in_iceberg(lh, spark, duck):
+    """delta-rs replaces every file: adoption takes the same removes and adds into Iceberg, every reader of both formats
+    agrees, the write after it proceeds, and time travel to before the foreign version still works."""
+    name = "fd.overwrite"
+    start(lh, spark, name, partitioned=False)
+    location = lh.load(name).location()
+    mirrored, first_snapshot = DeltaTable(location).version(), lh.load(name).current_snapshot().snapshot_id
+    schema = DeltaTable(location).to_pyarrow_table().schema
+    write_deltalake(location, pa.table({"id": [7, 8], "name": ["o7", "o8"], "country": ["NL", "NL"]}).select(schema.names).cast(schema), mode="overwrite")
+    report = lh.repair(name, adopt_delta=True)
+    assert report["repaired"] and report["adopt_delta"]["files_removed"] >= 1 and report["adopt_delta"]["files_added"] == 1
+    want = [("NL", 7, "o7"), ("NL", 8, "o8")]
+    assert rows_now(lh, spark, duck, name) == sorted(want, key=repr)
+    lh.write(spark.createDataFrame([(60, "w", "US")], "id long, name string, country string"), name, mode="append")
+    assert rows_now(lh, spark, duck, name) == sorted([*want, ("US", 60, "w")], key=repr)
+    for reader, rows in read_everywhere(lh, spark, duck, name, snapshot_id=first_snapshot, delta_version=mirrored).items():
+        assert len(rows) == 10, reader
+
+
+@pytest.mark.parametrize("change", ["delete", "update"])
+def test_a_foreign_delete_or_update_is_refused_by_adopt_with_the_reason_then_reverted(lh, spark, duck, change):
+    """delta-rs's DELETE and UPDATE rewrite files through DataFusion, declaring Arrow view types in them, which
+    pyiceberg cannot read beside the table's other files: adopt refuses, naming why and the way out, and changes
+    nothing; revert undoes the version and both formats agree again."""
+    name = f"fd.{change}"
+    expected = start(lh, spark, name, partitioned=False)
+    location = lh.load(name).location()
+    snapshot, delta = lh.load(name).current_snapshot().snapshot_id, DeltaTable(location)
+    if change == "delete":
+        delta.delete("id < 3")
+    else:
+        delta.update(updates={"name": "'changed'"}, predicate="id >= 8")
+    version = DeltaTable(location).version()
+    with pytest.raises(ForeignDeltaCommits, match=rf"fd\.{change}: the foreign Delta version\(s\) \[{version}\] cannot be adopted.*Arrow view types.*--revert-delta"):
+        lh.repair(name, adopt_delta=True)
+    assert lh.load(name).current_snapshot().snapshot_id == snapshot and DeltaTable(location).version() == version  # nothing changed
+    report = lh.repair(name, revert_delta=True)
+    assert report["repaired"] and [v["version"] for v in report["revert_delta"]["reverted_versions"]] == [version]
+    assert rows_now(lh, spark, duck, name) == sorted(expected, key=repr)
+
+
+def test_the_blocking_check_fails_on_a_foreign_version_with_the_explanation(dagster_resources, warehouse, spark):
+    from dagster import AssetSelection, asset, materialize
+
+    from lakehouse_assets import Lakehouse
+    from lakehouse_assets.dagster.checks import build_formats_agree_checks
+
+    @asset(key_prefix=["fdc"])
+    def people(pyspark: PySparkResource):
+        return pyspark.spark_session.createDataFrame([(i, f"n{i}", "DE") for i in range(4)], "id long, name string, country string")
+
+    checks = build_formats_agree_checks([people.key])
+    assert materialize([people, *checks], resources=dagster_resources).success
+    foreign_append(Lakehouse(warehouse).load("fdc.people").location(), [100])
+    result = materialize([people, *checks], resources=dagster_resources, selection=AssetSelection.checks(*checks), raise_on_error=False)
+    (evaluation,) = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert not evaluation.passed
+    assert "did not write" in evaluation.description and "--adopt-delta" in evaluation.description and "--revert-delta" in evaluation.description
+
+
+def test_cli_repair_adopt_delta_and_revert_delta(lh, spark, warehouse):
+    import json
+
+    from click.testing import CliRunner
+
+    from lakehouse_assets.cli import cli
+
+    runner = CliRunner()
+    for name, flag in (("fd.cli_adopt", "--adopt-delta"), ("fd.cli_revert", "--revert-delta")):
+        start(lh, spark, name, partitioned=False)
+        location = lh.load(name).location()
+        foreign_append(location, [100, 101])
+        res = runner.invoke(cli, ["--warehouse", warehouse, "repair", name, flag, "--json"], obj={})
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output)
+        assert out["repaired"], out
+        assert lh.verify(name)["agree"]
+        rows = DeltaTable(location).to_pyarrow_table().num_rows
+        assert rows == (12 if flag == "--adopt-delta" else 10)
+    res = runner.invoke(cli, ["--warehouse", warehouse, "repair", "fd.cli_adopt", "--adopt-delta", "--revert-delta"], obj={})
+    assert res.exit_code != 0 and "adopt_delta or revert_delta, not both" in str(res.exception)
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
+def test_a_foreign_append_on_s3_is_refused_then_adopted(backend, spark):
+    lh = backend.lakehouse()
+    name = f"{backend.namespace()}.people"
+    lh.write(spark.createDataFrame([(i, f"n{i}", "DE") for i in range(4)], "id long, name string, country string"), name)
+    location = lh.load(name).location()
+    options = lh.storage.delta_options(location)
+    schema = DeltaTable(location, storage_options=options).to_pyarrow_table().schema
+    write_deltalake(location, pa.table({"id": [100], "name": ["f"], "country": ["FR"]}).select(schema.names).cast(schema), mode="append", storage_options=options)
+    with pytest.raises(ForeignDeltaCommits, match="Nothing was written"):
+        lh.write(spark.createDataFrame([(5, "x", "DE")], "id long, name string, country string"), name)
+    report = lh.repair(name, adopt_delta=True)
+    assert report["repaired"] and report["adopt_delta"]["files_added"] == 1
+    lh.write(spark.createDataFrame([(5, "x", "DE")], "id long, name string, country string"), name)
+    assert lh.verify(name)["agree"]
+    assert sorted(r["id"] for r in lh.read_arrow(name).to_pylist()) == [0, 1, 2, 3, 5, 100]
+    assert DeltaTable(location, storage_options=options).to_pyarrow_table().num_rows == 6

@@ -260,6 +260,16 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
         for path, action in sorted(added.items()):
             uri = join_uri(root_uri, path)
             metadata = pq.read_metadata(table.io.new_input(uri).open())
+            if views := _view_typed_columns(metadata):
+                raise ForeignDeltaCommits(
+                    f"Table {identifier}: the foreign Delta version(s) {[v.version for v in versions]} cannot be adopted into Iceberg: "
+                    f"file {path} declares Arrow view types for column(s) {views} in its Parquet metadata (delta-rs writes them in its "
+                    "DataFusion-based DELETE, UPDATE and MERGE), and pyiceberg 0.12 cannot read such a file together with the table's "
+                    f"other files. Nothing was changed. `lakehouse repair {identifier} --revert-delta` undoes them on the Delta side; then "
+                    "make the same change through the lakehouse (Lakehouse.write with mode='merge' and a delete operation column), which "
+                    "writes both formats.",
+                    versions,
+                )
             inside = set(metadata.schema.names)
             if lacking := [schema.find_field(f.source_id).name for f in spec.fields if schema.find_field(f.source_id).name not in inside]:
                 # Delta writers leave partition columns out of the files; the project's Spark reader reads columns
@@ -323,6 +333,15 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
         "files_removed": len(removed),
         "columns_added": new_columns,
     }
+
+
+def _view_typed_columns(metadata) -> list[str]:
+    """Columns whose Arrow type, as the file's embedded Arrow schema declares it, is a view type (string_view,
+    binary_view, list_view): what pyarrow-based readers then read them as."""
+    import pyarrow as pa
+
+    views = (pa.types.is_string_view, pa.types.is_binary_view, pa.types.is_list_view, pa.types.is_large_list_view)
+    return [f.name for f in metadata.schema.to_arrow_schema() if any(is_view(f.type) for is_view in views)]
 
 
 def _typed_partition_value(iceberg_type, raw: str):

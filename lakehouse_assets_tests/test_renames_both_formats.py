@@ -270,3 +270,20 @@ def test_writes_to_a_column_mapped_table_add_one_delta_version_each(lh, spark):
         lh.write(spark.sql(f"SELECT id, named_struct('a', id, 'b', concat('x', id)) AS st, array(id) AS arr FROM range({i * 2 + 2}, {i * 2 + 4})"), t)
     assert DeltaTable(root).version() == before + 2  # no metadata-only version when the schema did not change
     assert lh.verify(t)["agree"]
+
+
+def test_a_foreign_delta_append_to_a_renamed_column_mapped_table_is_adopted_by_field_id(lh, spark, duck):
+    """delta-rs appends into a column-mapped table under the physical names (and tags the ids): adoption matches
+    the columns by those, so every reader sees the foreign rows under the current names."""
+    from deltalake import write_deltalake
+
+    t = "ren.adopt"
+    lh.write(spark.sql("SELECT id, concat('n', id) AS name FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.alter(t, rename={"name": "label"})
+    lh.write(spark.sql("SELECT id, concat('n', id) AS label, id AS extra FROM range(3, 5)"), t)
+    root = lh.load(t).location()
+    write_deltalake(DeltaTable(root), pa.table({"id": pa.array([100], pa.int64()), "label": ["f"], "extra": pa.array([7], pa.int64())}), mode="append")
+    report = lh.repair(t, adopt_delta=True)
+    assert report["repaired"] and report["adopt_delta"]["files_added"] == 1
+    expected = [(0, "n0", None), (1, "n1", None), (2, "n2", None), (3, "n3", 3), (4, "n4", 4), (100, "f", 7)]
+    assert_readers(lh, spark, duck, t, ["id", "label", "extra"], expected)

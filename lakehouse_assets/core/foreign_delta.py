@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
+from . import delta_column_mapping
 from .errors import ForeignDeltaCommits, LakehouseError
 from .properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys, TableProperties
 from .storage import delta_path, join_uri, relative_to
@@ -206,7 +207,6 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
     from deltalake.transaction import CommitProperties, Transaction
     from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.table.name_mapping import create_mapping_from_schema
     from pyiceberg.typedef import Record
 
     from .iceberg_committer import MetadataCachingTransaction, live_data_files
@@ -240,6 +240,16 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
             versions,
         )
     new_columns = [f.name for f in delta.schema().fields if f.name not in {c.name for c in table.schema().fields}]
+    # Column mapping: Delta names a column in its files by its physical name (and delta-rs tags it with its id,
+    # which is the Iceberg field id): match the files by those, not by the logical names.
+    physical = delta_column_mapping.physical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
+    if physical and new_columns:
+        raise ForeignDeltaCommits(
+            f"Table {identifier}: the foreign Delta version(s) {[v.version for v in versions]} cannot be adopted into Iceberg: they add "
+            f"column(s) {new_columns} to a table with Delta column mapping, whose Delta column ids would not be the Iceberg field ids. "
+            f"Nothing was changed. `lakehouse repair {identifier} --revert-delta` undoes them; add columns through the lakehouse.",
+            versions,
+        )
     summary = {
         SummaryKeys.OPERATION: Operation.ADOPT_DELTA,
         ADOPTED_VERSIONS: ",".join(str(v.version) for v in versions),
@@ -252,9 +262,11 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
             with tx.update_schema() as update:
                 update.union_by_name(pa.schema([arrow_schema.field(c) for c in new_columns]))
         schema = tx.table_metadata.schema()
-        tx.set_properties({NAME_MAPPING: create_mapping_from_schema(schema).model_dump_json()})
+        tx.set_properties({NAME_MAPPING: _name_mapping(schema, physical)})
         plan = compute_statistics_plan(schema, tx.table_metadata.properties)
-        ids = parquet_path_to_id_mapping(schema)
+        top = {f.field_id for f in schema.fields}
+        ids = parquet_path_to_id_mapping(delta_column_mapping.with_file_names(schema, {i: p for i, p in physical.items() if i in top}))
+        by_physical = {p: schema.find_column_name(i) for i, p in physical.items() if i in top}
         spec = tx.table_metadata.spec()
         adds = []
         for path, action in sorted(added.items()):
@@ -282,7 +294,7 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
                     versions,
                 )
             stats = data_file_statistics_from_parquet_metadata(metadata, plan, ids)
-            values = action.get("partition") or {}
+            values = {by_physical.get(k, k): v for k, v in (action.get("partition") or {}).items()}  # keyed by physical name under mapping
             partition = []
             for field in spec.fields:
                 source = schema.find_field(field.source_id)
@@ -333,6 +345,20 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
         "files_removed": len(removed),
         "columns_added": new_columns,
     }
+
+
+def _name_mapping(schema, physical: dict[int, str]) -> str:
+    """The table's name mapping (for files without field ids), each column also under its Delta physical name."""
+    from pyiceberg.table.name_mapping import MappedField, NameMapping, create_mapping_from_schema
+
+    mapping = create_mapping_from_schema(schema)
+    if not physical:
+        return mapping.model_dump_json()
+    fields = [
+        MappedField(field_id=f.field_id, names=[*f.names, *([physical[f.field_id]] if physical.get(f.field_id) not in (None, *f.names) else [])], fields=f.fields)
+        for f in mapping
+    ]
+    return NameMapping(fields).model_dump_json()
 
 
 def _view_typed_columns(metadata) -> list[str]:

@@ -199,16 +199,11 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
     """Bring the foreign Delta versions into Iceberg as one snapshot with the same adds and removes.
 
     Files stay where they are; DataFiles are built from their Parquet footers (columns matched by name through
-    the table's name mapping, which is set for readers of files without Iceberg field ids); identity partition
-    values come from Delta's `partitionValues`. An empty Delta version then records that this snapshot is
-    mirrored (app transaction and snapshot id), so the next write mirrors on top of agreeing formats.
+    the table's name mapping, which is set for readers of files without Iceberg field ids, and by Delta's
+    physical names and ids under column mapping); identity partition values come from Delta's
+    `partitionValues`. An empty Delta version then records that this snapshot is mirrored (app transaction and
+    snapshot id), so the next write mirrors on top of agreeing formats.
     """
-    import pyarrow.parquet as pq
-    from deltalake.transaction import CommitProperties, Transaction
-    from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
-
     from .iceberg_committer import MetadataCachingTransaction, live_data_files
 
     delta = DeltaTable(root_uri, storage_options=storage_options)
@@ -216,44 +211,13 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
     if not versions:
         return {"adopted_versions": [], "reason": "no foreign Delta versions"}
     added, removed, before = _changes(delta, versions, root_uri, storage_options)
-    if reasons := adoption_refusals(identifier, table, delta, before, added):
-        raise ForeignDeltaCommits(
-            f"Table {identifier}: the foreign Delta version(s) {[v.version for v in versions]} cannot be adopted into Iceberg: "
-            + "; ".join(reasons)
-            + f". Nothing was changed. `lakehouse repair {identifier} --revert-delta` undoes them on the Delta side instead.",
-            versions,
-        )
-    current = table.current_snapshot()
-    if current is not None and delta.transaction_version(DELTA_APP_ID) != current.sequence_number:
-        raise ForeignDeltaCommits(
-            f"Table {identifier}: the foreign Delta version(s) {[v.version for v in versions]} cannot be adopted into Iceberg: "
-            f"Delta also lags Iceberg (snapshot {current.snapshot_id} is not mirrored; a foreign commit raced a write). Nothing "
-            f"was changed. `lakehouse repair {identifier} --revert-delta` undoes them and mirrors what Delta lags behind.",
-            versions,
-        )
     live = {relative_to(root_uri, f.file_path): f for f in live_data_files(table)}
-    missing = [p for p in removed if p not in live]
-    if missing:
-        raise ForeignDeltaCommits(
-            f"Table {identifier}: the foreign Delta version(s) remove {len(missing)} file(s) Iceberg does not hold, e.g. {missing[:3]}: "
-            f"the formats disagreed before them. Run `lakehouse verify {identifier}`; nothing was changed.",
-            versions,
-        )
     new_columns = [f.name for f in delta.schema().fields if f.name not in {c.name for c in table.schema().fields}]
     # Column mapping: Delta names a column in its files by its physical name (and delta-rs tags it with its id,
     # which is the Iceberg field id): match the files by those, not by the logical names.
     physical = delta_column_mapping.physical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
-    if physical and new_columns:
-        raise ForeignDeltaCommits(
-            f"Table {identifier}: the foreign Delta version(s) {[v.version for v in versions]} cannot be adopted into Iceberg: they add "
-            f"column(s) {new_columns} to a table with Delta column mapping, whose Delta column ids would not be the Iceberg field ids. "
-            f"Nothing was changed. `lakehouse repair {identifier} --revert-delta` undoes them; add columns through the lakehouse.",
-            versions,
-        )
-    summary = {
-        SummaryKeys.OPERATION: Operation.ADOPT_DELTA,
-        ADOPTED_VERSIONS: ",".join(str(v.version) for v in versions),
-    }
+    _check_adoptable(identifier, table, delta, before, versions, added, [p for p in removed if p not in live], new_columns, physical)
+    adopted = ",".join(str(v.version) for v in versions)
     with MetadataCachingTransaction(table) as tx:
         if new_columns:
             import pyarrow as pa
@@ -263,65 +227,119 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
                 update.union_by_name(pa.schema([arrow_schema.field(c) for c in new_columns]))
         schema = tx.table_metadata.schema()
         tx.set_properties({NAME_MAPPING: _name_mapping(schema, physical)})
-        plan = compute_statistics_plan(schema, tx.table_metadata.properties)
-        top = {f.field_id for f in schema.fields}
-        ids = parquet_path_to_id_mapping(delta_column_mapping.with_file_names(schema, {i: p for i, p in physical.items() if i in top}))
-        by_physical = {p: schema.find_column_name(i) for i, p in physical.items() if i in top}
-        spec = tx.table_metadata.spec()
-        adds = []
-        for path, action in sorted(added.items()):
-            uri = join_uri(root_uri, path)
-            metadata = pq.read_metadata(table.io.new_input(uri).open())
-            if views := _view_typed_columns(metadata):
-                raise ForeignDeltaCommits(
-                    f"Table {identifier}: the foreign Delta version(s) {[v.version for v in versions]} cannot be adopted into Iceberg: "
-                    f"file {path} declares Arrow view types for column(s) {views} in its Parquet metadata (delta-rs writes them in its "
-                    "DataFusion-based DELETE, UPDATE and MERGE), and pyiceberg 0.12 cannot read such a file together with the table's "
-                    f"other files. Nothing was changed. `lakehouse repair {identifier} --revert-delta` undoes them on the Delta side; then "
-                    "make the same change through the lakehouse (Lakehouse.write with mode='merge' and a delete operation column), which "
-                    "writes both formats.",
-                    versions,
-                )
-            inside = set(metadata.schema.names)
-            if lacking := [schema.find_field(f.source_id).name for f in spec.fields if schema.find_field(f.source_id).name not in inside]:
-                # Delta writers leave partition columns out of the files; the project's Spark reader reads columns
-                # from the files only, so it would return NULLs for them: refuse rather than diverge.
-                raise ForeignDeltaCommits(
-                    f"Table {identifier}: the foreign Delta version(s) {[v.version for v in versions]} cannot be adopted into Iceberg: "
-                    f"file {path} does not contain the partition column(s) {lacking} (Delta writers leave them out of the files, "
-                    f"and this project's readers need them inside). Nothing was changed. `lakehouse repair {identifier} --revert-delta` "
-                    "undoes them on the Delta side instead.",
-                    versions,
-                )
-            stats = data_file_statistics_from_parquet_metadata(metadata, plan, ids)
-            values = {by_physical.get(k, k): v for k, v in (action.get("partition") or {}).items()}  # keyed by physical name under mapping
-            partition = []
-            for field in spec.fields:
-                source = schema.find_field(field.source_id)
-                raw = values.get(source.name)
-                partition.append(None if raw is None else _typed_partition_value(source.field_type, raw))
-            f = DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=uri,
-                file_format=FileFormat.PARQUET,
-                partition=Record(*partition),
-                file_size_in_bytes=int(action["size_bytes"]),
-                sort_order_id=None,
-                equality_ids=None,
-                key_metadata=None,
-                **stats.to_serialized_dict(),
-            )
-            f.spec_id = tx.table_metadata.default_spec_id
-            adds.append(f)
-        update = tx.update_snapshot(snapshot_properties=summary)
+        files = _FooterReader(identifier, versions, table, schema, tx.table_metadata, physical)
+        adds = [files.data_file(join_uri(root_uri, path), path, action) for path, action in sorted(added.items())]
+        update = tx.update_snapshot(snapshot_properties={SummaryKeys.OPERATION: Operation.ADOPT_DELTA, ADOPTED_VERSIONS: adopted})
         with (update.overwrite() if removed else update.fast_append()) as producer:
             for p in removed:
                 producer.delete_data_file(live[p])
             for f in adds:
                 producer.append_data_file(f)
-    table = table.refresh()
-    snap = table.current_snapshot()
-    # The adopted snapshot's Delta side is the foreign versions themselves: an empty version records it as mirrored.
+    snap = table.refresh().current_snapshot()
+    _record_as_mirrored(delta, snap, adopted)
+    return {
+        "adopted_versions": [v.to_dict() for v in versions],
+        "iceberg_snapshot_id": snap.snapshot_id,
+        "files_added": len(adds),
+        "files_removed": len(removed),
+        "columns_added": new_columns,
+    }
+
+
+def _cannot_adopt(identifier: str, versions: list[ForeignVersion], why: str, way_out: str | None = None) -> ForeignDeltaCommits:
+    way_out = way_out or f"`lakehouse repair {identifier} --revert-delta` undoes them on the Delta side instead."
+    return ForeignDeltaCommits(
+        f"Table {identifier}: the foreign Delta version(s) {[v.version for v in versions]} cannot be adopted into Iceberg: {why}. "
+        f"Nothing was changed. {way_out}",
+        versions,
+    )
+
+
+def _check_adoptable(identifier: str, table: Table, delta: DeltaTable, before: DeltaTable, versions, added: dict, missing: list[str], new_columns, physical) -> None:
+    """Raise ForeignDeltaCommits (nothing changed) unless the versions' adds and removes can become one Iceberg snapshot."""
+    if reasons := adoption_refusals(identifier, table, delta, before, added):
+        raise _cannot_adopt(identifier, versions, "; ".join(reasons))
+    current = table.current_snapshot()
+    if current is not None and delta.transaction_version(DELTA_APP_ID) != current.sequence_number:
+        raise _cannot_adopt(
+            identifier, versions, f"Delta also lags Iceberg (snapshot {current.snapshot_id} is not mirrored; a foreign commit raced a write)",
+            f"`lakehouse repair {identifier} --revert-delta` undoes them and mirrors what Delta lags behind.",
+        )
+    if missing:
+        raise ForeignDeltaCommits(
+            f"Table {identifier}: the foreign Delta version(s) remove {len(missing)} file(s) Iceberg does not hold, e.g. {missing[:3]}: "
+            f"the formats disagreed before them. Run `lakehouse verify {identifier}`; nothing was changed.",
+            versions,
+        )
+    if physical and new_columns:
+        raise _cannot_adopt(
+            identifier, versions,
+            f"they add column(s) {new_columns} to a table with Delta column mapping, whose Delta column ids would not be the Iceberg field ids",
+            f"`lakehouse repair {identifier} --revert-delta` undoes them; add columns through the lakehouse.",
+        )  # fmt: skip
+
+
+class _FooterReader:
+    """Iceberg DataFiles of foreign Delta files, from their Parquet footers and Delta's partition values."""
+
+    def __init__(self, identifier: str, versions, table: Table, schema, metadata, physical: dict[int, str]):
+        from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
+
+        self.identifier, self.versions, self.io, self.schema = identifier, versions, table.io, schema
+        self.spec, self.spec_id = metadata.spec(), metadata.default_spec_id
+        self.plan = compute_statistics_plan(schema, metadata.properties)
+        top = {f.field_id: p for f in schema.fields if (p := physical.get(f.field_id)) is not None}
+        self.ids = parquet_path_to_id_mapping(delta_column_mapping.with_file_names(schema, top))
+        self.by_physical = {p: schema.find_column_name(i) for i, p in top.items()}  # Delta keys partition values by physical name
+
+    def data_file(self, uri: str, path: str, action: dict):
+        import pyarrow.parquet as pq
+        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
+        metadata = pq.read_metadata(self.io.new_input(uri).open())
+        self._refuse_unreadable(path, metadata)
+        stats = data_file_statistics_from_parquet_metadata(metadata, self.plan, self.ids)
+        values = {self.by_physical.get(k, k): v for k, v in (action.get("partition") or {}).items()}
+        partition = []
+        for field in self.spec.fields:
+            source = self.schema.find_field(field.source_id)
+            raw = values.get(source.name)
+            partition.append(None if raw is None else _typed_partition_value(source.field_type, raw))
+        f = DataFile.from_args(
+            content=DataFileContent.DATA, file_path=uri, file_format=FileFormat.PARQUET, partition=Record(*partition),
+            file_size_in_bytes=int(action["size_bytes"]), sort_order_id=None, equality_ids=None, key_metadata=None,
+            **stats.to_serialized_dict(),
+        )  # fmt: skip
+        f.spec_id = self.spec_id
+        return f
+
+    def _refuse_unreadable(self, path: str, metadata) -> None:
+        if views := _view_typed_columns(metadata):
+            raise _cannot_adopt(
+                self.identifier, self.versions,
+                f"file {path} declares Arrow view types for column(s) {views} in its Parquet metadata (delta-rs writes them in its "
+                "DataFusion-based DELETE, UPDATE and MERGE), and pyiceberg 0.12 cannot read such a file together with the table's "
+                "other files",
+                f"`lakehouse repair {self.identifier} --revert-delta` undoes them on the Delta side; then make the same change through "
+                "the lakehouse (Lakehouse.write with mode='merge' and a delete operation column), which writes both formats.",
+            )  # fmt: skip
+        inside = set(metadata.schema.names)
+        if lacking := [self.schema.find_field(f.source_id).name for f in self.spec.fields if self.schema.find_field(f.source_id).name not in inside]:
+            # Delta writers leave partition columns out of the files; the project's Spark reader reads columns
+            # from the files only, so it would return NULLs for them: refuse rather than diverge.
+            raise _cannot_adopt(
+                self.identifier, self.versions,
+                f"file {path} does not contain the partition column(s) {lacking} (Delta writers leave them out of the files, "
+                "and this project's readers need them inside)",
+            )  # fmt: skip
+
+
+def _record_as_mirrored(delta: DeltaTable, snap, adopted: str) -> None:
+    """The adopted snapshot's Delta side is the foreign versions themselves: an empty version records it as mirrored."""
+    from deltalake.transaction import CommitProperties, Transaction
+
     delta.update_incremental()
     delta.create_write_transaction(
         [],
@@ -333,18 +351,11 @@ def adopt(identifier: str, table: Table, root_uri: str, storage_options: dict) -
                 SummaryKeys.OPERATION: Operation.ADOPT_DELTA,
                 DeltaCommitKeys.ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id),
                 DeltaCommitKeys.ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number),
-                ADOPTED_VERSIONS: summary[ADOPTED_VERSIONS],
+                ADOPTED_VERSIONS: adopted,
             },
             app_transactions=[Transaction(DELTA_APP_ID, snap.sequence_number)],
         ),
     )
-    return {
-        "adopted_versions": [v.to_dict() for v in versions],
-        "iceberg_snapshot_id": snap.snapshot_id,
-        "files_added": len(adds),
-        "files_removed": len(removed),
-        "columns_added": new_columns,
-    }
 
 
 def _name_mapping(schema, physical: dict[int, str]) -> str:

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse_assets import DeleteFilesError, MirrorRefused, Slice
+from lakehouse_assets import DeleteFilesError, MirrorRefused, SchemaError, Slice
 
 from . import foreign_writer as fw
 from .conftest import assert_all_readers_agree
@@ -116,11 +116,15 @@ def test_foreign_rename_is_refused_loudly_and_the_next_write_reports_delta_laggi
     with pytest.raises(MirrorRefused, match=r"Table fw\.ren: Delta cannot mirror Iceberg .*'name' renamed to 'full_name'.*run `lakehouse upgrade fw\.ren`"):
         lh.repair("fw.ren")
     assert delta_version(lh, "fw.ren") == before  # nothing half-mirrored
+    snapshot = lh.load("fw.ren").current_snapshot().snapshot_id
+    with pytest.raises(SchemaError, match=r"fw\.ren: another engine changed the columns in Iceberg.*'name' renamed to 'full_name'.*lakehouse upgrade fw\.ren.*Nothing was written"):
+        lh.write(spark.createDataFrame([(20, "q", "US")], "id long, full_name string, country string"), "fw.ren")
+    assert lh.load("fw.ren").current_snapshot().snapshot_id == snapshot and delta_version(lh, "fw.ren") == before
+    # The way out the messages name: the upgrade follows the rename in Delta, and writes proceed.
+    lh.upgrade("fw.ren")
+    assert [f.name for f in DeltaTable(lh.load("fw.ren").location()).schema().fields][:2] == ["id", "full_name"]
     result = lh.write(spark.createDataFrame([(20, "q", "US")], "id long, full_name string, country string"), "fw.ren")
-    assert result.iceberg_snapshot_id is not None and result.delta_lagging
-    assert "renamed to 'full_name'" in result.delta_error
-    assert delta_version(lh, "fw.ren") == before
-    assert "full_name" not in [f.name for f in DeltaTable(lh.load("fw.ren").location()).schema().fields]  # no second column
+    assert not result.delta_lagging and lh.verify("fw.ren")["agree"]
 
 
 def test_foreign_partition_spec_change_is_refused(lh, spark):

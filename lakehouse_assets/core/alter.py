@@ -169,5 +169,6 @@ def _schema_of_the_files(table: Table, identifier: str, mirror: DeltaMirror, del
     raise SchemaError(
         f"Table {identifier}: Delta's columns {delta_names} match no Iceberg schema whose files are all mirrored "
         f"(Delta lags {len(pending or [])} snapshot(s) written after the columns changed, so some files hold other names). "
-        f"Rewrite the files into one set of names first (`lakehouse compact {identifier}`), or rename back in Iceberg, then upgrade."
+        "Turning column mapping on now would make Delta read NULL for the renamed column in the files written since the rename. "
+        "Delta stays as it is (`lakehouse verify` reports the lag); see the docs, 'Schema evolution and renames', for the ways out."
     )

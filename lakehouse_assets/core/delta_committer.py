@@ -127,6 +127,17 @@ def _schema_refusals(table: Table, delta: DeltaTable, schema: Schema, summary: d
     return out
 
 
+def unfollowed_renames(table: Table, delta: DeltaTable) -> list[str]:
+    """Why Delta cannot follow the current Iceberg schema without column mapping (a rename or drop another engine
+    made in Iceberg): checked before a write, whose files would otherwise hold names Delta's log does not know."""
+    if delta_column_mapping.enabled(table.properties) or delta_column_mapping.is_mapped(delta):
+        return []
+    names = {f.name for f in table.schema().fields}
+    if all(f.name in names for f in delta.schema().fields):
+        return []
+    return [r for r in _schema_refusals(table, delta, table.schema(), {}) if "no longer has Delta's column" in r]
+
+
 def change_refusals(table: Table, delta: DeltaTable, change: SnapshotChange, root_uri: str) -> list[str]:
     """Why this snapshot's change has no exact Delta commit (empty when it has one)."""
     t = ".".join(table.name())

@@ -31,7 +31,7 @@ from .arrow_reader import read_arrow
 from .catalog import missing_table_hint, open_catalog
 from .delta_column_mapping import enabled as mapping_enabled
 from .delta_column_mapping import mapping_keys
-from .delta_committer import DeltaMirror
+from .delta_committer import DeltaMirror, unfollowed_renames
 from .errors import RetentionError, SchemaError, SpecError, TableNotFound
 from .evolution import evolved_schema, types_were_widened
 from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
@@ -191,6 +191,11 @@ class Lakehouse:
             delta = None if created else self._foreign_delta_gate(identifier, table)
             if delta is False:  # foreign versions were adopted: a new Iceberg snapshot
                 table, delta = self.load(identifier), None
+            if delta is not None and (renames := unfollowed_renames(table, delta)):
+                raise SchemaError(
+                    f"Table {identifier}: another engine changed the columns in Iceberg: {'; '.join(renames)}. Nothing was written "
+                    "(its files would hold names Delta's log does not know)."
+                )
             if window is not None:
                 window.validate(identifier, table)
             return self._write_into(table, schema_plan, df, request, started, key_stats, delta)

@@ -150,9 +150,15 @@ def test_repair_revert_delta_undoes_a_foreign_overwrite_and_the_formats_agree(lh
     assert len(rows_now(lh, spark, duck, "fd.revert")) == 11
 
 
-def test_a_foreign_commit_racing_a_write_is_never_mirrored_over(lh, spark, duck, monkeypatch):
-    start(lh, spark, "fd.race", partitioned=False)
+@pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
+def test_a_foreign_commit_racing_a_write_is_never_mirrored_over(lh, spark, duck, monkeypatch, partitioned):
+    """A foreign version landing between our Iceberg commit and its Delta mirror step: the mirror refuses to build on
+    it (the write stands in Iceberg, Delta lags with the explanation), the policy `adopt` refuses too (Delta lags),
+    and revert undoes it and mirrors what Delta lagged behind; time travel to before it still works."""
+    original = start(lh, spark, "fd.race", partitioned=partitioned)
+    set_policy(lh, "fd.race", "adopt")
     location = lh.load("fd.race").location()
+    mirrored, snapshot = DeltaTable(location).version(), lh.load("fd.race").current_snapshot().snapshot_id
     from lakehouse_assets.core import iceberg_committer
 
     commit_files = iceberg_committer.commit_files
@@ -168,11 +174,14 @@ def test_a_foreign_commit_racing_a_write_is_never_mirrored_over(lh, spark, duck,
     assert result.delta_lagging and "did not write" in result.delta_error
     found = foreign_delta.foreign_versions(DeltaTable(location))
     assert len(found) == 1
+    with pytest.raises(ForeignDeltaCommits, match=r"cannot be adopted into Iceberg: Delta also lags Iceberg.*Nothing was changed.*--revert-delta"):
+        lh.write(spark.createDataFrame([(51, "y", "US")], "id long, name string, country string"), "fd.race", mode="append")
     with pytest.raises(ForeignDeltaCommits, match="Delta also lags Iceberg"):
         lh.repair("fd.race", adopt_delta=True)
     report = lh.repair("fd.race", revert_delta=True)
     assert report["repaired"] and len(report["revert_delta"]["reverted_versions"]) == 1
-    assert len(rows_now(lh, spark, duck, "fd.race")) == 11
+    assert rows_now(lh, spark, duck, "fd.race") == sorted([*original, ("US", 50, "x")], key=repr)
+    assert_time_travel_before(lh, spark, duck, "fd.race", snapshot, mirrored, original)
 
 
 def test_adopting_a_foreign_overwrite_replaces_the_files_in_iceberg(lh, spark, duck):
@@ -446,19 +455,31 @@ def test_cli_repair_adopt_delta_and_revert_delta(lh, spark, warehouse):
 
 
 @pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
-def test_a_foreign_append_on_s3_is_refused_then_adopted(backend, spark):
+def test_a_foreign_append_and_delete_on_s3_are_refused_then_adopted(backend, spark):
+    """On S3 (SeaweedFS): a delta-rs append and a delta-rs DELETE on a partitioned table. The write is refused, adopt
+    takes both (the DELETE's file rewritten on the executors through S3), and every reader of both formats agrees."""
+    from lakehouse_assets.core import duckdb_readers
+
     lh = backend.lakehouse()
     name = f"{backend.namespace()}.people"
-    lh.write(spark.createDataFrame([(i, f"n{i}", "DE") for i in range(4)], "id long, name string, country string"), name)
+    lh.write(spark.createDataFrame([(i, f"n{i}", "DE" if i % 2 else "US") for i in range(4)], "id long, name string, country string"), name, partition_by=["country"])
     location = lh.load(name).location()
     options = lh.storage.delta_options(location)
+    mirrored, snapshot = DeltaTable(location, storage_options=options).version(), lh.load(name).current_snapshot().snapshot_id
     schema = DeltaTable(location, storage_options=options).to_pyarrow_table().schema
-    write_deltalake(location, pa.table({"id": [100], "name": ["f"], "country": ["FR"]}).select(schema.names).cast(schema), mode="append", storage_options=options)
+    data = pa.table({"id": [100], "name": ["f"], "country": ["FR"]}).select(schema.names).cast(schema)
+    write_deltalake(location, data, mode="append", partition_by=["country"], storage_options=options)
+    DeltaTable(location, storage_options=options).delete("id = 1")
     with pytest.raises(ForeignDeltaCommits, match="Nothing was written"):
         lh.write(spark.createDataFrame([(5, "x", "DE")], "id long, name string, country string"), name)
     report = lh.repair(name, adopt_delta=True)
-    assert report["repaired"] and report["adopt_delta"]["files_added"] == 1
+    assert report["repaired"] and report["adopt_delta"]["files_added"] == 2 and report["adopt_delta"]["files_rewritten"] == 1
     lh.write(spark.createDataFrame([(5, "x", "DE")], "id long, name string, country string"), name)
+    duck = duckdb_readers.connect(lh.storage)
+    want = sorted([("US", 0, "n0"), ("US", 2, "n2"), ("DE", 3, "n3"), ("FR", 100, "f"), ("DE", 5, "x")], key=repr)
+    for reader, rows in read_everywhere(lh, spark, duck, name).items():
+        assert rows == want, reader
     assert lh.verify(name)["agree"]
-    assert sorted(r["id"] for r in lh.read_arrow(name).to_pylist()) == [0, 1, 2, 3, 5, 100]
-    assert DeltaTable(location, storage_options=options).to_pyarrow_table().num_rows == 6
+    before = sorted([("US", 0, "n0"), ("DE", 1, "n1"), ("US", 2, "n2"), ("DE", 3, "n3")], key=repr)
+    for reader, rows in read_everywhere(lh, spark, duck, name, snapshot_id=snapshot, delta_version=mirrored).items():
+        assert rows == before, reader

@@ -107,8 +107,9 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
     except Exception as e:
         raise LakehouseError(
             f"Table {identifier}: the foreign Delta version(s) {adopted} were adopted as Iceberg snapshot {snap.snapshot_id}, but "
-            f"recording that in Delta failed ({type(e).__name__}: {e}); another Delta commit may have landed meanwhile. Run "
-            f"`lakehouse verify {identifier}`: if it names newer foreign versions, revert or adopt them."
+            f"recording that in Delta failed ({type(e).__name__}: {e}); another Delta commit may have landed meanwhile, and Delta "
+            f"lags Iceberg. `lakehouse repair {identifier} --revert-delta` undoes the foreign versions in Delta and mirrors the "
+            "adopted snapshot on top (the same rows, as the lakehouse's own version)."
         ) from e
     return {
         "adopted_versions": [v.to_dict() for v in versions],

@@ -490,27 +490,43 @@ def test_the_blocking_check_fails_on_a_foreign_version_with_the_explanation(dags
     assert "did not write" in evaluation.description and "--adopt-delta" in evaluation.description and "--revert-delta" in evaluation.description
 
 
-def test_cli_repair_adopt_delta_and_revert_delta(lh, spark, warehouse):
+def test_cli_verify_names_the_foreign_versions_and_repair_adopts_or_reverts_them(lh, spark, warehouse):
+    """The `lakehouse` console script, as a user runs it: verify exits 1 naming the foreign version and both ways
+    out; `repair --adopt-delta` and `repair --revert-delta` fix the table; a refused adoption exits non-zero with
+    the reason; both flags at once are refused."""
     import json
 
-    from click.testing import CliRunner
+    from .test_cli import run
 
-    from lakehouse_assets.cli import cli
+    name = "fd.cli"
+    start(lh, spark, name, partitioned=True)
+    location = lh.load(name).location()
+    foreign_append(location, [100, 101])
+    version = DeltaTable(location).version()
+    out = run("verify", name, warehouse=warehouse, check=False)
+    assert out.returncode == 1 and f"version {version} (WRITE by delta-rs" in out.stdout and "--adopt-delta" in out.stdout and "--revert-delta" in out.stdout
+    adopted = json.loads(run("repair", name, "--adopt-delta", "--json", warehouse=warehouse).stdout)
+    assert adopted["repaired"] and [v["version"] for v in adopted["adopt_delta"]["adopted_versions"]] == [version]
+    assert run("verify", name, warehouse=warehouse).returncode == 0 and DeltaTable(location).to_pyarrow_table().num_rows == 12
 
-    runner = CliRunner()
-    for name, flag in (("fd.cli_adopt", "--adopt-delta"), ("fd.cli_revert", "--revert-delta")):
-        start(lh, spark, name, partitioned=False)
-        location = lh.load(name).location()
-        foreign_append(location, [100, 101])
-        res = runner.invoke(cli, ["--warehouse", warehouse, "repair", name, flag, "--json"], obj={})
-        assert res.exit_code == 0, res.output
-        out = json.loads(res.output)
-        assert out["repaired"], out
-        assert lh.verify(name)["agree"]
-        rows = DeltaTable(location).to_pyarrow_table().num_rows
-        assert rows == (12 if flag == "--adopt-delta" else 10)
-    res = runner.invoke(cli, ["--warehouse", warehouse, "repair", "fd.cli_adopt", "--adopt-delta", "--revert-delta"], obj={})
-    assert res.exit_code != 0 and "adopt_delta or revert_delta, not both" in str(res.exception)
+    foreign_append(location, [200])
+    text = run("repair", name, "--revert-delta", warehouse=warehouse).stdout
+    assert "revert delta: Delta version(s)" in text
+    assert run("verify", name, warehouse=warehouse).returncode == 0 and DeltaTable(location).to_pyarrow_table().num_rows == 12
+
+    both = run("repair", name, "--adopt-delta", "--revert-delta", warehouse=warehouse, check=False)
+    assert both.returncode == 2 and "Give --adopt-delta or --revert-delta, not both" in both.stderr and "Traceback" not in both.stderr
+
+
+def test_cli_repair_adopt_delta_refused_exits_non_zero_with_the_reason(lh, spark, warehouse):
+    from .test_cli import run
+
+    name = "fd.cli_dv"
+    start(lh, spark, name, partitioned=False)
+    version = write_deletion_vector_version(lh.load(name).location(), {3})
+    refused = run("repair", name, "--adopt-delta", warehouse=warehouse, check=False)
+    assert refused.returncode != 0
+    assert f"[{version - 1}, {version}] cannot be adopted" in refused.stderr and "deletion vectors" in refused.stderr and "--revert-delta" in refused.stderr
 
 
 @pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)

@@ -321,6 +321,7 @@ def test_adopting_a_partitioned_foreign_delete_rewrites_only_the_files_pyiceberg
     # The adopted FR file holds no country column; readers take FR from its partition.
     fr = [t.file for t in lh.load(name).scan(row_filter="country == 'FR'").plan_files()]
     assert len(fr) == 1 and "country" not in pa.parquet.read_schema(fr[0].file_path[len("file://"):]).names
+    assert sorted(r.id for r in lh.read(spark, name, row_filter="country = 'FR'").collect()) == [100, 101]  # pruned and filtered
     deep = lh.verify(name, deep=True)  # content compared through DuckDB's readers of both formats
     assert deep["agree"], deep["differences"]
     if java_iceberg.available():  # the reference implementation fills the column from the partition too

@@ -143,6 +143,8 @@ def verify(ctx, table: str, as_json: bool, deep: bool) -> None:
 @click.pass_context
 def repair(ctx, table: str, as_json: bool, apply_deletes: bool, rewrite_files: bool, adopt_delta: bool, revert_delta: bool) -> None:
     """Bring a lagging Delta log up to Iceberg (idempotent)."""
+    if adopt_delta and revert_delta:
+        raise click.UsageError("Give --adopt-delta or --revert-delta, not both: adopt brings the foreign Delta versions into Iceberg, revert undoes them.")
     spark = None
     if apply_deletes or rewrite_files:
         from .core.spark import spark_session

@@ -115,17 +115,21 @@ def rows_of(records, columns=None) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-def read_everywhere(lh, spark, duck, identifier: str, *, snapshot_id=None, delta_version=None, duck_formats=("iceberg", "delta")) -> dict[str, list[tuple]]:
+def read_everywhere(
+    lh, spark, duck, identifier: str, *, snapshot_id=None, delta_version=None, duck_formats=("iceberg", "delta"), columns=None
+) -> dict[str, list[tuple]]:
     """The table's rows through every reader of both formats, normalised and sorted.
 
-    `duck_formats`: the formats DuckDB can read on this storage (an emulator may lack what its reader needs)."""
+    `duck_formats`: the formats DuckDB can read on this storage (an emulator may lack what its reader needs).
+    `columns`: the columns to compare (default: the current schema's; time travel to before an added column
+    needs the older ones)."""
     import pyarrow as pa
     from deltalake import DeltaTable
 
     from lakehouse_assets.core import duckdb_readers
 
     table = lh.load(identifier)
-    columns = sorted(f.name for f in table.schema().fields)
+    columns = sorted(columns or (f.name for f in table.schema().fields))
     root = table.location()
     local_root = root[len("file://"):] if root.startswith("file://") else root
     # s3:// tables: delta-rs gets the lakehouse's storage options (and `duck` must hold an S3 secret,

@@ -445,6 +445,14 @@ class DeltaMirror:
         delta.update_incremental()
         return None
 
+    def record_adoption(self, table: Table, delta: DeltaTable, snapshot: Snapshot, adds: list[DataFile], removes: list[DataFile]) -> None:
+        """Record an adopted snapshot (core/delta_adoption.py) as mirrored: one version of ours right after the foreign
+        versions it adopted, tagged with its id and sequence number. Its Delta side is those versions themselves, except
+        for files the adoption rewrote: `removes` (the foreign files) leave and `adds` (their rewrites) come in, rows
+        unchanged. No retry: a version landing in between would be a foreign one left behind unadopted."""
+        change = SnapshotChange(snapshot, adds, removes, {**history.summary(snapshot), SummaryKeys.OPERATION: Operation.ADOPT_DELTA})
+        self._commit_change(table, delta, change)
+
     def _add_action(self, table: Table, schema: Schema, f: DataFile, data_change: bool, now: int, policy: StatisticsPolicy, names: dict[int, str] | None = None) -> AddAction:
         return AddAction(
             path=relative_to(self.root_uri, f.file_path),

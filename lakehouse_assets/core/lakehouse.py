@@ -23,7 +23,7 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from . import alter as alter_
-from . import foreign_delta, history, tables, time_travel, transaction, write_modes
+from . import delta_adoption, foreign_delta, history, tables, time_travel, transaction, write_modes
 from . import maintenance as maintenance_
 from . import merge as merge_
 from . import rollback as rollback_
@@ -34,6 +34,7 @@ from .delta_column_mapping import mapping_keys
 from .delta_committer import DeltaMirror, unfollowed_renames
 from .errors import RetentionError, SchemaError, SpecError, TableNotFound
 from .evolution import evolved_schema, types_were_widened
+from .maintenance.rewrite_files import adoption_rewrite
 from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
 from .small_writes import small_writes_warning
 from .spark import active_session
@@ -188,9 +189,10 @@ class Lakehouse:
                 raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
         table, schema_plan, created = tables.create_or_load(self.catalog, self.warehouse, request.spec, incoming)
         try:
-            delta = None if created else self._foreign_delta_gate(identifier, table)
-            if delta is False:  # foreign versions were adopted: a new Iceberg snapshot
-                table, delta = self.load(identifier), None
+            delta = None if created else self._foreign_delta_gate(identifier, table, df.sparkSession)
+            if delta is False:  # foreign versions were adopted: a new Iceberg snapshot, maybe new columns to plan against
+                table, schema_plan, _ = tables.create_or_load(self.catalog, self.warehouse, request.spec, incoming)
+                delta = None
             if delta is not None and (renames := unfollowed_renames(table, delta)):
                 raise SchemaError(
                     f"Table {identifier}: another engine changed the columns in Iceberg: {'; '.join(renames)}. Nothing was written "
@@ -204,7 +206,7 @@ class Lakehouse:
                 tables.drop_if_never_written(self.catalog, self.storage, table)
             raise
 
-    def _foreign_delta_gate(self, identifier: str, table: Table):
+    def _foreign_delta_gate(self, identifier: str, table: Table, spark=None):
         """Before planning a write: Delta versions another engine wrote are refused or adopted (the table's policy).
 
         Returns the Delta log as read, for the commit to bring up to date instead of loading it again (None when
@@ -219,7 +221,7 @@ class Lakehouse:
             log.warning("Table %s: the Delta log cannot be read to look for foreign versions: %s", identifier, e)
             return None
         if foreign_delta.refuse_if_foreign(identifier, delta, policy):
-            report = foreign_delta.adopt(identifier, table, mirror.root_uri, self.storage.delta_options(mirror.root_uri))
+            report = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(self, identifier, spark))
             log.info("Table %s: adopted foreign Delta versions before the write: %s", identifier, report)
             return False
         return delta
@@ -489,8 +491,8 @@ class Lakehouse:
 
         Delta versions another engine wrote are never mirrored over: the report says which and why
         (`repaired: False`). `adopt_delta=True` brings them into Iceberg as one snapshot; `revert_delta=True`
-        undoes them with a new Delta version (core/foreign_delta.py). Raises ForeignDeltaCommits, nothing
-        changed, when they cannot be adopted.
+        undoes them with a new Delta version (core/foreign_delta.py, core/delta_adoption.py). Raises
+        ForeignDeltaCommits, nothing changed, when they cannot be adopted.
         """
         if adopt_delta and revert_delta:
             raise ValueError(f"Table {identifier}: repair takes adopt_delta or revert_delta, not both.")
@@ -510,12 +512,11 @@ class Lakehouse:
         before = mirror.load()
         before_version = before.version() if before is not None else None
         if before is not None and (adopt_delta or revert_delta) and foreign_delta.foreign_versions(before):
-            options = self.storage.delta_options(mirror.root_uri)
             if adopt_delta:
-                out["adopt_delta"] = foreign_delta.adopt(identifier, table, mirror.root_uri, options)
+                out["adopt_delta"] = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(self, identifier, spark))
                 table = self.load(identifier)
             else:
-                out["revert_delta"] = foreign_delta.revert(identifier, mirror.root_uri, options)
+                out["revert_delta"] = foreign_delta.revert(identifier, mirror.root_uri, self.storage.delta_options(mirror.root_uri))
             version = transaction.sync_delta(mirror, table)
             return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
         if before is not None and (foreign := foreign_delta.foreign_versions(before)):

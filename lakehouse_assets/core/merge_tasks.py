@@ -47,10 +47,11 @@ def files_holding(spark, target: "WriteTarget", files: list[DataFile], values: p
     return {r[0] for r in hits.collect()}
 
 
-def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None) -> tuple[ParquetFileReader, bytes]:
+def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None, constants=None) -> tuple[ParquetFileReader, bytes]:
     """A reader of the table's key columns (by field id after renames, in the table's types) and the
     batch's distinct keys cast to those types, as an Arrow IPC stream for the executors. `spark_schema`:
-    the table's, with field ids after renames, when the caller has it already."""
+    the table's, with field ids after renames, when the caller has it already; `constants`: the target's
+    `partition_constants()`, likewise."""
     from pyspark.sql.types import StructType
 
     from .spark_compat import arrow_schema as to_arrow_schema
@@ -61,7 +62,8 @@ def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None) -> t
     field_ids = {k: spark_schema[k].metadata[SPARK_FIELD_ID_KEY] for k in keys if SPARK_FIELD_ID_KEY in (spark_schema[k].metadata or {})}
     # The table's types: schema evolution only widens a table's key type to the batch's, so this never narrows.
     values = values.cast(pa.schema([pa.field(f.name, f.type) for f in key_schema]))
-    return ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None), _ipc(values)
+    constants = target.partition_constants() if constants is None else constants  # key columns a file lacks (partition_constants)
+    return ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None, constants=constants or None), _ipc(values)
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -156,7 +158,7 @@ def rewrite_in_one_job(
     writer = target.file_writer(settings, write_id)
     spark_schema = target.spark_schema()
     row_reader = target.row_reader(spark_schema)
-    rewrite = _GroupRewriter(*_key_reader(target, values, spark_schema), row_reader, groups, tasks, writer)
+    rewrite = _GroupRewriter(*_key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, groups, tasks, writer)
     out_schema = StructType([*file_row_schema().fields, StructField(_REWRITTEN, StringType())])
     mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(rewrite, out_schema)  # one index per task
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])

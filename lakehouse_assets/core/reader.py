@@ -28,6 +28,7 @@ class ParquetFileReader:
     path_column: str | None = None
     field_ids: dict[str, int] | None = None  # column -> Parquet field id to match by (instead of the name)
     position_column: str | None = None  # each row's position in its file (what position deletes name)
+    constants: dict[str, dict[str, object]] | None = None  # file URI -> {column: value} for columns the file lacks
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from .type_mapping import conform_batch
@@ -46,6 +47,8 @@ class ParquetFileReader:
                 for rb in self._batches(parquet, [source[n] for n in names]):
                     rb = pa.RecordBatch.from_arrays(rb.columns, names=[table_name[c] for c in rb.schema.names]) if names else rb
                     out = conform_batch(rb, data_schema)
+                    if fill := {n: v for n, v in (self.constants or {}).get(uri, {}).items() if n not in source and n in data_schema.names}:
+                        out = _with_constants(out, fill)
                     if self.path_column:
                         out = out.append_column(self.path_column, pa.array([uri] * out.num_rows, pa.string()))
                     if self.position_column:
@@ -77,6 +80,16 @@ class ParquetFileReader:
 _ARROW_FIELD_ID = b"PARQUET:field_id"
 
 
+def _with_constants(batch: pa.RecordBatch, values: dict[str, object]) -> pa.RecordBatch:
+    """`batch` with the columns named in `values` holding that value on every row (Iceberg's identity partition
+    rule for a column the file lacks)."""
+    columns = list(batch.columns)
+    for name, value in values.items():
+        i = batch.schema.get_field_index(name)
+        columns[i] = pa.repeat(pa.scalar(value, type=batch.schema.field(i).type), batch.num_rows)
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
 def _by_name(wanted: list[str], present: list[str]) -> dict[str, str]:
     """Each wanted column's column in a file: the same name, else the one name equal to it ignoring case,
     as Spark's Parquet reader resolves them by default (another engine's file may spell `ID` for `id`)."""
@@ -96,7 +109,14 @@ def _by_name(wanted: list[str], present: list[str]) -> dict[str, str]:
 
 
 def read_parquet_files(
-    spark, uris: list[str], spark_schema, storage: StorageConfig, path_column: str | None = None, cast_files: bool = False, position_column: str | None = None
+    spark,
+    uris: list[str],
+    spark_schema,
+    storage: StorageConfig,
+    path_column: str | None = None,
+    cast_files: bool = False,
+    position_column: str | None = None,
+    constants: dict[str, dict[str, object]] | None = None,
 ):
     """`path_column` adds each row's file, as Spark spells it on file:// (or exactly as given in `uris` when
     pyarrow reads): pass the distinct values to `file_uris` to get the URIs back (merge finds matched files so).
@@ -104,6 +124,9 @@ def read_parquet_files(
 
     `cast_files`: some files hold narrower types than `spark_schema` (widened columns); read them with
     pyarrow, which casts, instead of Spark's Parquet reader, which refuses.
+
+    `constants`: {file URI: {column: value}} for identity partition columns some files lack
+    (`partition_constants`); those files' rows get the value. The files are then read with pyarrow.
     """
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -114,6 +137,8 @@ def read_parquet_files(
     if position_column:
         out_schema = StructType([*out_schema.fields, StructField(position_column, LongType(), False)])
         cast_files = True  # positions come from the pyarrow reader
+    if constants:
+        cast_files = True  # Spark's Parquet reader has no per-file constants
     if not uris:
         return spark.createDataFrame([], out_schema)
     if field_ids:
@@ -139,7 +164,7 @@ def read_parquet_files(
         return df
     from .spark_compat import arrow_schema as to_arrow_schema
 
-    reader = ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column)
+    reader = ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column, constants or None)
     return map_paths(spark, uris, reader, out_schema, tasks=min(len(uris), spark.sparkContext.defaultParallelism * 4))
 
 

@@ -14,9 +14,11 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from . import partition_constants
 from .deletes import refuse_delete_files
+from .delta_adoption import files_with_deletion_vectors
 from .delta_committer import DeltaMirror
-from .errors import SpecError, TableNotFound
+from .errors import LakehouseError, SpecError, TableNotFound
 from .evolution import column_names_moved, types_were_widened
 from .memo import ByImmutableFiles
 from .reader import read_parquet_files
@@ -57,8 +59,15 @@ def read_table(
         if delta is None:
             raise TableNotFound(f"Table {identifier} has no Delta log at {table.location()}.")
         root = normalize_uri(table.location())
+        if with_vectors := files_with_deletion_vectors(delta):
+            raise LakehouseError(
+                f"Table {identifier}: Delta version {delta.version()} marks rows of {len(with_vectors)} file(s) deleted with deletion "
+                "vectors (another engine's delete), and this reader reads files without applying them. Read that version with "
+                "delta-rs or DuckDB, or read the table by Iceberg snapshot."
+            )
         uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
         spark_schema = delta_to_spark_schema(delta)
+        constants = partition_constants.of_delta(table, delta, root)
         bound = None
         if row_filter is not None:
             # The row filter means what it meant at that version: the schema of the snapshot it mirrors
@@ -94,7 +103,8 @@ def read_table(
             # the snapshot's schema, the filter cannot prune: Spark still applies it to the rows below.
             plan_expr = AlwaysTrue()
         uris = _planned_files(table, snap.snapshot_id, And(plan_expr, window_expr))
-    df = read_parquet_files(spark, uris, spark_schema, storage, cast_files=types_were_widened(table))
+        constants = partition_constants.of_files(table, _planned_data_files(table, snap.snapshot_id, And(plan_expr, window_expr)), schema)
+    df = read_parquet_files(spark, uris, spark_schema, storage, cast_files=types_were_widened(table), constants=constants)
     if bound is not None:
         # Planning pruned files only: the rows of a planned file still need the filter.
         df = df.filter(spark_row_filter(spark, identifier, schema, bound))  # the same rows for text and expressions
@@ -122,6 +132,13 @@ def _planned_files(table: Table, snapshot_id: int, expr: BooleanExpression) -> l
     # that would ever reuse a metadata location (the spec writes a new file per change).
     key = (table.metadata_location, table.metadata.last_updated_ms, table.metadata.current_schema_id, snapshot_id, repr(expr))
     return list(_PLANS.get(key, plan))
+
+
+def _planned_data_files(table: Table, snapshot_id: int, expr: BooleanExpression):
+    """The planned DataFiles (not cached), only on a table with files that lack partition columns."""
+    if not partition_constants.marked(table):
+        return []
+    return [t.file for t in table.scan(snapshot_id=snapshot_id, row_filter=expr).plan_files()]
 
 
 @functools.lru_cache(maxsize=256)

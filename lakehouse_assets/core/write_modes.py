@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 
 from . import iceberg_committer as ic
 from . import merge as merge_
+from . import partition_constants
 from .deletes import refuse_delete_files, table_files
 from .errors import SpecError
 from .evolution import column_names_moved
@@ -98,7 +99,8 @@ class WriteTarget:
     def read(self, spark, files: list[DataFile], *, cast_files: bool | None = None, path_column: str | None = None):
         """Existing files as a DataFrame in the write's schema."""
         cast = self.cast_files if cast_files is None else cast_files
-        return read_parquet_files(spark, [f.file_path for f in files], self.spark_schema(), self.storage, path_column=path_column, cast_files=cast)
+        constants = partition_constants.of_files(self.table, files, self.schema)
+        return read_parquet_files(spark, [f.file_path for f in files], self.spark_schema(), self.storage, path_column=path_column, cast_files=cast, constants=constants)
 
     def spark_schema(self):
         """The write's schema for Spark; with Parquet field ids after renames (existing files are read by id)."""
@@ -111,7 +113,12 @@ class WriteTarget:
 
         spark_schema = spark_schema or self.spark_schema()
         field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
-        return ParquetFileReader(self.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None)
+        return ParquetFileReader(self.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None, constants=self.partition_constants() or None)
+
+    def partition_constants(self) -> dict:
+        """Identity partition values of the table's files that lack those columns (`partition_constants`; empty,
+        at no cost, unless the table holds such files): what executor readers of whole files need."""
+        return partition_constants.of_table(self.table, self.schema)
 
     def file_writer(self, settings: dict, write_id: str) -> FileWriter:
         """The writer's own file writer for executor tasks whose rows carry their partition key, with the

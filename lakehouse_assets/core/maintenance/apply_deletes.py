@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.manifest import DataFile
 
-from .. import transaction
+from .. import partition_constants, transaction
 from ..deletes import applies, table_files
 from ..errors import DeleteFilesError
 from ..evolution import column_names_moved
@@ -51,7 +51,8 @@ def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any
     candidates = sorted({data for _, data in pairs})
     drops = None
     if candidates:
-        rows = read_parquet_files(spark, candidates, spark_schema, lh.storage, path_column=_PATH, position_column=_POS)
+        constants = partition_constants.of_files(table, [by_uri[u] for u in candidates], schema)  # partition columns a file lacks
+        rows = read_parquet_files(spark, candidates, spark_schema, lh.storage, path_column=_PATH, position_column=_POS, constants=constants)
         pair_df = spark.createDataFrame(pairs, f"{_DEL} string, {_PATH} string")
         parts = []
         pos_files = sorted({e.data_file.file_path for e in files.position_deletes})
@@ -87,7 +88,8 @@ def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any
         removes: list[DataFile] = [by_uri[u] for u in affected]
         changes.removes += removes
         if affected:
-            kept = read_parquet_files(spark, affected, spark_schema, lh.storage, path_column=_PATH, position_column=_POS)
+            constants = partition_constants.of_files(table, removes, schema)
+            kept = read_parquet_files(spark, affected, spark_schema, lh.storage, path_column=_PATH, position_column=_POS, constants=constants)
             adds = target.write(kept.join(drops, [_PATH, _POS], "left_anti").drop(_PATH, _POS), changes, counts_as_written=False)
             expected = sum(f.record_count for f in removes) - deleted_rows
             if sum(f.record_count for f in adds) != expected:

@@ -1,4 +1,8 @@
-"""rewrite_files: put other engines' data files of a column-mapped table under the columns' physical names.
+"""rewrite_files: rewrite other engines' data files the formats or their readers cannot take as they are.
+
+`rewrite_misnamed_files` puts other engines' Iceberg data files of a column-mapped table under the columns'
+physical names; `adoption_rewrite` writes again the foreign Delta files an adoption cannot take as they are
+(core/delta_adoption.py).
 
 Under Delta column mapping, Delta readers find a column in a file by its physical name, which stays the
 same when the column is renamed (`delta_column_mapping.py`). An Iceberg writer of another engine (Spark,
@@ -17,13 +21,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import delta_column_mapping, history, transaction
+from .. import delta_column_mapping, history, partition_constants, transaction
 from ..deletes import table_files
+from ..evolution import column_names_moved
 from ..properties import Operation, SummaryKeys
 from ..reader import read_parquet_files
 from ..spark import active_session
 from ..storage import delete_files
 from ..transaction import FileChanges
+from ..type_mapping import iceberg_to_spark_schema
 from ..write_modes import WriteTarget
 
 if TYPE_CHECKING:
@@ -45,7 +51,8 @@ def rewrite_misnamed_files(lh: "Lakehouse", identifier: str, spark=None) -> dict
     target = WriteTarget(identifier, table, schema, lh.storage, cast_files=True)
     changes = FileChanges()
     try:
-        rows = read_parquet_files(spark, misnamed, target.spark_schema(), lh.storage, cast_files=True)  # by field id
+        constants = partition_constants.of_files(table, [live[u] for u in misnamed], schema)  # partition columns a file lacks
+        rows = read_parquet_files(spark, misnamed, target.spark_schema(), lh.storage, cast_files=True, constants=constants)  # by field id
         changes.removes += [live[u] for u in misnamed]
         adds = target.write(rows, changes, counts_as_written=False)
         before = sum(live[u].record_count for u in misnamed)
@@ -82,3 +89,23 @@ def _unmirrored_foreign_files(lh: "Lakehouse", table, live: dict) -> list[str]:
             continue  # the project's own write: physical names
         out += [f.file_path for f in snapshot_change(table, snap).adds if f.file_path in live]
     return sorted(set(out))
+
+
+def adoption_rewrite(lh: "Lakehouse", identifier: str, spark=None):
+    """The `rewrite` of `delta_adoption.adopt`: foreign Delta files that pyiceberg cannot read beside the table's
+    other files (Arrow view types declared in them) written again by the project's writer, rows unchanged, in the
+    adopted snapshot's schema. Rows are read on the executors (by name, or by field id under column mapping, where
+    delta-rs tags columns with the Iceberg field ids); identity partition columns the files lack come from `constants`."""
+
+    def rewrite(table, schema, files, constants, created: list[str]):
+        session = active_session(spark)
+        target = WriteTarget(identifier, table, schema, lh.storage, cast_files=True)
+        by_id = column_names_moved(table) or delta_column_mapping.enabled(table.properties)
+        changes = FileChanges()
+        try:
+            rows = read_parquet_files(session, [f.file_path for f in files], iceberg_to_spark_schema(schema, field_ids=by_id), lh.storage, cast_files=True, constants=constants)
+            return target.write(rows, changes, counts_as_written=False)
+        finally:
+            created += changes.created
+
+    return rewrite

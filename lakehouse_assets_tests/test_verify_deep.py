@@ -149,8 +149,8 @@ def test_wrong_partition_value(lh, spark, planted):
 
 @pytest.mark.parametrize("term", ["month(ts)", "day(d)", "truncate(10, i)", "ts"])
 def test_verify_refuses_a_partition_record_that_is_not_the_rows_partition(lh, spark, monkeypatch, term):
-    """Planted divergence: a writer whose partition values are off by one (as year/month were under a non-UTC
-    session before session 20). Both logs hold the same files and rows, yet Iceberg readers pruning by the
+    """Planted divergence: a writer whose partition values are off by one (as year/month computed under a non-UTC
+    Spark session time zone once were). Both logs hold the same files and rows, yet Iceberg readers pruning by the
     record miss rows Delta readers see: the formats-agree check must say so."""
     from pyspark.sql import functions as F
 

@@ -287,3 +287,16 @@ def test_a_foreign_delta_append_to_a_renamed_column_mapped_table_is_adopted_by_f
     assert report["repaired"] and report["adopt_delta"]["files_added"] == 1
     expected = [(0, "n0", None), (1, "n1", None), (2, "n2", None), (3, "n3", 3), (4, "n4", 4), (100, "f", 7)]
     assert_readers(lh, spark, duck, t, ["id", "label", "extra"], expected)
+
+
+def test_verify_fails_when_delta_physical_names_disagree_with_iceberg(lh, spark):
+    """Planted divergence: a Delta metaData whose physical name for a column is not the one the files hold."""
+    t = "ren.planted"
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, properties={cm.MODE: "name"})
+    table = lh.load(t)
+    root = table.location()
+    s_id = table.schema().find_field("s").field_id
+    cm.commit_schema(root, lh.storage, DeltaTable(root), table.schema(), {**cm.file_names(table, table.schema()), s_id: "wrong"}, operation="PLANTED",
+                     commit_info={"lakehouse.operation": "schema-change"})  # fmt: skip
+    report = lh.verify(t)
+    assert not report["agree"] and any("column mapping" in d and "'wrong'" in d for d in report["differences"]), report["differences"]

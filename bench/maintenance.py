@@ -31,7 +31,7 @@ REPEATS = 7
 
 
 def spark_session():
-    from lakehouse_assets.core.spark import spark_session as project_spark_session
+    from lakehouse_assets.core.spark.session import spark_session as project_spark_session
 
     return project_spark_session({"spark.sql.shuffle.partitions": "2", "spark.app.name": "bench-maintenance"})
 

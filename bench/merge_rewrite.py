@@ -21,7 +21,7 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse
-    from lakehouse_assets.core.spark import spark_session
+    from lakehouse_assets.core.spark.session import spark_session
 
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     spark = spark_session({"spark.sql.shuffle.partitions": "8"})

@@ -31,7 +31,7 @@ def measure(args) -> dict:
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse
-    from lakehouse_assets.core.spark import spark_session
+    from lakehouse_assets.core.spark.session import spark_session
 
     spark = spark_session({"spark.driver.memory": "4g", "spark.sql.shuffle.partitions": "8", "spark.app.name": "bench-spark-lines"})
     root = tempfile.mkdtemp(prefix="bench-spark-lines-")

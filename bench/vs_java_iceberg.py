@@ -84,7 +84,7 @@ class Bench:
         from pyspark.sql import functions as F
 
         from lakehouse_assets import Lakehouse
-        from lakehouse_assets.core.spark import spark_session
+        from lakehouse_assets.core.spark.session import spark_session
         from lakehouse_assets_tests import java_iceberg
 
         self.args = args

@@ -30,7 +30,7 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse
-    from lakehouse_assets.core.spark import spark_session
+    from lakehouse_assets.core.spark.session import spark_session
 
     spark = spark_session({"spark.sql.parquet.compression.codec": "zstd", "spark.driver.memory": "4g"})
 

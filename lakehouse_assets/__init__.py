@@ -18,17 +18,19 @@ from .core.errors import (
 )
 
 if TYPE_CHECKING:
+    from .core.io.storage import StorageConfig
     from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
-    from .core.storage import StorageConfig
+    from .core.spark.session import spark_session
 
 # Imported on first use: Spark's Python workers import this package to run the write and read functions
-# (core/writer.py, core/reader.py), and importing the whole facade (catalogs, Delta, pandas) costs them ~1 s.
+# (core/write/writer.py, core/read/reader.py), and importing the whole facade (catalogs, Delta, pandas) costs them ~1 s.
 _LAZY = {
     "Lakehouse": ".core.lakehouse",
     "Slice": ".core.lakehouse",
     "Window": ".core.lakehouse",
     "WriteResult": ".core.lakehouse",
-    "StorageConfig": ".core.storage",
+    "StorageConfig": ".core.io.storage",
+    "spark_session": ".core.spark.session",
 }
 
 
@@ -59,4 +61,5 @@ __all__ = [
     "Window",
     "WriteError",
     "WriteResult",
+    "spark_session",
 ]

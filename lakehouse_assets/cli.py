@@ -147,7 +147,7 @@ def repair(ctx, table: str, as_json: bool, apply_deletes: bool, rewrite_files: b
         raise click.UsageError("Give --adopt-delta or --revert-delta, not both: adopt brings the foreign Delta versions into Iceberg, revert undoes them.")
     spark = None
     if apply_deletes or rewrite_files:
-        from .core.spark import spark_session
+        from .core.spark.session import spark_session
 
         spark = spark_session()
     report = _lakehouse(ctx).repair(

@@ -73,7 +73,7 @@ def run_demo(screen, log_path: Path) -> bool:
         print(line, file=screen, flush=True)
 
     started = time.monotonic()
-    from .core import duckdb_readers
+    from .core.read import duckdb_readers
     from .dagster.demo_assets import COUNTRIES
     from .dagster.resources import spark_session
     from .definitions import defs, lakehouse

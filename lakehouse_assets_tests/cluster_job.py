@@ -17,8 +17,8 @@ def main(master: str, warehouse: str, out: str) -> None:
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse
-    from lakehouse_assets.core import duckdb_readers
-    from lakehouse_assets.core.spark import spark_session
+    from lakehouse_assets.core.read import duckdb_readers
+    from lakehouse_assets.core.spark.session import spark_session
 
     spark = spark_session(
         {

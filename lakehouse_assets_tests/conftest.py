@@ -18,7 +18,7 @@ os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from lakehouse_assets.core.spark import spark_session
+    from lakehouse_assets.core.spark.session import spark_session
 
     from . import java_iceberg
 
@@ -46,7 +46,7 @@ def lh(warehouse, monkeypatch):
 
 @pytest.fixture(scope="session")
 def duck():
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     return duckdb_readers.connect()
 
@@ -126,7 +126,7 @@ def read_everywhere(
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     table = lh.load(identifier)
     columns = sorted(columns or (f.name for f in table.schema().fields))

@@ -23,7 +23,7 @@ from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
-from lakehouse_assets.core.deletes import DeleteManifestWriter  # the project's own: what it writes in repair
+from lakehouse_assets.core.formats.deletes import DeleteManifestWriter  # the project's own: what it writes in repair
 
 POSITION_DELETE_SCHEMA = Schema(
     NestedField(2147483546, "file_path", StringType(), required=True),

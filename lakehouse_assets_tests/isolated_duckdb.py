@@ -18,7 +18,7 @@ class DuckDBDied(AssertionError):
 
 
 def _serve(conn) -> None:
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     con = duckdb_readers.connect()
     while True:

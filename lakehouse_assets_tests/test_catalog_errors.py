@@ -9,9 +9,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_assets import Lakehouse
-from lakehouse_assets.core import duckdb_readers
 from lakehouse_assets.core.errors import CatalogError, TableNotFound
-from lakehouse_assets.core.small_writes import COMMITS
+from lakehouse_assets.core.read import duckdb_readers
+from lakehouse_assets.core.write.small_writes import COMMITS
 
 from .conftest import assert_all_readers_agree
 from .servers import READONLY_ACCESS_KEY, READONLY_SECRET_KEY, SECRET_KEY, backend, free_ports, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures

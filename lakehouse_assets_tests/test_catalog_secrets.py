@@ -12,7 +12,7 @@ from dagster_aws.s3 import S3Resource
 from dagster_pyspark import PySparkResource
 
 from lakehouse_assets import Lakehouse
-from lakehouse_assets.core.storage import StorageConfig
+from lakehouse_assets.core.io.storage import StorageConfig
 from lakehouse_assets.dagster.checks import build_formats_agree_checks
 from lakehouse_assets.dagster.io_manager import LakehouseIOManager
 from lakehouse_assets.dagster.resources import LakehouseResource

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse_assets.core import duckdb_readers
+from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import assert_all_readers_agree, rows_of
 from .servers import azurite, backend, fake_gcs, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
@@ -126,7 +126,7 @@ def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
 
 
 def test_merge_on_every_backend(backend, spark, monkeypatch):
-    from lakehouse_assets.core import merge_tasks
+    from lakehouse_assets.core.write import merge_tasks
 
     lh = backend.lakehouse()
     duck = duckdb_readers.connect(lh.storage)

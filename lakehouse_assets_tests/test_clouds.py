@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import Lakehouse
 from lakehouse_assets.core.errors import CatalogError
-from lakehouse_assets.core.storage import StorageConfig
+from lakehouse_assets.core.io.storage import StorageConfig
 
 from .conftest import rows_of
 from .servers import (  # noqa: F401 - fixtures

@@ -1,4 +1,4 @@
-"""Compaction's one-job rewrite (core/compaction_tasks.py) against Spark's shuffled rewrite it replaced:
+"""Compaction's one-job rewrite (core/write/compaction_tasks.py) against Spark's shuffled rewrite it replaced:
 the same rows, the same partitions and files, both formats agreeing, per partition transform."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lakehouse_assets.core import compaction_tasks
+from lakehouse_assets.core.write import compaction_tasks
 
 from .conftest import _norm, assert_all_readers_agree
 
@@ -128,9 +128,9 @@ def test_int96_timestamps_of_other_engines_read_as_written(tmp_path):
     import pyarrow.parquet as pq
     from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-    from lakehouse_assets.core.reader import ParquetFileReader, path_batches
-    from lakehouse_assets.core.spark_compat import arrow_schema as to_arrow_schema
-    from lakehouse_assets.core.storage import StorageConfig
+    from lakehouse_assets.core.io.storage import StorageConfig
+    from lakehouse_assets.core.read.reader import ParquetFileReader, path_batches
+    from lakehouse_assets.core.spark.compat import arrow_schema as to_arrow_schema
 
     values = [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59), dt.datetime(2024, 5, 1, 12, 0, 0, 123456)]
     path = tmp_path / "int96.parquet"
@@ -146,7 +146,7 @@ def test_int96_timestamps_of_other_engines_read_as_written(tmp_path):
 def test_a_wrong_partition_key_in_the_one_job_compaction_fails_the_formats_agree_check(lh, spark, monkeypatch):
     """Planted: the one-job road takes each file's key from its partition record; were that key off by one,
     both formats would agree with each other but not with the rows, and verify must say so."""
-    from lakehouse_assets.core.partition_keys import PartitionKeyer
+    from lakehouse_assets.core.write.partition_keys import PartitionKeyer
 
     name = "ct.planted"
     for lo in (0, 12, 24):

@@ -19,8 +19,8 @@ from deltalake.query import QueryBuilder
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
-from lakehouse_assets.core import delta_column_mapping as cm
-from lakehouse_assets.core import duckdb_readers
+from lakehouse_assets.core.formats import delta_column_mapping as cm
+from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import rows_of
 from .servers import azurite, backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures

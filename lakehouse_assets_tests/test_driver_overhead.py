@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from lakehouse_assets.core import history
-from lakehouse_assets.core.reader import LISTING_THRESHOLD_KEY
+from lakehouse_assets.core.formats import history
+from lakehouse_assets.core.read.reader import LISTING_THRESHOLD_KEY
 
 from .conftest import assert_all_readers_agree
 
@@ -73,7 +73,8 @@ class _Counts:
         from pyiceberg.catalog.sql import SqlCatalog
         from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
 
-        from lakehouse_assets.core import catalog, iceberg_committer, iceberg_metadata
+        from lakehouse_assets.core.formats import iceberg_committer, iceberg_metadata
+        from lakehouse_assets.core.table import catalog
 
         self.calls: dict[str, int] = {}
 
@@ -165,7 +166,7 @@ def test_a_commit_on_stale_metadata_is_still_refused(lh, spark):
 
 
 def test_health_opens_only_the_manifests_a_write_added(lh, spark, monkeypatch):
-    from lakehouse_assets.core import iceberg_committer as ic
+    from lakehouse_assets.core.formats import iceberg_committer as ic
     from lakehouse_assets.core.maintenance import health
     from lakehouse_assets.core.maintenance.compaction import plan_compaction
     from lakehouse_assets.core.maintenance.settings import MaintenanceSettings
@@ -215,7 +216,7 @@ def _worker_invalidation(_):
 
 def test_python_workers_keep_sparks_own_archives_indexed(spark):
     """The session's Python workers run our daemon: Spark's zips/jars on their path are not re-read per task."""
-    assert spark.conf.get("spark.python.daemon.module") == "lakehouse_assets.core.spark_daemon"
+    assert spark.conf.get("spark.python.daemon.module") == "lakehouse_assets.core.spark.daemon"
     seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_invalidation).collect()
     assert {name for name, _ in seen} == {"_invalidate_unless_spark_archive"}
 
@@ -226,7 +227,7 @@ def test_other_archives_are_still_invalidated(tmp_path, monkeypatch):
     import sys
     import zipfile
 
-    from lakehouse_assets.core import spark_daemon  # noqa: F401 - installs the invalidation
+    from lakehouse_assets.core.spark import daemon  # noqa: F401 - installs the invalidation
 
     archive = tmp_path / "deps.zip"
     with zipfile.ZipFile(archive, "w") as z:

@@ -18,8 +18,8 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from lakehouse_assets import InputError, SchemaError, SpecError
-from lakehouse_assets.core import duckdb_readers
 from lakehouse_assets.core.errors import WriteError
+from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import assert_all_readers_agree
 

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_assets import CommitError, SchemaError, SpecError
-from lakehouse_assets.core import iceberg_committer
+from lakehouse_assets.core.formats import iceberg_committer
 
 from .conftest import assert_all_readers_agree, unreadable_delta_log
 

@@ -12,9 +12,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType
 
-from lakehouse_assets.core import parquet_files, partition_keys
-from lakehouse_assets.core.storage import StorageConfig
-from lakehouse_assets.core.type_mapping import arrow_file_schema
+from lakehouse_assets.core.io.storage import StorageConfig
+from lakehouse_assets.core.schema.type_mapping import arrow_file_schema
+from lakehouse_assets.core.write import parquet_files, partition_keys
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "region", IntegerType()), NestedField(3, "score", DoubleType()), NestedField(4, "name", StringType()))
 SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "region"), PartitionField(3, 1001, IdentityTransform(), "score"))

@@ -9,7 +9,7 @@ from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable, write_deltalake
 
 from lakehouse_assets import ForeignDeltaCommits
-from lakehouse_assets.core import foreign_delta
+from lakehouse_assets.core.formats import foreign_delta
 
 from . import java_iceberg
 from .conftest import read_everywhere
@@ -160,7 +160,7 @@ def test_a_foreign_commit_racing_a_write_is_never_mirrored_over(lh, spark, duck,
     set_policy(lh, "fd.race", "adopt")
     location = lh.load("fd.race").location()
     mirrored, snapshot = DeltaTable(location).version(), lh.load("fd.race").current_snapshot().snapshot_id
-    from lakehouse_assets.core import iceberg_committer
+    from lakehouse_assets.core.formats import iceberg_committer
 
     commit_files = iceberg_committer.commit_files
 
@@ -345,7 +345,7 @@ def test_a_foreign_commit_landing_while_an_adoption_records_itself_is_reported_a
     """The Delta version recording an adoption is committed without retries: a foreign commit landing just before it
     fails the adoption, saying what happened (Iceberg holds the adopted snapshot, Delta lags); revert undoes the
     foreign versions and mirrors the adopted snapshot on top, and both formats agree on the adopted rows."""
-    from lakehouse_assets.core.delta_committer import DeltaMirror
+    from lakehouse_assets.core.formats.delta_committer import DeltaMirror
 
     name = "fd.record_race"
     original = start(lh, spark, name, partitioned=True)
@@ -413,7 +413,7 @@ def delta_readers_ids(duck, location):
     latest Delta version; both must agree."""
     from deltalake import QueryBuilder
 
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     via_delta_rs = sorted(r["id"] for r in pa.table(QueryBuilder().register("t", DeltaTable(location)).execute("SELECT id FROM t").read_all()).to_pylist())
     via_duckdb = sorted(r[0] for r in duck.execute(f"SELECT id FROM {duckdb_readers.delta_scan_sql(location)}").fetchall())
@@ -534,7 +534,7 @@ def test_cli_repair_adopt_delta_refused_exits_non_zero_with_the_reason(lh, spark
 def test_a_foreign_append_and_delete_on_s3_are_refused_then_adopted(backend, spark):
     """On S3 (SeaweedFS): a delta-rs append and a delta-rs DELETE on a partitioned table. The write is refused, adopt
     takes both (the DELETE's file rewritten on the executors through S3), and every reader of both formats agrees."""
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     lh = backend.lakehouse()
     name = f"{backend.namespace()}.people"

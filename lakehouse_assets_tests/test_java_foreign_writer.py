@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from lakehouse_assets import DeleteFilesError, MirrorRefused
-from lakehouse_assets.core.deletes import table_files
+from lakehouse_assets.core.formats.deletes import table_files
 
 from . import java_iceberg
 from .conftest import assert_all_readers_agree, rows_of

@@ -7,7 +7,7 @@ import zipfile
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse_assets.core import duckdb_readers
+from lakehouse_assets.core.read import duckdb_readers
 
 from . import java_iceberg
 from .conftest import rows_of

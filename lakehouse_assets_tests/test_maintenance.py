@@ -14,8 +14,9 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from lakehouse_assets import RetentionError
-from lakehouse_assets.core import iceberg_committer, maintenance
-from lakehouse_assets.core.storage import relative_to
+from lakehouse_assets.core import maintenance
+from lakehouse_assets.core.formats import iceberg_committer
+from lakehouse_assets.core.io.storage import relative_to
 
 from .conftest import assert_all_readers_agree, rows_of, unreadable_delta_log
 

@@ -170,7 +170,7 @@ def test_null_keys_fail_and_commit_nothing(lh, spark):
 def test_the_batch_check_refuses_null_and_duplicate_keys_on_either_path(lh, spark, duck, filled_cache, monkeypatch):
     """A cached, filled, small batch is checked in one task (no shuffle); any other in parallel. Same verdicts.
     (Keys on the driver, the third path, are turned off here: test_merge_matching.py checks that one.)"""
-    from lakehouse_assets.core import merge
+    from lakehouse_assets.core.write import merge
 
     monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS", 0)
 
@@ -346,7 +346,7 @@ def test_merge_on_a_widened_iceberg_only_table_reads_files_through_pyarrow(lh, s
     del want[15]
     want[1 << 40] = "big"
     table = lh.load("m.wide")
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     got = duck.execute(f"SELECT k, v FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)}").fetchall()
     assert sorted(got) == sorted(want.items())
@@ -368,7 +368,7 @@ def test_merge_with_the_same_write_id_commits_once(lh, spark, duck):
 
 def _with_a_concurrent_append(lh, spark, monkeypatch, name, concurrent):
     """Commit `concurrent` (another writer's append) right before the merge's first Iceberg commit."""
-    from lakehouse_assets.core import iceberg_committer
+    from lakehouse_assets.core.formats import iceberg_committer
 
     real_commit = iceberg_committer.commit_files
 

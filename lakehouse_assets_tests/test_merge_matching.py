@@ -19,8 +19,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_assets import InputError
-from lakehouse_assets.core import merge, merge_tasks
 from lakehouse_assets.core.properties import SummaryKeys
+from lakehouse_assets.core.write import merge, merge_tasks
 
 from .conftest import _norm, assert_all_readers_agree
 
@@ -170,7 +170,7 @@ def test_both_roads_find_keys_under_the_names_and_widths_the_files_use(lh, spark
     assert r.files_removed == 2  # the INT32 file named `k` and the last one
     want = sorted((i, "new" if i in (2, 7) else "old") for i in [*range(12)])
     assert sorted(tuple(x) for x in lh.read(spark, name).collect()) == want
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     table = lh.load(name)
     assert sorted(duck.execute(f"SELECT key, v FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)}").fetchall()) == want
@@ -267,8 +267,8 @@ def test_the_pyarrow_reader_resolves_file_columns_as_spark_does(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lakehouse_assets.core.reader import ParquetFileReader
-    from lakehouse_assets.core.storage import StorageConfig
+    from lakehouse_assets.core.io.storage import StorageConfig
+    from lakehouse_assets.core.read.reader import ParquetFileReader
 
     def read(table: pa.Table, want: pa.Schema):
         path = tmp_path / f"f{len(list(tmp_path.iterdir()))}.parquet"

@@ -13,7 +13,7 @@ import datetime as dt
 import random
 
 from lakehouse_assets import Window
-from lakehouse_assets.core import duckdb_readers
+from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import _norm
 from .versions import assert_same_at

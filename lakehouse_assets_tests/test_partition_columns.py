@@ -26,7 +26,7 @@ from pyiceberg.types import BinaryType, DateType, DecimalType, IntegerType, Long
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse_assets.core.partition_columns import transform_column
+from lakehouse_assets.core.schema.partition_columns import transform_column
 
 UTC = dt.timezone.utc
 TIMES = [

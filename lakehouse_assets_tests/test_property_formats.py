@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse_assets import InputError, SpecError
-from lakehouse_assets.core import duckdb_readers
+from lakehouse_assets.core.read import duckdb_readers
 
 from . import java_iceberg
 from .isolated_duckdb import IsolatedDuckDB
@@ -140,7 +140,7 @@ def tables(draw):
 
 
 def _term_name(term: str) -> str:
-    from lakehouse_assets.core.spec import parse_partition_term
+    from lakehouse_assets.core.schema.spec import parse_partition_term
 
     return parse_partition_term(term).name
 
@@ -207,7 +207,7 @@ def canonical_arrow(table: pa.Table) -> list[tuple]:
 def spark_arrow(df) -> pa.Table:
     """A Spark DataFrame's rows as Arrow, without PySpark's Python datetime conversion (which cannot hold
     0001-01-01T00:00Z)."""
-    from lakehouse_assets.core.spark_compat import arrow_schema as to_arrow_schema
+    from lakehouse_assets.core.spark.compat import arrow_schema as to_arrow_schema
 
     return pa.Table.from_batches(df._collect_as_arrow(), schema=to_arrow_schema(df.schema))
 
@@ -325,7 +325,7 @@ def _decimal_truncate_beyond_int64(terms, source: str, present) -> bool:
     """truncate(W) of a decimal value whose unscaled integer does not fit in 64 bits (DuckDB mis-prunes it; see the pin)."""
     from pyiceberg.transforms import TruncateTransform
 
-    from lakehouse_assets.core.spec import parse_partition_term
+    from lakehouse_assets.core.schema.spec import parse_partition_term
 
     truncated = any(t.source == source and isinstance(t.transform, TruncateTransform) for t in map(parse_partition_term, terms))
     # |unscaled integer| = the value's digits read as one integer
@@ -336,7 +336,7 @@ def _truncation_wraps(terms, source: str, present) -> bool:
     """truncate(W) of an int/long value whose result leaves the type's range (Java Iceberg wraps it; the writer refuses it)."""
     from pyiceberg.transforms import TruncateTransform
 
-    from lakehouse_assets.core.spec import parse_partition_term
+    from lakehouse_assets.core.schema.spec import parse_partition_term
 
     bits = {"i32": 32, "i64": 64}.get(source)
     widths = [t.transform.width for t in map(parse_partition_term, terms) if t.source == source and isinstance(t.transform, TruncateTransform)]
@@ -409,7 +409,7 @@ def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, isolated_
         return
     decimal_terms = [t for t in terms if t in ("dec", "truncate(3, dec)")]
     if len(decimal_terms) == 2:
-        # Two decimal(38,10) partition fields: refused (pyiceberg would write an invalid Avro schema; core/spec.py).
+        # Two decimal(38,10) partition fields: refused (pyiceberg would write an invalid Avro schema; core/schema/spec.py).
         with pytest.raises(SpecError, match=rf"{identifier}: partition fields .* both hold decimal\(38, 10\)"):
             lh.write(df, identifier, partition_by=terms)
         assert identifier not in lh.table_names()
@@ -432,7 +432,7 @@ def test_every_reader_returns_exactly_the_written_rows(prop_lh, spark, isolated_
     # Filtered reads on every partition source column, through every reader that takes a filter.
     from pyiceberg.transforms import DayTransform, HourTransform, MonthTransform, YearTransform
 
-    from lakehouse_assets.core.spec import parse_partition_term
+    from lakehouse_assets.core.schema.spec import parse_partition_term
 
     time_terms = (YearTransform, MonthTransform, DayTransform, HourTransform)
     time_sources = {parse_partition_term(t).source for t in terms if isinstance(parse_partition_term(t).transform, time_terms)}

@@ -92,7 +92,7 @@ def test_duckdb_iceberg_misprunes_time_transforms_before_1970(tmp_path):
     from pyiceberg.transforms import MonthTransform
     from pyiceberg.types import LongType, NestedField, TimestamptzType
 
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     catalog = SqlCatalog("pin", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
     catalog.create_namespace("n")
@@ -125,7 +125,7 @@ def test_duckdb_iceberg_misprunes_decimal_truncate_beyond_int64(tmp_path):
     from pyiceberg.transforms import TruncateTransform
     from pyiceberg.types import DecimalType, LongType, NestedField
 
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     catalog = SqlCatalog("pin", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
     catalog.create_namespace("n")
@@ -163,7 +163,7 @@ def test_pyiceberg_names_two_decimal_partition_types_alike_in_avro():
     """pyiceberg 0.12 converts each decimal(p,s) of a struct to the Avro fixed type `decimal_p_s`, defining it again
     for a second field; Avro forbids two definitions of one name, and DuckDB 1.5.5 aborts reading such a manifest
     ("Cannot save fixed schema"; found by the property test with partitions `dec` and `truncate(3, dec)`). The
-    project refuses such partition specs (core/spec.py); when this pin fails, pyiceberg references the type the
+    project refuses such partition specs (core/schema/spec.py); when this pin fails, pyiceberg references the type the
     second time and the refusal can go."""
     import json as json_
 

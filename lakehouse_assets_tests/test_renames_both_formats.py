@@ -20,8 +20,8 @@ from deltalake.query import QueryBuilder
 
 from lakehouse_assets import SchemaError
 from lakehouse_assets.cli import cli
-from lakehouse_assets.core import delta_column_mapping as cm
-from lakehouse_assets.core import duckdb_readers
+from lakehouse_assets.core.formats import delta_column_mapping as cm
+from lakehouse_assets.core.read import duckdb_readers
 
 from . import sail_reader
 from .conftest import rows_of

@@ -192,7 +192,7 @@ def test_a_long_chain_of_one_operator_is_written_flat(filtered_table, spark):
     which Spark's parser reads in a loop rather than one recursion level per term."""
     import functools
 
-    from lakehouse_assets.core.spark_filters import bind_row_filter, spark_row_filter_sql
+    from lakehouse_assets.core.read.spark_filters import bind_row_filter, spark_row_filter_sql
 
     expr = functools.reduce(Or, [EqualTo("l", v) for v in range(0, 3000, 10)])
     table = filtered_table.load("f.rows")

@@ -44,7 +44,7 @@ def _files_under(root: str) -> list[str]:
 
 def _schemas(lh, name):
     """Column -> type as each format declares it (Iceberg via its Delta rendering, Delta from its log)."""
-    from lakehouse_assets.core.type_mapping import delta_schema
+    from lakehouse_assets.core.schema.type_mapping import delta_schema
 
     table = lh.load(name)
     iceberg = {f.name: str(f.type) for f in pa.schema(delta_schema(table.schema()).to_arrow())}
@@ -139,7 +139,7 @@ def test_widening_works_on_iceberg_only_tables(lh, spark, duck):
     lh.write(spark.sql("SELECT id + 100 AS k, CAST(id AS DOUBLE) AS f FROM range(2)"), "se.wide")
     table = lh.load("se.wide")
     assert [str(f.field_type) for f in table.schema().fields] == ["long", "double"]
-    from lakehouse_assets.core import duckdb_readers
+    from lakehouse_assets.core.read import duckdb_readers
 
     got = sorted(duck.execute(f"SELECT k, f FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)}").fetchall())
     assert got == [(0, 0.0), (1, 1.0), (2, 2.0), (100, 0.0), (101, 1.0)]

@@ -26,8 +26,7 @@ from pyiceberg.types import (
 from pyspark.sql import types as T
 
 from lakehouse_assets.core.errors import SchemaError, SpecError
-from lakehouse_assets.core.partition_keys import PartitionKeyer
-from lakehouse_assets.core.spec import (
+from lakehouse_assets.core.schema.spec import (
     TableSpec,
     build_partition_spec,
     delta_partition_columns,
@@ -35,7 +34,8 @@ from lakehouse_assets.core.spec import (
     parse_partition_term,
     spec_terms,
 )
-from lakehouse_assets.core.type_mapping import spark_schema_to_iceberg
+from lakehouse_assets.core.schema.type_mapping import spark_schema_to_iceberg
+from lakehouse_assets.core.write.partition_keys import PartitionKeyer
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_two_partition_fields_of_one_decimal_type_are_refused():
     from pyiceberg.types import DecimalType, NestedField
 
     from lakehouse_assets.core.errors import SpecError
-    from lakehouse_assets.core.spec import build_partition_spec
+    from lakehouse_assets.core.schema.spec import build_partition_spec
 
     schema = Schema(NestedField(1, "dec", DecimalType(38, 10), required=False), NestedField(2, "other", DecimalType(38, 10), required=False))
     for terms in (["dec", "truncate(3, dec)"], ["dec", "other"]):
@@ -132,7 +132,7 @@ def test_vectorized_partition_values_match_pyiceberg_row_by_row():
     """Iceberg-exact values: compare the vectorized keyer with pyiceberg's scalar reference transforms."""
     from types import SimpleNamespace
 
-    from lakehouse_assets.core.delta_committer import _delta_partition_values
+    from lakehouse_assets.core.formats.delta_committer import _delta_partition_values
 
     batch = _batch()
     terms = ["bucket(16, user_id)", "day(event_time)", "hour(event_time)", "month(d)", "year(d)", "region"]

@@ -2,7 +2,7 @@
 
 Delta readers parse the statistics of the columns in `delta.dataSkippingStatsColumns` (else the first
 `delta.dataSkippingNumIndexedCols` leaf columns, 32 by default); Iceberg keeps them per its
-`write.metadata.metrics.*` properties. The policy (core/statistics.py) makes both index the same
+`write.metadata.metrics.*` properties. The policy (core/schema/statistics.py) makes both index the same
 columns, the formats-agree check compares exactly those, and no statistic in either log claims a bound
 the file's rows break. Wide tables are read back, filtered on a late column, by every reader here.
 """
@@ -25,9 +25,10 @@ from pyiceberg.types import LongType, NestedField, StringType, StructType
 from pyspark.sql import functions as F
 
 from lakehouse_assets import Lakehouse
-from lakehouse_assets.core import duckdb_readers, iceberg_committer
 from lakehouse_assets.core.errors import SpecError
-from lakehouse_assets.core.statistics import (
+from lakehouse_assets.core.formats import iceberg_committer
+from lakehouse_assets.core.read import duckdb_readers
+from lakehouse_assets.core.schema.statistics import (
     DELTA_STATS_COLUMNS,
     delta_indexed_columns,
     parse_column_list,

@@ -93,8 +93,8 @@ def test_partition_transform_end_to_end_and_pruning(lh, spark, duck, term, icebe
     assert planned <= delta_files <= all_files
     if delta_exact:
         assert delta_files == planned, f"{term}: Delta reads {len(delta_files)} files, Iceberg {len(planned)}"
-    from lakehouse_assets.core.reader import read_parquet_files
-    from lakehouse_assets.core.type_mapping import iceberg_to_spark_schema
+    from lakehouse_assets.core.read.reader import read_parquet_files
+    from lakehouse_assets.core.schema.type_mapping import iceberg_to_spark_schema
 
     only_delta_files = read_parquet_files(spark, sorted(delta_files), iceberg_to_spark_schema(table.schema()), lh.storage)
     assert only_delta_files.filter(spark_filter).count() == expected

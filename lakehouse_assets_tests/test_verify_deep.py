@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from deltalake.transaction import AddAction, CommitProperties, Transaction, create_table_with_add_actions
 
 from lakehouse_assets.cli import cli
-from lakehouse_assets.core import delta_committer, iceberg_committer
+from lakehouse_assets.core.formats import delta_committer, iceberg_committer
+from lakehouse_assets.core.io.storage import relative_to
 from lakehouse_assets.core.properties import DELTA_APP_ID as APP_ID
-from lakehouse_assets.core.spec import delta_partition_columns, statistics_policy
-from lakehouse_assets.core.storage import relative_to
-from lakehouse_assets.core.type_mapping import delta_schema
+from lakehouse_assets.core.schema.spec import delta_partition_columns, statistics_policy
+from lakehouse_assets.core.schema.type_mapping import delta_schema
 
 from .test_edge_values import local
 
@@ -154,7 +154,7 @@ def test_verify_refuses_a_partition_record_that_is_not_the_rows_partition(lh, sp
     record miss rows Delta readers see: the formats-agree check must say so."""
     from pyspark.sql import functions as F
 
-    from lakehouse_assets.core import partition_columns as pc_module
+    from lakehouse_assets.core.schema import partition_columns as pc_module
 
     name = f"vd.record_{''.join(ch for ch in term if ch.isalnum())}"
     df = spark.sql("SELECT CAST(id AS INT) AS i, DATE_ADD(DATE'2024-01-10', CAST(id AS INT)) AS d, "

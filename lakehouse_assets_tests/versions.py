@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from lakehouse_assets.core import duckdb_readers
+from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import rows_of
 

@@ -22,35 +22,38 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
-from . import alter as alter_
-from . import delta_adoption, foreign_delta, history, tables, time_travel, transaction, write_modes
 from . import maintenance as maintenance_
-from . import merge as merge_
-from . import rollback as rollback_
-from .arrow_reader import read_arrow
-from .catalog import missing_table_hint, open_catalog
-from .delta_column_mapping import enabled as mapping_enabled
-from .delta_column_mapping import mapping_keys
-from .delta_committer import DeltaMirror, unfollowed_renames
 from .errors import RetentionError, SchemaError, SpecError, TableNotFound
-from .evolution import evolved_schema, types_were_widened
+from .formats import delta_adoption, foreign_delta, history
+from .formats.delta_column_mapping import enabled as mapping_enabled
+from .formats.delta_column_mapping import mapping_keys
+from .formats.delta_committer import DeltaMirror, unfollowed_renames
+from .io.storage import StorageConfig, check_access, delete_files, normalize_uri
+from .maintenance import rollback as rollback_
 from .maintenance.rewrite_files import adoption_rewrite
+from .maintenance.verify import verify_table
+from .model import FileChanges, MergeOptions, WriteRequest, WriteResult
 from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
-from .small_writes import small_writes_warning
-from .spark import active_session
-from .spec import (
+from .read import time_travel
+from .read.arrow_reader import read_arrow
+from .read.table_reader import read_table
+from .schema.spec import (
     ALL_FORMATS,
     DEFAULT_TARGET_FILE_SIZE,
     TableSpec,
     spec_terms,
 )
-from .statistics import policy_keys
-from .storage import StorageConfig, check_access, delete_files, normalize_uri
-from .table_reader import read_table
-from .transaction import FileChanges, WriteResult
-from .type_mapping import spark_schema_to_iceberg
-from .verify import verify_table
-from .window import Slice, Window
+from .schema.statistics import policy_keys
+from .schema.type_mapping import spark_schema_to_iceberg
+from .schema.window import Slice, Window
+from .spark.session import active_session
+from .table import tables
+from .table.catalog import missing_table_hint, open_catalog
+from .table.evolution import evolved_schema, types_were_widened
+from .write import alter as alter_
+from .write import merge as merge_
+from .write import transaction, write_modes
+from .write.small_writes import small_writes_warning
 
 __all__ = ["Lakehouse", "Slice", "Window", "WriteResult"]
 
@@ -139,7 +142,7 @@ class Lakehouse:
         `write_id` makes the write idempotent: a second write with the same id commits nothing and
         returns the first write's snapshot.
 
-        mode="merge" upserts by `merge_keys` (copy-on-write, see core/merge.py): a row whose
+        mode="merge" upserts by `merge_keys` (copy-on-write, see core/write/merge.py): a row whose
         `operation_column` is in `delete_values`, or whose `deleted_at_column` is set, deletes its key;
         duplicate keys keep the last row by `order_by`.
         """
@@ -154,10 +157,10 @@ class Lakehouse:
             schema_evolution=schema_evolution,
         )
         merge_opts = (
-            merge_.MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by) if mode == "merge" else None
+            MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by) if mode == "merge" else None
         )
         window = Slice.of(window) if window is not None else None
-        request = write_modes.WriteRequest(spec, mode, window, write_id, writer, target_file_size, merge_opts)
+        request = WriteRequest(spec, mode, window, write_id, writer, target_file_size, merge_opts)
         check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
         df = _as_spark(df, spark)
         if merge_opts is None:
@@ -301,7 +304,7 @@ class Lakehouse:
         """Turn Delta column mapping on for a Delta-mirrored table, so renames and drops work in both formats.
 
         Metadata only: one Delta version and one Iceberg property update; no data file is read or rewritten.
-        Idempotent. See core/alter.py, `upgrade_table`."""
+        Idempotent. See core/write/alter.py, `upgrade_table`."""
         table = self.load(identifier)
         return alter_.upgrade_table(table, identifier, self.mirror(table) if self.delta_enabled(table) else None)
 
@@ -341,7 +344,7 @@ class Lakehouse:
         window: Window | Slice | None = None,
     ):
         """A pyarrow Table of the table (or of `columns`), now or as of a snapshot or a time, read by pyiceberg and
-        pyarrow without Spark: for small tables and pandas/Polars assets (see core/arrow_reader.py)."""
+        pyarrow without Spark: for small tables and pandas/Polars assets (see core/read/arrow_reader.py)."""
         return read_arrow(identifier, self.load(identifier), columns=columns, row_filter=row_filter, snapshot_id=snapshot_id, as_of=as_of, window=window)
 
     def snapshot_of_run(self, identifier: str, run_id: str) -> int:
@@ -366,7 +369,7 @@ class Lakehouse:
 
         The point: an Iceberg snapshot, a Delta version, a time, or a Dagster run (the table as that run left it);
         exactly one. History is kept; refused with nothing changed when the point's files are gone or its schema
-        cannot be read back (see core/rollback.py).
+        cannot be read back (see core/maintenance/rollback.py).
         """
         if sum(x is not None for x in (snapshot_id, delta_version, as_of, run_id)) != 1:
             raise SpecError(f"Table {identifier}: give exactly one of snapshot_id, delta_version, as_of, run_id to roll back to.")
@@ -448,7 +451,7 @@ class Lakehouse:
 
     def verify(self, identifier: str, *, deep: bool = False) -> dict[str, Any]:
         """Do the formats agree? Per live file: presence, rows, partition values and stats; the schema.
-        `deep=True` also compares the content as DuckDB reads each format (see core/verify.py)."""
+        `deep=True` also compares the content as DuckDB reads each format (see core/maintenance/verify.py)."""
         table = self.load(identifier)
         return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None, deep=deep)
 
@@ -491,7 +494,7 @@ class Lakehouse:
 
         Delta versions another engine wrote are never mirrored over: the report says which and why
         (`repaired: False`). `adopt_delta=True` brings them into Iceberg as one snapshot; `revert_delta=True`
-        undoes them with a new Delta version (core/foreign_delta.py, core/delta_adoption.py). Raises
+        undoes them with a new Delta version (core/formats/foreign_delta.py, core/formats/delta_adoption.py). Raises
         ForeignDeltaCommits, nothing changed, when they cannot be adopted.
         """
         if adopt_delta and revert_delta:

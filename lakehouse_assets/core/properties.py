@@ -84,5 +84,5 @@ class Operation:
     ROLLBACK = "rollback"  # the live files of an earlier snapshot, committed again (rollback.py)
     SCHEMA_CHANGE = "schema-change"  # a metadata-only Delta version before a data version
     DELTA_CONFIGURATION = "delta-configuration"  # a metadata-only Delta version of table properties (maintenance)
-    ADOPT_DELTA = "adopt-delta"  # another engine's Delta versions brought into Iceberg (core/foreign_delta.py)
+    ADOPT_DELTA = "adopt-delta"  # another engine's Delta versions brought into Iceberg (core/formats/foreign_delta.py)
     REVERT_DELTA = "revert-delta"  # another engine's Delta versions undone by a new Delta version

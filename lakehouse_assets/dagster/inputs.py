@@ -2,7 +2,7 @@
 
 The type picks the reader, as Dagster's database IO managers pick a type handler: a Spark DataFrame (the
 default) is read by Spark; a pyarrow Table, a pandas DataFrame, a Polars DataFrame or LazyFrame is read by
-pyiceberg and pyarrow without starting a Spark job (core/arrow_reader.py).
+pyiceberg and pyarrow without starting a Spark job (core/read/arrow_reader.py).
 
 Input metadata (`AssetIn(metadata={...})`):
 

@@ -6,7 +6,7 @@ Table spec from the asset definition's metadata:
     write_mode        WriteMode.append (default), .overwrite or .merge (or the same as strings)
     merge_keys        key columns for write_mode="merge"
     merge_operation_column / merge_delete_values / merge_deleted_at_column / merge_order_by
-                      CDC deletes and duplicate-key resolution for merges (see core/merge.py)
+                      CDC deletes and duplicate-key resolution for merges (see core/write/merge.py)
     formats           ["iceberg", "delta"] (default) or ["iceberg"]
     table_properties  extra Iceberg table properties
     partition_expr    the column each Dagster partition dimension maps to (required for partitioned
@@ -52,8 +52,8 @@ from pyiceberg.table import Table
 
 from ..core.errors import SpecError
 from ..core.lakehouse import WriteResult
-from ..core.spec import spec_terms
-from ..core.window import Slice, Window
+from ..core.schema.spec import spec_terms
+from ..core.schema.window import Slice, Window
 from .health import table_health_metadata
 from .inputs import InputRequest, from_arrow, input_kind
 from .resources import LakehouseResource

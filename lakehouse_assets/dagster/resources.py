@@ -8,9 +8,9 @@ from dagster_aws.s3 import S3Resource
 from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
+from ..core.io.storage import StorageConfig
 from ..core.lakehouse import Lakehouse
-from ..core.spark import prepare_spark_environment, spark_config, spark_session  # noqa: F401 - re-exported
-from ..core.storage import StorageConfig
+from ..core.spark.session import prepare_spark_environment, spark_config, spark_session  # noqa: F401 - re-exported
 
 
 def spark_resource(overrides: Optional[dict[str, Any]] = None) -> PySparkResource:

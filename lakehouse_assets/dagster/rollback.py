@@ -2,7 +2,7 @@
 
 Contract: job `lakehouse_rollback_job`, one op `lakehouse_rollback` with config `table` and exactly one of
 `snapshot_id`, `delta_version`, `as_of` (ISO 8601) and `run_id` (a Dagster run: the table as it left it).
-The rollback is recorded as an AssetObservation on the table's asset; the core (core/rollback.py) does the
+The rollback is recorded as an AssetObservation on the table's asset; the core (core/maintenance/rollback.py) does the
 work and refuses what it cannot give back exactly.
 """
 

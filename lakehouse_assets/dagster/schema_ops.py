@@ -3,7 +3,7 @@
 Contract: job `lakehouse_alter_job`, one op `lakehouse_alter` with config `table`, `rename`
 ({"old": "new"}), `drop` (["column"]) and `upgrade` (turn Delta column mapping on first, which a
 Delta-mirrored table needs once for renames and drops). The change is recorded as an AssetObservation on the
-table's asset. The core (core/alter.py) does the work and refuses what it cannot do correctly.
+table's asset. The core (core/write/alter.py) does the work and refuses what it cannot do correctly.
 """
 
 # No `from __future__ import annotations`: Dagster resolves Config field types at import time.

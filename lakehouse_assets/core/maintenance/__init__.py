@@ -5,7 +5,7 @@ One module per concern:
     settings.py     MaintenanceSettings: defaults, `lakehouse.maintenance.*` table properties, overrides
     references.py   what retained Iceberg snapshots and Delta versions reference; protected paths
     retention.py    snapshot_expiry, orphan_cleanup
-    compaction.py   compaction (through the commit pipeline, core/transaction.py)
+    compaction.py   compaction (through the commit pipeline, core/write/transaction.py)
     reports.py      the typed dicts every operation returns
     logs.py         delta_checkpoint, metadata_cleanup, Delta log figures
     health.py       table_health (metadata-only figures the sensors read)
@@ -59,7 +59,7 @@ def repair(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_
 
 
 def verify_deep(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OperationReport:
-    """The formats-agree check including content (core/verify.py). Read-only, so dry_run changes nothing."""
+    """The formats-agree check including content (core/maintenance/verify.py). Read-only, so dry_run changes nothing."""
     report = lh.verify(identifier, deep=True)
     return {"operation": "verify_deep", "table": identifier, "agree": report["agree"], "differences": report["differences"], "content": report.get("content")}
 

@@ -3,7 +3,7 @@
 Rewrites, in Spark, exactly the data files that delete files remove rows from, applying the Iceberg
 spec's rules (`deletes.applies`): position deletes by (file path, row position), equality deletes by a
 null-safe semi-join on the equality columns. Only file paths reach the driver. The result is ONE
-snapshot through the commit pipeline (core/transaction.py) that removes those data files and every
+snapshot through the commit pipeline (core/write/transaction.py) that removes those data files and every
 delete file: a snapshot of data files only, which the Delta mirror then follows.
 """
 
@@ -13,17 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.manifest import DataFile
 
-from .. import partition_constants, transaction
-from ..deletes import applies, table_files
 from ..errors import DeleteFilesError
-from ..evolution import column_names_moved
+from ..formats import partition_constants
+from ..formats.deletes import applies, table_files
+from ..io.storage import delete_files
+from ..model import FileChanges
 from ..properties import Operation, SummaryKeys
-from ..reader import read_parquet_files
-from ..spark import active_session
-from ..storage import delete_files
-from ..transaction import FileChanges
-from ..type_mapping import iceberg_to_spark_schema
-from ..write_modes import WriteTarget
+from ..read.reader import read_parquet_files
+from ..schema.type_mapping import iceberg_to_spark_schema
+from ..spark.session import active_session
+from ..table.evolution import column_names_moved
+from ..write import transaction
+from ..write.write_modes import WriteTarget
 
 if TYPE_CHECKING:
     from ..lakehouse import Lakehouse

@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from .. import iceberg_committer as ic
-from .. import transaction
-from ..compaction_tasks import compact_in_one_job
-from ..deletes import refuse_delete_files
 from ..errors import CommitConflict, CommitError
-from ..evolution import types_were_widened
+from ..formats import iceberg_committer as ic
+from ..formats.deletes import refuse_delete_files
+from ..io.storage import delete_files
+from ..model import FileChanges
 from ..properties import Operation, SummaryKeys
-from ..spark import active_session
-from ..storage import delete_files
-from ..transaction import FileChanges
-from ..write_modes import WriteTarget
+from ..spark.session import active_session
+from ..table.evolution import types_were_widened
+from ..write import transaction
+from ..write.compaction_tasks import compact_in_one_job
+from ..write.write_modes import WriteTarget
 from .reports import CompactionReport
 from .settings import MaintenanceSettings
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from deltalake.transaction import CommitProperties
 from pyiceberg.table import Table
 
-from .. import history
+from ..formats import history
+from ..io.storage import join_uri, normalize_uri
 from ..properties import Operation, SummaryKeys, TableProperties
-from ..storage import join_uri, normalize_uri
 from .references import list_files, mtime_ms, now_ms
 from .reports import CheckpointReport, DeltaLogStats, MetadataCleanupReport
 from .settings import MaintenanceSettings

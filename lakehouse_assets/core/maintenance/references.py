@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
-from .. import history
+from ..formats import history
+from ..io.storage import delta_path, join_uri, normalize_uri, relative_to
 from ..properties import TableProperties
-from ..storage import delta_path, join_uri, normalize_uri, relative_to
 
 if TYPE_CHECKING:
     from ..lakehouse import Lakehouse

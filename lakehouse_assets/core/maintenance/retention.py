@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
-from .. import history
-from ..storage import normalize_uri, relative_to
+from ..formats import history
+from ..io.storage import normalize_uri, relative_to
 from .references import (
     RETENTION_DELTA_MIN_VERSION,
     RETENTION_MIN_TIMESTAMP,

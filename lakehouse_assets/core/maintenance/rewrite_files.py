@@ -2,7 +2,7 @@
 
 `rewrite_misnamed_files` puts other engines' Iceberg data files of a column-mapped table under the columns'
 physical names; `adoption_rewrite` writes again the foreign Delta files an adoption cannot take as they are
-(core/delta_adoption.py).
+(core/formats/delta_adoption.py).
 
 Under Delta column mapping, Delta readers find a column in a file by its physical name, which stays the
 same when the column is renamed (`delta_column_mapping.py`). An Iceberg writer of another engine (Spark,
@@ -21,16 +21,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import delta_column_mapping, history, partition_constants, transaction
-from ..deletes import table_files
-from ..evolution import column_names_moved
+from ..formats import delta_column_mapping, history, partition_constants
+from ..formats.deletes import table_files
+from ..io.storage import delete_files
+from ..model import FileChanges
 from ..properties import Operation, SummaryKeys
-from ..reader import read_parquet_files
-from ..spark import active_session
-from ..storage import delete_files
-from ..transaction import FileChanges
-from ..type_mapping import iceberg_to_spark_schema
-from ..write_modes import WriteTarget
+from ..read.reader import read_parquet_files
+from ..schema.type_mapping import iceberg_to_spark_schema
+from ..spark.session import active_session
+from ..table.evolution import column_names_moved
+from ..write import transaction
+from ..write.write_modes import WriteTarget
 
 if TYPE_CHECKING:
     from ..lakehouse import Lakehouse
@@ -81,7 +82,7 @@ def _unmirrored_foreign_files(lh: "Lakehouse", table, live: dict) -> list[str]:
     pending = mirror.pending_snapshots(table, table.current_snapshot(), mirror.mirrored_sequence_number(delta)) if delta is not None else None
     if pending is None:
         return sorted(live)
-    from ..delta_committer import snapshot_change
+    from ..formats.delta_committer import snapshot_change
 
     out = []
     for snap in pending:

@@ -1,0 +1,211 @@
+"""Iceberg delete files written by other engines: find them, refuse to ignore them, apply them.
+
+Iceberg is the primary, so Spark, Trino, Flink or pyiceberg may commit row-level deletes
+(merge-on-read): position-delete files (data file path + row position) and equality-delete files
+(rows whose equality columns match). Delta cannot express them (delta-rs writes no deletion vectors),
+and every project operation that reads or rewrites data files would silently bring deleted rows
+back if it ignored them. So:
+
+* `refuse_delete_files` stops read, merge, window overwrite, compaction and widening with an error
+  naming the table and the fix;
+* `maintenance/apply_deletes.py` is the fix: it rewrites the data files that lose rows, in Spark, with the deletes
+  applied by the Iceberg spec's rules (position deletes by file path + row position for data files
+  with a data sequence number <= the delete's; equality deletes by a null-safe anti-join on the
+  equality columns for data files with a strictly lower sequence number; both scoped to the delete
+  file's partition unless its spec is unpartitioned), and commits ONE Iceberg overwrite snapshot that
+  removes those data files and every applied delete file. That snapshot holds data files only, so
+  the Delta mirror can follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+)
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, SnapshotSummaryCollector, Summary, update_snapshot_summaries
+from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+from ..errors import DeleteFilesError
+from ..memo import ByImmutableFiles
+
+log = logging.getLogger("lakehouse.deletes")
+
+
+
+class DeleteManifestWriter(ManifestWriterV2):
+    """pyiceberg's v2 manifest writer for delete-file entries (pyiceberg 0.12 writes data manifests only)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+@dataclass
+class TableFiles:
+    """Live entries of one snapshot, read from its manifests (no scan planning: works with equality deletes)."""
+
+    data: list[ManifestEntry]
+    deletes: list[ManifestEntry]
+
+    @property
+    def position_deletes(self) -> list[ManifestEntry]:
+        return [e for e in self.deletes if e.data_file.content == DataFileContent.POSITION_DELETES]
+
+    @property
+    def equality_deletes(self) -> list[ManifestEntry]:
+        return [e for e in self.deletes if e.data_file.content == DataFileContent.EQUALITY_DELETES]
+
+
+def table_files(table: Table, snapshot: Snapshot | None = None) -> TableFiles:
+    snapshot = snapshot if snapshot is not None else table.current_snapshot()
+    data, deletes = [], []
+    if snapshot is not None:
+        for manifest in snapshot.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                (data if manifest.content == ManifestContent.DATA else deletes).append(entry)
+    return TableFiles(data, deletes)
+
+
+# Whether a manifest list names live delete files, by its location (every read and most writes ask).
+_HAS_DELETES = ByImmutableFiles(max_weight=1024)
+
+
+def has_delete_files(table: Table, snapshot: Snapshot | None = None) -> bool:
+    """From the manifest list only (manifest-level file counts), without opening a manifest."""
+    snapshot = snapshot if snapshot is not None else table.current_snapshot()
+    if snapshot is None:
+        return False
+
+    def read() -> bool:
+        return any(
+            m.content == ManifestContent.DELETES and ((m.added_files_count or 0) + (m.existing_files_count or 0)) > 0
+            for m in snapshot.manifests(table.io)
+        )
+
+    return _HAS_DELETES.get(snapshot.manifest_list, read) if snapshot.manifest_list else read()
+
+
+def describe_delete_files(files: TableFiles) -> str:
+    pos, eq = len(files.position_deletes), len(files.equality_deletes)
+    parts = [f"{pos} position-delete file(s)"] if pos else []
+    parts += [f"{eq} equality-delete file(s)"] if eq else []
+    return " and ".join(parts) or "no delete files"
+
+
+def refuse_delete_files(table: Table, operation: str, snapshot: Snapshot | None = None) -> None:
+    """Raise DeleteFilesError if the snapshot has live delete files: `operation` would ignore them."""
+    snapshot = snapshot if snapshot is not None else table.current_snapshot()
+    if not has_delete_files(table, snapshot):
+        return
+    ident = ".".join(table.name())
+    raise DeleteFilesError(
+        f"Table {ident}: snapshot {snapshot.snapshot_id} has {describe_delete_files(table_files(table, snapshot))} "
+        f"written by another engine (row-level deletes, merge-on-read). {operation} does not apply delete files, "
+        f"so it would bring the deleted rows back; refused, nothing was written. Run `lakehouse repair {ident} "
+        "--apply-deletes` to rewrite the affected data files with the deletes applied (one Iceberg snapshot that "
+        "Delta then mirrors), then retry. To keep other engines from writing delete files, set the table "
+        "properties write.delete.mode, write.update.mode and write.merge.mode to copy-on-write."
+    )
+
+
+# ---------------------------------------------------------------- the commit that removes delete files
+
+
+class OverwriteRemovingDeletes(_OverwriteFiles):
+    """An overwrite that also removes delete files (pyiceberg's overwrite removes data files only).
+
+    Data files go through pyiceberg's own overwrite (manifests, validation, retries). Delete manifests
+    are rewritten without the removed delete files, and one delete manifest records them as DELETED,
+    so history-based tools (expiry, incremental readers) see them go.
+    """
+
+    def __init__(self, *args, removed_delete_files: list[DataFile] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self._removed_deletes = {f.file_path for f in removed_delete_files}
+        self._removed_delete_files = list(removed_delete_files)
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        out: list[ManifestFile] = []
+        gone: dict[int, list[ManifestEntry]] = {}
+        for manifest in super()._existing_manifests():
+            if manifest.content != ManifestContent.DELETES:
+                out.append(manifest)
+                continue
+            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            keep = [e for e in entries if e.data_file.file_path not in self._removed_deletes]
+            if len(keep) == len(entries):
+                out.append(manifest)
+                continue
+            gone.setdefault(manifest.partition_spec_id, []).extend(e for e in entries if e.data_file.file_path in self._removed_deletes)
+            if keep:
+                out.append(self._write(manifest.partition_spec_id, keep, ManifestEntryStatus.EXISTING))
+        for spec_id, entries in gone.items():
+            out.append(self._write(spec_id, entries, ManifestEntryStatus.DELETED))
+        missing = self._removed_deletes - {e.data_file.file_path for es in gone.values() for e in es}
+        if missing:
+            from pyiceberg.exceptions import ValidationException
+
+            raise ValidationException(f"Delete files to remove are no longer live: {sorted(missing)}")
+        return out
+
+    def _write(self, spec_id: int, entries: list[ManifestEntry], status: ManifestEntryStatus) -> ManifestFile:
+        writer = DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
+        with writer:
+            for e in entries:
+                writer.add_entry(
+                    ManifestEntry.from_args(
+                        status=status,
+                        snapshot_id=self._snapshot_id if status == ManifestEntryStatus.DELETED else e.snapshot_id,
+                        sequence_number=e.sequence_number,
+                        file_sequence_number=e.file_sequence_number,
+                        data_file=e.data_file,
+                    )
+                )
+        return writer.to_manifest_file()
+
+    def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 - pyiceberg's signature
+        summary = super()._summary(snapshot_properties)
+        if not self._removed_delete_files:
+            return summary
+        # pyiceberg's collector counts data files only here: add the removed delete files to the totals.
+        collector = SnapshotSummaryCollector()
+        schema, specs = self._transaction.table_metadata.schema(), self._transaction.table_metadata.specs()
+        for f in self._removed_delete_files:
+            collector.remove_file(f, schema, specs[f.spec_id])
+        extra = {k: v for k, v in collector.metrics.to_dict().items()}
+        merged = dict(summary.additional_properties)
+        for k, v in extra.items():
+            merged[k] = str(int(merged.get(k, 0)) + int(v))
+        previous = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
+        # Recompute totals from the parent's with the combined changes.
+        changes = {k: v for k, v in merged.items() if not k.startswith("total-")}
+        return update_snapshot_summaries(Summary(operation=summary.operation, **changes), previous.summary if previous else None)
+
+
+# ---------------------------------------------------------------- which delete applies to which data file
+
+
+def applies(delete: ManifestEntry, data: ManifestEntry) -> bool:
+    """Iceberg spec: which delete file applies to which data file (sequence numbers and partition)."""
+    d, f = delete.data_file, data.data_file
+    if delete.data_file.content == DataFileContent.POSITION_DELETES:
+        if delete.sequence_number < data.sequence_number:
+            return False
+    elif delete.sequence_number <= data.sequence_number:
+        return False
+    if len(d.partition) == 0:  # unpartitioned delete spec: a global delete
+        return True
+    return d.spec_id == f.spec_id and tuple(d.partition) == tuple(f.partition)

@@ -1,0 +1,84 @@
+"""Rolling a table back to an earlier point, in both formats, as one forward commit.
+
+The target is a retained Iceberg snapshot (named directly, or by a Delta version, a time or a Dagster
+run). The rollback commits one ordinary overwrite snapshot whose live files are exactly the target's:
+the files live now but not then are removed, the files live then but not now are added back as they
+are (no data file is written). The Delta mirror then commits the same removes and adds as one version.
+History is kept in both formats, other engines see an ordinary commit, and later writes, merges and
+compactions go on from it as from any other snapshot.
+
+Refused, with nothing changed, when the rollback cannot give back exactly the target's rows:
+* a file the target needs is gone (a retention cleanup or another engine removed it);
+* the target or the current table holds delete files of another engine (apply them first);
+* a column of the target was dropped since, or changed type (the current schema cannot read it back as
+  it was). Columns added since stay, holding nulls for the rolled-back rows.
+"""
+
+from __future__ import annotations
+
+from pyarrow.fs import FileType
+from pyiceberg.table import Table
+
+from ..errors import DeleteFilesError, RetentionError, SchemaError
+from ..formats.deletes import table_files
+from ..io.storage import StorageConfig, relative_to
+
+
+def plan(identifier: str, table: Table, target_snapshot_id: int, storage: StorageConfig):
+    """(files to add back, files to remove) that make the current snapshot's files the target's."""
+    target = table.snapshot_by_id(target_snapshot_id)
+    if target is None:
+        raise RetentionError(f"Table {identifier} has no snapshot {target_snapshot_id} to roll back to (it may have been expired). See `lakehouse history {identifier}`.")
+    current = table.current_snapshot()
+    _check_schema(identifier, table, target)
+    then, now = table_files(table, target), table_files(table, current) if current is not None else None
+    for files, which in ((then, f"the target snapshot {target_snapshot_id}"), (now, "the current table")):
+        if files is not None and files.deletes:
+            raise DeleteFilesError(
+                f"Table {identifier}: {which} holds {len(files.deletes)} delete file(s) written by another engine, which a rollback cannot "
+                f"carry to Delta. Run `lakehouse repair {identifier} --apply-deletes` first, or roll back to a snapshot without them."
+            )
+    then_files = {e.data_file.file_path: e.data_file for e in then.data}
+    now_files = {e.data_file.file_path: e.data_file for e in now.data} if now is not None else {}
+    adds = [f for p, f in then_files.items() if p not in now_files]
+    removes = [f for p, f in now_files.items() if p not in then_files]
+    _check_files_exist(identifier, table, storage, adds, target_snapshot_id)
+    return adds, removes
+
+
+def _check_schema(identifier: str, table: Table, target) -> None:
+    then = table.schemas().get(target.schema_id, table.schema()) if target.schema_id is not None else table.schema()
+    now = table.schema()
+    for field in then.fields:
+        try:
+            current = now.find_field(field.field_id)
+        except ValueError:
+            raise SchemaError(
+                f"Table {identifier}: column {field.name!r} of the target snapshot {target.snapshot_id} was dropped since; a rollback would not "
+                "give its values back. Roll back to a snapshot after the drop, or re-create the column's data with a write."
+            ) from None
+        if current.field_type != field.field_type:
+            raise SchemaError(
+                f"Table {identifier}: column {field.name!r} was {field.field_type} at the target snapshot {target.snapshot_id} and is "
+                f"{current.field_type} now (a type change since rewrote the table); roll back to a snapshot after that change."
+            )
+
+
+def _check_files_exist(identifier: str, table: Table, storage: StorageConfig, files, target_snapshot_id: int) -> None:
+    missing = []
+    for f in files:
+        fs, path = storage.filesystem(f.file_path)
+        if fs.get_file_info(path).type == FileType.NotFound:
+            missing.append(f.file_path)
+    if missing:
+        root = table.location()
+        examples = []
+        for p in missing[:3]:
+            try:
+                examples.append(relative_to(root, p))
+            except ValueError:
+                examples.append(p)
+        raise RetentionError(
+            f"Table {identifier}: {len(missing)} data file(s) of the target snapshot {target_snapshot_id} no longer exist (e.g. {examples}): a "
+            "retention cleanup or another engine removed them. Nothing was changed; roll back to a newer snapshot."
+        )

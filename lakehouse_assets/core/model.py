@@ -1,0 +1,146 @@
+"""The value objects of a write: what the caller asked for (`WriteRequest`, `MergeOptions`), what the
+executors wrote (`WrittenFile`), what an operation plans to commit (`FileChanges`) and what it did
+(`WriteResult`).
+
+They hold data and check it, and do nothing else: the write path (core/write/), the committers
+(core/formats/), maintenance and the facade all pass them around, so they live below all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from .errors import SpecError
+from .io.storage import normalize_uri
+from .properties import Operation, SummaryKeys
+from .schema.spec import TableSpec
+from .schema.window import Slice
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """Metadata of one Parquet file written by an executor (no rows)."""
+
+    path: str  # relative to the table root
+    size: int
+    record_count: int
+    partition_values: tuple  # Iceberg internal representation, in partition spec order
+    footer: bytes
+
+    def parquet_metadata(self) -> pq.FileMetaData:
+        return pq.read_metadata(pa.BufferReader(self.footer))
+
+
+@dataclass
+class FileChanges:
+    """What an operation plans to commit. Nothing is visible until `commit`."""
+
+    adds: list[DataFile] = field(default_factory=list)
+    removes: list[DataFile] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)  # URIs this operation wrote: deleted if the commit does not land
+    removed_delete_files: list[DataFile] = field(default_factory=list)  # other engines' delete files this commit drops (deletes.py)
+    rows_written: int = 0  # rows of the caller's data (files rewritten to keep rows are not counted)
+
+    def include(self, other: "FileChanges") -> "FileChanges":
+        """Add another plan's files (e.g. the rewrite of files a window only partly covers)."""
+        self.adds += other.adds
+        self.removes += other.removes
+        self.created += other.created
+        self.removed_delete_files += other.removed_delete_files
+        return self
+
+
+@dataclass
+class WriteResult:
+    table: str
+    location: str
+    iceberg_metadata_location: str
+    iceberg_snapshot_id: int | None
+    delta_version: int | None
+    mode: str
+    files_added: int = 0
+    files_removed: int = 0
+    rows_written: int = 0
+    bytes_written: int = 0
+    rows_removed: int = 0
+    write_seconds: float = 0.0
+    iceberg_commit_seconds: float = 0.0
+    delta_commit_seconds: float = 0.0
+    delta_lagging: bool = False
+    delta_error: str | None = None
+    duplicate_of_earlier_write: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def for_table(cls, identifier: str, table: Table, mode: str, snapshot_id: int | None) -> "WriteResult":
+        return cls(identifier, normalize_uri(table.location()), table.metadata_location, snapshot_id, None, mode)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULT_DELETE_VALUES = ("delete", "d", "D", "DELETE")
+
+
+@dataclass
+class MergeOptions:
+    keys: tuple[str, ...]
+    operation_column: str | None = None
+    delete_values: tuple = DEFAULT_DELETE_VALUES
+    deleted_at_column: str | None = None
+    order_by: tuple[str, ...] = ()
+
+    @classmethod
+    def build(cls, identifier: str, merge_keys, operation_column=None, delete_values=None, deleted_at_column=None, order_by=None):
+        if not merge_keys:
+            raise SpecError(
+                f"Table {identifier}: mode='merge' needs merge_keys, the columns that identify a row, "
+                "e.g. merge_keys=['customer_id'] (asset metadata 'merge_keys')."
+            )
+        keys = (merge_keys,) if isinstance(merge_keys, str) else tuple(dict.fromkeys(merge_keys))  # a repeated key counts once
+        order = (order_by,) if isinstance(order_by, str) else tuple(order_by or ())
+        deletes = (delete_values,) if isinstance(delete_values, str) else tuple(delete_values or DEFAULT_DELETE_VALUES)
+        return cls(keys, operation_column, deletes, deleted_at_column, order)
+
+    @property
+    def control_columns(self) -> list[str]:
+        return [c for c in (self.operation_column, self.deleted_at_column) if c]
+
+
+MODES = (Operation.APPEND, Operation.OVERWRITE, Operation.MERGE)
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """What the caller asked for: the table spec, the mode and the mode's options."""
+
+    spec: TableSpec
+    mode: str = Operation.APPEND
+    window: Slice | None = None  # overwrite only this slice (a time range and/or column values)
+    write_id: str | None = None  # idempotency key: a second write with the same id commits nothing
+    writer: dict[str, str] | None = None  # who wrote it (recorded in both logs)
+    target_file_size: int | None = None
+    merge: MergeOptions | None = None
+
+    def __post_init__(self) -> None:
+        identifier = self.spec.identifier
+        if self.mode not in MODES:
+            raise SpecError(f"Table {identifier}: unknown write mode {self.mode!r}; use 'append', 'overwrite' or 'merge'.")
+        if self.window is not None and self.mode != Operation.OVERWRITE:
+            raise SpecError(f"Table {identifier}: a partition window or slice can only be overwritten (mode='overwrite').")
+
+    def summary(self) -> dict[str, str]:
+        """The snapshot-summary keys every write records (copied into the Delta commitInfo)."""
+        out = {
+            SummaryKeys.OPERATION: Operation.OVERWRITE_WINDOW if self.window is not None else self.mode,
+            SummaryKeys.WRITER: json.dumps(self.writer or {}, sort_keys=True),
+        }
+        if self.write_id is not None:
+            out[SummaryKeys.WRITE_ID] = self.write_id
+        return out

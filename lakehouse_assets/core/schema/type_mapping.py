@@ -1,0 +1,270 @@
+"""Types and schemas across the four type systems a table passes through: Spark, Iceberg, Arrow/Parquet, Delta.
+
+    Spark -> Iceberg    spark_schema_to_iceberg (what a DataFrame can be stored as; refuses what cannot)
+    Iceberg -> Spark    iceberg_to_spark_schema (how readers see a table)
+    Iceberg -> Arrow    arrow_file_schema (the Parquet files, with Iceberg field ids), conform_batch
+    Iceberg -> Delta    delta_schema (the Delta log's schema)
+    Delta -> Spark      delta_to_spark_schema (reading a Delta version)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping, Sequence
+
+import pyarrow as pa
+from deltalake import Schema as DeltaSchema
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    PrimitiveType,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+)
+
+from ..errors import SchemaError
+
+# ---------------------------------------------------------------- Spark -> Iceberg types
+
+
+def spark_schema_to_iceberg(table: str, spark_schema) -> Schema:
+    """Iceberg schema for a Spark StructType. Field ids are placeholders; the catalog assigns fresh ones."""
+    counter = iter(range(1, 1_000_000))
+    fields = [
+        NestedField(next(counter), f.name, _spark_type(table, f.name, f.dataType, counter), required=not f.nullable)
+        for f in spark_schema.fields
+    ]
+    _check_names(table, [f.name for f in fields])
+    return Schema(*fields)
+
+
+def check_column_names(table: str, names: Iterable[str]) -> None:
+    """Column names are unique (case-insensitively, as Delta compares them) and storable in both formats."""
+    _check_names(table, names)
+
+
+def _check_names(table: str, names: Iterable[str], parent: str = "") -> None:
+    seen = set()
+    for n in names:
+        path = f"{parent}.{n}" if parent else n
+        if n.lower() in seen:
+            raise SchemaError(f"Table {table}: column {path!r} appears twice (names are case-insensitive in Delta).")
+        seen.add(n.lower())
+        if re.search(r"[ ,;{}()\n\t=]", n):
+            raise SchemaError(
+                f"Table {table}: column name {path!r} contains a character Delta does not allow without column mapping "
+                "(space , ; { } ( ) = tab newline). Rename the column."
+            )
+        if "." in n:
+            # Iceberg, Spark and every SQL reader take a dot for a nested field: `a.b` would name two things.
+            raise SchemaError(
+                f"Table {table}: column name {path!r} contains a dot, which Iceberg and Spark read as a nested field "
+                f"(struct access). Rename the column, e.g. {path.replace('.', '_')!r}."
+            )
+
+
+def _spark_type(table: str, path: str, dt, counter) -> IcebergType:
+    from pyspark.sql import types as T
+
+    if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType)):
+        return IntegerType()
+    if isinstance(dt, T.LongType):
+        return LongType()
+    if isinstance(dt, T.FloatType):
+        return FloatType()
+    if isinstance(dt, T.DoubleType):
+        return DoubleType()
+    if isinstance(dt, T.DecimalType):
+        return DecimalType(dt.precision, dt.scale)
+    if isinstance(dt, (T.StringType, T.VarcharType, T.CharType)):
+        return StringType()
+    if isinstance(dt, T.BinaryType):
+        return BinaryType()
+    if isinstance(dt, T.BooleanType):
+        return BooleanType()
+    if isinstance(dt, T.DateType):
+        return DateType()
+    if isinstance(dt, T.TimestampNTZType):
+        return TimestampType()
+    if isinstance(dt, T.TimestampType):
+        return TimestamptzType()
+    if isinstance(dt, T.StructType):
+        _check_names(table, [f.name for f in dt.fields], path)
+        return StructType(
+            *[
+                NestedField(next(counter), f.name, _spark_type(table, f"{path}.{f.name}", f.dataType, counter), required=not f.nullable)
+                for f in dt.fields
+            ]
+        )
+    if isinstance(dt, T.ArrayType):
+        eid = next(counter)
+        return ListType(eid, _spark_type(table, f"{path}.element", dt.elementType, counter), element_required=not dt.containsNull)
+    if isinstance(dt, T.MapType):
+        kid, vid = next(counter), next(counter)
+        key = _spark_type(table, f"{path}.key", dt.keyType, counter)
+        if not isinstance(key, PrimitiveType):
+            raise SchemaError(f"Table {table}: column {path!r} is a map with non-primitive keys, which Delta cannot represent.")
+        return MapType(kid, key, vid, _spark_type(table, f"{path}.value", dt.valueType, counter), value_required=not dt.valueContainsNull)
+    raise SchemaError(
+        f"Table {table}: column {path!r} has Spark type {dt.simpleString()}, which neither Iceberg nor Delta can store. "
+        + (
+            "It is all nulls with no type: cast it, e.g. F.lit(None).cast('string')."
+            if isinstance(dt, T.NullType)
+            else "Cast it to a supported type (integers, floating, decimal, string, binary, boolean, date, timestamp, struct, array, map)."
+        )
+    )
+
+
+# A StructField carrying this metadata is read by Parquet field id, not by name (reader.py: through the
+# pyarrow reader, since Spark's own field-id reading pushes filters down by name).
+SPARK_FIELD_ID_KEY = "parquet.field.id"
+
+
+def iceberg_to_spark_schema(schema: Schema, field_ids: bool = False):
+    """Spark StructType for reading an Iceberg schema (used by readers).
+
+    `field_ids`: tag each top-level field with its Iceberg field id, so that files are read by id. Needed
+    once a column was renamed, or a dropped name reused (files keep the names they were written with).
+    """
+    from pyspark.sql import types as T
+
+    def conv(t: IcebergType):
+        if isinstance(t, IntegerType):
+            return T.IntegerType()
+        if isinstance(t, LongType):
+            return T.LongType()
+        if isinstance(t, FloatType):
+            return T.FloatType()
+        if isinstance(t, DoubleType):
+            return T.DoubleType()
+        if isinstance(t, DecimalType):
+            return T.DecimalType(t.precision, t.scale)
+        if isinstance(t, StringType):
+            return T.StringType()
+        if isinstance(t, BinaryType):
+            return T.BinaryType()
+        if isinstance(t, BooleanType):
+            return T.BooleanType()
+        if isinstance(t, DateType):
+            return T.DateType()
+        if isinstance(t, TimestamptzType):
+            return T.TimestampType()
+        if isinstance(t, TimestampType):
+            return T.TimestampNTZType()
+        if isinstance(t, StructType):
+            return T.StructType([T.StructField(f.name, conv(f.field_type), not f.required) for f in t.fields])
+        if isinstance(t, ListType):
+            return T.ArrayType(conv(t.element_type), not t.element_required)
+        if isinstance(t, MapType):
+            return T.MapType(conv(t.key_type), conv(t.value_type), not t.value_required)
+        raise SchemaError(f"Iceberg type {t} has no Spark equivalent here.")
+
+    return T.StructType(
+        [
+            T.StructField(f.name, conv(f.field_type), not f.required, {SPARK_FIELD_ID_KEY: f.field_id} if field_ids else None)
+            for f in schema.fields
+        ]
+    )
+
+
+
+# ---------------------------------------------------------------- Arrow schema helpers
+
+
+def plain_arrow_type(t: pa.DataType) -> pa.DataType:
+    """pyiceberg's Arrow schema uses large_* types; Spark and Parquet want the plain ones."""
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(plain_arrow_field(t.value_field))
+    if pa.types.is_map(t):
+        return pa.map_(plain_arrow_field(t.key_field), plain_arrow_field(t.item_field))
+    if pa.types.is_struct(t):
+        return pa.struct([plain_arrow_field(t.field(i)) for i in range(t.num_fields)])
+    return t
+
+
+def plain_arrow_field(f: pa.Field) -> pa.Field:
+    return pa.field(f.name, plain_arrow_type(f.type), f.nullable, f.metadata)
+
+
+def arrow_file_schema(schema: Schema, file_names: Mapping[int, str] | None = None) -> pa.Schema:
+    """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata. `file_names`: top-level
+    field id -> the column's name in the files, when it is not the column's name (Delta column mapping)."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    fields = [plain_arrow_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)]
+    if file_names:
+        fields = [f.with_name(file_names.get(s.field_id, f.name)) for f, s in zip(fields, schema.fields, strict=True)]
+    return pa.schema(fields)
+
+
+def conform_batch(batch: pa.RecordBatch, target: pa.Schema, source_names: Sequence[str] | None = None) -> pa.RecordBatch:
+    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls.
+    `source_names`: the batch's name for each target column, when the files name them otherwise (physical names)."""
+    names = batch.schema.names
+    columns = []
+    for i, f in enumerate(target):
+        name = source_names[i] if source_names else f.name
+        if name in names:
+            col = batch.column(names.index(name))
+            if col.type != f.type:
+                col = col.cast(f.type)
+        else:
+            col = pa.nulls(batch.num_rows, f.type)
+        columns.append(col)
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+
+# ---------------------------------------------------------------- Delta
+
+
+def delta_schema(schema: Schema) -> DeltaSchema:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    arrow = pa.schema([plain_arrow_field(f).with_metadata(None) for f in schema_to_pyarrow(schema, include_field_ids=False)])
+    return DeltaSchema.from_arrow(arrow)
+
+
+
+def delta_to_spark_schema(delta):
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    arrow = pa.schema(delta.schema().to_arrow())
+    # delta-rs reports the plain Arrow view; Spark wants microsecond timestamps and small types.
+    fields = []
+    for f in arrow:
+        t = f.type
+        if pa.types.is_timestamp(t):
+            t = pa.timestamp("us", tz=t.tz)
+        fields.append(pa.field(f.name, t, f.nullable))
+    spark_schema = from_arrow_schema(pa.schema(fields), prefer_timestamp_ntz=True)  # Delta timestamp_ntz is Spark TimestampNTZ
+    # Column mapping: the files name a column by its physical name, and ours carry its id (= the Iceberg field id)
+    # too: read by id, as after an Iceberg rename.
+    import json
+
+    from pyspark.sql.types import StructField, StructType
+
+    ids = {f["name"]: (f.get("metadata") or {}).get("delta.columnMapping.id") for f in json.loads(delta.schema().to_json())["fields"]}
+    if not any(ids.values()):
+        return spark_schema
+    return StructType([StructField(f.name, f.dataType, f.nullable, {SPARK_FIELD_ID_KEY: int(ids[f.name])} if ids.get(f.name) else None) for f in spark_schema.fields])
+
+

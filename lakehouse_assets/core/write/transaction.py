@@ -1,0 +1,196 @@
+"""The commit pipeline: the one place where a table's files change, for every write mode and for compaction.
+
+Given the files an operation wrote and the files it replaces (a `FileChanges`, planned without
+committing), `commit`:
+
+1. commits them as one Iceberg snapshot (the source of truth), together with any schema change;
+2. if that fails, deletes every file the operation wrote (nothing became visible) and raises a
+   `CommitError` (a `CommitConflict` when another writer won the race: the caller may re-plan);
+3. mirrors the snapshot to Delta with one retry policy (`sync_delta`). Iceberg-primary: if Delta
+   still fails, the write succeeds with a warning and `WriteResult.delta_lagging` set, and the next
+   write or `repair` catches up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Callable
+
+from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.table import Table
+
+from ..errors import CommitConflict, CommitError, LakehouseError, MirrorRefused
+from ..formats import foreign_delta
+from ..formats import iceberg_committer as ic
+from ..formats.delta_committer import DeltaMirror, SnapshotChange
+from ..io.storage import delete_files
+from ..model import FileChanges, WriteResult
+from ..properties import SummaryKeys
+from ..table.evolution import SchemaPlan, apply_schema_change
+
+if TYPE_CHECKING:
+    from ..lakehouse import Lakehouse
+
+log = logging.getLogger("lakehouse")
+
+# The Delta retry policy. A conflict (another process committed to the log first) is retried after
+# re-reading the log: the txn tag tells what is left. Any other failure (storage) is retried once.
+DELTA_CONFLICT_ATTEMPTS = 8
+DELTA_FAILURE_ATTEMPTS = 2
+REVALIDATE_ATTEMPTS = 4  # a merge committed again over concurrent appends that cannot hold its keys
+
+
+def commit(
+    lh: "Lakehouse",
+    identifier: str,
+    table: Table,
+    changes: FileChanges,
+    summary: dict[str, str],
+    *,
+    mode: str,
+    schema_plan: SchemaPlan | None = None,
+    revalidate: Callable[[Table, int | None], str | None] | None = None,
+    delta=None,
+) -> WriteResult:
+    """Commit `changes` to Iceberg, then mirror to Delta. See the module docstring for the failure rules.
+
+    `revalidate(fresh_table, base_snapshot_id)`: when pyiceberg's validation rejects the commit because
+    another writer committed since `base`, says why that invalidates the plan (a reason), or None when
+    the plan still holds: the same files are then committed on top (at most REVALIDATE_ATTEMPTS times).
+    """
+    started = time.monotonic()
+    delta_on = lh.delta_enabled(table)
+    mirror = lh.mirror(table) if delta_on else None
+    if mirror is not None and delta is not None:
+        mirror.hand_over(delta)  # the log the write's foreign-version check read: brought up to date, not loaded again
+    summary = dict(summary)
+    try:
+        if mirror is not None and (expected := mirror.next_version(table)) is not None:
+            # A schema change reaches Delta as metadata-only versions just before the data version.
+            if schema_plan is not None:
+                expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
+            summary[SummaryKeys.DELTA_EXPECTED_VERSION] = str(expected)
+        if mirror is not None:
+            # Never build on Delta versions another engine wrote (policy `refuse`): fail before the Iceberg commit.
+            # Under `adopt` they were adopted before the write was planned: one landing since then raced this write.
+            foreign_delta.refuse_if_foreign(identifier, mirror._loaded, foreign_delta.REFUSE)
+        stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
+        base_id = _current_id(table)
+        for attempt in range(1, REVALIDATE_ATTEMPTS + 1):
+            try:
+                # Passed only when there are some: tests wrap commit_files as a seam with the plain signature.
+                extra = {"removed_delete_files": changes.removed_delete_files} if changes.removed_delete_files else {}
+                snapshot = ic.commit_files(table, changes.adds, changes.removes, summary, stage, **extra)
+                break
+            except ValidationException as e:
+                if revalidate is None:
+                    raise
+                table = lh.load(identifier)
+                conflict = revalidate(table, base_id)
+                if conflict is not None or attempt == REVALIDATE_ATTEMPTS:
+                    raise CommitConflict(
+                        f"Table {identifier}: the {mode} lost a race with a concurrent write ({conflict or f'{attempt} attempts'}; "
+                        f"pyiceberg: {e}). Nothing was committed and the written files were removed. Run the {mode} again: "
+                        "it re-plans against the table as it is now."
+                    ) from e
+                log.info("Table %s: %s re-validated after a concurrent commit (attempt %d): %s", identifier, mode, attempt, e)
+                base_id = _current_id(table)
+    except BaseException as e:
+        _drop_pooled_connections(table)
+        # Nothing became visible: remove every file this operation created.
+        delete_files(lh.storage, changes.created)
+        if isinstance(e, LakehouseError):
+            raise
+        if isinstance(e, (CommitFailedException, ValidationException)):
+            # Lost a race with other writers after pyiceberg's own retries: say how to get through.
+            hint = " Other writers committed first: retry the write, or raise the table property commit.retry.num-retries."
+            raise CommitConflict(_failed(identifier, e) + (hint if isinstance(e, CommitFailedException) else "")) from e
+        if isinstance(e, Exception):
+            raise CommitError(_failed(identifier, e)) from e
+        raise
+    iceberg_done = time.monotonic()
+    result = WriteResult.for_table(identifier, table, mode, snapshot.snapshot_id if snapshot else _current_id(table))
+    result.files_added = len(changes.adds)
+    result.files_removed = len(changes.removes)
+    result.rows_written = changes.rows_written
+    result.bytes_written = sum(f.file_size_in_bytes for f in changes.adds)
+    result.rows_removed = sum(f.record_count for f in changes.removes)
+    result.iceberg_commit_seconds = iceberg_done - started
+    if mirror is not None:
+        known = {snapshot.snapshot_id: SnapshotChange(snapshot, changes.adds, changes.removes, summary)} if snapshot else {}
+        mirror_to_delta(mirror, table, result, known)
+        result.delta_commit_seconds = time.monotonic() - iceberg_done
+    return result
+
+
+def _drop_pooled_connections(table: Table) -> None:
+    """After a failed commit, close a SQL catalog's pooled connections.
+
+    A SQLite COMMIT that fails with "database is locked" leaves its transaction open, and SQLAlchemy returns
+    that connection to the pool as it is: the next checkout reads the failed commit's metadata location as
+    current (files this write just removed), and the next commit on it would make it permanent. Closing the
+    connections discards the transaction."""
+    engine = getattr(table.catalog, "engine", None)
+    if engine is not None and hasattr(engine, "dispose"):
+        engine.dispose()
+
+
+def _failed(identifier: str, e: BaseException) -> str:
+    message = f"Table {identifier}: the Iceberg commit failed ({type(e).__name__}: {e}); nothing was committed and the written files were removed."
+    if "database is locked" in str(e):
+        # SQLite catalog: another connection keeps a read transaction open, so no commit can ever get through.
+        message += (
+            " Another process holds a lock on the SQLite catalog (catalog.db), e.g. Java Iceberg's JdbcCatalog, whose table check "
+            "leaves a read open: set jdbc.init-catalog-tables=false on it (README, \"Reading from other engines\"), or stop that "
+            "process, then retry."
+        )
+    return message
+
+
+def _current_id(table: Table) -> int | None:
+    snap = table.current_snapshot()
+    return snap.snapshot_id if snap else None
+
+
+def sync_delta(mirror: DeltaMirror, table: Table, known: dict[int, SnapshotChange] | None = None) -> int:
+    """Bring the Delta log up to the table's current snapshot under the retry policy; returns the Delta version."""
+    conflicts = failures = 0
+    while True:
+        try:
+            return mirror.sync(table, known)
+        except MirrorRefused:
+            raise  # not a failure to retry: Delta cannot express the change
+        except DeltaCommitFailedError:
+            conflicts += 1
+            if conflicts >= DELTA_CONFLICT_ATTEMPTS:
+                raise
+            time.sleep(min(0.05 * 2**conflicts, 1.0))
+        except Exception as e:  # noqa: BLE001 - any storage error: one more try, then give up
+            failures += 1
+            log.warning("Table %s: Delta commit attempt %d of %d failed: %s: %s", ".".join(table.name()), failures, DELTA_FAILURE_ATTEMPTS, type(e).__name__, e)
+            if failures >= DELTA_FAILURE_ATTEMPTS:
+                raise
+
+
+def mirror_to_delta(mirror: DeltaMirror, table: Table, result: WriteResult, known: dict[int, SnapshotChange] | None = None) -> None:
+    """Iceberg-primary: a Delta failure after the retry policy is a warning and a recorded lag, not a failed write."""
+    try:
+        result.delta_version = sync_delta(mirror, table, known)
+        return
+    except MirrorRefused as e:
+        # Another engine's snapshot that Delta cannot express: the reason says how to make the table whole.
+        error = f"{type(e).__name__}: {e}"
+        message = f"Table {result.table}: Iceberg snapshot {result.iceberg_snapshot_id} committed; Delta lags: {e}"
+    except Exception as e:  # noqa: BLE001 - the write itself has landed
+        error = f"{type(e).__name__}: {e}"
+        how = f"lost {DELTA_CONFLICT_ATTEMPTS} races to other Delta writers" if isinstance(e, DeltaCommitFailedError) else "failed twice"
+        message = (
+            f"Table {result.table}: Iceberg snapshot {result.iceberg_snapshot_id} committed but the Delta commit {how} "
+            f"({error}). Delta lags Iceberg until the next write or `lakehouse repair {result.table}`."
+        )
+    result.delta_lagging = True
+    result.delta_error = error
+    result.warnings.append(message)
+    log.warning(message)

@@ -74,7 +74,7 @@ def measure(label, lh, spark, identifier, start) -> dict:
     ice, delta, n_ice, n_delta = planning_time(lh, identifier)
     from lakehouse_assets.core.maintenance import table_health
 
-    h = table_health(lh, identifier)
+    h = table_health(lh.context, identifier)
     row = dict(label=label, commit=latency, plan_iceberg=ice, plan_delta=delta, files=n_ice, delta_files=n_delta, snapshots=h["snapshot_count"], log=h["delta_log_files"])
     print(
         f"{label:<22} commit {latency * 1000:7.1f} ms   plan iceberg {ice * 1000:7.1f} ms ({n_ice} files)   "

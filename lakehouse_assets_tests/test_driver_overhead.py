@@ -187,17 +187,17 @@ def test_health_opens_only_the_manifests_a_write_added(lh, spark, monkeypatch):
             "compactable_files": sum(len(g) for g in plan_compaction(table, settings, files)),
         }
 
-    first = health.table_health(lh, "o.health")
+    first = health.table_health(lh.context, "o.health")
     assert {k: first[k] for k in figures_from_every_file()} == figures_from_every_file()
     assert first["data_files"] == 12 and first["compactable_files"] == 12
     assert opened  # each manifest once
     opened.clear()
-    assert health.table_health(lh, "o.health")["data_files"] == 12
+    assert health.table_health(lh.context, "o.health")["data_files"] == 12
     assert opened == []  # nothing new: no manifest opened again
     lh.write(_rows(spark, 1000, 1010).withColumn("part", F.lit(9)), "o.health", partition_by=["part"])
     table = lh.load("o.health")
     added = {m.manifest_path for m in table.current_snapshot().manifests(table.io) if m.added_snapshot_id == table.current_snapshot().snapshot_id}
-    again = health.table_health(lh, "o.health")
+    again = health.table_health(lh.context, "o.health")
     assert set(opened) == added  # only the manifests the last write wrote
     assert {k: again[k] for k in figures_from_every_file()} == figures_from_every_file()
     assert again["data_files"] == 13

@@ -188,7 +188,7 @@ def test_position_deletes_are_refused_by_every_operation_then_applied_by_repair(
     # Now every operation works again, and compaction cannot resurrect anything.
     lh.write(batch, "fw.pos", mode="merge", merge_keys=["id"])
     model[1], model[7] = ("US", 1, "back"), ("US", 7, "upd")
-    maintenance.run(lh, "fw.pos", "compaction", spark=spark, compaction_min_input_files=1)
+    maintenance.run(lh.context, "fw.pos", "compaction", spark=spark, compaction_min_input_files=1)
     assert_all_readers_agree(lh, spark, duck, "fw.pos", want(model))
 
 

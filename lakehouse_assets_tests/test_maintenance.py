@@ -263,7 +263,7 @@ def test_every_operation_keeps_every_referenced_file(lh, spark, duck):
 def test_checkpoint_and_metadata_cleanup_bound_the_logs(lh, spark, duck):
     for start in range(0, 120, 10):
         lh.write(batch(spark, start), "m.logs")
-    before = maintenance.delta_log_stats(lh, lh.load("m.logs"))
+    before = maintenance.delta_log_stats(lh.context, lh.load("m.logs"))
     assert before["delta_log_files"] == 13
     cp = lh.maintain("m.logs", "delta_checkpoint")
     assert cp["checkpoint_written"] and cp["delta_commits_since_checkpoint"] == 0

@@ -312,7 +312,7 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                     assert _metadata_value(page, "table_location") == table["location"]
                     assert _int(_metadata_value(page, "files_added")) > 0
                     # Table health sits next to the versions (metadata only, recorded with the write).
-                    health = maintenance.table_health(lh, f"demo.{key}")
+                    health = maintenance.table_health(lh.context, f"demo.{key}")
                     assert _int(_metadata_value(page, "snapshot_count")) == health["snapshot_count"] == 1
                     assert _int(_metadata_value(page, "delta_log_length")) == health["delta_log_files"]
                     assert _int(_metadata_value(page, "small_file_count")) == health["small_files"]

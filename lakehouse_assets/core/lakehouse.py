@@ -18,18 +18,19 @@ import os
 import time
 from typing import Any, Literal, Mapping, Sequence
 
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from . import maintenance as maintenance_
-from .errors import RetentionError, SchemaError, SpecError, TableNotFound
+from .errors import RetentionError, SchemaError, SpecError
 from .formats import delta_adoption, foreign_delta, history
 from .formats.delta_column_mapping import enabled as mapping_enabled
 from .formats.delta_column_mapping import mapping_keys
 from .formats.delta_committer import DeltaMirror, unfollowed_renames
 from .io.storage import StorageConfig, check_access, delete_files, normalize_uri
 from .maintenance import rollback as rollback_
+from .maintenance.repair import repair_table
 from .maintenance.rewrite_files import adoption_rewrite
 from .maintenance.verify import verify_table
 from .model import FileChanges, MergeOptions, WriteRequest, WriteResult
@@ -48,7 +49,8 @@ from .schema.type_mapping import spark_schema_to_iceberg
 from .schema.window import Slice, Window
 from .spark.session import active_session
 from .table import tables
-from .table.catalog import missing_table_hint, open_catalog
+from .table.catalog import open_catalog
+from .table.context import TableContext
 from .table.evolution import evolved_schema, types_were_widened
 from .write import alter as alter_
 from .write import merge as merge_
@@ -79,9 +81,14 @@ class Lakehouse:
     ):
         warehouse = warehouse or os.environ.get("LAKEHOUSE_WAREHOUSE") or "./warehouse"
         # The stored form of the URI (e.g. Azure's container@account) and the storage settings it implies.
-        self.warehouse, self.storage = (storage or StorageConfig.from_env()).for_warehouse(warehouse)
-        self.catalog = open_catalog(self.warehouse, self.storage, catalog_name, catalog_properties)
-        self.delta_configuration = {**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})}
+        warehouse, storage = (storage or StorageConfig.from_env()).for_warehouse(warehouse)
+        # What the commit pipeline, maintenance and repair receive instead of the facade.
+        self.context = TableContext(
+            catalog=open_catalog(warehouse, storage, catalog_name, catalog_properties),
+            warehouse=warehouse,
+            storage=storage,
+            delta_configuration={**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})},
+        )
         # Tables without the property `lakehouse.delta.foreign-commits` follow this ("refuse" or "adopt").
         self.foreign_delta_default = foreign_delta.policy_of({}, foreign_delta_commits or foreign_delta.REFUSE)
 
@@ -90,26 +97,33 @@ class Lakehouse:
     def table_location(self, identifier: str) -> str:
         return tables.table_location(self.warehouse, identifier)
 
+    @property
+    def catalog(self) -> Catalog:
+        return self.context.catalog
+
+    @property
+    def warehouse(self) -> str:
+        return self.context.warehouse
+
+    @property
+    def storage(self) -> StorageConfig:
+        return self.context.storage
+
+    @property
+    def delta_configuration(self) -> Mapping[str, str]:
+        return self.context.delta_configuration
+
     def load(self, identifier: str) -> Table:
-        try:
-            return self.catalog.load_table(identifier)
-        except (NoSuchTableError, NoSuchNamespaceError):
-            raise TableNotFound(
-                f"Table {identifier} does not exist in catalog {self.catalog.name!r} (warehouse {self.warehouse})."
-                f"{missing_table_hint(self.catalog, identifier)} Existing tables: {', '.join(self.table_names()) or 'none'}."
-            ) from None
+        return self.context.load(identifier)
 
     def mirror(self, table: Table) -> DeltaMirror:
-        return DeltaMirror(normalize_uri(table.location()), self.storage, self.delta_configuration)
+        return self.context.mirror(table)
 
     def delta_enabled(self, table: Table) -> bool:
-        return tables.delta_enabled(table)
+        return self.context.delta_enabled(table)
 
     def table_names(self) -> list[str]:
-        names = []
-        for ns in self.catalog.list_namespaces():
-            names += [".".join(t) for t in self.catalog.list_tables(ns)]
-        return sorted(names)
+        return self.context.table_names()
 
     # ------------------------------------------------------------ writes
 
@@ -183,7 +197,7 @@ class Lakehouse:
             if not caller_cached:
                 source.unpersist()
 
-    def _write(self, df, request: write_modes.WriteRequest, started: float, key_stats: merge_.KeyStats | None = None) -> WriteResult:
+    def _write(self, df, request: WriteRequest, started: float, key_stats: merge_.KeyStats | None = None) -> WriteResult:
         """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
         identifier, window = request.spec.identifier, request.window
         incoming = spark_schema_to_iceberg(identifier, merge_.data_schema(df) if request.merge else df.schema)
@@ -224,12 +238,12 @@ class Lakehouse:
             log.warning("Table %s: the Delta log cannot be read to look for foreign versions: %s", identifier, e)
             return None
         if foreign_delta.refuse_if_foreign(identifier, delta, policy):
-            report = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(self, identifier, spark))
+            report = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(self.context, identifier, spark))
             log.info("Table %s: adopted foreign Delta versions before the write: %s", identifier, report)
             return False
         return delta
 
-    def _write_into(self, table: Table, schema_plan, df, request: write_modes.WriteRequest, started: float, key_stats, delta=None) -> WriteResult:
+    def _write_into(self, table: Table, schema_plan, df, request: WriteRequest, started: float, key_stats, delta=None) -> WriteResult:
         identifier = request.spec.identifier
         delta_on = tables.delta_enabled(table)
         if delta_on and schema_plan.widen and mapping_enabled(table.properties):
@@ -270,7 +284,7 @@ class Lakehouse:
             def revalidate(fresh, base_id):
                 return merge_.concurrent_conflict(df.sparkSession, fresh, base_id, df, request.merge, self.storage, target.cast_files)
 
-        result = transaction.commit(self, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate, delta=delta)
+        result = transaction.commit(self.context, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate, delta=delta)
         result.write_seconds = write_seconds
         if result.files_added or result.files_removed:
             if (advice := small_writes_warning(identifier, table)) is not None:
@@ -385,7 +399,7 @@ class Lakehouse:
         adds, removes = rollback_.plan(identifier, table, target, self.storage)
         summary = {SummaryKeys.OPERATION: Operation.ROLLBACK, SummaryKeys.ROLLBACK_TARGET: str(target)}
         changes = FileChanges(adds=adds, removes=removes, rows_written=sum(f.record_count for f in adds))
-        result = transaction.commit(self, identifier, table, changes, summary, mode=Operation.ROLLBACK)
+        result = transaction.commit(self.context, identifier, table, changes, summary, mode=Operation.ROLLBACK)
         log.info("Table %s: rolled back to snapshot %s (%d file(s) back, %d removed)", identifier, target, len(adds), len(removes))
         return result
 
@@ -393,7 +407,7 @@ class Lakehouse:
 
     def maintain(self, identifier: str, operation: str = "full_maintenance", *, dry_run: bool = False, spark=None, **settings) -> dict[str, Any]:
         """Run a maintenance operation (see core/maintenance/) on one table; returns what it did."""
-        return maintenance_.run(self, identifier, operation, dry_run=dry_run, spark=spark, **settings)
+        return maintenance_.run(self.context, identifier, operation, dry_run=dry_run, spark=spark, **settings)
 
     # ------------------------------------------------------------ time travel
 
@@ -465,19 +479,7 @@ class Lakehouse:
 
     def delta_lag_of(self, table: Table, delta=None) -> int | None:
         """`delta_lag` of a loaded table; `delta`: its Delta table when the caller already loaded it."""
-        if not self.delta_enabled(table):
-            return 0
-        mirror = self.mirror(table)
-        if delta is None:
-            try:
-                delta = mirror.load()
-            except Exception:  # noqa: BLE001 - an unreadable log is what repair is for
-                return None
-        snapshot = table.current_snapshot()
-        if delta is None or snapshot is None:
-            return None if delta is None else 0
-        pending = mirror.pending_snapshots(table, snapshot, mirror.mirrored_sequence_number(delta))
-        return None if pending is None else len(pending)
+        return self.context.delta_lag_of(table, delta)
 
     def repair(
         self, identifier: str, *, apply_deletes: bool = False, adopt_delta: bool = False, revert_delta: bool = False, rewrite_files: bool = False, spark=None
@@ -497,43 +499,9 @@ class Lakehouse:
         undoes them with a new Delta version (core/formats/foreign_delta.py, core/formats/delta_adoption.py). Raises
         ForeignDeltaCommits, nothing changed, when they cannot be adopted.
         """
-        if adopt_delta and revert_delta:
-            raise ValueError(f"Table {identifier}: repair takes adopt_delta or revert_delta, not both.")
-        out: dict[str, Any] = {"table": identifier}
-        if apply_deletes:
-            from .maintenance.apply_deletes import apply_deletes as apply
-
-            out["apply_deletes"] = apply(self, identifier, spark)
-        if rewrite_files:
-            from .maintenance.rewrite_files import rewrite_misnamed_files
-
-            out["rewrite_files"] = rewrite_misnamed_files(self, identifier, spark)
-        table = self.load(identifier)
-        if not self.delta_enabled(table):
-            return {**out, "delta_version": None, "repaired": False, "reason": "Delta is not enabled for this table"}
-        mirror = self.mirror(table)
-        before = mirror.load()
-        before_version = before.version() if before is not None else None
-        if before is not None and (adopt_delta or revert_delta) and foreign_delta.foreign_versions(before):
-            if adopt_delta:
-                out["adopt_delta"] = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(self, identifier, spark))
-                table = self.load(identifier)
-            else:
-                out["revert_delta"] = foreign_delta.revert(identifier, mirror.root_uri, self.storage.delta_options(mirror.root_uri))
-            version = transaction.sync_delta(mirror, table)
-            return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
-        if before is not None and (foreign := foreign_delta.foreign_versions(before)):
-            # Mirroring on top would hide the divergence: say which versions and how to get out.
-            return {
-                **out,
-                "delta_version_before": before_version,
-                "delta_version": before_version,
-                "repaired": False,
-                "reason": foreign_delta.explain(identifier, foreign),
-                "delta_foreign_versions": [v.to_dict() for v in foreign],
-            }
-        version = transaction.sync_delta(mirror, table)
-        return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
+        return repair_table(
+            self.context, identifier, apply_deletes=apply_deletes, adopt_delta=adopt_delta, revert_delta=revert_delta, rewrite_files=rewrite_files, spark=spark
+        )
 
 
 # ---------------------------------------------------------------- helpers

@@ -28,4 +28,4 @@ def health_metadata(health: dict[str, Any]) -> dict[str, Any]:
 
 def table_health_metadata(lh: Lakehouse, identifier: str, table=None) -> dict[str, Any]:
     """Metadata only (manifests and the Delta log listing), no data files are read. `table`: already loaded."""
-    return health_metadata(maintenance.table_health(lh, identifier, table=table))
+    return health_metadata(maintenance.table_health(lh.context, identifier, table=table))

@@ -181,7 +181,7 @@ def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseReso
     lh = lakehouse.get()
     requests = []
     for identifier in lh.table_names():
-        health = core.table_health(lh, identifier)
+        health = core.table_health(lh.context, identifier)
         count, ratio = health["compactable_files"], health["compactable_ratio"]
         if count >= COMPACTION_MIN_SMALL_FILES or (count >= COMPACTION_RATIO_MIN_FILES and ratio >= COMPACTION_MIN_SMALL_RATIO):
             context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")

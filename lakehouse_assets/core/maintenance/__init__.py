@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ..errors import SpecError
+from ..table.context import TableContext
 from .compaction import compaction, plan_compaction
 from .health import table_health
 from .logs import delta_checkpoint, delta_log_stats, metadata_cleanup
 from .references import RETENTION_DELTA_MIN_VERSION, RETENTION_MIN_TIMESTAMP, referenced_files
+from .repair import repair_table
 from .reports import FullMaintenanceReport, OperationReport, RepairReport, TableHealth
 from .retention import orphan_cleanup, snapshot_expiry
 from .settings import PROPERTY_PREFIX, MaintenanceSettings
-
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
+from .verify import verify_table
 
 __all__ = [
     "FULL_ORDER",
@@ -51,23 +51,24 @@ __all__ = [
 ]
 
 
-def repair(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> RepairReport:
-    """Lakehouse.repair as an operation, so one job/CLI runs every table operation."""
+def repair(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> RepairReport:
+    """`Lakehouse.repair` as an operation, so one job/CLI runs every table operation."""
     if dry_run:
-        return {"operation": "repair", "table": identifier, "dry_run": True, "delta_lag_snapshots": lh.delta_lag(identifier), "repaired": False}
-    return {"operation": "repair", "dry_run": False, **lh.repair(identifier)}
+        return {"operation": "repair", "table": identifier, "dry_run": True, "delta_lag_snapshots": ctx.delta_lag_of(ctx.load(identifier)), "repaired": False}
+    return {"operation": "repair", "dry_run": False, **repair_table(ctx, identifier)}
 
 
-def verify_deep(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OperationReport:
+def verify_deep(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OperationReport:
     """The formats-agree check including content (core/maintenance/verify.py). Read-only, so dry_run changes nothing."""
-    report = lh.verify(identifier, deep=True)
+    table = ctx.load(identifier)
+    report = verify_table(table, ctx.mirror(table) if ctx.delta_enabled(table) else None, deep=True)
     return {"operation": "verify_deep", "table": identifier, "agree": report["agree"], "differences": report["differences"], "content": report.get("content")}
 
 
 @dataclass(frozen=True)
 class Operation:
     name: str
-    run: Callable[..., OperationReport] | None  # (lh, identifier, settings, dry_run, spark=None) -> report; None: FULL_ORDER
+    run: Callable[..., OperationReport] | None  # (ctx, identifier, settings, dry_run, spark=None) -> report; None: FULL_ORDER
     uses_spark: bool
     description: str
 
@@ -97,20 +98,20 @@ OPERATIONS = tuple(REGISTRY)
 FULL_ORDER = ("repair", "compaction", "snapshot_expiry", "orphan_cleanup", "delta_checkpoint", "metadata_cleanup")
 
 
-def run(lh: "Lakehouse", identifier: str, operation: str, *, dry_run: bool = False, spark=None, **overrides) -> OperationReport:
+def run(ctx: TableContext, identifier: str, operation: str, *, dry_run: bool = False, spark=None, **overrides) -> OperationReport:
     """Run one operation (or full_maintenance) on one table; returns what it did plus the table's health after."""
     if operation not in REGISTRY:
         raise SpecError(f"Table {identifier}: unknown maintenance operation {operation!r}; use one of {', '.join(OPERATIONS)}.")
     started = time.monotonic()
-    settings = MaintenanceSettings.for_table(lh.load(identifier), **overrides)
+    settings = MaintenanceSettings.for_table(ctx.load(identifier), **overrides)
     if operation == "full_maintenance":
-        steps = [REGISTRY[op].run(lh, identifier, settings, dry_run, spark=spark) for op in FULL_ORDER]
+        steps = [REGISTRY[op].run(ctx, identifier, settings, dry_run, spark=spark) for op in FULL_ORDER]
         result: FullMaintenanceReport = {"operation": "full_maintenance", "table": identifier, "dry_run": dry_run, "steps": steps}
         for key in ("files_rewritten", "files_removed", "bytes_reclaimed", "snapshots_expired"):
             result[key] = sum(int(s.get(key) or 0) for s in steps)
     else:
-        result: OperationReport = REGISTRY[operation].run(lh, identifier, settings, dry_run, spark=spark)
+        result: OperationReport = REGISTRY[operation].run(ctx, identifier, settings, dry_run, spark=spark)
     result["settings"] = asdict(settings)
-    result["health"] = table_health(lh, identifier, settings)
+    result["health"] = table_health(ctx, identifier, settings)
     result["seconds"] = round(time.monotonic() - started, 3)
     return result

@@ -9,7 +9,7 @@ delete file: a snapshot of data files only, which the Delta mirror then follows.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyiceberg.manifest import DataFile
 
@@ -22,22 +22,20 @@ from ..properties import Operation, SummaryKeys
 from ..read.reader import read_parquet_files
 from ..schema.type_mapping import iceberg_to_spark_schema
 from ..spark.session import active_session
+from ..table.context import TableContext
 from ..table.evolution import column_names_moved
 from ..write import transaction
-from ..write.write_modes import WriteTarget
-
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
+from ..write.target import WriteTarget
 
 _PATH, _POS, _DEL = "_lakehouse_file", "_lakehouse_pos", "_lakehouse_delete_file"
 
 
-def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any]:
+def apply_deletes(ctx: TableContext, identifier: str, spark=None) -> dict[str, Any]:
     """Rewrite the data files that delete files remove rows from and drop the delete files: one snapshot."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    table = lh.load(identifier)
+    table = ctx.load(identifier)
     files = table_files(table)
     result: dict[str, Any] = {"table": identifier, "delete_files": len(files.deletes), "data_files_rewritten": 0, "rows_deleted": 0}
     if not files.deletes:
@@ -53,13 +51,13 @@ def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any
     drops = None
     if candidates:
         constants = partition_constants.of_files(table, [by_uri[u] for u in candidates], schema)  # partition columns a file lacks
-        rows = read_parquet_files(spark, candidates, spark_schema, lh.storage, path_column=_PATH, position_column=_POS, constants=constants)
+        rows = read_parquet_files(spark, candidates, spark_schema, ctx.storage, path_column=_PATH, position_column=_POS, constants=constants)
         pair_df = spark.createDataFrame(pairs, f"{_DEL} string, {_PATH} string")
         parts = []
         pos_files = sorted({e.data_file.file_path for e in files.position_deletes})
         if pos_files:
             pos_schema = StructType([StructField("file_path", StringType()), StructField("pos", LongType())])
-            pos = read_parquet_files(spark, pos_files, pos_schema, lh.storage, path_column=_DEL, cast_files=True)
+            pos = read_parquet_files(spark, pos_files, pos_schema, ctx.storage, path_column=_DEL, cast_files=True)
             parts.append(pos.join(pair_df, _DEL).filter(F.col("file_path") == F.col(_PATH)).select(_PATH, F.col("pos").alias(_POS)))
         groups: dict[tuple, list[str]] = {}
         for e in files.equality_deletes:
@@ -71,7 +69,7 @@ def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any
                     f"Table {identifier}: equality-delete file(s) {uris[:3]} use equality field ids {list(ids)} that are not "
                     "top-level columns of the current schema; they cannot be applied here. Apply them with the engine that wrote them."
                 )
-            eq = read_parquet_files(spark, uris, iceberg_to_spark_schema(schema.select(*names)), lh.storage, path_column=_DEL, cast_files=True)
+            eq = read_parquet_files(spark, uris, iceberg_to_spark_schema(schema.select(*names)), ctx.storage, path_column=_DEL, cast_files=True)
             keyed = eq.join(pair_df, _DEL).select(F.col(_PATH).alias("_eq_file"), *[F.col(n).alias(f"_eq_{n}") for n in names])
             cond = rows[_PATH] == keyed["_eq_file"]
             for n in names:
@@ -81,7 +79,7 @@ def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any
         for p in parts[1:]:
             drops = drops.unionByName(p)
         drops = drops.distinct().persist()
-    target = WriteTarget(identifier, table, schema, lh.storage, cast_files=True)
+    target = WriteTarget(identifier, table, schema, ctx.storage, cast_files=True)
     changes = FileChanges(removed_delete_files=[e.data_file for e in files.deletes])
     try:
         affected = [r[0] for r in drops.select(_PATH).distinct().collect()] if drops is not None else []  # file paths only
@@ -90,7 +88,7 @@ def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any
         changes.removes += removes
         if affected:
             constants = partition_constants.of_files(table, removes, schema)
-            kept = read_parquet_files(spark, affected, spark_schema, lh.storage, path_column=_PATH, position_column=_POS, constants=constants)
+            kept = read_parquet_files(spark, affected, spark_schema, ctx.storage, path_column=_PATH, position_column=_POS, constants=constants)
             adds = target.write(kept.join(drops, [_PATH, _POS], "left_anti").drop(_PATH, _POS), changes, counts_as_written=False)
             expected = sum(f.record_count for f in removes) - deleted_rows
             if sum(f.record_count for f in adds) != expected:
@@ -99,13 +97,13 @@ def apply_deletes(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any
                     "nothing was committed."
                 )
     except BaseException:
-        delete_files(lh.storage, changes.created)
+        delete_files(ctx.storage, changes.created)
         raise
     finally:
         if drops is not None:
             drops.unpersist()
     summary = {SummaryKeys.OPERATION: Operation.APPLY_DELETES, SummaryKeys.APPLIED_DELETE_FILES: str(len(files.deletes))}
-    wr = transaction.commit(lh, identifier, table, changes, summary, mode=Operation.APPLY_DELETES)
+    wr = transaction.commit(ctx, identifier, table, changes, summary, mode=Operation.APPLY_DELETES)
     result.update(
         applied=True,
         data_files_rewritten=len(removes),

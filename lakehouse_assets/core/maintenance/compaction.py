@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
@@ -17,15 +16,13 @@ from ..io.storage import delete_files
 from ..model import FileChanges
 from ..properties import Operation, SummaryKeys
 from ..spark.session import active_session
+from ..table.context import TableContext
 from ..table.evolution import types_were_widened
 from ..write import transaction
 from ..write.compaction_tasks import compact_in_one_job
-from ..write.write_modes import WriteTarget
+from ..write.target import WriteTarget
 from .reports import CompactionReport
 from .settings import MaintenanceSettings
-
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
 
 log = logging.getLogger("lakehouse.maintenance")
 
@@ -41,7 +38,7 @@ def plan_compaction(table: Table, settings: MaintenanceSettings, live: list[Data
     return [g for (spec_id, _), g in groups.items() if settings.worth_compacting(spec_id, default_spec, len(g))]
 
 
-def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CompactionReport:
+def compaction(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CompactionReport:
     """Rewrite each partition's small files into target-size files; re-plan when another writer commits first.
 
     pyiceberg 0.12 has no REPLACE snapshot: the commit is an overwrite that removes exactly the rewritten
@@ -51,7 +48,7 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
     """
     result: CompactionReport = {"operation": "compaction", "table": identifier, "dry_run": dry_run, "attempts": 0, "conflicts": 0}
     for attempt in range(1, settings.compaction_max_attempts + 1):
-        table = lh.load(identifier)
+        table = ctx.load(identifier)
         if not dry_run:
             refuse_delete_files(table, "Compaction")
         groups = plan_compaction(table, settings)
@@ -71,7 +68,7 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
         result["attempts"] = attempt
         spark = active_session(spark)
         # A widened Iceberg-only table keeps narrower files: read them through the casting reader.
-        target = WriteTarget(identifier, table, table.schema(), lh.storage, cast_files=types_were_widened(table), target_file_size=settings.target_bytes)
+        target = WriteTarget(identifier, table, table.schema(), ctx.storage, cast_files=types_were_widened(table), target_file_size=settings.target_bytes)
         changes = FileChanges(removes=list(removes))
         try:
             # Each partition's files rewritten as they are, in one job without a shuffle (compaction_tasks).
@@ -81,11 +78,11 @@ def compaction(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, 
             if sum(f.record_count for f in adds) != result["rows_rewritten"]:
                 raise CommitError(f"Table {identifier}: compaction wrote {sum(f.record_count for f in adds)} rows for {result['rows_rewritten']} input rows; nothing committed.")
         except BaseException:
-            delete_files(lh.storage, changes.created)
+            delete_files(ctx.storage, changes.created)
             raise
         summary = {SummaryKeys.OPERATION: Operation.COMPACTION, SummaryKeys.COMPACTION_FILES_REWRITTEN: str(len(removes))}
         try:
-            wr = transaction.commit(lh, identifier, table, changes, summary, mode=Operation.COMPACTION)
+            wr = transaction.commit(ctx, identifier, table, changes, summary, mode=Operation.COMPACTION)
         except CommitConflict as e:
             # Another writer committed first: the pipeline removed our files; re-plan from the new state.
             cause = e.__cause__ or e

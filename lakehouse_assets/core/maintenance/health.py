@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.table import Table
 
 from ..memo import ByImmutableFiles
+from ..table.context import TableContext
 from .logs import delta_log_stats
 from .reports import TableHealth
 from .settings import MaintenanceSettings
-
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
 
 
 @dataclass(frozen=True)
@@ -48,14 +45,14 @@ def _manifest_figures(table: Table, manifest: ManifestFile, small_file_bytes: in
     return _FIGURES.get((manifest.manifest_path, small_file_bytes), lambda: _ManifestFigures.read(table, manifest, small_file_bytes))
 
 
-def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings | None = None, table: Table | None = None) -> TableHealth:
+def table_health(ctx: TableContext, identifier: str, settings: MaintenanceSettings | None = None, table: Table | None = None) -> TableHealth:
     """Metadata-only figures: live files, small files, snapshots, Delta log length and lag.
 
     `table`: the table as the caller just loaded it (the metadata JSON holds every snapshot, so each
     load costs more as history grows: load it once). Each manifest is opened once per process
     (`_manifest_figures`), so a write's health costs the manifests it added, not the table's file count.
     """
-    table = table if table is not None else lh.load(identifier)
+    table = table if table is not None else ctx.load(identifier)
     settings = settings or MaintenanceSettings.for_table(table)
     snapshot = table.current_snapshot()
     manifests = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA] if snapshot is not None else []
@@ -78,7 +75,7 @@ def table_health(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings
         "snapshot_count": len(table.metadata.snapshots),
         "iceberg_snapshot_id": table.current_snapshot().snapshot_id if table.current_snapshot() else None,
     }
-    out.update(delta_log_stats(lh, table))
-    if lh.delta_enabled(table):
-        out["delta_lag_snapshots"] = lh.delta_lag_of(table)  # metadata only, unlike a full verify
+    out.update(delta_log_stats(ctx, table))
+    if ctx.delta_enabled(table):
+        out["delta_lag_snapshots"] = ctx.delta_lag_of(table)  # metadata only, unlike a full verify
     return out

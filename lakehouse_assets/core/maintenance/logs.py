@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from deltalake.transaction import CommitProperties
 from pyiceberg.table import Table
@@ -16,24 +16,22 @@ from pyiceberg.table import Table
 from ..formats import history
 from ..io.storage import join_uri, normalize_uri
 from ..properties import Operation, SummaryKeys, TableProperties
+from ..table.context import TableContext
 from .references import list_files, mtime_ms, now_ms
 from .reports import CheckpointReport, DeltaLogStats, MetadataCleanupReport
 from .settings import MaintenanceSettings
 
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
 
-
-def delta_log_stats(lh: "Lakehouse", table: Table) -> DeltaLogStats:
+def delta_log_stats(ctx: TableContext, table: Table) -> DeltaLogStats:
     """Delta log length: commit files present, commits a reader replays after the last checkpoint."""
-    if not lh.delta_enabled(table):
+    if not ctx.delta_enabled(table):
         return {"delta_version": None, "delta_log_files": 0, "delta_commits_since_checkpoint": None}
     root = normalize_uri(table.location())
     log_uri = join_uri(root, "_delta_log")
-    names = [i.base_name for i in list_files(lh, log_uri)]
+    names = [i.base_name for i in list_files(ctx, log_uri)]
     commits = sorted(int(n.split(".")[0]) for n in names if n.endswith(".json") and n.split(".")[0].isdigit())
     checkpoints = [int(n.split(".")[0]) for n in names if ".checkpoint." in n and n.endswith(".parquet")]
-    delta = lh.mirror(table).load()
+    delta = ctx.mirror(table).load()
     version = delta.version() if delta is not None else None
     last_cp = max(checkpoints) if checkpoints else None
     return {
@@ -44,29 +42,29 @@ def delta_log_stats(lh: "Lakehouse", table: Table) -> DeltaLogStats:
     }
 
 
-def delta_checkpoint(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CheckpointReport:
-    table = lh.load(identifier)
-    before = delta_log_stats(lh, table)
+def delta_checkpoint(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CheckpointReport:
+    table = ctx.load(identifier)
+    before = delta_log_stats(ctx, table)
     result: CheckpointReport = {"operation": "delta_checkpoint", "table": identifier, "dry_run": dry_run, **{f"{k}_before": v for k, v in before.items()}}
-    delta = lh.mirror(table).load() if lh.delta_enabled(table) else None
+    delta = ctx.mirror(table).load() if ctx.delta_enabled(table) else None
     if delta is None or dry_run or before["delta_checkpoint_version"] == before["delta_version"]:
-        result.update(checkpoint_written=False, **delta_log_stats(lh, table))
+        result.update(checkpoint_written=False, **delta_log_stats(ctx, table))
         return result
     delta.create_checkpoint()
-    result.update(checkpoint_written=True, **delta_log_stats(lh, table))
+    result.update(checkpoint_written=True, **delta_log_stats(ctx, table))
     return result
 
 
-def metadata_cleanup(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> MetadataCleanupReport:
-    table = lh.load(identifier)
+def metadata_cleanup(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> MetadataCleanupReport:
+    table = ctx.load(identifier)
     result: MetadataCleanupReport = {"operation": "metadata_cleanup", "table": identifier, "dry_run": dry_run}
-    result.update(_iceberg_metadata_cleanup(lh, table, settings, dry_run))
-    result.update(_delta_log_cleanup(lh, table, settings, dry_run))
+    result.update(_iceberg_metadata_cleanup(ctx, table, settings, dry_run))
+    result.update(_delta_log_cleanup(ctx, table, settings, dry_run))
     result["files_removed"] = result["iceberg_metadata_files_removed"] + result["delta_log_files_removed"]
     return result
 
 
-def _iceberg_metadata_cleanup(lh: "Lakehouse", table: Table, settings: MaintenanceSettings, dry_run: bool) -> dict[str, Any]:
+def _iceberg_metadata_cleanup(ctx: TableContext, table: Table, settings: MaintenanceSettings, dry_run: bool) -> dict[str, Any]:
     """Metadata JSON no longer in the metadata log, manifest lists of expired snapshots, manifests none reference.
 
     Files younger than the grace period may belong to a commit in flight and are kept.
@@ -78,11 +76,11 @@ def _iceberg_metadata_cleanup(lh: "Lakehouse", table: Table, settings: Maintenan
         keep |= {m.manifest_path for m in snap.manifests(table.io)}
     keep |= {s.statistics_path for s in getattr(md, "statistics", []) or []}
     keep = {normalize_uri(k) if "://" in k or k.startswith("/") else k for k in keep}
-    keep_paths = {lh.storage.filesystem(k)[1] for k in keep}
+    keep_paths = {ctx.storage.filesystem(k)[1] for k in keep}
     meta_dir = table.properties.get("write.metadata.path") or join_uri(normalize_uri(table.location()), "metadata")
     grace_cutoff = now_ms() - int(settings.orphan_grace_hours * 3600 * 1000)
     stale = []
-    for info in list_files(lh, normalize_uri(meta_dir)):
+    for info in list_files(ctx, normalize_uri(meta_dir)):
         name = info.base_name
         if not (name.endswith(".metadata.json") or name.endswith(".avro")) or info.path in keep_paths:
             continue
@@ -92,7 +90,7 @@ def _iceberg_metadata_cleanup(lh: "Lakehouse", table: Table, settings: Maintenan
         stale.append(info)
     removed = reclaimed = 0
     if not dry_run:
-        fs, _ = lh.storage.filesystem(normalize_uri(meta_dir))
+        fs, _ = ctx.storage.filesystem(normalize_uri(meta_dir))
         for info in stale:
             fs.delete_file(info.path)
             removed += 1
@@ -104,12 +102,12 @@ def _iceberg_metadata_cleanup(lh: "Lakehouse", table: Table, settings: Maintenan
     }
 
 
-def _delta_log_cleanup(lh: "Lakehouse", table: Table, settings: MaintenanceSettings, dry_run: bool) -> dict[str, Any]:
+def _delta_log_cleanup(ctx: TableContext, table: Table, settings: MaintenanceSettings, dry_run: bool) -> dict[str, Any]:
     """delta-rs `cleanup_metadata`: log files older than `delta.logRetentionDuration` that a checkpoint covers."""
-    delta = lh.mirror(table).load() if lh.delta_enabled(table) else None
+    delta = ctx.mirror(table).load() if ctx.delta_enabled(table) else None
     if delta is None:
         return {"delta_log_files_removed": 0}
-    before = delta_log_stats(lh, table)
+    before = delta_log_stats(ctx, table)
     # A stable value (set once per settings change): the retention window itself.
     wanted = f"interval {max(0, int(math.ceil(settings.log_retention_days * 86400)))} seconds"
     if not dry_run:
@@ -123,10 +121,10 @@ def _delta_log_cleanup(lh: "Lakehouse", table: Table, settings: MaintenanceSetti
             )
             delta.update_incremental()
         delta.cleanup_metadata()
-    after = delta_log_stats(lh, table)
+    after = delta_log_stats(ctx, table)
     if not dry_run:
         # Versions whose log is gone cannot be time-travelled to: move the recorded boundary up.
-        oldest = history.oldest_delta_version(lh.mirror(table).load())
+        oldest = history.oldest_delta_version(ctx.mirror(table).load())
         recorded = table.properties.get(TableProperties.RETENTION_DELTA_MIN_VERSION)
         if oldest is not None and (recorded is None or int(recorded) < oldest) and oldest > 0:
             with table.transaction() as tx:

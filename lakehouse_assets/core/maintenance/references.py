@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -19,9 +18,7 @@ from pyiceberg.table import Table
 from ..formats import history
 from ..io.storage import delta_path, join_uri, normalize_uri, relative_to
 from ..properties import TableProperties
-
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
+from ..table.context import TableContext
 
 RETENTION_MIN_TIMESTAMP = TableProperties.RETENTION_MIN_TIMESTAMP
 RETENTION_DELTA_MIN_VERSION = TableProperties.RETENTION_DELTA_MIN_VERSION
@@ -69,10 +66,10 @@ class Retained:
     delta_current_version: int | None
 
 
-def retained_now(lh: "Lakehouse", table: Table) -> Retained:
+def retained_now(ctx: TableContext, table: Table) -> Retained:
     """What is retained now: every snapshot in the metadata, and Delta versions from the recorded boundary."""
     ids = {s.snapshot_id for s in table.metadata.snapshots}
-    delta = lh.mirror(table).load() if lh.delta_enabled(table) else None
+    delta = ctx.mirror(table).load() if ctx.delta_enabled(table) else None
     if delta is None:
         return Retained(ids, None, None)
     recorded = table.properties.get(RETENTION_DELTA_MIN_VERSION)
@@ -81,13 +78,13 @@ def retained_now(lh: "Lakehouse", table: Table) -> Retained:
     return Retained(ids, min(low, delta.version()), delta.version())
 
 
-def referenced_files(lh: "Lakehouse", table: Table, retained: Retained | None = None) -> set[str]:
+def referenced_files(ctx: TableContext, table: Table, retained: Retained | None = None) -> set[str]:
     """Relative paths of every data file a retained Iceberg snapshot or retained Delta version references."""
     root = normalize_uri(table.location())
-    retained = retained or retained_now(lh, table)
+    retained = retained or retained_now(ctx, table)
     out = {relative_to(root, u) for u in snapshot_files(table, retained.iceberg_ids, include_deleted=False)}
     if retained.delta_min_version is not None:
-        delta = lh.mirror(table).load(retained.delta_min_version)
+        delta = ctx.mirror(table).load(retained.delta_min_version)
         out |= delta_files(delta, range(retained.delta_min_version, retained.delta_current_version + 1))
     return out
 
@@ -116,28 +113,28 @@ def is_catalog_metadata(relative: str, dirs: set[str]) -> bool:
     return relative.endswith(".metadata.json") or any(relative.startswith(d) for d in dirs if d != "/")
 
 
-def list_files(lh: "Lakehouse", uri: str) -> list[pafs.FileInfo]:
-    fs, path = lh.storage.filesystem(uri)
+def list_files(ctx: TableContext, uri: str) -> list[pafs.FileInfo]:
+    fs, path = ctx.storage.filesystem(uri)
     try:
         return [i for i in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True)) if i.type == pafs.FileType.File]
     except FileNotFoundError:
         return []
 
 
-def root_path(lh: "Lakehouse", root: str) -> str:
-    return lh.storage.filesystem(root)[1].rstrip("/") + "/"
+def root_path(ctx: TableContext, root: str) -> str:
+    return ctx.storage.filesystem(root)[1].rstrip("/") + "/"
 
 
 def mtime_ms(info: pafs.FileInfo) -> int | None:
     return None if info.mtime is None else int(info.mtime.timestamp() * 1000)
 
 
-def delete_relative(lh: "Lakehouse", root: str, relative_paths: list[str]) -> tuple[int, int]:
+def delete_relative(ctx: TableContext, root: str, relative_paths: list[str]) -> tuple[int, int]:
     removed = reclaimed = 0
     for rel in relative_paths:
         if is_protected_path(rel):  # defence in depth: never the log or metadata
             continue
-        fs, path = lh.storage.filesystem(join_uri(root, rel))
+        fs, path = ctx.storage.filesystem(join_uri(root, rel))
         info = fs.get_file_info(path)
         if info.type != pafs.FileType.File:
             continue

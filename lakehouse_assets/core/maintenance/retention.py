@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
 
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from ..formats import history
 from ..io.storage import normalize_uri, relative_to
+from ..table.context import TableContext
 from .references import (
     RETENTION_DELTA_MIN_VERSION,
     RETENTION_MIN_TIMESTAMP,
@@ -33,12 +33,9 @@ from .references import (
 from .reports import ExpiryReport, OrphanReport
 from .settings import MaintenanceSettings
 
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
 
-
-def snapshot_expiry(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> ExpiryReport:
-    table = lh.load(identifier)
+def snapshot_expiry(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> ExpiryReport:
+    table = ctx.load(identifier)
     root = normalize_uri(table.location())
     now = now_ms()
     cutoff = now - int(settings.snapshot_retention_days * 86400 * 1000)
@@ -54,7 +51,7 @@ def snapshot_expiry(lh: "Lakehouse", identifier: str, settings: MaintenanceSetti
 
     # The Delta boundary: the version that mirrors the oldest retained snapshot (never move backwards).
     delta_min = None
-    if lh.delta_enabled(table) and (delta := lh.mirror(table).load()) is not None:
+    if ctx.delta_enabled(table) and (delta := ctx.mirror(table).load()) is not None:
         mapping = history.delta_versions_by_snapshot(delta)
         kept_versions = [mapping[s.snapshot_id] for s in kept if s.snapshot_id in mapping]
         delta_min = min(kept_versions) if kept_versions else delta.version()
@@ -74,8 +71,8 @@ def snapshot_expiry(lh: "Lakehouse", identifier: str, settings: MaintenanceSetti
     # Candidates: files the expiring snapshots reference (read before their metadata goes away).
     candidates = {relative_to(root, u) for u in snapshot_files(table, expire, include_deleted=True)}
     if dry_run:
-        retained = Retained(keep, delta_min, lh.mirror(table).load().version() if delta_min is not None else None)
-        deletable = sorted(candidates - referenced_files(lh, table, retained))
+        retained = Retained(keep, delta_min, ctx.mirror(table).load().version() if delta_min is not None else None)
+        deletable = sorted(candidates - referenced_files(ctx, table, retained))
         result.update(files_removed=0, would_remove=deletable, bytes_reclaimed=0, snapshots_after=len(keep))
         return result
 
@@ -91,21 +88,21 @@ def snapshot_expiry(lh: "Lakehouse", identifier: str, settings: MaintenanceSetti
                 tx.set_properties(properties)
             if expire:
                 ExpireSnapshots(tx).by_ids(expire).commit()
-    table = lh.load(identifier)
-    deletable = sorted(candidates - referenced_files(lh, table))
-    removed, reclaimed = delete_relative(lh, root, deletable)
+    table = ctx.load(identifier)
+    deletable = sorted(candidates - referenced_files(ctx, table))
+    removed, reclaimed = delete_relative(ctx, root, deletable)
     result.update(files_removed=removed, bytes_reclaimed=reclaimed, snapshots_after=len(table.metadata.snapshots))
     return result
 
 
-def orphan_cleanup(lh: "Lakehouse", identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OrphanReport:
-    table = lh.load(identifier)
+def orphan_cleanup(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OrphanReport:
+    table = ctx.load(identifier)
     root = normalize_uri(table.location())
-    prefix = root_path(lh, root)
+    prefix = root_path(ctx, root)
     grace_cutoff = now_ms() - int(settings.orphan_grace_hours * 3600 * 1000)
     # List first, then read what is referenced: a file committed in between is then seen as referenced.
-    listed = list_files(lh, root)
-    referenced = referenced_files(lh, lh.load(identifier))
+    listed = list_files(ctx, root)
+    referenced = referenced_files(ctx, ctx.load(identifier))
     meta_dirs = metadata_dirs(root, table)
     orphans, young = [], 0
     for info in listed:
@@ -129,6 +126,6 @@ def orphan_cleanup(lh: "Lakehouse", identifier: str, settings: MaintenanceSettin
     if dry_run:
         result.update(files_removed=0, bytes_reclaimed=0, would_reclaim_bytes=sum(s for _, s in orphans))
         return result
-    removed, reclaimed = delete_relative(lh, root, [p for p, _ in orphans])
+    removed, reclaimed = delete_relative(ctx, root, [p for p, _ in orphans])
     result.update(files_removed=removed, bytes_reclaimed=reclaimed)
     return result

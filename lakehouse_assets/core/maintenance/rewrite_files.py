@@ -19,7 +19,7 @@ grow with the change, not with the table.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..formats import delta_column_mapping, history, partition_constants
 from ..formats.deletes import table_files
@@ -29,40 +29,38 @@ from ..properties import Operation, SummaryKeys
 from ..read.reader import read_parquet_files
 from ..schema.type_mapping import iceberg_to_spark_schema
 from ..spark.session import active_session
+from ..table.context import TableContext
 from ..table.evolution import column_names_moved
 from ..write import transaction
-from ..write.write_modes import WriteTarget
-
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
+from ..write.target import WriteTarget
 
 
-def rewrite_misnamed_files(lh: "Lakehouse", identifier: str, spark=None) -> dict[str, Any]:
+def rewrite_misnamed_files(ctx: TableContext, identifier: str, spark=None) -> dict[str, Any]:
     """Rewrite the live data files that hold columns under other names than their physical ones: one snapshot."""
-    table = lh.load(identifier)
+    table = ctx.load(identifier)
     schema = table.schema()
     result: dict[str, Any] = {"table": identifier, "data_files_rewritten": 0}
     renamed = delta_column_mapping.renamed_in_files(table, schema)
     live = {e.data_file.file_path: e.data_file for e in table_files(table).data}
-    candidates = _unmirrored_foreign_files(lh, table, live) if renamed else []
+    candidates = _unmirrored_foreign_files(ctx, table, live) if renamed else []
     misnamed = delta_column_mapping.misnamed_files(table, candidates, renamed)
     if not misnamed:
         return {**result, "rewritten": False}
     spark = active_session(spark)
-    target = WriteTarget(identifier, table, schema, lh.storage, cast_files=True)
+    target = WriteTarget(identifier, table, schema, ctx.storage, cast_files=True)
     changes = FileChanges()
     try:
         constants = partition_constants.of_files(table, [live[u] for u in misnamed], schema)  # partition columns a file lacks
-        rows = read_parquet_files(spark, misnamed, target.spark_schema(), lh.storage, cast_files=True, constants=constants)  # by field id
+        rows = read_parquet_files(spark, misnamed, target.spark_schema(), ctx.storage, cast_files=True, constants=constants)  # by field id
         changes.removes += [live[u] for u in misnamed]
         adds = target.write(rows, changes, counts_as_written=False)
         before = sum(live[u].record_count for u in misnamed)
         if sum(f.record_count for f in adds) != before:
             raise RuntimeError(f"Table {identifier}: rewriting {len(misnamed)} file(s) wrote {sum(f.record_count for f in adds)} rows where {before} were read; nothing was committed.")
     except BaseException:
-        delete_files(lh.storage, changes.created)
+        delete_files(ctx.storage, changes.created)
         raise
-    wr = transaction.commit(lh, identifier, table, changes, {SummaryKeys.OPERATION: Operation.COMPACTION}, mode=Operation.COMPACTION)
+    wr = transaction.commit(ctx, identifier, table, changes, {SummaryKeys.OPERATION: Operation.COMPACTION}, mode=Operation.COMPACTION)
     return {
         **result,
         "rewritten": True,
@@ -74,10 +72,10 @@ def rewrite_misnamed_files(lh: "Lakehouse", identifier: str, spark=None) -> dict
     }
 
 
-def _unmirrored_foreign_files(lh: "Lakehouse", table, live: dict) -> list[str]:
+def _unmirrored_foreign_files(ctx: TableContext, table, live: dict) -> list[str]:
     """Live files added by snapshots of other engines that Delta has not mirrored (every live file if Delta's
     position in the history is unknown)."""
-    mirror = lh.mirror(table)
+    mirror = ctx.mirror(table)
     delta = mirror.load()
     pending = mirror.pending_snapshots(table, table.current_snapshot(), mirror.mirrored_sequence_number(delta)) if delta is not None else None
     if pending is None:
@@ -92,7 +90,7 @@ def _unmirrored_foreign_files(lh: "Lakehouse", table, live: dict) -> list[str]:
     return sorted(set(out))
 
 
-def adoption_rewrite(lh: "Lakehouse", identifier: str, spark=None):
+def adoption_rewrite(ctx: TableContext, identifier: str, spark=None):
     """The `rewrite` of `delta_adoption.adopt`: foreign Delta files that pyiceberg cannot read beside the table's
     other files (Arrow view types declared in them) written again by the project's writer, rows unchanged, in the
     adopted snapshot's schema. Rows are read on the executors (by name, or by field id under column mapping, where
@@ -100,11 +98,11 @@ def adoption_rewrite(lh: "Lakehouse", identifier: str, spark=None):
 
     def rewrite(table, schema, files, constants, created: list[str]):
         session = active_session(spark)
-        target = WriteTarget(identifier, table, schema, lh.storage, cast_files=True)
+        target = WriteTarget(identifier, table, schema, ctx.storage, cast_files=True)
         by_id = column_names_moved(table) or delta_column_mapping.enabled(table.properties)
         changes = FileChanges()
         try:
-            rows = read_parquet_files(session, [f.file_path for f in files], iceberg_to_spark_schema(schema, field_ids=by_id), lh.storage, cast_files=True, constants=constants)
+            rows = read_parquet_files(session, [f.file_path for f in files], iceberg_to_spark_schema(schema, field_ids=by_id), ctx.storage, cast_files=True, constants=constants)
             return target.write(rows, changes, counts_as_written=False)
         finally:
             created += changes.created

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import DataFile
 
+from ..model import FileChanges
 from ..read.reader import ParquetFileReader, path_batches
-
-if TYPE_CHECKING:
-    from ..model import FileChanges
-    from .write_modes import WriteTarget
+from .target import WriteTarget
 
 # Tasks per core: bins are dealt round-robin, largest first, so a few tasks per core even out unequal bins.
 TASKS_PER_CORE = 2

@@ -27,25 +27,21 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, In, LessThanOrEqual
 from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
 
 from ..errors import InputError, SpecError
 from ..formats.iceberg_committer import live_data_files
-from ..model import MergeOptions
+from ..model import FileChanges, MergeOptions
 from ..properties import SummaryKeys
 from ..read.reader import file_uris
 from ..schema.type_mapping import iceberg_to_spark_schema
 from . import merge_tasks
-
-if TYPE_CHECKING:
-    from pyiceberg.table import Table
-
-    from ..model import FileChanges
-    from .write_modes import WriteTarget
+from .target import WriteTarget
 
 IN_SET_LIMIT = 200  # up to this many distinct values of a single key, prune with an In-set instead of a range
 # A cached and filled batch of at most this size is checked in one task: no shuffle, one Spark job instead of

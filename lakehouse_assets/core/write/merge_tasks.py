@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyiceberg.manifest import DataFile
 
 from ..errors import InputError
+from ..model import FileChanges
 from ..read.reader import ParquetFileReader, map_paths, path_batches
 from ..schema.type_mapping import SPARK_FIELD_ID_KEY
-
-if TYPE_CHECKING:
-    from ..model import FileChanges
-    from .write_modes import WriteTarget
+from .target import WriteTarget
 
 # A small batch's upserts of at most this much Arrow travel with the tasks of its one-job rewrite, each
 # task reading at most this many candidates of one partition.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
 from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -28,10 +28,8 @@ from ..formats.delta_committer import DeltaMirror, SnapshotChange
 from ..io.storage import delete_files
 from ..model import FileChanges, WriteResult
 from ..properties import SummaryKeys
+from ..table.context import TableContext
 from ..table.evolution import SchemaPlan, apply_schema_change
-
-if TYPE_CHECKING:
-    from ..lakehouse import Lakehouse
 
 log = logging.getLogger("lakehouse")
 
@@ -43,7 +41,7 @@ REVALIDATE_ATTEMPTS = 4  # a merge committed again over concurrent appends that 
 
 
 def commit(
-    lh: "Lakehouse",
+    ctx: TableContext,
     identifier: str,
     table: Table,
     changes: FileChanges,
@@ -61,8 +59,8 @@ def commit(
     the plan still holds: the same files are then committed on top (at most REVALIDATE_ATTEMPTS times).
     """
     started = time.monotonic()
-    delta_on = lh.delta_enabled(table)
-    mirror = lh.mirror(table) if delta_on else None
+    delta_on = ctx.delta_enabled(table)
+    mirror = ctx.mirror(table) if delta_on else None
     if mirror is not None and delta is not None:
         mirror.hand_over(delta)  # the log the write's foreign-version check read: brought up to date, not loaded again
     summary = dict(summary)
@@ -87,7 +85,7 @@ def commit(
             except ValidationException as e:
                 if revalidate is None:
                     raise
-                table = lh.load(identifier)
+                table = ctx.load(identifier)
                 conflict = revalidate(table, base_id)
                 if conflict is not None or attempt == REVALIDATE_ATTEMPTS:
                     raise CommitConflict(
@@ -100,7 +98,7 @@ def commit(
     except BaseException as e:
         _drop_pooled_connections(table)
         # Nothing became visible: remove every file this operation created.
-        delete_files(lh.storage, changes.created)
+        delete_files(ctx.storage, changes.created)
         if isinstance(e, LakehouseError):
             raise
         if isinstance(e, (CommitFailedException, ValidationException)):

@@ -14,81 +14,13 @@ runs the plan can remove them if a later step fails; `transaction.commit` makes 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from pyiceberg.manifest import DataFile
-from pyiceberg.schema import Schema
-from pyiceberg.table import Table
-
 from ..formats import iceberg_committer as ic
-from ..formats import partition_constants
 from ..formats.deletes import refuse_delete_files, table_files
-from ..io.storage import StorageConfig, join_uri, normalize_uri
-from ..model import FileChanges, WriteRequest, WrittenFile
+from ..model import FileChanges, WriteRequest
 from ..properties import Operation
-from ..read.reader import ParquetFileReader, read_parquet_files
-from ..schema.type_mapping import SPARK_FIELD_ID_KEY, iceberg_to_spark_schema
 from ..schema.window import Slice, check_inside, files_inside
-from ..table.evolution import column_names_moved
 from . import merge as merge_
-from .parquet_files import FileWriter
-from .writer import file_writer, write_table_files
-
-
-@dataclass(frozen=True)
-class WriteTarget:
-    """One table as a write sees it: where files go and in which schema. Plans write through it."""
-
-    identifier: str
-    table: Table
-    schema: Schema  # the schema the files are written with (the table's, evolved by this write)
-    storage: StorageConfig
-    cast_files: bool = False  # existing files may hold narrower types than `schema` (after a widening)
-    target_file_size: int | None = None
-
-    def write(self, df, changes: FileChanges, *, counts_as_written: bool = True) -> list[DataFile]:
-        """Write `df` as table files, record them in `changes`, and return their Iceberg DataFiles."""
-        written = write_table_files(df, self.table, self.storage, schema=self.schema, target_file_size=self.target_file_size)
-        return self.record(written, changes, counts_as_written=counts_as_written)
-
-    def record(self, written: list[WrittenFile], changes: FileChanges, *, counts_as_written: bool = True) -> list[DataFile]:
-        """Files the executors wrote for this table: recorded in `changes`; their Iceberg DataFiles."""
-        root = normalize_uri(self.table.location())
-        changes.created += [join_uri(root, f.path) for f in written]
-        adds = ic.data_files_from_written(self.table, root, written, self.schema)
-        changes.adds += adds
-        if counts_as_written:
-            changes.rows_written += sum(f.record_count for f in written)
-        return adds
-
-    def read(self, spark, files: list[DataFile], *, cast_files: bool | None = None, path_column: str | None = None):
-        """Existing files as a DataFrame in the write's schema."""
-        cast = self.cast_files if cast_files is None else cast_files
-        constants = partition_constants.of_files(self.table, files, self.schema)
-        return read_parquet_files(spark, [f.file_path for f in files], self.spark_schema(), self.storage, path_column=path_column, cast_files=cast, constants=constants)
-
-    def spark_schema(self):
-        """The write's schema for Spark; with Parquet field ids after renames (existing files are read by id)."""
-        return iceberg_to_spark_schema(self.schema, field_ids=column_names_moved(self.table))
-
-    def row_reader(self, spark_schema=None) -> ParquetFileReader:
-        """A pyarrow reader of existing files' whole rows for executor tasks, in the write's types (by field id
-        after renames). `spark_schema`: `self.spark_schema()`, when the caller has it already."""
-        from ..spark.compat import arrow_schema as to_arrow_schema
-
-        spark_schema = spark_schema or self.spark_schema()
-        field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
-        return ParquetFileReader(self.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None, constants=self.partition_constants() or None)
-
-    def partition_constants(self) -> dict:
-        """Identity partition values of the table's files that lack those columns (`partition_constants`; empty,
-        at no cost, unless the table holds such files): what executor readers of whole files need."""
-        return partition_constants.of_table(self.table, self.schema)
-
-    def file_writer(self, settings: dict, write_id: str) -> FileWriter:
-        """The writer's own file writer for executor tasks whose rows carry their partition key, with the
-        table's Parquet settings (`writer.table_write_settings`)."""
-        return file_writer(settings, write_id, self.storage)
+from .target import WriteTarget
 
 
 def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *, widen_types: bool, key_stats=None) -> dict[str, str]:

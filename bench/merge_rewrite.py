@@ -13,6 +13,8 @@ import sys
 import tempfile
 import time
 
+from lakehouse_assets import MergeOptions
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -47,7 +49,7 @@ def main() -> None:
         )
         n_batch = batch.cache().count()  # the batch's own cost is not the merge's
         t0 = time.perf_counter()
-        r = lh.write(batch, "b.merge", mode="merge", merge_keys=["id"], operation_column="op")
+        r = lh.write(batch, "b.merge", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
         merge_s = time.perf_counter() - t0
         summary = lh.load("b.merge").current_snapshot().summary
         final = lh.read(spark, "b.merge")

@@ -19,6 +19,8 @@ import sys
 import time
 import urllib.request
 
+from lakehouse_assets import MergeOptions
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -86,7 +88,7 @@ def main() -> None:
         "write_unpartitioned": (None, lambda: lh.write(df, "p.flat")),
         "merge_cdc": (
             lambda: (lh.write(df, "p.merge", mode="overwrite", partition_by=["region"]), cdc_batch()),
-            lambda: lh.write(batches["cdc"], "p.merge", mode="merge", merge_keys=["id"], operation_column="op"),
+            lambda: lh.write(batches["cdc"], "p.merge", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op")),
         ),
         # The reference for comparison: Java Iceberg's copy-on-write MERGE INTO on the same batch (its stages only).
         "java_merge_cdc": (

@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from lakehouse_assets import MergeOptions
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,7 +62,7 @@ def measure(args) -> dict:
     workloads = {
         "write_day": lambda: lh.write(df, f"b.day_{next(seq)}", partition_by=["day(event_time)"]),
         "write_unpartitioned": lambda: lh.write(df, f"b.plain_{next(seq)}"),
-        "merge_cdc": lambda: lh.write(changed, merge_tables.pop(), mode="merge", merge_keys=["id"]),
+        "merge_cdc": lambda: lh.write(changed, merge_tables.pop(), mode="merge", merge=MergeOptions(keys=["id"])),
         "read_full": lambda: lh.read(spark, "b.read").groupBy("region").count().collect(),
         "read_pruned": lambda: lh.read(spark, "b.read", row_filter="event_time >= '2024-01-03T00:00:00+00:00' and event_time < '2024-01-04T00:00:00+00:00'").count(),
     }

@@ -39,6 +39,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from lakehouse_assets import MergeOptions, TableOptions
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -212,7 +214,7 @@ class Bench:
         for rep in range(self.args.reps):
             o_name, j_name, path = self.name("wide"), self.name("wide"), os.path.join(self.root, "spark", self.name("wide"))
             res = self.alternate(rep, {
-                "ours": lambda o_name=o_name: self.lh.write(df, f"b.{o_name}", properties=WIDE_PROPERTIES),
+                "ours": lambda o_name=o_name: self.lh.write(df, f"b.{o_name}", table=TableOptions(properties=WIDE_PROPERTIES)),
                 "java": lambda j_name=j_name: self.java_create(j_name, df, (), WIDE_PROPERTIES),
                 "spark": lambda path=path: df.write.mode("overwrite").parquet(path),
             })
@@ -262,7 +264,7 @@ class Bench:
             self.lh.write(df, f"b.{f_name}", partition_by=["region"])
             self.java_create(j_name, df, [F.col("region")], cow)
             res = self.alternate(rep, {
-                "ours": lambda o_name=o_name: self.lh.write(batch, f"b.{o_name}", mode="merge", merge_keys=["id"], operation_column="op"),
+                "ours": lambda o_name=o_name: self.lh.write(batch, f"b.{o_name}", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op")),
                 "java": lambda j_name=j_name: self.spark.sql(merge_sql.format(t=j_name)).collect(),
                 "full": lambda f_name=f_name: self.lh.write(df, f"b.{f_name}", mode="overwrite"),
             })

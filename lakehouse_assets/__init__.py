@@ -20,6 +20,7 @@ from .core.errors import (
 if TYPE_CHECKING:
     from .core.io.storage import StorageConfig
     from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
+    from .core.model import MergeOptions, TableOptions
     from .core.spark.session import spark_session
 
 # Imported on first use: Spark's Python workers import this package to run the write and read functions
@@ -30,6 +31,8 @@ _LAZY = {
     "Window": ".core.lakehouse",
     "WriteResult": ".core.lakehouse",
     "StorageConfig": ".core.io.storage",
+    "MergeOptions": ".core.model",
+    "TableOptions": ".core.model",
     "spark_session": ".core.spark.session",
 }
 
@@ -51,6 +54,7 @@ __all__ = [
     "InputError",
     "Lakehouse",
     "LakehouseError",
+    "MergeOptions",
     "MirrorRefused",
     "RetentionError",
     "SchemaError",
@@ -58,6 +62,7 @@ __all__ = [
     "SpecError",
     "StorageConfig",
     "TableNotFound",
+    "TableOptions",
     "Window",
     "WriteError",
     "WriteResult",

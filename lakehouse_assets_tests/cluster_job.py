@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+from lakehouse_assets import MergeOptions
+
 
 def main(master: str, warehouse: str, out: str) -> None:
     from pyspark.sql import functions as F
@@ -54,7 +56,7 @@ def main(master: str, warehouse: str, out: str) -> None:
             events(0, rows, 1).filter("id % 100 = 0").withColumn("op", F.when(F.col("id") % 300 == 0, "D").otherwise("U"))
             .unionByName(events(rows + 10_000, rows + 11_000, 1).withColumn("op", F.lit("I")))
         )
-        merged = lh.write(batch, "c.events", mode="merge", merge_keys=["id"], operation_column="op")
+        merged = lh.write(batch, "c.events", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
         deleted = len(range(0, rows, 300))
         result["expected_rows"] = rows + 10_000 + 1_000 - deleted
         result["expected_version_1"] = len(range(0, rows, 100)) - deleted + 1_000

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable, Field, QueryBuilder, write_deltalake
 
-from lakehouse_assets import SchemaError
+from lakehouse_assets import MergeOptions, SchemaError, TableOptions
 from lakehouse_assets.cli import cli
 from lakehouse_assets.core.errors import SpecError
 from lakehouse_assets.core.read import duckdb_readers
@@ -60,7 +60,7 @@ def assert_iceberg_readers(lh, spark, duck, identifier, columns, expected, snaps
 
 def test_rename_and_drop_are_one_schema_update_and_rewrite_no_file(lh, spark, duck):
     t = "alt.people"
-    lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, CONCAT('x', id) AS note FROM range(3)"), t, formats=ICEBERG_ONLY)
+    lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, CONCAT('x', id) AS note FROM range(3)"), t, table=TableOptions(formats=ICEBERG_ONLY))
     lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, CONCAT('x', id) AS note FROM range(3, 5)"), t)
     table = lh.load(t)
     before_snapshot, before_files = table.current_snapshot().snapshot_id, _files(table)
@@ -89,7 +89,7 @@ def test_rename_and_drop_are_one_schema_update_and_rewrite_no_file(lh, spark, du
 
 def test_a_dropped_name_written_again_is_a_new_column_that_never_reads_old_values(lh, spark, duck):
     t = "alt.readd"
-    lh.write(spark.sql("SELECT id, CONCAT('old', id) AS note, CONCAT('a', id) AS a FROM range(3)"), t, formats=ICEBERG_ONLY)
+    lh.write(spark.sql("SELECT id, CONCAT('old', id) AS note, CONCAT('a', id) AS a FROM range(3)"), t, table=TableOptions(formats=ICEBERG_ONLY))
     old_ids = {f.name: f.field_id for f in lh.load(t).schema().fields}
     lh.alter(t, drop=["note"])
     lh.alter(t, rename={"a": "b"})
@@ -108,14 +108,14 @@ def test_merge_window_overwrite_widening_and_compaction_after_a_rename(lh, spark
 
     t = "alt.ops"
     base = "SELECT id AS k, CAST(id AS INT) AS n, CONCAT('v', id) AS v, TIMESTAMP '2024-01-01 00:00:00' + make_interval(0, 0, 0, CAST(id % 3 AS INT)) AS ts FROM range({lo}, {hi})"
-    lh.write(spark.sql(base.format(lo=0, hi=6)), t, formats=ICEBERG_ONLY, partition_by=["day(ts)"])
+    lh.write(spark.sql(base.format(lo=0, hi=6)), t, table=TableOptions(formats=ICEBERG_ONLY), partition_by=["day(ts)"])
     lh.write(spark.sql(base.format(lo=6, hi=9)), t)
     lh.alter(t, rename={"k": "key", "v": "value"})
     model = {i: (i, f"v{i}", i % 3) for i in range(9)}
 
     # Merge keyed on a renamed column: pruning, matching and the rewrite all resolve old files by field id.
     cdc = spark.sql("SELECT id AS key, CAST(id AS INT) AS n, CONCAT('m', id) AS value, TIMESTAMP '2024-01-01 00:00:00' + make_interval(0, 0, 0, CAST(id % 3 AS INT)) AS ts FROM range(7, 11)")
-    lh.write(cdc, t, mode="merge", merge_keys=["key"])
+    lh.write(cdc, t, mode="merge", merge=MergeOptions(keys=["key"]))
     model.update({i: (i, f"m{i}", i % 3) for i in range(7, 11)})
 
     # Window overwrite of day 2024-01-02 (ts day offset 1).
@@ -172,7 +172,7 @@ def test_a_delta_mirrored_table_refuses_renames_and_drops_and_stays_unchanged(lh
 )
 def test_bad_alters_are_refused_with_the_table_and_column_named(lh, spark, rename, drop, error):
     t = "alt.bad"
-    lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, CAST(id AS STRING) AS day, 'x' AS note FROM range(2)"), t, formats=ICEBERG_ONLY, partition_by=["day"])
+    lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, CAST(id AS STRING) AS day, 'x' AS note FROM range(2)"), t, table=TableOptions(formats=ICEBERG_ONLY), partition_by=["day"])
     metadata = lh.load(t).metadata_location
     with pytest.raises((SchemaError, SpecError), match=error):
         lh.alter(t, rename=rename, drop=drop)
@@ -181,7 +181,7 @@ def test_bad_alters_are_refused_with_the_table_and_column_named(lh, spark, renam
 
 def test_cli_alter(lh, spark, warehouse):
     t = "alt.cli"
-    lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, 'x' AS note FROM range(2)"), t, formats=ICEBERG_ONLY)
+    lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, 'x' AS note FROM range(2)"), t, table=TableOptions(formats=ICEBERG_ONLY))
     runner = CliRunner()
     res = runner.invoke(cli, ["--warehouse", warehouse, "alter", t, "--rename", "name=full_name", "--drop", "note", "--json"], obj={})
     assert res.exit_code == 0, res.output
@@ -201,7 +201,7 @@ def test_dagster_alter_job(lh, spark, warehouse):
 
     assert defs.get_job_def("lakehouse_alter_job") is not None
     t = "alt.dagster"
-    lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, 'x' AS note FROM range(2)"), t, formats=ICEBERG_ONLY)
+    lh.write(spark.sql("SELECT id, CONCAT('n', id) AS name, 'x' AS note FROM range(2)"), t, table=TableOptions(formats=ICEBERG_ONLY))
     instance = DagsterInstance.ephemeral()
     result = lakehouse_alter_job.execute_in_process(
         run_config=alter_run_config(t, rename={"name": "full_name"}, drop=["note"]), resources={"lakehouse": LakehouseResource(warehouse=warehouse)}, instance=instance

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse_assets import Lakehouse
+from lakehouse_assets import Lakehouse, TableOptions
 from lakehouse_assets.core.errors import CatalogError, TableNotFound
 from lakehouse_assets.core.read import duckdb_readers
 from lakehouse_assets.core.write.small_writes import COMMITS
@@ -135,7 +135,7 @@ def test_many_tiny_batches_warn(lh, spark, caplog):
     ident = "tiny.batches"
     props = {COMMITS: "5"}
     with caplog.at_level(logging.WARNING, logger="lakehouse"):
-        quiet = [lh.write(pa.table({"id": [i]}), ident, properties=props, spark=spark) for i in range(4)]
+        quiet = [lh.write(pa.table({"id": [i]}), ident, table=TableOptions(properties=props), spark=spark) for i in range(4)]
         loud = lh.write(pa.table({"id": [4]}), ident, spark=spark)
     assert all(not r.warnings for r in quiet)
     (advice,) = loud.warnings

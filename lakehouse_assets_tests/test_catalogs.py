@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
+from lakehouse_assets import MergeOptions, TableOptions
 from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import assert_all_readers_agree, rows_of
@@ -76,7 +77,7 @@ def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
 
     lh = backend.lakehouse()
     ident = f"{backend.namespace()}.concurrent"
-    first = lh.write(events(spark, 0, 10), ident, properties={"commit.retry.num-retries": retries, "commit.retry.min-wait-ms": "50"})
+    first = lh.write(events(spark, 0, 10), ident, table=TableOptions(properties={"commit.retry.num-retries": retries, "commit.retry.min-wait-ms": "50"}))
     results, errors = {}, {}
     barrier = threading.Barrier(4)
 
@@ -136,7 +137,7 @@ def test_merge_on_every_backend(backend, spark, monkeypatch):
     real = merge_tasks.rewrite_in_one_job
     monkeypatch.setattr(merge_tasks, "rewrite_in_one_job", lambda *a, **k: matched.append(real(*a, **k)) or matched[-1])
     # Update ids 10..19, insert 20..29.
-    r = lh.write(events(spark, 10, 20).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge_keys=["id"])
+    r = lh.write(events(spark, 10, 20).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge=MergeOptions(keys=["id"]))
     assert len(matched) == 1 and len(matched[0]) == r.files_removed >= 1
     want = expected(0, 10) + [(a + 1, c, t, i) for a, c, t, i in expected(10, 20)]
     assert r.delta_version is not None and not r.delta_lagging

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse_assets import Lakehouse
+from lakehouse_assets import Lakehouse, MergeOptions
 from lakehouse_assets.core.errors import CatalogError
 from lakehouse_assets.core.io.storage import StorageConfig
 
@@ -243,7 +243,7 @@ def test_gcs_create_append_overwrite_merge_time_travel_maintenance(backend, spar
     assert replaced.rows_removed == 50 and readers() == sorted(expected(100, 10), key=repr)
     assert readers(appended.iceberg_snapshot_id) == sorted(expected(0, 50), key=repr)
     assert readers(created.iceberg_snapshot_id) == sorted(expected(0, 30), key=repr)
-    merged = lh.write(events(spark, 105, 10).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge_keys=["id"])
+    merged = lh.write(events(spark, 105, 10).withColumn("amount", F.col("amount") + 1), ident, mode="merge", merge=MergeOptions(keys=["id"]))
     want = expected(100, 5) + [(a + 1, c, t, i) for a, c, t, i in expected(105, 10)]
     assert merged.iceberg_snapshot_id and readers() == sorted(want, key=repr)
     lh.maintain(ident, "full_maintenance", spark=spark, orphan_grace_hours=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
+from lakehouse_assets import TableOptions
 from lakehouse_assets.core.formats import history
 from lakehouse_assets.core.read.reader import LISTING_THRESHOLD_KEY
 
@@ -262,7 +263,7 @@ def test_repeated_reads_of_one_table_state_plan_once(lh, spark, monkeypatch):
     plans = []
     real = DataScan.plan_files
     monkeypatch.setattr(DataScan, "plan_files", lambda self: plans.append(1) or real(self))
-    lh.write(_rows(spark, 0, 40), "o.plans", partition_by=["part"], formats=["iceberg"])
+    lh.write(_rows(spark, 0, 40), "o.plans", partition_by=["part"], table=TableOptions(formats=["iceberg"]))
     first = lh.load("o.plans").current_snapshot().snapshot_id
 
     def ids(**kw):

@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from lakehouse_assets import InputError, SchemaError, SpecError
+from lakehouse_assets import InputError, MergeOptions, SchemaError, SpecError, TableOptions
 from lakehouse_assets.core.errors import WriteError
 from lakehouse_assets.core.read import duckdb_readers
 
@@ -144,7 +144,7 @@ def test_empty_string_identity_partition_is_refused_before_anything_is_written(l
 
 
 def test_empty_string_partition_value_is_fine_for_iceberg_only_and_null_for_delta(lh, spark, duck):
-    lh.write(spark.sql("SELECT '' AS region, 1 AS k UNION ALL SELECT NULL, 2"), "edge.empty_iceberg", partition_by=["region"], formats=["iceberg"])
+    lh.write(spark.sql("SELECT '' AS region, 1 AS k UNION ALL SELECT NULL, 2"), "edge.empty_iceberg", partition_by=["region"], table=TableOptions(formats=["iceberg"]))
     table = lh.load("edge.empty_iceberg")
     rows = duck.execute(f"SELECT region, k FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)} ORDER BY k").fetchall()
     assert rows == [("", 1), (None, 2)]
@@ -196,7 +196,7 @@ def test_timestamps_before_1900_and_1582_in_day_and_hour_partitions(lh, spark, d
     # Lakehouse.read of our proleptic-Gregorian files, filtered too, and a merge keyed by an ancient timestamp.
     assert [x.k for x in lh.read(spark, "edge.old_days", row_filter="ts < '1582-10-15T00:00:00+00:00'").collect()] == [1]
     cdc = spark.sql("SELECT TIMESTAMP'1500-03-01 10:00:00' AS ts, DATE'1500-03-01' AS d, 10 AS k")
-    lh.write(cdc, "edge.old_days", mode="merge", merge_keys=["ts"])
+    lh.write(cdc, "edge.old_days", mode="merge", merge=MergeOptions(keys=["ts"]))
     assert sorted(x.k for x in lh.read(spark, "edge.old_days").collect()) == [2, 3, 10]
     assert_all_readers_agree(lh, spark, duck, "edge.old_days")
 
@@ -214,7 +214,7 @@ def test_user_columns_named_like_internal_helpers(lh, spark, duck):
     df = spark.sql("SELECT id AS _lakehouse_partition_key, id % 2 AS g, id AS _lakehouse_merge_delete, id AS _lakehouse_merge_file FROM range(4)")
     lh.write(df, "edge.internal_names", partition_by=["g", "_lakehouse_partition_key"])
     cdc = spark.sql("SELECT 1L AS _lakehouse_partition_key, 1L AS g, 100L AS _lakehouse_merge_delete, 100L AS _lakehouse_merge_file, 'U' AS op")
-    lh.write(cdc, "edge.internal_names", mode="merge", merge_keys=["_lakehouse_partition_key"], operation_column="op")
+    lh.write(cdc, "edge.internal_names", mode="merge", merge=MergeOptions(keys=["_lakehouse_partition_key"], operation_column="op"))
     rows = assert_all_readers_agree(lh, spark, duck, "edge.internal_names")
     assert (100, 100, 1, 1) in rows  # columns sorted by name: _lakehouse_merge_delete, _merge_file, _partition_key, g
     assert len(rows) == 4

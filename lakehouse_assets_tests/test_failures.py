@@ -8,7 +8,7 @@ import os
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse_assets import CommitError, SchemaError, SpecError
+from lakehouse_assets import CommitError, SchemaError, SpecError, TableOptions
 from lakehouse_assets.core.formats import iceberg_committer
 
 from .conftest import assert_all_readers_agree, unreadable_delta_log
@@ -56,7 +56,7 @@ def test_next_write_catches_delta_up(lh, spark, duck):
 
 
 def test_iceberg_failure_commits_nothing_and_removes_files(lh, spark, monkeypatch):
-    lh.write(small(spark), "f.ice_fails", properties={"commit.retry.num-retries": "0"})
+    lh.write(small(spark), "f.ice_fails", table=TableOptions(properties={"commit.retry.num-retries": "0"}))
     before_snapshot = lh.load("f.ice_fails").current_snapshot().snapshot_id
     before_files = data_files_on_disk(lh, "f.ice_fails")
     real_commit = iceberg_committer.commit_files

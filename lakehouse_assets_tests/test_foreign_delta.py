@@ -8,7 +8,7 @@ import pytest
 from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable, write_deltalake
 
-from lakehouse_assets import ForeignDeltaCommits
+from lakehouse_assets import ForeignDeltaCommits, MergeOptions
 from lakehouse_assets.core.formats import foreign_delta
 
 from . import java_iceberg
@@ -329,7 +329,7 @@ def test_adopting_a_partitioned_foreign_delete_rewrites_only_the_files_pyiceberg
         assert sorted((r.country, r.id, r.name) for r in java.collect()) == sorted(expected)
 
     # A merge rewrites the adopted FR file (its rows read with their partition value) and one of ours.
-    lh.write(spark.createDataFrame([(100, "merged", "FR"), (2, "merged", "DE")], "id long, name string, country string"), name, mode="merge", merge_keys=["id"])
+    lh.write(spark.createDataFrame([(100, "merged", "FR"), (2, "merged", "DE")], "id long, name string, country string"), name, mode="merge", merge=MergeOptions(keys=["id"]))
     expected = [r for r in expected if r[1] not in (100, 2)] + [("FR", 100, "merged"), ("DE", 2, "merged")]
     assert rows_now(lh, spark, duck, name) == sorted(expected, key=repr)
     # A compaction bin-packs another adopted FR file (no country column inside) with the merged one.

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse_assets import DeleteFilesError, MirrorRefused, SchemaError, Slice
+from lakehouse_assets import DeleteFilesError, MergeOptions, MirrorRefused, SchemaError, Slice
 
 from . import foreign_writer as fw
 from .conftest import assert_all_readers_agree
@@ -162,7 +162,7 @@ def test_position_deletes_are_refused_by_every_operation_then_applied_by_repair(
         lh.read(spark, "fw.pos")
     batch = spark.createDataFrame([(1, "back", "US"), (7, "upd", "US")], "id long, name string, country string")
     with pytest.raises(DeleteFilesError, match=r"Table fw\.pos: .*A merge .*bring the deleted rows back"):
-        lh.write(batch, "fw.pos", mode="merge", merge_keys=["id"])
+        lh.write(batch, "fw.pos", mode="merge", merge=MergeOptions(keys=["id"]))
     with pytest.raises(DeleteFilesError, match=r"Table fw\.pos: .*Compaction"):
         lh.maintain("fw.pos", "compaction", spark=spark, compaction_min_input_files=1)
     assert lh.load("fw.pos").current_snapshot().snapshot_id == t.current_snapshot().snapshot_id  # nothing committed
@@ -186,7 +186,7 @@ def test_position_deletes_are_refused_by_every_operation_then_applied_by_repair(
     assert lh.verify("fw.pos")["agree"]
     assert_all_readers_agree(lh, spark, duck, "fw.pos", want(model))
     # Now every operation works again, and compaction cannot resurrect anything.
-    lh.write(batch, "fw.pos", mode="merge", merge_keys=["id"])
+    lh.write(batch, "fw.pos", mode="merge", merge=MergeOptions(keys=["id"]))
     model[1], model[7] = ("US", 1, "back"), ("US", 7, "upd")
     maintenance.run(lh.context, "fw.pos", "compaction", spark=spark, compaction_min_input_files=1)
     assert_all_readers_agree(lh, spark, duck, "fw.pos", want(model))

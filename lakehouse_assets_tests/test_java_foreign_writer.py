@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse_assets import DeleteFilesError, MirrorRefused
+from lakehouse_assets import DeleteFilesError, MergeOptions, MirrorRefused
 from lakehouse_assets.core.formats.deletes import table_files
 
 from . import java_iceberg
@@ -148,7 +148,7 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
         lh.read(spark, NAME)
     batch = spark.createDataFrame([(5, "back", "US", None)], "id long, name string, country string, email string")
     with pytest.raises(DeleteFilesError, match=r"Table jw\.events: .*A merge"):
-        lh.write(batch, NAME, mode="merge", merge_keys=["id"])
+        lh.write(batch, NAME, mode="merge", merge=MergeOptions(keys=["id"]))
     with pytest.raises(DeleteFilesError, match=r"Table jw\.events: .*Compaction"):
         lh.maintain(NAME, "compaction", spark=spark, compaction_min_input_files=1)
 
@@ -161,7 +161,7 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
     assert java_rows(lh, spark) == want(lh, model)
 
     # The project and Java keep writing to the same table.
-    lh.write(batch, NAME, mode="merge", merge_keys=["id"])
+    lh.write(batch, NAME, mode="merge", merge=MergeOptions(keys=["id"]))
     model[5] = {"id": 5, "name": "back", "country": "US", "email": None}
     spark.sql(f"INSERT INTO {JAVA} VALUES (400, 'j', 'DE', NULL)")
     model[400] = {"id": 400, "name": "j", "country": "DE", "email": None}

@@ -7,6 +7,7 @@ import zipfile
 import pytest
 from pyspark.sql import functions as F
 
+from lakehouse_assets import MergeOptions
 from lakehouse_assets.core.read import duckdb_readers
 
 from . import java_iceberg
@@ -31,7 +32,7 @@ def test_java_iceberg_reads_our_table_like_duckdb(lh, spark, duck):
     lh.write(events(spark, 600, 200), "j.events")
     # A merge replaces files (an overwrite snapshot with deletes), the case a reader is most likely to get wrong.
     changes = events(spark, 100, 50).withColumn("kind", F.lit("changed"))
-    lh.write(changes, "j.events", mode="merge", merge_keys=["event_id"])
+    lh.write(changes, "j.events", mode="merge", merge=MergeOptions(keys=["event_id"]))
     table = lh.load("j.events")
     snapshot = table.current_snapshot().snapshot_id
 

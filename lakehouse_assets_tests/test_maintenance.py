@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from lakehouse_assets import RetentionError
+from lakehouse_assets import RetentionError, TableOptions
 from lakehouse_assets.core import maintenance
 from lakehouse_assets.core.formats import iceberg_committer
 from lakehouse_assets.core.io.storage import relative_to
@@ -296,7 +296,7 @@ def test_repair_of_a_lagging_delta_log(lh, spark, duck):
 
 
 def test_settings_come_from_table_properties_then_overrides(lh, spark):
-    lh.write(batch(spark, 0), "m.props", properties={"lakehouse.maintenance.min-snapshots-to-keep": "3", "lakehouse.maintenance.compaction-target-mb": "64"})
+    lh.write(batch(spark, 0), "m.props", table=TableOptions(properties={"lakehouse.maintenance.min-snapshots-to-keep": "3", "lakehouse.maintenance.compaction-target-mb": "64"}))
     for start in (10, 20, 30):
         lh.write(batch(spark, start), "m.props")
     r = lh.maintain("m.props", "snapshot_expiry", snapshot_retention_days=0)

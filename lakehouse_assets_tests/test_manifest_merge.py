@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
+from lakehouse_assets import TableOptions
+
 from .conftest import assert_all_readers_agree
 
 
@@ -13,7 +15,7 @@ def _rows(spark, lo, hi):
 
 def test_appends_merge_manifests_and_every_reader_agrees(lh, spark, duck):
     # A low merge threshold shows the behaviour in a few commits (the default merges at 100 manifests).
-    lh.write(_rows(spark, 0, 10), "m.small", partition_by=["part"], properties={"commit.manifest.min-count-to-merge": "4"})
+    lh.write(_rows(spark, 0, 10), "m.small", partition_by=["part"], table=TableOptions(properties={"commit.manifest.min-count-to-merge": "4"}))
     table = lh.load("m.small")
     assert table.properties["commit.manifest-merge.enabled"] == "true"
     counts = []
@@ -28,7 +30,7 @@ def test_appends_merge_manifests_and_every_reader_agrees(lh, spark, duck):
 
 
 def test_manifest_merge_can_be_turned_off(lh, spark):
-    lh.write(_rows(spark, 0, 10), "m.fast", properties={"commit.manifest-merge.enabled": "false", "commit.manifest.min-count-to-merge": "2"})
+    lh.write(_rows(spark, 0, 10), "m.fast", table=TableOptions(properties={"commit.manifest-merge.enabled": "false", "commit.manifest.min-count-to-merge": "2"}))
     for i in range(1, 4):
         lh.write(_rows(spark, i * 10, i * 10 + 10), "m.fast")
     table = lh.load("m.fast")

@@ -10,7 +10,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from lakehouse_assets import InputError, SpecError
+from lakehouse_assets import InputError, MergeOptions, SpecError, TableOptions
 
 from .conftest import assert_all_readers_agree
 
@@ -64,7 +64,7 @@ def test_merge_rewrites_only_files_with_matched_keys(lh, spark, duck):
         [(150, "updated", "GB", 1, "u"), (160, None, None, None, "delete"), (1000, "new", "US", 1, "i")],
         "id long, name string, country string, version long, _op string",
     )
-    r = lh.write(batch, "m.people", mode="merge", merge_keys=["id"], operation_column="_op")
+    r = lh.write(batch, "m.people", mode="merge", merge=MergeOptions(keys=["id"], operation_column="_op"))
     after = live_paths(lh, "m.people")
     # Only the file holding keys 100-199 was replaced; the other two are the very same files.
     assert r.files_removed == 1 and len(before - after) == 1 and len(before & after) == 2
@@ -95,7 +95,7 @@ def test_merge_rewrites_only_files_with_matched_keys(lh, spark, duck):
 
 def test_merge_without_matches_touches_no_file(lh, spark, duck):
     before = three_files(lh, spark, "m.inserts")
-    r = lh.write(people(spark, 500, 510, version=2), "m.inserts", mode="merge", merge_keys=["id"])
+    r = lh.write(people(spark, 500, 510, version=2), "m.inserts", mode="merge", merge=MergeOptions(keys=["id"]))
     assert r.files_removed == 0 and before <= live_paths(lh, "m.inserts")
     assert lh.load("m.inserts").current_snapshot().summary["lakehouse.merge.candidate-files"] == "0"
     assert_all_readers_agree(lh, spark, duck, "m.inserts", expected({**model(0, 300), **model(500, 510, 2)}))
@@ -105,7 +105,7 @@ def test_min_max_pruning_skips_files_outside_the_key_range(lh, spark):
     three_files(lh, spark, "m.range")
     # 300 distinct keys: more than the In-set limit, so the filter is the key range [180, 479].
     batch = people(spark, 180, 480, version=5)
-    r = lh.write(batch, "m.range", mode="merge", merge_keys=["id"])
+    r = lh.write(batch, "m.range", mode="merge", merge=MergeOptions(keys=["id"]))
     summary = lh.load("m.range").current_snapshot().summary
     assert summary["lakehouse.merge.candidate-files"] == "2" and summary["lakehouse.merge.rewritten-files"] == "2"
     assert r.files_removed == 2
@@ -119,7 +119,7 @@ def test_cdc_deleted_at_column(lh, spark, duck):
         [(1, "p1", "DE", 3, None), (2, "p2", "FR", 3, "2024-05-01 00:00:00"), (11, "p11", "FR", 3, None)],
         "id long, name string, country string, version long, deleted_at string",
     ).withColumn("deleted_at", F.to_timestamp("deleted_at"))
-    lh.write(batch, "m.softdel", mode="merge", merge_keys=["id"], deleted_at_column="deleted_at")
+    lh.write(batch, "m.softdel", mode="merge", merge=MergeOptions(keys=["id"], deleted_at_column="deleted_at"))
     want = model(0, 10)
     want[1] = ("p1", "DE", 3)
     del want[2]
@@ -136,7 +136,7 @@ def test_duplicate_keys_last_row_by_order_by_wins(lh, spark, duck):
          (3, None, None, 1, "d"), (3, "back", "DE", 2, "i")],  # re-inserted after a delete
         "id long, name string, country string, version long, op string",
     )
-    lh.write(batch, "m.dups", mode="merge", merge_keys=["id"], operation_column="op", delete_values=["d"], order_by="version")
+    lh.write(batch, "m.dups", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op", delete_values=["d"], order_by="version"))
     want = model(0, 5)
     want[1] = ("newest", "US", 3)
     del want[2]
@@ -149,7 +149,7 @@ def test_duplicate_keys_without_order_by_fail_and_commit_nothing(lh, spark):
     before = lh.load("m.dupfail").current_snapshot().snapshot_id
     batch = spark.createDataFrame([(1, "a", "US", 1), (1, "b", "US", 2)], "id long, name string, country string, version long")
     with pytest.raises(InputError, match=r"Table m\.dupfail: the merge batch has several rows for the same key \(id\).*order_by"):
-        lh.write(batch, "m.dupfail", mode="merge", merge_keys=["id"])
+        lh.write(batch, "m.dupfail", mode="merge", merge=MergeOptions(keys=["id"]))
     assert lh.load("m.dupfail").current_snapshot().snapshot_id == before
 
 
@@ -161,7 +161,7 @@ def test_null_keys_fail_and_commit_nothing(lh, spark):
     delta_before = DeltaTable(root).version()
     batch = spark.createDataFrame([(1, "a", "US", 1), (None, "b", "US", 2)], "id long, name string, country string, version long")
     with pytest.raises(InputError, match=r"Table m\.nulls: 1 row\(s\) of the merge batch have a null merge key \(id\)"):
-        lh.write(batch, "m.nulls", mode="merge", merge_keys=["id"])
+        lh.write(batch, "m.nulls", mode="merge", merge=MergeOptions(keys=["id"]))
     assert lh.load("m.nulls").current_snapshot().snapshot_id == before and DeltaTable(root).version() == delta_before
     assert sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs) == files_before
 
@@ -193,13 +193,13 @@ def test_the_batch_check_refuses_null_and_duplicate_keys_on_either_path(lh, spar
     try:
         dups = batch([(1, "a", "US", 1), (7, "x", "DE", 1), (1, "b", "US", 2)])
         with pytest.raises(InputError, match=rf"Table {name}: the merge batch has several rows for the same key \(id\)"):
-            lh.write(dups, name, mode="merge", merge_keys=["id"])
+            lh.write(dups, name, mode="merge", merge=MergeOptions(keys=["id"]))
         nulls = batch([(1, "a", "US", 1), (None, "b", "US", 2), (None, "c", "US", 3)])
         with pytest.raises(InputError, match=rf"Table {name}: 2 row\(s\) of the merge batch have a null merge key"):
-            lh.write(nulls, name, mode="merge", merge_keys=["id"])
+            lh.write(nulls, name, mode="merge", merge=MergeOptions(keys=["id"]))
         assert lh.load(name).current_snapshot().snapshot_id == before
         good = batch([(1, "one", "US", 9), (8, "eight", "FR", 9)])
-        r = lh.write(good, name, mode="merge", merge_keys=["id"])
+        r = lh.write(good, name, mode="merge", merge=MergeOptions(keys=["id"]))
     finally:
         for df in cached:
             df.unpersist()
@@ -214,14 +214,14 @@ def test_merge_leaves_the_callers_cache_alone(lh, spark):
     three_files(lh, spark, "m.cached")
     cached = people(spark, 150, 160, version=1).cache()
     cached.count()
-    lh.write(cached, "m.cached", mode="merge", merge_keys=["id"])
+    lh.write(cached, "m.cached", mode="merge", merge=MergeOptions(keys=["id"]))
     assert cached.storageLevel.useMemory
     # Another DataFrame object over the same plan finds the same cache entry, and leaves it too.
-    lh.write(people(spark, 150, 160, version=1), "m.cached", mode="merge", merge_keys=["id"])
+    lh.write(people(spark, 150, 160, version=1), "m.cached", mode="merge", merge=MergeOptions(keys=["id"]))
     assert cached.storageLevel.useMemory
     cached.unpersist()
     uncached = people(spark, 170, 175, version=2)
-    lh.write(uncached, "m.cached", mode="merge", merge_keys=["id"])
+    lh.write(uncached, "m.cached", mode="merge", merge=MergeOptions(keys=["id"]))
     assert not uncached.storageLevel.useMemory
     assert {r["version"] for r in lh.read(spark, "m.cached").filter("id >= 150 AND id < 160").collect()} == {1}
 
@@ -230,7 +230,7 @@ def test_merge_arguments_are_checked(lh, spark):
     with pytest.raises(SpecError, match="needs merge_keys"):
         lh.write(people(spark, 0, 3), "m.args", mode="merge")
     with pytest.raises(SpecError, match=r"merge column\(s\) \['nope'\] are not in the data"):
-        lh.write(people(spark, 0, 3), "m.args", mode="merge", merge_keys=["id"], operation_column="nope")
+        lh.write(people(spark, 0, 3), "m.args", mode="merge", merge=MergeOptions(keys=["id"], operation_column="nope"))
 
 
 def test_partitioned_merge_moves_keys_between_partitions(lh, spark, duck):
@@ -241,7 +241,7 @@ def test_partitioned_merge_moves_keys_between_partitions(lh, spark, duck):
         [(0, "moved", "DE", 1, "u"), (3, None, None, None, "D"), (31, "new", "FR", 1, "i")],
         "id long, name string, country string, version long, op string",
     )
-    r = lh.write(batch, "m.part", mode="merge", merge_keys=["id"], operation_column="op")
+    r = lh.write(batch, "m.part", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
     after = live_paths(lh, "m.part")
     fr_files = {p for p in before if "/country=FR/" in p}
     assert fr_files and fr_files <= after
@@ -262,7 +262,7 @@ def test_merge_composite_keys_and_time_travel_before_the_merge(lh, spark, duck):
     batch = spark.createDataFrame(
         [(5, "US", "changed", 9), (5, "XX", "other", 9), (4, "DE", "updated", 9)], "id long, country string, name string, version long"
     )
-    lh.write(batch, "m.comp", mode="merge", merge_keys=["id", "country"])
+    lh.write(batch, "m.comp", mode="merge", merge=MergeOptions(keys=["id", "country"]))
     # Key (5, FR) is not in the batch: (5, US) and (5, XX) are new and the old (5, FR) row stays; (4, DE) is updated.
     rows = [r for r in expected(model(0, 20)) if r[:2] != ("DE", 4)] + [("US", 5, "changed", 9), ("XX", 5, "other", 9), ("DE", 4, "updated", 9)]
     assert_all_readers_agree(lh, spark, duck, "m.comp", rows)
@@ -273,7 +273,7 @@ def test_merge_composite_keys_and_time_travel_before_the_merge(lh, spark, duck):
 
 def test_merge_into_a_new_table_creates_it(lh, spark, duck):
     batch = spark.createDataFrame([(1, "a", "US", 1, "i"), (2, "b", "US", 1, "d")], "id long, name string, country string, version long, op string")
-    lh.write(batch, "m.fresh", mode="merge", merge_keys=["id"], operation_column="op")
+    lh.write(batch, "m.fresh", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
     assert_all_readers_agree(lh, spark, duck, "m.fresh", [("US", 1, "a", 1)])
 
 
@@ -315,7 +315,7 @@ def test_merge_batch_with_a_new_column_evolves_both_formats(lh, spark, duck):
     three_files(lh, spark, "m.evolve")
     batch = spark.createDataFrame([(150, "p150", "FR", 1, "gold"), (999, "p999", "US", 1, "silver")],
                                   "id long, name string, country string, version long, tier string")
-    r = lh.write(batch, "m.evolve", mode="merge", merge_keys=["id"])
+    r = lh.write(batch, "m.evolve", mode="merge", merge=MergeOptions(keys=["id"]))
     assert r.files_removed == 1
     want = [(c, i, n, None, v) for (c, i, n, v) in expected(model(0, 300)) if i != 150]
     want += [("FR", 150, "p150", "gold", 1), ("US", 999, "p999", "silver", 1)]
@@ -328,17 +328,17 @@ def test_a_tie_for_the_last_row_is_refused(lh, spark):
     before = lh.load("m.tie").current_snapshot().snapshot_id
     batch = spark.createDataFrame([(1, "a", "US", 2), (1, "b", "US", 2), (2, "c", "US", 1)], "id long, name string, country string, version long")
     with pytest.raises(InputError, match=r"Table m\.tie: .* same key \(id\) with the same latest version"):
-        lh.write(batch, "m.tie", mode="merge", merge_keys=["id"], order_by=["version"])
+        lh.write(batch, "m.tie", mode="merge", merge=MergeOptions(keys=["id"], order_by=["version"]))
     assert lh.load("m.tie").current_snapshot().snapshot_id == before
 
 
 def test_merge_on_a_widened_iceberg_only_table_reads_files_through_pyarrow(lh, spark, duck):
     """Old files hold INT32 keys after int -> long widening: the matching join and rewrite read them with pyarrow
     (the executor-side reader that object stores use too), including the per-row file path column."""
-    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, CAST(id AS STRING) AS v FROM range(10)"), "m.wide", formats=["iceberg"])
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, CAST(id AS STRING) AS v FROM range(10)"), "m.wide", table=TableOptions(formats=["iceberg"]))
     lh.write(spark.sql("SELECT CAST(id AS INT) AS k, CAST(id AS STRING) AS v FROM range(10, 20)"), "m.wide")
     batch = spark.createDataFrame([(3, "three", "u"), (15, None, "d"), (1 << 40, "big", "i")], "k long, v string, op string")
-    r = lh.write(batch, "m.wide", mode="merge", merge_keys=["k"], operation_column="op")
+    r = lh.write(batch, "m.wide", mode="merge", merge=MergeOptions(keys=["k"], operation_column="op"))
     assert r.files_removed == 2  # both files held a matched key
     assert [str(f.field_type) for f in lh.load("m.wide").schema().fields] == ["long", "string"]
     want = {i: str(i) for i in range(20)}
@@ -356,8 +356,8 @@ def test_merge_on_a_widened_iceberg_only_table_reads_files_through_pyarrow(lh, s
 def test_merge_with_the_same_write_id_commits_once(lh, spark, duck):
     lh.write(people(spark, 0, 10), "m.idem")
     batch = spark.createDataFrame([(1, "x", "US", 1, "u"), (2, None, None, None, "d")], "id long, name string, country string, version long, op string")
-    r1 = lh.write(batch, "m.idem", mode="merge", merge_keys=["id"], operation_column="op", write_id="run-7")
-    r2 = lh.write(batch, "m.idem", mode="merge", merge_keys=["id"], operation_column="op", write_id="run-7")
+    r1 = lh.write(batch, "m.idem", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"), write_id="run-7")
+    r2 = lh.write(batch, "m.idem", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"), write_id="run-7")
     assert r2.duplicate_of_earlier_write and (r2.iceberg_snapshot_id, r2.delta_version) == (r1.iceberg_snapshot_id, r1.delta_version)
     want = model(0, 10)
     want[1] = ("x", "US", 1)
@@ -392,7 +392,7 @@ def test_a_concurrent_append_of_a_merged_key_fails_the_merge_with_advice(lh, spa
         match=r"Table m\.race: the merge lost a race with a concurrent write \(snapshot\(s\) \[\d+\] added rows with merge keys \(id\) "
         r"that this batch also writes.*Nothing was committed.*Run the merge again: it re-plans",
     ):
-        lh.write(batch, "m.race", mode="merge", merge_keys=["id"])
+        lh.write(batch, "m.race", mode="merge", merge=MergeOptions(keys=["id"]))
     assert sorted(r["version"] for r in lh.read(spark, "m.race").filter("id = 1").collect()) == [0, 7]  # merge did not land
     assert lh.verify("m.race")["agree"]
 
@@ -401,7 +401,7 @@ def test_a_concurrent_append_without_merged_keys_is_revalidated_and_the_merge_la
     lh.write(people(spark, 0, 10), "m.race2")
     _with_a_concurrent_append(lh, spark, monkeypatch, "m.race2", people(spark, 50, 52, version=7))  # keys the batch lacks
     batch = spark.createDataFrame([(1, "merged", "US", 9)], "id long, name string, country string, version long")
-    result = lh.write(batch, "m.race2", mode="merge", merge_keys=["id"])
+    result = lh.write(batch, "m.race2", mode="merge", merge=MergeOptions(keys=["id"]))
     assert not result.delta_lagging
     rows = model(0, 10)
     rows.update(model(50, 52, version=7))

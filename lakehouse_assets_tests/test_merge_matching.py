@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse_assets import InputError
+from lakehouse_assets import InputError, MergeOptions, TableOptions
 from lakehouse_assets.core.properties import SummaryKeys
 from lakehouse_assets.core.write import merge, merge_tasks
 
@@ -116,7 +116,7 @@ def test_both_roads_rewrite_the_same_files_for_every_key_type(lh, spark, duck, r
     batch = spark.createDataFrame(
         [(update, 0, "new", "u"), (delete, 0, None, "d")] + [(a, 0, "inserted", "i") for a in absent], f"k {ddl}, part int, v string, op string"
     )
-    r = lh.write(road.batch(batch), name, mode="merge", merge_keys=["k"], operation_column="op")
+    r = lh.write(road.batch(batch), name, mode="merge", merge=MergeOptions(keys=["k"], operation_column="op"))
     road.took()
     assert _summary(lh, name)[SummaryKeys.MERGE_CANDIDATE_FILES] == "3"  # pruning kept every file...
     assert r.files_removed == 1  # ...and only partition 0's file held a key of the batch
@@ -144,7 +144,7 @@ def test_both_roads_match_composite_keys_as_pairs(lh, spark, duck, road, kind):
     table = [(x[1], y[0], 0), (x[2], y[1], 0), (x[1], y[1], 1), (x[3], y[3], 1), (x[0], y[2], 2), (x[5], y[5], 2)]
     lh.write(spark.createDataFrame([(*t, "old") for t in table], f"{ddl}, part int, v string"), name, partition_by=["part"])
     batch = spark.createDataFrame([(x[1], y[1], 1, "new"), (x[0], y[2], 2, "new"), (x[4], y[4], 0, "new")], f"{ddl}, part int, v string")
-    r = lh.write(road.batch(batch), name, mode="merge", merge_keys=["a", "b"])
+    r = lh.write(road.batch(batch), name, mode="merge", merge=MergeOptions(keys=["a", "b"]))
     road.took()
     assert _summary(lh, name)[SummaryKeys.MERGE_CANDIDATE_FILES] == "3"
     assert r.files_removed == 2  # partitions 1 and 2; partition 0 holds x1 and y1, never together
@@ -157,13 +157,13 @@ def test_both_roads_find_keys_under_the_names_and_widths_the_files_use(lh, spark
     """Old files call the key `k` and hold it as INT32; the table now calls it `key`, a long. Both roads
     read the files by field id and compare in the table's type; the batch's keys are ints."""
     name = f"mm.renamed_{road.name}"
-    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, 'old' AS v FROM range(5)").coalesce(1), name, formats=ICEBERG_ONLY)  # one file each
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, 'old' AS v FROM range(5)").coalesce(1), name, table=TableOptions(formats=ICEBERG_ONLY))  # one file each
     lh.alter(name, rename={"k": "key"})
     lh.write(spark.sql("SELECT CAST(id AS LONG) AS key, 'old' AS v FROM VALUES (5), (6), (8), (9) AS t(id)").coalesce(1), name)  # widens key
     lh.write(spark.sql("SELECT CAST(id AS LONG) AS key, 'old' AS v FROM VALUES (7), (10), (11) AS t(id)").coalesce(1), name)
     assert [str(f.field_type) for f in lh.load(name).schema().fields] == ["long", "string"]
     batch = spark.createDataFrame([(2, "new"), (7, "new")], "key int, v string")
-    r = lh.write(road.batch(batch), name, mode="merge", merge_keys=["key"])
+    r = lh.write(road.batch(batch), name, mode="merge", merge=MergeOptions(keys=["key"]))
     road.took()
     # The middle file's range [5, 9] covers 7 without holding it: a candidate, not rewritten.
     assert _summary(lh, name)[SummaryKeys.MERGE_CANDIDATE_FILES] == "3"
@@ -182,7 +182,7 @@ def test_both_roads_skip_files_written_before_the_key_column_existed(lh, spark, 
     lh.write(spark.sql("SELECT id AS x, 'old' AS v FROM range(3)"), name)
     lh.write(spark.sql("SELECT id AS x, 'old' AS v, id * 10 AS k FROM range(3, 6)"), name)  # adds k
     batch = spark.createDataFrame([(40, "new", 99), (70, "new", 7)], "k long, v string, x long")
-    r = lh.write(road.batch(batch), name, mode="merge", merge_keys=["k"])
+    r = lh.write(road.batch(batch), name, mode="merge", merge=MergeOptions(keys=["k"]))
     road.took()
     assert r.files_removed == 1  # the file with k; the older one has no k at all
     want = [(None, "old", 0), (None, "old", 1), (None, "old", 2), (30, "old", 3), (40, "new", 99), (50, "old", 5), (70, "new", 7)]
@@ -192,7 +192,7 @@ def test_both_roads_skip_files_written_before_the_key_column_existed(lh, spark, 
 def test_an_empty_batch_matches_nothing_and_reads_no_file(lh, spark, road):
     name = f"mm.empty_{road.name}"
     lh.write(spark.sql("SELECT id AS k, 'old' AS v FROM range(4)"), name)
-    r = lh.write(road.batch(spark.createDataFrame([], "k long, v string")), name, mode="merge", merge_keys=["k"])
+    r = lh.write(road.batch(spark.createDataFrame([], "k long, v string")), name, mode="merge", merge=MergeOptions(keys=["k"]))
     assert r.files_removed == 0 and r.rows_written == 0
     assert sorted((x.k, x.v) for x in lh.read(spark, name).collect()) == [(i, "old") for i in range(4)]
 
@@ -229,11 +229,11 @@ def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, sp
 
     try:
         with pytest.raises(InputError, match=rf"Table {name}: the merge batch has several rows for the same key \(k\)"):
-            lh.write(batch([(1, "a"), (7, "x"), (1, "b")]), name, mode="merge", merge_keys=["k"])
+            lh.write(batch([(1, "a"), (7, "x"), (1, "b")]), name, mode="merge", merge=MergeOptions(keys=["k"]))
         with pytest.raises(InputError, match=rf"Table {name}: 2 row\(s\) of the merge batch have a null merge key"):
-            lh.write(batch([(1, "a"), (None, "b"), (None, "c")]), name, mode="merge", merge_keys=["k"])
+            lh.write(batch([(1, "a"), (None, "b"), (None, "c")]), name, mode="merge", merge=MergeOptions(keys=["k"]))
         assert lh.load(name).current_snapshot().snapshot_id == before and matched == []
-        lh.write(batch([(1, "first", 1), (1, "last", 2), (9, "nine", 1)], "k long, v string, seq int"), name, mode="merge", merge_keys=["k"], order_by=["seq"])
+        lh.write(batch([(1, "first", 1), (1, "last", 2), (9, "nine", 1)], "k long, v string, seq int"), name, mode="merge", merge=MergeOptions(keys=["k"], order_by=["seq"]))
         assert matched == [1]
     finally:
         for df in cached:
@@ -251,9 +251,9 @@ def test_a_batch_above_the_driver_limits_matches_through_spark(lh, spark, monkey
     lh.write(spark.sql("SELECT CAST(id AS STRING) AS k, 'old' AS v FROM range(6)"), name)
     big = "".join(["k"] * 20)
     batch = spark.createDataFrame([("1", "a"), ("2", "b"), ("3" if limit == "rows" else "3" + big, "c")], "k string, v string")
-    lh.write(batch, name, mode="merge", merge_keys=["k"])
+    lh.write(batch, name, mode="merge", merge=MergeOptions(keys=["k"]))
     assert taken == []
-    lh.write(spark.createDataFrame([("4", "d")], "k string, v string").withColumn("v", F.upper("v")), name, mode="merge", merge_keys=["k"])
+    lh.write(spark.createDataFrame([("4", "d")], "k string, v string").withColumn("v", F.upper("v")), name, mode="merge", merge=MergeOptions(keys=["k"]))
     assert taken == [1]
     got = sorted((x.k, x.v) for x in lh.read(spark, name).collect())
     third = [("3", "c")] if limit == "rows" else [("3", "old"), ("3" + big, "c")]
@@ -330,7 +330,7 @@ def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, 
             with monkeypatch.context() as m:
                 if road == "shuffled":
                     m.setattr(merge_tasks, "UPSERTS_ON_DRIVER_BYTES", -1)
-                r = lh.write(batch, name, mode="merge", merge_keys=["id"], operation_column="op")
+                r = lh.write(batch, name, mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
             table = lh.load(name)
             per_partition = sorted(Counter(str(t.file.partition) for t in table.scan().plan_files()).items())
             rows = sorted(tuple(_norm(v) for _, v in sorted(row.asDict().items())) for row in lh.read(spark, name).collect())  # columns by name
@@ -357,7 +357,7 @@ def test_the_one_job_rewrite_drops_a_file_whose_rows_are_all_deleted_and_reads_p
     batch.count()
     taken = _keys_on_driver_matchings(monkeypatch)
     try:
-        r = lh.write(batch, name, mode="merge", merge_keys=["id"], operation_column="op")
+        r = lh.write(batch, name, mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
     finally:
         batch.unpersist()
     assert taken == [1]
@@ -400,7 +400,7 @@ def test_the_one_job_rewrite_matches_composite_keys_beside_nested_columns(lh, sp
     lh.write(spark.createDataFrame(rows, cols), name, partition_by=["part"])
     batch = _cached(spark.createDataFrame([(1, "p", [9], (9, "new"), {"n": 9}, "new"), (2, "p", None, None, None, "moved")], cols))
     try:
-        r = lh.write(batch, name, mode="merge", merge_keys=["id", "part"])
+        r = lh.write(batch, name, mode="merge", merge=MergeOptions(keys=["id", "part"]))
     finally:
         batch.unpersist()
     assert taken == [True] and r.files_removed == 1  # (1, p) is in partition p; (2, p) is new (2 is in q)
@@ -436,7 +436,7 @@ def test_the_one_job_rewrite_partitions_instants_in_utc_whatever_the_session_tim
             f"SELECT 2L, {ts.format('2024-03-01 03:00:00+00:00')}, 'march' UNION ALL SELECT 3L, {ts.format('2024-01-01 07:00:00+00:00')}, 'ny'"
         ))
         try:
-            lh.write(batch, name, mode="merge", merge_keys=["id"])
+            lh.write(batch, name, mode="merge", merge=MergeOptions(keys=["id"]))
         finally:
             batch.unpersist()
     finally:
@@ -466,7 +466,7 @@ def test_a_merge_refuses_a_truncate_that_leaves_the_int_range_on_every_road(lh, 
             batch = _cached(spark.sql("SELECT CAST(-2147483648 AS INT) AS i, 'min' AS v UNION ALL SELECT 1, 'new'"))
             try:
                 with pytest.raises(InputError, match=r"Table mm\.onejob_wrap: column 'i' .*truncate\(10\) leaves the int range"):
-                    lh.write(batch, name, mode="merge", merge_keys=["i"])
+                    lh.write(batch, name, mode="merge", merge=MergeOptions(keys=["i"]))
             finally:
                 batch.unpersist()
         table = lh.load(name)
@@ -481,13 +481,13 @@ def test_candidates_of_an_older_partition_spec_take_the_shuffled_rewrite(lh, spa
     taken = _one_job_results(monkeypatch)
     name = "mm.onejob_oldspec"
     lh.write(spark.sql("SELECT id, CAST(id % 2 AS INT) AS part, CONCAT('n', id % 3) AS name, 'old' AS v FROM range(6)"), name,
-             partition_by=["part"], formats=ICEBERG_ONLY)
+             partition_by=["part"], table=TableOptions(formats=ICEBERG_ONLY))
     table = lh.load(name)
     with table.update_spec() as update:
         update.add_identity("name")
     batch = _cached(spark.sql("SELECT 1L AS id, 1 AS part, 'n1' AS name, 'new' AS v"))
     try:
-        r = lh.write(batch, name, mode="merge", merge_keys=["id"])
+        r = lh.write(batch, name, mode="merge", merge=MergeOptions(keys=["id"]))
     finally:
         batch.unpersist()
     assert taken == [False] and r.files_removed == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-from lakehouse_assets import Window
+from lakehouse_assets import MergeOptions, Window
 from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import _norm
@@ -104,7 +104,7 @@ def test_thirty_random_operations_match_the_model_in_both_formats(lh, spark, duc
             for row in fresh_rows(rnd.randint(0, 4)):
                 batch.append({**{c: (row[c] if c in batch_cols else None) for c in row}, "op": "I"})
             r = lh.write(
-                _batch(spark, batch, batch_cols, {"op": "string"}), TABLE, mode="merge", merge_keys=["k"], operation_column="op", delete_values=["D"]
+                _batch(spark, batch, batch_cols, {"op": "string"}), TABLE, mode="merge", merge=MergeOptions(keys=["k"], operation_column="op", delete_values=["D"])
             )
             keys = {x["k"] for x in batch}
             model.rows = [x for x in model.rows if x["k"] not in keys]

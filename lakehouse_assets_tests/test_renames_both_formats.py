@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from deltalake import DeltaTable
 from deltalake.query import QueryBuilder
 
-from lakehouse_assets import SchemaError
+from lakehouse_assets import MergeOptions, SchemaError, TableOptions
 from lakehouse_assets.cli import cli
 from lakehouse_assets.core.formats import delta_column_mapping as cm
 from lakehouse_assets.core.read import duckdb_readers
@@ -116,7 +116,7 @@ def test_an_existing_table_is_upgraded_metadata_only_then_renames_and_drops_in_b
 
 def test_a_dropped_name_added_again_reads_null_for_old_rows_everywhere(lh, spark, duck):
     t = "ren.readd"
-    lh.write(spark.sql("SELECT id, id * 10 AS score FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id, id * 10 AS score FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     lh.alter(t, drop=["score"])
     lh.write(spark.sql("SELECT id, id * 100 AS score FROM range(3, 5)"), t)  # a new column under the old name
     table = lh.load(t)
@@ -131,7 +131,7 @@ def test_new_tables_get_column_mapping_from_the_table_property_or_the_resource(l
     from lakehouse_assets import Lakehouse
 
     t = "ren.new"
-    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(4)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(4)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     delta = DeltaTable(lh.load(t).location())
     assert cm.is_mapped(delta) and cm.physical_names(delta) == {1: "id", 2: "s"}
     assert {r["name"]: r["delta_column_mapping"] for r in lh.tables()} == {t: True}
@@ -141,7 +141,7 @@ def test_new_tables_get_column_mapping_from_the_table_property_or_the_resource(l
     # A column added by a write gets a generated physical name; merge and compaction keep writing physical names.
     lh.write(spark.sql("SELECT id, concat('s', id) AS s, id AS extra FROM range(4, 6)"), t)
     lh.alter(t, rename={"s": "label"})
-    lh.write(spark.sql("SELECT id, concat('m', id) AS label, id AS extra FROM range(3, 7)"), t, mode="merge", merge_keys=["id"])
+    lh.write(spark.sql("SELECT id, concat('m', id) AS label, id AS extra FROM range(3, 7)"), t, mode="merge", merge=MergeOptions(keys=["id"]))
     compacted = lh.maintain(t, "compaction", spark=spark)
     assert compacted["files_rewritten"] > 0, compacted
     expected = [(0, "s0", None), (1, "s1", None), (2, "s2", None), *[(i, f"m{i}", i) for i in range(3, 7)]]
@@ -150,7 +150,7 @@ def test_new_tables_get_column_mapping_from_the_table_property_or_the_resource(l
 
 def test_a_rename_by_another_engine_on_the_iceberg_side_is_mirrored(lh, spark, duck):
     t = "ren.foreign"
-    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     with lh.load(t).update_schema() as update:  # pyiceberg as the other engine
         update.rename_column("s", "label")
     lh.write(spark.sql("SELECT id, concat('s', id) AS label FROM range(3, 4)"), t)
@@ -162,7 +162,7 @@ def test_another_engines_iceberg_files_after_a_rename_are_refused_by_delta_then_
     """pyiceberg, as another engine, appends files naming the renamed column by its current name: Delta readers would
     read NULL there, so the mirror refuses (loudly) and `repair(rewrite_files=True)` rewrites just those files."""
     t = "ren.foreign_files"
-    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     lh.alter(t, rename={"s": "label"})
     table = lh.load(t)
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string(), nullable=False)])
@@ -211,7 +211,7 @@ def test_delta_rs_pyarrow_reader_and_polars_refuse_column_mapped_tables(lh, spar
     read_delta on top of it) refuses a table with the columnMapping reader feature. Pinned so that a delta-rs
     upgrade that lifts it fails here and the default can be revisited."""
     t = "ren.pyarrow"
-    lh.write(spark.sql("SELECT id FROM range(2)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id FROM range(2)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     import polars as pl
 
     root = lh.load(t).location()
@@ -226,7 +226,7 @@ def test_duckdb_delta_scan_reads_null_partition_values_after_a_rename_and_a_drop
     the partition column as NULL; a rename alone or a drop alone reads right, and delta-rs reads the same log right.
     When this test fails, DuckDB fixed it: remove DUCKDB_DELTA_RENAME_AND_DROP."""
     t = "ren.duckbug"
-    lh.write(spark.sql("SELECT id, concat('n', id) AS name, id * 10 AS score, id % 2 AS p FROM range(4)"), t, partition_by=["p"], properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id, concat('n', id) AS name, id * 10 AS score, id % 2 AS p FROM range(4)"), t, partition_by=["p"], table=TableOptions(properties={cm.MODE: "name"}))
     lh.alter(t, rename={"name": "label"})
     root = lh.load(t).location()
     assert sorted(duck.execute(f"SELECT id, p FROM {duckdb_readers.delta_scan_sql(root)}").fetchall()) == [(i, i % 2) for i in range(4)]
@@ -241,7 +241,7 @@ def test_java_iceberg_reads_a_renamed_column_mapped_table_at_every_snapshot(lh, 
     from . import java_iceberg
 
     t = "ren.java"
-    first = lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, properties={cm.MODE: "name"})
+    first = lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     lh.alter(t, rename={"s": "label"})
     lh.write(spark.sql("SELECT id, concat('s', id) AS label, id AS extra FROM range(3, 5)"), t)
     table = lh.load(t)
@@ -253,7 +253,7 @@ def test_java_iceberg_reads_a_renamed_column_mapped_table_at_every_snapshot(lh, 
 
 def test_a_type_widening_of_a_column_mapped_table_is_refused_before_writing(lh, spark):
     t = "ren.widen"
-    lh.write(spark.sql("SELECT CAST(id AS INT) AS n FROM range(2)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS n FROM range(2)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     table = lh.load(t)
     with pytest.raises(SchemaError, match=r"Table ren\.widen: the data widens column\(s\) \['n'\].*column-mapped table.*Nothing was written"):
         lh.write(spark.sql("SELECT id AS n FROM range(2, 4)"), t)
@@ -263,7 +263,7 @@ def test_a_type_widening_of_a_column_mapped_table_is_refused_before_writing(lh, 
 
 def test_writes_to_a_column_mapped_table_add_one_delta_version_each(lh, spark):
     t = "ren.versions"
-    lh.write(spark.sql("SELECT id, named_struct('a', id, 'b', concat('x', id)) AS st, array(id) AS arr FROM range(2)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id, named_struct('a', id, 'b', concat('x', id)) AS st, array(id) AS arr FROM range(2)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     root = lh.load(t).location()
     before = DeltaTable(root).version()
     for i in range(2):
@@ -278,7 +278,7 @@ def test_a_foreign_delta_append_to_a_renamed_column_mapped_table_is_adopted_by_f
     from deltalake import write_deltalake
 
     t = "ren.adopt"
-    lh.write(spark.sql("SELECT id, concat('n', id) AS name FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id, concat('n', id) AS name FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     lh.alter(t, rename={"name": "label"})
     lh.write(spark.sql("SELECT id, concat('n', id) AS label, id AS extra FROM range(3, 5)"), t)
     root = lh.load(t).location()
@@ -292,7 +292,7 @@ def test_a_foreign_delta_append_to_a_renamed_column_mapped_table_is_adopted_by_f
 def test_verify_fails_when_delta_physical_names_disagree_with_iceberg(lh, spark):
     """Planted divergence: a Delta metaData whose physical name for a column is not the one the files hold."""
     t = "ren.planted"
-    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, properties={cm.MODE: "name"})
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     table = lh.load(t)
     root = table.location()
     s_id = table.schema().find_field("s").field_id

@@ -16,7 +16,7 @@ import pytest
 from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 
-from lakehouse_assets import Lakehouse, Slice
+from lakehouse_assets import Lakehouse, MergeOptions, Slice, TableOptions
 from lakehouse_assets.core.errors import RetentionError, SchemaError, SpecError
 
 from .conftest import assert_all_readers_agree, rows_of
@@ -35,7 +35,7 @@ def _history(lh, spark, name):
     first = lh.write(spark.sql(BASE.format(lo=0, hi=9)), name, partition_by=["g"])
     expected = _rows(lh, name)
     lh.write(spark.sql(BASE.format(lo=9, hi=12)), name)
-    lh.write(spark.sql("SELECT id, id % 3 AS g, 'merged' AS v FROM range(0, 3)"), name, mode="merge", merge_keys=["id"])
+    lh.write(spark.sql("SELECT id, id % 3 AS g, 'merged' AS v FROM range(0, 3)"), name, mode="merge", merge=MergeOptions(keys=["id"]))
     lh.write(spark.sql("SELECT 100 AS id, 0 AS g, 'only' AS v"), name, mode="overwrite", window=_slice_g0())
     return first, expected
 
@@ -79,7 +79,7 @@ def test_rollback_by_delta_version_time_and_then_every_operation_goes_on(lh, spa
     assert assert_all_readers_agree(lh, spark, duck, "rb.more") == expected
     # Writes, merges and compaction after a rollback.
     lh.write(spark.sql(BASE.format(lo=50, hi=52)), "rb.more")
-    lh.write(spark.sql("SELECT 1 AS id, 1 AS g, 'again' AS v"), "rb.more", mode="merge", merge_keys=["id"])
+    lh.write(spark.sql("SELECT 1 AS id, 1 AS g, 'again' AS v"), "rb.more", mode="merge", merge=MergeOptions(keys=["id"]))
     report = lh.maintain("rb.more", "compaction", spark=spark)
     assert report is not None
     rows = assert_all_readers_agree(lh, spark, duck, "rb.more")
@@ -132,7 +132,7 @@ def test_a_target_whose_files_are_gone_is_refused_and_nothing_changes(lh, spark)
 
 
 def test_a_schema_the_target_cannot_be_read_back_with_is_refused(lh, spark):
-    first = lh.write(spark.sql("SELECT id, cast(id AS int) AS n, 'x' AS note FROM range(3)"), "rb.dropped", formats=["iceberg"])
+    first = lh.write(spark.sql("SELECT id, cast(id AS int) AS n, 'x' AS note FROM range(3)"), "rb.dropped", table=TableOptions(formats=["iceberg"]))
     lh.alter("rb.dropped", drop=["note"])
     with pytest.raises(SchemaError, match="column 'note' of the target snapshot .* was dropped since"):
         lh.rollback("rb.dropped", snapshot_id=first.iceberg_snapshot_id)

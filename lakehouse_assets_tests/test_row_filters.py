@@ -31,7 +31,7 @@ from pyiceberg.expressions import (
     StartsWith,
 )
 
-from lakehouse_assets import SpecError
+from lakehouse_assets import SpecError, TableOptions
 
 UTC = dt.timezone.utc
 ROWS = [
@@ -140,7 +140,7 @@ def test_a_time_travel_filter_means_the_columns_of_its_snapshot_after_names_were
     """Iceberg-only table, two files; then a and b swap names. Reading the old snapshot with `a = 1` means the
     old `a`: pyiceberg plans with the current names (where `a` is the old `b`), so planning must not prune by it."""
     for a, b in ((1, 100), (2, 200)):
-        lh.write(spark.createDataFrame([(a, b)], "a long, b long"), "f.swapped", formats=["iceberg"])
+        lh.write(spark.createDataFrame([(a, b)], "a long, b long"), "f.swapped", table=TableOptions(formats=["iceberg"]))
     before = lh.load("f.swapped").current_snapshot().snapshot_id
     lh.alter("f.swapped", rename={"a": "x"})
     lh.alter("f.swapped", rename={"b": "a"})

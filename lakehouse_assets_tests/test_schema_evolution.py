@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse_assets import SchemaError
+from lakehouse_assets import SchemaError, TableOptions
 
 from .conftest import assert_all_readers_agree
 from .versions import assert_same_at
@@ -135,7 +135,7 @@ def test_widening_a_delta_mirrored_table_rewrites_it_once_in_both_formats(lh, sp
 
 
 def test_widening_works_on_iceberg_only_tables(lh, spark, duck):
-    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, CAST(id AS FLOAT) AS f FROM range(3)"), "se.wide", formats=["iceberg"])
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS k, CAST(id AS FLOAT) AS f FROM range(3)"), "se.wide", table=TableOptions(formats=["iceberg"]))
     lh.write(spark.sql("SELECT id + 100 AS k, CAST(id AS DOUBLE) AS f FROM range(2)"), "se.wide")
     table = lh.load("se.wide")
     assert [str(f.field_type) for f in table.schema().fields] == ["long", "double"]
@@ -147,11 +147,11 @@ def test_widening_works_on_iceberg_only_tables(lh, spark, duck):
 
 
 def test_schema_evolution_can_be_switched_off(lh, spark):
-    lh.write(spark.sql("SELECT id FROM range(3)"), "se.off", schema_evolution=False)
+    lh.write(spark.sql("SELECT id FROM range(3)"), "se.off", table=TableOptions(schema_evolution=False))
     with pytest.raises(SchemaError, match=r"Table se\.off: schema evolution is off and the data has new columns \['x'\]"):
-        lh.write(spark.sql("SELECT id, 1 AS x FROM range(3)"), "se.off", schema_evolution=False)
+        lh.write(spark.sql("SELECT id, 1 AS x FROM range(3)"), "se.off", table=TableOptions(schema_evolution=False))
     # Per table, whatever the writer asks: the table property.
-    lh.write(spark.sql("SELECT id FROM range(3)"), "se.off2", properties={"lakehouse.schema-evolution": "false"})
+    lh.write(spark.sql("SELECT id FROM range(3)"), "se.off2", table=TableOptions(properties={"lakehouse.schema-evolution": "false"}))
     with pytest.raises(SchemaError, match="schema evolution is off"):
         lh.write(spark.sql("SELECT id, 1 AS x FROM range(3)"), "se.off2")
     assert [f.name for f in lh.load("se.off2").schema().fields] == ["id"]

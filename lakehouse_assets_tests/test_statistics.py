@@ -24,7 +24,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType, StructType
 from pyspark.sql import functions as F
 
-from lakehouse_assets import Lakehouse
+from lakehouse_assets import Lakehouse, MergeOptions, TableOptions
 from lakehouse_assets.core.errors import SpecError
 from lakehouse_assets.core.formats import iceberg_committer
 from lakehouse_assets.core.read import duckdb_readers
@@ -172,7 +172,7 @@ def test_wide_tables_agree_after_append_and_merge_and_every_reader_filters_a_lat
     report = lh.verify(name, deep=True)
     assert report["agree"], report["differences"]
     # A merge rewrites the file holding ids 15..19 and adds the new ids.
-    lh.write(_wide(spark, width, 15, 10).withColumn("c1", F.lit("merged")), name, mode="merge", merge_keys=["id"])
+    lh.write(_wide(spark, width, 15, 10).withColumn("c1", F.lit("merged")), name, mode="merge", merge=MergeOptions(keys=["id"]))
     report = lh.verify(name, deep=True)
     assert report["agree"], report["differences"]
 
@@ -202,7 +202,7 @@ def test_wide_tables_agree_after_append_and_merge_and_every_reader_filters_a_lat
 
 def test_iceberg_metrics_properties_are_translated_to_delta(lh, spark, duck):
     df = spark.sql("SELECT id, id * 2 AS b, cast(id AS string) AS c FROM range(10)")
-    lh.write(df.coalesce(1), "st.iceberg_props", properties={"write.metadata.metrics.default": "none", "write.metadata.metrics.column.b": "full"})
+    lh.write(df.coalesce(1), "st.iceberg_props", table=TableOptions(properties={"write.metadata.metrics.default": "none", "write.metadata.metrics.column.b": "full"}))
     table = lh.load("st.iceberg_props")
     (f,) = iceberg_committer.live_data_files(table)
     b = table.schema().find_field("b").field_id
@@ -217,7 +217,7 @@ def test_delta_properties_are_translated_to_iceberg_per_table_and_resource_wide(
     monkeypatch.delenv("LAKEHOUSE_CATALOG", raising=False)
     df = spark.sql("SELECT id % 2 AS p, id AS a, id * 2 AS b, id * 3 AS c FROM range(10)")
     lh = Lakehouse(warehouse)
-    lh.write(df, "st.num_indexed", partition_by=["p"], properties={"delta.dataSkippingNumIndexedCols": "2"})
+    lh.write(df, "st.num_indexed", partition_by=["p"], table=TableOptions(properties={"delta.dataSkippingNumIndexedCols": "2"}))
     table = lh.load("st.num_indexed")
     ids = {f.name: f.field_id for f in table.schema().fields}
     for f in iceberg_committer.live_data_files(table):
@@ -236,7 +236,7 @@ def test_delta_properties_are_translated_to_iceberg_per_table_and_resource_wide(
 
 def test_changed_properties_and_new_columns_reach_delta_on_the_next_write(lh, spark):
     df = spark.sql("SELECT id, id * 2 AS b FROM range(5)")
-    lh.write(df, "st.evolving", properties={"write.metadata.metrics.max-inferred-column-defaults": "1"})
+    lh.write(df, "st.evolving", table=TableOptions(properties={"write.metadata.metrics.max-inferred-column-defaults": "1"}))
     table = lh.load("st.evolving")
     assert _delta_indexed(table) == {"id"}
     with table.transaction() as tx:  # e.g. ALTER TABLE ... SET TBLPROPERTIES from another engine
@@ -250,7 +250,7 @@ def test_changed_properties_and_new_columns_reach_delta_on_the_next_write(lh, sp
 def test_a_struct_before_the_indexed_columns_does_not_hide_their_statistics(lh, spark):
     """A column list that leaves out a struct would make delta-rs parse nothing after it: the list names it."""
     df = spark.sql("SELECT id, named_struct('a', id) AS st, id * 2 AS b, id * 3 AS c FROM range(6)")
-    lh.write(df.coalesce(1), "st.struct", properties={"write.metadata.metrics.column.id": "none"})
+    lh.write(df.coalesce(1), "st.struct", table=TableOptions(properties={"write.metadata.metrics.column.id": "none"}))
     table = lh.load("st.struct")
     delta = DeltaTable(table.location())
     assert delta.metadata().configuration[DELTA_STATS_COLUMNS] == "st,b,c"

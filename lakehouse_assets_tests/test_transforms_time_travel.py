@@ -8,7 +8,7 @@ import time
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse_assets import RetentionError
+from lakehouse_assets import MergeOptions, RetentionError
 
 from .conftest import assert_all_readers_agree, rows_of
 from .versions import assert_same_at
@@ -122,7 +122,7 @@ def test_time_travel_by_snapshot_version_and_timestamp(lh, spark, duck):
         lambda: lh.write(spark.sql("SELECT id, 'v2' AS tag FROM range(5, 8)"), "tt.t"),
         lambda: lh.write(spark.sql("SELECT id, 'v3' AS tag FROM range(100, 102)"), "tt.t", mode="overwrite"),
         lambda: lh.write(spark.createDataFrame([(6, "v4", "u"), (7, None, "d")], "id long, tag string, op string"), "tt.t",
-                         mode="merge", merge_keys=["id"], operation_column="op"),
+                         mode="merge", merge=MergeOptions(keys=["id"], operation_column="op")),
     ]
     for op in ops:
         results.append(op())

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from deltalake.transaction import AddAction, CommitProperties, Transaction, create_table_with_add_actions
 
+from lakehouse_assets import TableOptions
 from lakehouse_assets.cli import cli
 from lakehouse_assets.core.formats import delta_committer, iceberg_committer
 from lakehouse_assets.core.io.storage import relative_to
@@ -96,7 +97,7 @@ def test_bug1_top_of_range_timestamp_stat_clamped_below_the_value(lh, spark):
 def test_bug2_empty_string_partition_value_read_as_null(lh, spark):
     # Iceberg holds '' (allowed for an Iceberg-only table); the planted Delta log spells it "" (NULL to Delta).
     df = spark.sql("SELECT CASE id WHEN 0 THEN '' WHEN 1 THEN 'eu' END AS region, id AS k FROM range(2)")  # nullable, as "" needs
-    lh.write(df, "v.empty", partition_by=["region"], formats=["iceberg"])
+    lh.write(df, "v.empty", partition_by=["region"], table=TableOptions(formats=["iceberg"]))
     table = lh.load("v.empty")
     with table.transaction() as tx:
         tx.set_properties({"lakehouse.formats": "iceberg,delta"})

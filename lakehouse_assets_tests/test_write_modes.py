@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse_assets import Window
+from lakehouse_assets import TableOptions, Window
 
 from .conftest import assert_all_readers_agree, rows_of
 
@@ -123,7 +123,7 @@ def test_pyarrow_and_pandas_inputs(lh, spark, duck):
 
 def test_target_file_size_rolls_files(lh, spark):
     df = spark.range(0, 200_000, numPartitions=1).select("id", F.sha2(F.col("id").cast("string"), 256).alias("h"))
-    r = lh.write(df, "t.rolled", target_file_size=2 * 1024 * 1024)
+    r = lh.write(df, "t.rolled", table=TableOptions(target_file_size=2 * 1024 * 1024))
     assert r.files_added >= 3
     assert all(f.file_size_in_bytes < 6 * 1024 * 1024 for f in lh.load("t.rolled").scan().plan_files() for f in [f.file])
     assert lh.read(spark, "t.rolled").count() == 200_000

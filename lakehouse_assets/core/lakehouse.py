@@ -1,12 +1,9 @@
-"""`Lakehouse`: the public entry point of the core. Writes, reads, history and the formats-agree check.
+"""`Lakehouse`: the public entry point of the core. Writes, reads, schema changes, history, time travel,
+rollback, maintenance and the formats-agree check, each on one table.
 
-A write runs in this order, so a failure at any step leaves both formats as they were:
-
-1. validate the spec and schema (nothing written yet);
-2. Spark writes the Parquet files (executors; the driver gets file metadata only);
-3. Iceberg commits them as one snapshot (the source of truth). If this fails, the files are deleted;
-4. Delta mirrors that snapshot. If this fails it is retried once, then a warning is logged and the
-   write still succeeds: Delta lags, which `verify` reports and `repair` (or the next write) fixes.
+The facade holds what every operation needs (a `TableContext`: catalog, warehouse, storage, Delta settings)
+and hands it to the module that does the work: one write runs in core/write/table_write.py (its docstring
+gives the order that keeps both formats safe when any step fails), a repair in core/maintenance/repair.py.
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ import datetime as dt
 import json
 import logging
 import os
-import time
 from typing import Any, Literal, Mapping, Sequence
 
 from pyiceberg.catalog import Catalog
@@ -23,17 +19,16 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from . import maintenance as maintenance_
-from .errors import RetentionError, SchemaError, SpecError
-from .formats import delta_adoption, foreign_delta, history
+from .errors import RetentionError, SpecError
+from .formats import foreign_delta, history
 from .formats.delta_column_mapping import enabled as mapping_enabled
 from .formats.delta_column_mapping import mapping_keys
-from .formats.delta_committer import DeltaMirror, unfollowed_renames
-from .io.storage import StorageConfig, check_access, delete_files, normalize_uri
+from .formats.delta_committer import DeltaMirror
+from .io.storage import StorageConfig, normalize_uri
 from .maintenance import rollback as rollback_
 from .maintenance.repair import repair_table
-from .maintenance.rewrite_files import adoption_rewrite
 from .maintenance.verify import verify_table
-from .model import FileChanges, MergeOptions, WriteRequest, WriteResult
+from .model import FileChanges, MergeOptions, TableOptions, WriteRequest, WriteResult
 from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
 from .read import time_travel
 from .read.arrow_reader import read_arrow
@@ -45,19 +40,14 @@ from .schema.spec import (
     spec_terms,
 )
 from .schema.statistics import policy_keys
-from .schema.type_mapping import spark_schema_to_iceberg
 from .schema.window import Slice, Window
-from .spark.session import active_session
 from .table import tables
 from .table.catalog import open_catalog
 from .table.context import TableContext
-from .table.evolution import evolved_schema, types_were_widened
 from .write import alter as alter_
-from .write import merge as merge_
-from .write import transaction, write_modes
-from .write.small_writes import small_writes_warning
+from .write import table_write, transaction
 
-__all__ = ["Lakehouse", "Slice", "Window", "WriteResult"]
+__all__ = ["Lakehouse", "MergeOptions", "Slice", "TableOptions", "Window", "WriteResult"]
 
 log = logging.getLogger("lakehouse")
 
@@ -134,163 +124,46 @@ class Lakehouse:
         mode: Literal["append", "overwrite", "merge"] = "append",
         *,
         partition_by: Sequence[str] | None = None,
-        formats: Sequence[str] | None = None,
-        properties: dict[str, str] | None = None,
-        target_file_size: int | None = None,
-        schema_evolution: bool = True,
+        merge: MergeOptions | None = None,
         window: Window | Slice | None = None,
         write_id: str | None = None,
+        table: TableOptions | None = None,
         writer: dict[str, str] | None = None,
         spark=None,
-        merge_keys: Sequence[str] | None = None,
-        operation_column: str | None = None,
-        delete_values: Sequence[str] | None = None,
-        deleted_at_column: str | None = None,
-        order_by: Sequence[str] | str | None = None,
     ) -> WriteResult:
-        """Write a Spark DataFrame (or a pyarrow Table / pandas DataFrame) to both formats.
+        """Write a Spark DataFrame (or a pyarrow Table, a pandas or a Polars DataFrame) to both formats.
 
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
         `window` when one is given: a `Window` (a time range of one column) or a `Slice` (a window
         and/or sets of values of other columns, e.g. a Dagster static or multi-partition).
-        `write_id` makes the write idempotent: a second write with the same id commits nothing and
-        returns the first write's snapshot.
+        mode="merge" upserts by `merge=MergeOptions(keys=[...])` (copy-on-write, see core/write/merge.py).
 
-        mode="merge" upserts by `merge_keys` (copy-on-write, see core/write/merge.py): a row whose
-        `operation_column` is in `delete_values`, or whose `deleted_at_column` is set, deletes its key;
-        duplicate keys keep the last row by `order_by`.
+        `partition_by`: the partition terms of a new table (e.g. ["day(ts)", "bucket(4, id)"]); an existing
+        table's must match. `table`: the other settings of a new table (`TableOptions`: formats, properties,
+        target file size, schema evolution). `write_id` makes the write idempotent: a second write with the
+        same id commits nothing and returns the first write's snapshot. `writer`: who wrote it, recorded in
+        both logs.
         """
-        started = time.monotonic()
+        request = self._request(identifier, mode, partition_by, merge, window, write_id, table or TableOptions(), writer)
+        return table_write.write(self.context, df, request, foreign_default=self.foreign_delta_default, spark=spark)
+
+    def _request(self, identifier, mode, partition_by, merge, window, write_id, table: TableOptions, writer) -> WriteRequest:
+        if mode == "merge" and merge is None:
+            raise SpecError(f"Table {identifier}: mode='merge' needs merge=MergeOptions(keys=[...]), the columns that identify a row.")
+        if merge is not None and mode != "merge":
+            raise SpecError(f"Table {identifier}: merge options were given but mode is {mode!r}; use mode='merge'.")
         spec = TableSpec(
             identifier,
             partition_by=tuple(partition_by or ()),
-            formats=tuple(formats or ALL_FORMATS),
-            # A resource-wide Delta statistics setting is the new table's too: both formats follow the table's properties.
-            properties={**policy_keys(self.delta_configuration), **mapping_keys(self.delta_configuration), **(properties or {})},
-            target_file_size=target_file_size or DEFAULT_TARGET_FILE_SIZE,
-            schema_evolution=schema_evolution,
-        )
-        merge_opts = (
-            MergeOptions.build(identifier, merge_keys, operation_column, delete_values, deleted_at_column, order_by) if mode == "merge" else None
+            formats=tuple(table.formats or ALL_FORMATS),
+            # A resource-wide Delta statistics or column-mapping setting is the new table's too: both formats follow the table's properties.
+            properties={**policy_keys(self.delta_configuration), **mapping_keys(self.delta_configuration), **(table.properties or {})},
+            target_file_size=table.target_file_size or DEFAULT_TARGET_FILE_SIZE,
+            schema_evolution=table.schema_evolution,
         )
         window = Slice.of(window) if window is not None else None
-        request = WriteRequest(spec, mode, window, write_id, writer, target_file_size, merge_opts)
-        check_access(self.storage, self.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
-        df = _as_spark(df, spark)
-        if merge_opts is None:
-            return self._write(df, request, started)
-        # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
-        # A batch the caller already cached stays cached: unpersisting it would drop the caller's cache.
-        caller_cached = _is_cached(df)
-        source = df if caller_cached else df.persist()
-        try:
-            batch, key_stats = merge_.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
-            if not key_stats.deduplicated:
-                # A projection of the persisted source: recomputing it is free, caching it again is not.
-                return self._write(batch, request, started, key_stats)
-            batch.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
-            try:
-                return self._write(batch, request, started, key_stats)
-            finally:
-                batch.unpersist()
-        finally:
-            if not caller_cached:
-                source.unpersist()
+        return WriteRequest(spec, mode, window, write_id, writer, table.target_file_size, merge.check(identifier) if merge else None)
 
-    def _write(self, df, request: WriteRequest, started: float, key_stats: merge_.KeyStats | None = None) -> WriteResult:
-        """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
-        identifier, window = request.spec.identifier, request.window
-        incoming = spark_schema_to_iceberg(identifier, merge_.data_schema(df) if request.merge else df.schema)
-        for column in window.columns if window is not None else ():
-            if column not in df.columns:
-                raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
-        table, schema_plan, created = tables.create_or_load(self.catalog, self.warehouse, request.spec, incoming)
-        try:
-            delta = None if created else self._foreign_delta_gate(identifier, table, df.sparkSession)
-            if delta is False:  # foreign versions were adopted: a new Iceberg snapshot, maybe new columns to plan against
-                table, schema_plan, _ = tables.create_or_load(self.catalog, self.warehouse, request.spec, incoming)
-                delta = None
-            if delta is not None and (renames := unfollowed_renames(table, delta)):
-                raise SchemaError(
-                    f"Table {identifier}: another engine changed the columns in Iceberg: {'; '.join(renames)}. Nothing was written "
-                    "(its files would hold names Delta's log does not know)."
-                )
-            if window is not None:
-                window.validate(identifier, table)
-            return self._write_into(table, schema_plan, df, request, started, key_stats, delta)
-        except BaseException:
-            if created:
-                tables.drop_if_never_written(self.catalog, self.storage, table)
-            raise
-
-    def _foreign_delta_gate(self, identifier: str, table: Table, spark=None):
-        """Before planning a write: Delta versions another engine wrote are refused or adopted (the table's policy).
-
-        Returns the Delta log as read, for the commit to bring up to date instead of loading it again (None when
-        there is none to hand on; False when an adoption changed the Iceberg table, which must then be reloaded)."""
-        if not self.delta_enabled(table):
-            return None
-        policy = foreign_delta.policy_of(table.properties, self.foreign_delta_default)
-        mirror = self.mirror(table)
-        try:
-            delta = mirror.load()
-        except Exception as e:  # noqa: BLE001 - an unreadable Delta log never fails the Iceberg write (repair fixes it)
-            log.warning("Table %s: the Delta log cannot be read to look for foreign versions: %s", identifier, e)
-            return None
-        if foreign_delta.refuse_if_foreign(identifier, delta, policy):
-            report = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(self.context, identifier, spark))
-            log.info("Table %s: adopted foreign Delta versions before the write: %s", identifier, report)
-            return False
-        return delta
-
-    def _write_into(self, table: Table, schema_plan, df, request: WriteRequest, started: float, key_stats, delta=None) -> WriteResult:
-        identifier = request.spec.identifier
-        delta_on = tables.delta_enabled(table)
-        if delta_on and schema_plan.widen and mapping_enabled(table.properties):
-            raise SchemaError(
-                f"Table {identifier}: the data widens column(s) {[n for n, _ in schema_plan.widen]} to "
-                f"{[str(t) for _, t in schema_plan.widen]}, which the Delta side of a column-mapped table cannot follow "
-                "(delta-rs cannot replace a column-mapped schema). Nothing was written. Cast the column(s) to the table's "
-                "type, or write the wider values into a new column."
-            )
-
-        if request.write_id is not None and (earlier := history.find_snapshot_by_write_id(table, request.write_id)) is not None:
-            log.info("Table %s: write %s already committed as snapshot %s; not committing again", identifier, request.write_id, earlier.snapshot_id)
-            result = WriteResult.for_table(identifier, table, request.mode, earlier.snapshot_id)
-            result.duplicate_of_earlier_write = True
-            if delta_on:
-                transaction.mirror_to_delta(self.mirror(table), table, result)
-            return result
-
-        target = write_modes.WriteTarget(
-            identifier,
-            table,
-            evolved_schema(table, schema_plan),  # new field ids; committed together with the snapshot
-            self.storage,
-            cast_files=types_were_widened(table) or bool(schema_plan.widen),
-            target_file_size=request.target_file_size,
-        )
-        summary = request.summary()
-        changes = FileChanges()
-        try:
-            summary |= write_modes.plan(target, request, df, changes, widen_types=delta_on and bool(schema_plan.widen), key_stats=key_stats)
-        except BaseException:
-            delete_files(self.storage, changes.created)  # nothing was committed
-            raise
-        write_seconds = time.monotonic() - started
-        revalidate = None
-        if request.merge is not None:
-            # A concurrent append that cannot hold a key of the batch leaves the merge's plan valid.
-            def revalidate(fresh, base_id):
-                return merge_.concurrent_conflict(df.sparkSession, fresh, base_id, df, request.merge, self.storage, target.cast_files)
-
-        result = transaction.commit(self.context, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate, delta=delta)
-        result.write_seconds = write_seconds
-        if result.files_added or result.files_removed:
-            if (advice := small_writes_warning(identifier, table)) is not None:
-                result.warnings.append(advice)
-                log.warning(advice)
-        return result
 
     # ------------------------------------------------------------ schema operations
 
@@ -502,33 +375,3 @@ class Lakehouse:
         return repair_table(
             self.context, identifier, apply_deletes=apply_deletes, adopt_delta=adopt_delta, revert_delta=revert_delta, rewrite_files=rewrite_files, spark=spark
         )
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def _as_spark(df, spark):
-    """Spark DataFrames pass through; pyarrow Tables, pandas and Polars DataFrames (small assets) are converted."""
-    if hasattr(df, "sparkSession") and hasattr(df, "mapInArrow"):
-        return df
-    spark = active_session(spark)
-    if type(df).__module__.split(".")[0] == "polars":  # polars.DataFrame or LazyFrame (not a dependency of the core)
-        df = (df.collect() if hasattr(df, "collect") else df).to_arrow()
-    try:
-        import pyarrow as pa
-
-        if isinstance(df, pa.Table):
-            df = df.to_pandas()
-    except ImportError:  # pragma: no cover
-        pass
-    import pandas as pd
-
-    if isinstance(df, pd.DataFrame):
-        return spark.createDataFrame(df)
-    raise SpecError(f"Cannot write an object of type {type(df).__name__}: pass a Spark DataFrame, a pyarrow Table, a pandas or a Polars DataFrame.")
-
-
-def _is_cached(df) -> bool:
-    """Whether Spark's cache holds this DataFrame's plan (cached through this object or another with the same plan)."""
-    level = df.storageLevel  # looked up in the session's cache manager by plan
-    return level.useMemory or level.useDisk or level.useOffHeap

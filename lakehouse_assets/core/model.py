@@ -1,4 +1,4 @@
-"""The value objects of a write: what the caller asked for (`WriteRequest`, `MergeOptions`), what the
+"""The value objects of a write: what the caller asked for (`WriteRequest`, `MergeOptions`, `TableOptions`), what the
 executors wrote (`WrittenFile`), what an operation plans to commit (`FileChanges`) and what it did
 (`WriteResult`).
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -88,29 +89,55 @@ class WriteResult:
 DEFAULT_DELETE_VALUES = ("delete", "d", "D", "DELETE")
 
 
+def _names(value) -> tuple:
+    """A column name or a sequence of them, as a tuple (a repeated name counts once)."""
+    return (value,) if isinstance(value, str) else tuple(dict.fromkeys(value or ()))
+
+
 @dataclass
 class MergeOptions:
-    keys: tuple[str, ...]
-    operation_column: str | None = None
-    delete_values: tuple = DEFAULT_DELETE_VALUES
-    deleted_at_column: str | None = None
-    order_by: tuple[str, ...] = ()
+    """How `mode="merge"` matches rows: by `keys`, the columns that identify a row.
 
-    @classmethod
-    def build(cls, identifier: str, merge_keys, operation_column=None, delete_values=None, deleted_at_column=None, order_by=None):
-        if not merge_keys:
+    A row whose `operation_column` holds one of `delete_values`, or whose `deleted_at_column` is set,
+    deletes its key; of several rows with the same key the last by `order_by` wins (without `order_by`,
+    duplicate keys are refused). Column arguments take a name or a list of names."""
+
+    keys: Sequence[str] | str = ()
+    operation_column: str | None = None
+    delete_values: Sequence[str] | str = DEFAULT_DELETE_VALUES
+    deleted_at_column: str | None = None
+    order_by: Sequence[str] | str = ()
+
+    def __post_init__(self) -> None:
+        self.keys = _names(self.keys)
+        self.order_by = _names(self.order_by)
+        self.delete_values = (self.delete_values,) if isinstance(self.delete_values, str) else tuple(self.delete_values or DEFAULT_DELETE_VALUES)
+
+    def check(self, identifier: str) -> "MergeOptions":
+        if not self.keys:
             raise SpecError(
-                f"Table {identifier}: mode='merge' needs merge_keys, the columns that identify a row, "
-                "e.g. merge_keys=['customer_id'] (asset metadata 'merge_keys')."
+                f"Table {identifier}: mode='merge' needs merge keys, the columns that identify a row, "
+                "e.g. merge=MergeOptions(keys=['customer_id']) (asset metadata 'merge_keys')."
             )
-        keys = (merge_keys,) if isinstance(merge_keys, str) else tuple(dict.fromkeys(merge_keys))  # a repeated key counts once
-        order = (order_by,) if isinstance(order_by, str) else tuple(order_by or ())
-        deletes = (delete_values,) if isinstance(delete_values, str) else tuple(delete_values or DEFAULT_DELETE_VALUES)
-        return cls(keys, operation_column, deletes, deleted_at_column, order)
+        return self
 
     @property
     def control_columns(self) -> list[str]:
         return [c for c in (self.operation_column, self.deleted_at_column) if c]
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """Settings of the table a write creates; `target_file_size` and `schema_evolution` also apply to this write.
+
+    `formats`: ("iceberg", "delta") by default, ("iceberg",) for Iceberg only. `properties`: table
+    properties of a new table (Iceberg's and the `delta.*` ones the mirror honours, see the docs).
+    `schema_evolution=False` refuses any schema change this write would make."""
+
+    formats: Sequence[str] | None = None
+    properties: Mapping[str, str] | None = None
+    target_file_size: int | None = None
+    schema_evolution: bool = True
 
 
 MODES = (Operation.APPEND, Operation.OVERWRITE, Operation.MERGE)

@@ -51,7 +51,7 @@ from pyiceberg.expressions import AlwaysFalse
 from pyiceberg.table import Table
 
 from ..core.errors import SpecError
-from ..core.lakehouse import WriteResult
+from ..core.model import MergeOptions, TableOptions, WriteResult
 from ..core.schema.spec import spec_terms
 from ..core.schema.window import Slice, Window
 from .health import table_health_metadata
@@ -235,10 +235,12 @@ class LakehouseIOManager(ConfigurableIOManager):
         label = _partition_label(context)
         kwargs: dict[str, Any] = dict(
             partition_by=metadata.get("partition_by") or None,
-            formats=metadata.get("formats") or None,
-            properties=metadata.get("table_properties") or None,
-            target_file_size=metadata.get("target_file_size"),
-            schema_evolution=metadata.get("schema_evolution", True),
+            table=TableOptions(
+                formats=metadata.get("formats") or None,
+                properties=metadata.get("table_properties") or None,
+                target_file_size=metadata.get("target_file_size"),
+                schema_evolution=metadata.get("schema_evolution", True),
+            ),
             window=part,
             # Retried steps of the same run and partition(s) never commit twice.
             write_id=f"dagster:{context.run_id}:{identifier}:{label or '-'}",
@@ -246,10 +248,8 @@ class LakehouseIOManager(ConfigurableIOManager):
             spark=self.pyspark.spark_session,
         )
         if mode is WriteMode.merge:
-            kwargs["merge_keys"] = metadata.get("merge_keys")
-            for key in ("merge_operation_column", "merge_delete_values", "merge_deleted_at_column", "merge_order_by"):
-                if key in metadata:
-                    kwargs[key[len("merge_"):]] = metadata[key]
+            options = {key[len("merge_"):]: metadata[key] for key in ("merge_operation_column", "merge_delete_values", "merge_deleted_at_column", "merge_order_by") if key in metadata}
+            kwargs["merge"] = MergeOptions(keys=metadata.get("merge_keys") or (), **options)
         lh = self.lakehouse.get()
         result = lh.write(obj, identifier, mode=mode.value, **kwargs)
         for warning in result.warnings:

@@ -109,7 +109,7 @@ def partition_value(column: str, t: IcebergType, value) -> str | None:
                 f"column {column!r} is a Delta partition column (identity partition) and holds the empty string ''. "
                 "Delta stores partition values as strings and reads '' as NULL, so Delta readers would see NULL where "
                 "Iceberg readers see ''. Write NULL instead (e.g. F.nullif(col, F.lit(''))) or another placeholder, "
-                "partition by truncate(w, col) or bucket(n, col) instead, or write this table with formats=['iceberg']."
+                "partition by truncate(w, col) or bucket(n, col) instead, or keep this table in Iceberg only (TableOptions(formats=['iceberg']), asset metadata 'formats')."
             )
         return value
     if isinstance(t, (FloatType, DoubleType)):  # refused up front as identity partitions (spec); kept exact here

@@ -15,8 +15,9 @@ from typing import Any
 from ..formats import delta_adoption, foreign_delta
 from ..table.context import TableContext
 from ..write import transaction
+from ..write.adoption import adoption_rewrite
 from .apply_deletes import apply_deletes as apply
-from .rewrite_files import adoption_rewrite, rewrite_misnamed_files
+from .rewrite_files import rewrite_misnamed_files
 
 
 def repair_table(
@@ -38,7 +39,7 @@ def repair_table(
     before_version = before.version() if before is not None else None
     if before is not None and (adopt_delta or revert_delta) and foreign_delta.foreign_versions(before):
         if adopt_delta:
-            out["adopt_delta"] = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(ctx, identifier, spark))
+            out["adopt_delta"] = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(ctx.storage, identifier, spark))
             table = ctx.load(identifier)
         else:
             out["revert_delta"] = foreign_delta.revert(identifier, mirror.root_uri, ctx.storage.delta_options(mirror.root_uri))

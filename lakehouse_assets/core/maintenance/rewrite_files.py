@@ -1,8 +1,4 @@
-"""rewrite_files: rewrite other engines' data files the formats or their readers cannot take as they are.
-
-`rewrite_misnamed_files` puts other engines' Iceberg data files of a column-mapped table under the columns'
-physical names; `adoption_rewrite` writes again the foreign Delta files an adoption cannot take as they are
-(core/formats/delta_adoption.py).
+"""rewrite_files: put other engines' Iceberg data files of a column-mapped table under the columns' physical names.
 
 Under Delta column mapping, Delta readers find a column in a file by its physical name, which stays the
 same when the column is renamed (`delta_column_mapping.py`). An Iceberg writer of another engine (Spark,
@@ -27,10 +23,8 @@ from ..io.storage import delete_files
 from ..model import FileChanges
 from ..properties import Operation, SummaryKeys
 from ..read.reader import read_parquet_files
-from ..schema.type_mapping import iceberg_to_spark_schema
 from ..spark.session import active_session
 from ..table.context import TableContext
-from ..table.evolution import column_names_moved
 from ..write import transaction
 from ..write.target import WriteTarget
 
@@ -88,23 +82,3 @@ def _unmirrored_foreign_files(ctx: TableContext, table, live: dict) -> list[str]
             continue  # the project's own write: physical names
         out += [f.file_path for f in snapshot_change(table, snap).adds if f.file_path in live]
     return sorted(set(out))
-
-
-def adoption_rewrite(ctx: TableContext, identifier: str, spark=None):
-    """The `rewrite` of `delta_adoption.adopt`: foreign Delta files that pyiceberg cannot read beside the table's
-    other files (Arrow view types declared in them) written again by the project's writer, rows unchanged, in the
-    adopted snapshot's schema. Rows are read on the executors (by name, or by field id under column mapping, where
-    delta-rs tags columns with the Iceberg field ids); identity partition columns the files lack come from `constants`."""
-
-    def rewrite(table, schema, files, constants, created: list[str]):
-        session = active_session(spark)
-        target = WriteTarget(identifier, table, schema, ctx.storage, cast_files=True)
-        by_id = column_names_moved(table) or delta_column_mapping.enabled(table.properties)
-        changes = FileChanges()
-        try:
-            rows = read_parquet_files(session, [f.file_path for f in files], iceberg_to_spark_schema(schema, field_ids=by_id), ctx.storage, cast_files=True, constants=constants)
-            return target.write(rows, changes, counts_as_written=False)
-        finally:
-            created += changes.created
-
-    return rewrite

@@ -211,7 +211,7 @@ class TableSpec:
             # Iceberg is the source of truth: the Delta log is always derived from its snapshots.
             raise SpecError(
                 f"Table {self.identifier}: formats {list(self.formats)} must include 'iceberg', the source of truth. "
-                "Use formats=['iceberg'] for Iceberg only or ['iceberg', 'delta'] for both."
+                "Use ['iceberg'] for Iceberg only or ['iceberg', 'delta'] for both (TableOptions(formats=...), asset metadata 'formats')."
             )
         unknown = set(self.formats) - set(ALL_FORMATS)
         if unknown:

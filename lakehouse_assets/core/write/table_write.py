@@ -1,0 +1,193 @@
+"""One write of a DataFrame into a table, from input to commit, in an order that leaves both formats as they
+were if any step fails:
+
+1. the request is checked and the storage reached (nothing written yet); a merge's batch is validated
+   (null and duplicate keys) and cached, so every later step sees the same rows;
+2. the table is created or loaded with the schema change the data needs; Delta versions another engine
+   wrote are refused or adopted first (the table's policy, core/formats/foreign_delta.py);
+3. the mode's plan (core/write/write_modes.py) writes the Parquet files on the executors (the driver gets
+   file metadata only);
+4. the commit pipeline (core/write/transaction.py) commits them to Iceberg (the source of truth; if this
+   fails the files are deleted), then mirrors the snapshot to Delta. If Delta fails it is retried, then
+   the write still succeeds with a warning: Delta lags, which `verify` reports and `repair` fixes.
+A first write that fails drops the table it created.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyiceberg.table import Table
+
+from ..errors import SchemaError, SpecError
+from ..formats import delta_adoption, foreign_delta, history
+from ..formats.delta_column_mapping import enabled as mapping_enabled
+from ..formats.delta_committer import unfollowed_renames
+from ..io.storage import check_access, delete_files
+from ..model import FileChanges, WriteRequest, WriteResult
+from ..schema.type_mapping import spark_schema_to_iceberg
+from ..spark.session import active_session
+from ..table import tables
+from ..table.context import TableContext
+from ..table.evolution import evolved_schema, types_were_widened
+from . import merge as merge_
+from . import transaction, write_modes
+from .adoption import adoption_rewrite
+from .small_writes import small_writes_warning
+from .target import WriteTarget
+
+log = logging.getLogger("lakehouse")
+
+
+def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str, spark=None) -> WriteResult:
+    """Write `df` (Spark, Arrow, pandas or Polars) as `request` asks: see the module docstring for the order."""
+    started = time.monotonic()
+    identifier = request.spec.identifier
+    merge_opts = request.merge
+    check_access(ctx.storage, ctx.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
+    df = _as_spark(df, spark)
+    if merge_opts is None:
+        return _write(ctx, df, request, started, foreign_default)
+    # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
+    # A batch the caller already cached stays cached: unpersisting it would drop the caller's cache.
+    caller_cached = _is_cached(df)
+    source = df if caller_cached else df.persist()
+    try:
+        batch, key_stats = merge_.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
+        if not key_stats.deduplicated:
+            # A projection of the persisted source: recomputing it is free, caching it again is not.
+            return _write(ctx, batch, request, started, foreign_default, key_stats)
+        batch.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
+        try:
+            return _write(ctx, batch, request, started, foreign_default, key_stats)
+        finally:
+            batch.unpersist()
+    finally:
+        if not caller_cached:
+            source.unpersist()
+
+
+def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, key_stats: merge_.KeyStats | None = None) -> WriteResult:
+    """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
+    identifier, window = request.spec.identifier, request.window
+    incoming = spark_schema_to_iceberg(identifier, merge_.data_schema(df) if request.merge else df.schema)
+    for column in window.columns if window is not None else ():
+        if column not in df.columns:
+            raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
+    table, schema_plan, created = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming)
+    try:
+        delta = None if created else _foreign_delta_gate(ctx, identifier, table, foreign_default, df.sparkSession)
+        if delta is False:  # foreign versions were adopted: a new Iceberg snapshot, maybe new columns to plan against
+            table, schema_plan, _ = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming)
+            delta = None
+        if delta is not None and (renames := unfollowed_renames(table, delta)):
+            raise SchemaError(
+                f"Table {identifier}: another engine changed the columns in Iceberg: {'; '.join(renames)}. Nothing was written "
+                "(its files would hold names Delta's log does not know)."
+            )
+        if window is not None:
+            window.validate(identifier, table)
+        return _write_into(ctx, table, schema_plan, df, request, started, key_stats, delta)
+    except BaseException:
+        if created:
+            tables.drop_if_never_written(ctx.catalog, ctx.storage, table)
+        raise
+
+
+def _foreign_delta_gate(ctx: TableContext, identifier: str, table: Table, foreign_default: str, spark=None):
+    """Before planning a write: Delta versions another engine wrote are refused or adopted (the table's policy).
+
+    Returns the Delta log as read, for the commit to bring up to date instead of loading it again (None when
+    there is none to hand on; False when an adoption changed the Iceberg table, which must then be reloaded)."""
+    if not ctx.delta_enabled(table):
+        return None
+    policy = foreign_delta.policy_of(table.properties, foreign_default)
+    mirror = ctx.mirror(table)
+    try:
+        delta = mirror.load()
+    except Exception as e:  # noqa: BLE001 - an unreadable Delta log never fails the Iceberg write (repair fixes it)
+        log.warning("Table %s: the Delta log cannot be read to look for foreign versions: %s", identifier, e)
+        return None
+    if foreign_delta.refuse_if_foreign(identifier, delta, policy):
+        report = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(ctx.storage, identifier, spark))
+        log.info("Table %s: adopted foreign Delta versions before the write: %s", identifier, report)
+        return False
+    return delta
+
+
+def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: WriteRequest, started: float, key_stats, delta=None) -> WriteResult:
+    identifier = request.spec.identifier
+    delta_on = tables.delta_enabled(table)
+    if delta_on and schema_plan.widen and mapping_enabled(table.properties):
+        raise SchemaError(
+            f"Table {identifier}: the data widens column(s) {[n for n, _ in schema_plan.widen]} to "
+            f"{[str(t) for _, t in schema_plan.widen]}, which the Delta side of a column-mapped table cannot follow "
+            "(delta-rs cannot replace a column-mapped schema). Nothing was written. Cast the column(s) to the table's "
+            "type, or write the wider values into a new column."
+        )
+
+    if request.write_id is not None and (earlier := history.find_snapshot_by_write_id(table, request.write_id)) is not None:
+        log.info("Table %s: write %s already committed as snapshot %s; not committing again", identifier, request.write_id, earlier.snapshot_id)
+        result = WriteResult.for_table(identifier, table, request.mode, earlier.snapshot_id)
+        result.duplicate_of_earlier_write = True
+        if delta_on:
+            transaction.mirror_to_delta(ctx.mirror(table), table, result)
+        return result
+
+    target = WriteTarget(
+        identifier,
+        table,
+        evolved_schema(table, schema_plan),  # new field ids; committed together with the snapshot
+        ctx.storage,
+        cast_files=types_were_widened(table) or bool(schema_plan.widen),
+        target_file_size=request.target_file_size,
+    )
+    summary = request.summary()
+    changes = FileChanges()
+    try:
+        summary |= write_modes.plan(target, request, df, changes, widen_types=delta_on and bool(schema_plan.widen), key_stats=key_stats)
+    except BaseException:
+        delete_files(ctx.storage, changes.created)  # nothing was committed
+        raise
+    write_seconds = time.monotonic() - started
+    revalidate = None
+    if request.merge is not None:
+        # A concurrent append that cannot hold a key of the batch leaves the merge's plan valid.
+        def revalidate(fresh, base_id):
+            return merge_.concurrent_conflict(df.sparkSession, fresh, base_id, df, request.merge, ctx.storage, target.cast_files)
+
+    result = transaction.commit(ctx, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate, delta=delta)
+    result.write_seconds = write_seconds
+    if result.files_added or result.files_removed:
+        if (advice := small_writes_warning(identifier, table)) is not None:
+            result.warnings.append(advice)
+            log.warning(advice)
+    return result
+
+
+def _as_spark(df, spark):
+    """Spark DataFrames pass through; pyarrow Tables, pandas and Polars DataFrames (small assets) are converted."""
+    if hasattr(df, "sparkSession") and hasattr(df, "mapInArrow"):
+        return df
+    spark = active_session(spark)
+    if type(df).__module__.split(".")[0] == "polars":  # polars.DataFrame or LazyFrame (not a dependency of the core)
+        df = (df.collect() if hasattr(df, "collect") else df).to_arrow()
+    try:
+        import pyarrow as pa
+
+        if isinstance(df, pa.Table):
+            df = df.to_pandas()
+    except ImportError:  # pragma: no cover
+        pass
+    import pandas as pd
+
+    if isinstance(df, pd.DataFrame):
+        return spark.createDataFrame(df)
+    raise SpecError(f"Cannot write an object of type {type(df).__name__}: pass a Spark DataFrame, a pyarrow Table, a pandas or a Polars DataFrame.")
+
+
+def _is_cached(df) -> bool:
+    """Whether Spark's cache holds this DataFrame's plan (cached through this object or another with the same plan)."""
+    level = df.storageLevel  # looked up in the session's cache manager by plan
+    return level.useMemory or level.useDisk or level.useOffHeap

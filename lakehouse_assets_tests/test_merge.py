@@ -227,8 +227,12 @@ def test_merge_leaves_the_callers_cache_alone(lh, spark):
 
 
 def test_merge_arguments_are_checked(lh, spark):
-    with pytest.raises(SpecError, match="needs merge_keys"):
+    with pytest.raises(SpecError, match=r"Table m\.args: mode='merge' needs merge=MergeOptions\(keys=\[\.\.\.\]\)"):
         lh.write(people(spark, 0, 3), "m.args", mode="merge")
+    with pytest.raises(SpecError, match=r"Table m\.args: mode='merge' needs merge keys.*asset metadata 'merge_keys'"):
+        lh.write(people(spark, 0, 3), "m.args", mode="merge", merge=MergeOptions(keys=[]))
+    with pytest.raises(SpecError, match=r"Table m\.args: merge options were given but mode is 'append'; use mode='merge'"):
+        lh.write(people(spark, 0, 3), "m.args", merge=MergeOptions(keys=["id"]))
     with pytest.raises(SpecError, match=r"merge column\(s\) \['nope'\] are not in the data"):
         lh.write(people(spark, 0, 3), "m.args", mode="merge", merge=MergeOptions(keys=["id"], operation_column="nope"))
 

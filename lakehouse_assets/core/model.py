@@ -59,6 +59,9 @@ class FileChanges:
 
 @dataclass
 class WriteResult:
+    """What one write, compaction or rollback did: the Iceberg snapshot and Delta version it committed, files
+    and rows added and removed, where the time went, and whether Delta lags (then `repair` catches it up)."""
+
     table: str
     location: str
     iceberg_metadata_location: str

@@ -32,9 +32,6 @@ _PATH, _POS, _DEL = "_lakehouse_file", "_lakehouse_pos", "_lakehouse_delete_file
 
 def apply_deletes(ctx: TableContext, identifier: str, spark=None) -> dict[str, Any]:
     """Rewrite the data files that delete files remove rows from and drop the delete files: one snapshot."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
     table = ctx.load(identifier)
     files = table_files(table)
     result: dict[str, Any] = {"table": identifier, "delete_files": len(files.deletes), "data_files_rewritten": 0, "rows_deleted": 0}
@@ -44,42 +41,8 @@ def apply_deletes(ctx: TableContext, identifier: str, spark=None) -> dict[str, A
     spark = active_session(spark)
     schema = table.schema()
     spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))  # by field id after renames
-    # (delete file, data file) pairs it applies to: metadata only, decided on the driver.
-    pairs = [(d.data_file.file_path, f.data_file.file_path) for d in files.deletes for f in files.data if applies(d, f)]
     by_uri = {e.data_file.file_path: e.data_file for e in files.data}
-    candidates = sorted({data for _, data in pairs})
-    drops = None
-    if candidates:
-        constants = partition_constants.of_files(table, [by_uri[u] for u in candidates], schema)  # partition columns a file lacks
-        rows = read_parquet_files(spark, candidates, spark_schema, ctx.storage, path_column=_PATH, position_column=_POS, constants=constants)
-        pair_df = spark.createDataFrame(pairs, f"{_DEL} string, {_PATH} string")
-        parts = []
-        pos_files = sorted({e.data_file.file_path for e in files.position_deletes})
-        if pos_files:
-            pos_schema = StructType([StructField("file_path", StringType()), StructField("pos", LongType())])
-            pos = read_parquet_files(spark, pos_files, pos_schema, ctx.storage, path_column=_DEL, cast_files=True)
-            parts.append(pos.join(pair_df, _DEL).filter(F.col("file_path") == F.col(_PATH)).select(_PATH, F.col("pos").alias(_POS)))
-        groups: dict[tuple, list[str]] = {}
-        for e in files.equality_deletes:
-            groups.setdefault(tuple(sorted(e.data_file.equality_ids or [])), []).append(e.data_file.file_path)
-        for ids, uris in groups.items():
-            names = [schema.find_column_name(i) for i in ids]
-            if not ids or any(n is None or "." in n for n in names):
-                raise DeleteFilesError(
-                    f"Table {identifier}: equality-delete file(s) {uris[:3]} use equality field ids {list(ids)} that are not "
-                    "top-level columns of the current schema; they cannot be applied here. Apply them with the engine that wrote them."
-                )
-            eq = read_parquet_files(spark, uris, iceberg_to_spark_schema(schema.select(*names)), ctx.storage, path_column=_DEL, cast_files=True)
-            keyed = eq.join(pair_df, _DEL).select(F.col(_PATH).alias("_eq_file"), *[F.col(n).alias(f"_eq_{n}") for n in names])
-            cond = rows[_PATH] == keyed["_eq_file"]
-            for n in names:
-                cond = cond & rows[n].eqNullSafe(keyed[f"_eq_{n}"])  # Iceberg: null equals null in an equality delete
-            parts.append(rows.join(keyed, cond, "left_semi").select(_PATH, _POS))
-        drops = parts[0]
-        for p in parts[1:]:
-            drops = drops.unionByName(p)
-        drops = drops.distinct().persist()
-    target = WriteTarget(identifier, table, schema, ctx.storage, cast_files=True)
+    drops = _dropped_rows(spark, identifier, table, files, spark_schema, ctx.storage)
     changes = FileChanges(removed_delete_files=[e.data_file for e in files.deletes])
     try:
         affected = [r[0] for r in drops.select(_PATH).distinct().collect()] if drops is not None else []  # file paths only
@@ -87,15 +50,8 @@ def apply_deletes(ctx: TableContext, identifier: str, spark=None) -> dict[str, A
         removes: list[DataFile] = [by_uri[u] for u in affected]
         changes.removes += removes
         if affected:
-            constants = partition_constants.of_files(table, removes, schema)
-            kept = read_parquet_files(spark, affected, spark_schema, ctx.storage, path_column=_PATH, position_column=_POS, constants=constants)
-            adds = target.write(kept.join(drops, [_PATH, _POS], "left_anti").drop(_PATH, _POS), changes, counts_as_written=False)
-            expected = sum(f.record_count for f in removes) - deleted_rows
-            if sum(f.record_count for f in adds) != expected:
-                raise DeleteFilesError(
-                    f"Table {identifier}: applying deletes wrote {sum(f.record_count for f in adds)} rows where {expected} were expected; "
-                    "nothing was committed."
-                )
+            target = WriteTarget(identifier, table, schema, ctx.storage, cast_files=True)
+            _write_kept_rows(spark, identifier, target, spark_schema, removes, drops, deleted_rows, changes)
     except BaseException:
         delete_files(ctx.storage, changes.created)
         raise
@@ -114,3 +70,69 @@ def apply_deletes(ctx: TableContext, identifier: str, spark=None) -> dict[str, A
         delta_lagging=wr.delta_lagging,
     )
     return result
+
+
+def _dropped_rows(spark, identifier: str, table, files, spark_schema, storage):
+    """(file path, row position) of every row a delete file removes, persisted; None when no data file is affected.
+    Which delete file applies to which data file is decided on the driver from metadata; rows are matched in Spark."""
+
+    pairs = [(d.data_file.file_path, f.data_file.file_path) for d in files.deletes for f in files.data if applies(d, f)]
+    candidates = sorted({data for _, data in pairs})
+    if not candidates:
+        return None
+    schema = table.schema()
+    by_uri = {e.data_file.file_path: e.data_file for e in files.data}
+    constants = partition_constants.of_files(table, [by_uri[u] for u in candidates], schema)  # partition columns a file lacks
+    rows = read_parquet_files(spark, candidates, spark_schema, storage, path_column=_PATH, position_column=_POS, constants=constants)
+    pair_df = spark.createDataFrame(pairs, f"{_DEL} string, {_PATH} string")
+    parts = []
+    if pos_files := sorted({e.data_file.file_path for e in files.position_deletes}):
+        parts.append(_position_drops(spark, pos_files, pair_df, storage))
+    groups: dict[tuple, list[str]] = {}
+    for e in files.equality_deletes:
+        groups.setdefault(tuple(sorted(e.data_file.equality_ids or [])), []).append(e.data_file.file_path)
+    for ids, uris in groups.items():
+        parts.append(_equality_drops(spark, identifier, schema, ids, uris, rows, pair_df, storage))
+    drops = parts[0]
+    for p in parts[1:]:
+        drops = drops.unionByName(p)
+    return drops.distinct().persist()
+
+
+def _position_drops(spark, pos_files: list[str], pair_df, storage):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    pos_schema = StructType([StructField("file_path", StringType()), StructField("pos", LongType())])
+    pos = read_parquet_files(spark, pos_files, pos_schema, storage, path_column=_DEL, cast_files=True)
+    return pos.join(pair_df, _DEL).filter(F.col("file_path") == F.col(_PATH)).select(_PATH, F.col("pos").alias(_POS))
+
+
+def _equality_drops(spark, identifier: str, schema, ids: tuple, uris: list[str], rows, pair_df, storage):
+    from pyspark.sql import functions as F
+
+    names = [schema.find_column_name(i) for i in ids]
+    if not ids or any(n is None or "." in n for n in names):
+        raise DeleteFilesError(
+            f"Table {identifier}: equality-delete file(s) {uris[:3]} use equality field ids {list(ids)} that are not "
+            "top-level columns of the current schema; they cannot be applied here. Apply them with the engine that wrote them."
+        )
+    eq = read_parquet_files(spark, uris, iceberg_to_spark_schema(schema.select(*names)), storage, path_column=_DEL, cast_files=True)
+    keyed = eq.join(pair_df, _DEL).select(F.col(_PATH).alias("_eq_file"), *[F.col(n).alias(f"_eq_{n}") for n in names])
+    cond = rows[_PATH] == keyed["_eq_file"]
+    for n in names:
+        cond = cond & rows[n].eqNullSafe(keyed[f"_eq_{n}"])  # Iceberg: null equals null in an equality delete
+    return rows.join(keyed, cond, "left_semi").select(_PATH, _POS)
+
+
+def _write_kept_rows(spark, identifier: str, target: WriteTarget, spark_schema, removes: list[DataFile], drops, deleted_rows: int, changes: FileChanges) -> None:
+    """The affected files' rows minus the dropped ones, written as new files into `changes`; checked by count."""
+    constants = partition_constants.of_files(target.table, removes, target.schema)
+    kept = read_parquet_files(spark, [f.file_path for f in removes], spark_schema, target.storage, path_column=_PATH, position_column=_POS, constants=constants)
+    adds = target.write(kept.join(drops, [_PATH, _POS], "left_anti").drop(_PATH, _POS), changes, counts_as_written=False)
+    expected = sum(f.record_count for f in removes) - deleted_rows
+    if sum(f.record_count for f in adds) != expected:
+        raise DeleteFilesError(
+            f"Table {identifier}: applying deletes wrote {sum(f.record_count for f in adds)} rows where {expected} were expected; "
+            "nothing was committed."
+        )

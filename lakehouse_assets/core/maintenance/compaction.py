@@ -66,20 +66,10 @@ def compaction(ctx: TableContext, identifier: str, settings: MaintenanceSettings
                 result["files_rewritten"] = 0
             return result
         result["attempts"] = attempt
-        spark = active_session(spark)
         # A widened Iceberg-only table keeps narrower files: read them through the casting reader.
         target = WriteTarget(identifier, table, table.schema(), ctx.storage, cast_files=types_were_widened(table), target_file_size=settings.target_bytes)
         changes = FileChanges(removes=list(removes))
-        try:
-            # Each partition's files rewritten as they are, in one job without a shuffle (compaction_tasks).
-            adds = compact_in_one_job(spark, target, groups, changes)
-            if adds is None:  # a file of another spec (the plan takes the current spec only): Spark's shuffled write
-                adds = target.write(_shuffled_input(spark, target, removes, result["bytes_rewritten"], settings), changes, counts_as_written=False)
-            if sum(f.record_count for f in adds) != result["rows_rewritten"]:
-                raise CommitError(f"Table {identifier}: compaction wrote {sum(f.record_count for f in adds)} rows for {result['rows_rewritten']} input rows; nothing committed.")
-        except BaseException:
-            delete_files(ctx.storage, changes.created)
-            raise
+        adds = _rewrite_groups(active_session(spark), target, groups, changes, result, settings)
         summary = {SummaryKeys.OPERATION: Operation.COMPACTION, SummaryKeys.COMPACTION_FILES_REWRITTEN: str(len(removes))}
         try:
             wr = transaction.commit(ctx, identifier, table, changes, summary, mode=Operation.COMPACTION)
@@ -104,6 +94,21 @@ def compaction(ctx: TableContext, identifier: str, settings: MaintenanceSettings
     result.update(committed=False, aborted=True, files_added=0, files_removed=0, iceberg_snapshot_id=None, delta_version=None)
     log.warning("Table %s: compaction gave up after %d conflicting attempts; the table is unchanged", identifier, result["attempts"])
     return result
+
+
+def _rewrite_groups(spark, target: WriteTarget, groups, changes: FileChanges, result: CompactionReport, settings: MaintenanceSettings) -> list[DataFile]:
+    """Write each group's files again as target-size files into `changes` (nothing committed); checked by row count."""
+    try:
+        # Each partition's files rewritten as they are, in one job without a shuffle (compaction_tasks).
+        adds = compact_in_one_job(spark, target, groups, changes)
+        if adds is None:  # a file of another spec (the plan takes the current spec only): Spark's shuffled write
+            adds = target.write(_shuffled_input(spark, target, changes.removes, result["bytes_rewritten"], settings), changes, counts_as_written=False)
+        if sum(f.record_count for f in adds) != result["rows_rewritten"]:
+            raise CommitError(f"Table {target.identifier}: compaction wrote {sum(f.record_count for f in adds)} rows for {result['rows_rewritten']} input rows; nothing committed.")
+        return adds
+    except BaseException:
+        delete_files(target.storage, changes.created)
+        raise
 
 
 def _shuffled_input(spark, target: WriteTarget, removes: list[DataFile], total_bytes: int, settings: MaintenanceSettings):

@@ -59,55 +59,20 @@ def commit(
     the plan still holds: the same files are then committed on top (at most REVALIDATE_ATTEMPTS times).
     """
     started = time.monotonic()
-    delta_on = ctx.delta_enabled(table)
-    mirror = ctx.mirror(table) if delta_on else None
+    mirror = ctx.mirror(table) if ctx.delta_enabled(table) else None
     if mirror is not None and delta is not None:
         mirror.hand_over(delta)  # the log the write's foreign-version check read: brought up to date, not loaded again
-    summary = dict(summary)
     try:
-        if mirror is not None and (expected := mirror.next_version(table)) is not None:
-            # A schema change reaches Delta as metadata-only versions just before the data version.
-            if schema_plan is not None:
-                expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
-            summary[SummaryKeys.DELTA_EXPECTED_VERSION] = str(expected)
-        if mirror is not None:
-            # Never build on Delta versions another engine wrote (policy `refuse`): fail before the Iceberg commit.
-            # Under `adopt` they were adopted before the write was planned: one landing since then raced this write.
-            foreign_delta.refuse_if_foreign(identifier, mirror._loaded, foreign_delta.REFUSE)
-        stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
-        base_id = _current_id(table)
-        for attempt in range(1, REVALIDATE_ATTEMPTS + 1):
-            try:
-                # Passed only when there are some: tests wrap commit_files as a seam with the plain signature.
-                extra = {"removed_delete_files": changes.removed_delete_files} if changes.removed_delete_files else {}
-                snapshot = ic.commit_files(table, changes.adds, changes.removes, summary, stage, **extra)
-                break
-            except ValidationException as e:
-                if revalidate is None:
-                    raise
-                table = ctx.load(identifier)
-                conflict = revalidate(table, base_id)
-                if conflict is not None or attempt == REVALIDATE_ATTEMPTS:
-                    raise CommitConflict(
-                        f"Table {identifier}: the {mode} lost a race with a concurrent write ({conflict or f'{attempt} attempts'}; "
-                        f"pyiceberg: {e}). Nothing was committed and the written files were removed. Run the {mode} again: "
-                        "it re-plans against the table as it is now."
-                    ) from e
-                log.info("Table %s: %s re-validated after a concurrent commit (attempt %d): %s", identifier, mode, attempt, e)
-                base_id = _current_id(table)
+        summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
+        table, snapshot = _commit_iceberg(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate)
     except BaseException as e:
         _drop_pooled_connections(table)
         # Nothing became visible: remove every file this operation created.
         delete_files(ctx.storage, changes.created)
-        if isinstance(e, LakehouseError):
+        error = _commit_error(identifier, e)
+        if error is None:
             raise
-        if isinstance(e, (CommitFailedException, ValidationException)):
-            # Lost a race with other writers after pyiceberg's own retries: say how to get through.
-            hint = " Other writers committed first: retry the write, or raise the table property commit.retry.num-retries."
-            raise CommitConflict(_failed(identifier, e) + (hint if isinstance(e, CommitFailedException) else "")) from e
-        if isinstance(e, Exception):
-            raise CommitError(_failed(identifier, e)) from e
-        raise
+        raise error from e
     iceberg_done = time.monotonic()
     result = WriteResult.for_table(identifier, table, mode, snapshot.snapshot_id if snapshot else _current_id(table))
     result.files_added = len(changes.adds)
@@ -121,6 +86,60 @@ def commit(
         mirror_to_delta(mirror, table, result, known)
         result.delta_commit_seconds = time.monotonic() - iceberg_done
     return result
+
+
+def _with_expected_delta_version(identifier: str, table: Table, mirror: DeltaMirror | None, summary: dict[str, str], schema_plan: SchemaPlan | None) -> dict[str, str]:
+    """The snapshot summary, with the Delta version this snapshot will become; refuses before the Iceberg commit
+    when the Delta log holds versions another engine wrote."""
+    summary = dict(summary)
+    if mirror is None:
+        return summary
+    if (expected := mirror.next_version(table)) is not None:
+        # A schema change reaches Delta as metadata-only versions just before the data version.
+        if schema_plan is not None:
+            expected += (1 if schema_plan.add else 0) + len(schema_plan.make_optional)
+        summary[SummaryKeys.DELTA_EXPECTED_VERSION] = str(expected)
+    # Never build on Delta versions another engine wrote (policy `refuse`): fail before the Iceberg commit.
+    # Under `adopt` they were adopted before the write was planned: one landing since then raced this write.
+    foreign_delta.refuse_if_foreign(identifier, mirror._loaded, foreign_delta.REFUSE)
+    return summary
+
+
+def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate):
+    """(the table as committed to, the new snapshot): one Iceberg snapshot of `changes`, re-validated and
+    committed again on top of concurrent writes while `revalidate` says the plan still holds."""
+    stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
+    base_id = _current_id(table)
+    for attempt in range(1, REVALIDATE_ATTEMPTS + 1):
+        try:
+            # Passed only when there are some: tests wrap commit_files as a seam with the plain signature.
+            extra = {"removed_delete_files": changes.removed_delete_files} if changes.removed_delete_files else {}
+            return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, **extra)
+        except ValidationException as e:
+            if revalidate is None:
+                raise
+            table = ctx.load(identifier)
+            conflict = revalidate(table, base_id)
+            if conflict is not None or attempt == REVALIDATE_ATTEMPTS:
+                raise CommitConflict(
+                    f"Table {identifier}: the {mode} lost a race with a concurrent write ({conflict or f'{attempt} attempts'}; "
+                    f"pyiceberg: {e}). Nothing was committed and the written files were removed. Run the {mode} again: "
+                    "it re-plans against the table as it is now."
+                ) from e
+            log.info("Table %s: %s re-validated after a concurrent commit (attempt %d): %s", identifier, mode, attempt, e)
+            base_id = _current_id(table)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _commit_error(identifier: str, e: BaseException) -> LakehouseError | None:
+    """The error a failed Iceberg commit raises (None: raise `e` itself, e.g. already a LakehouseError)."""
+    if isinstance(e, LakehouseError) or not isinstance(e, Exception):
+        return None
+    if isinstance(e, (CommitFailedException, ValidationException)):
+        # Lost a race with other writers after pyiceberg's own retries: say how to get through.
+        hint = " Other writers committed first: retry the write, or raise the table property commit.retry.num-retries."
+        return CommitConflict(_failed(identifier, e) + (hint if isinstance(e, CommitFailedException) else ""))
+    return CommitError(_failed(identifier, e))
 
 
 def _drop_pooled_connections(table: Table) -> None:

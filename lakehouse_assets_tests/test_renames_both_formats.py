@@ -134,6 +134,10 @@ def test_new_tables_get_column_mapping_from_the_table_property_or_the_resource(l
     lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(4)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     delta = DeltaTable(lh.load(t).location())
     assert cm.is_mapped(delta) and cm.physical_names(delta) == {1: "id", 2: "s"}
+    # Mapped from the table's first version: version 0 creates it (protocol and metaData), the write is version 1.
+    assert delta.version() == 1 and [h["delta_version"] for h in lh.history(t)] == [1]
+    first = DeltaTable(lh.load(t).location(), version=0)
+    assert first.protocol().reader_features == ["columnMapping"] and cm.is_mapped(first)
     assert {r["name"]: r["delta_column_mapping"] for r in lh.tables()} == {t: True}
     wide = Lakehouse(warehouse, delta_configuration={cm.MODE: "name"})
     wide.write(spark.sql("SELECT id FROM range(2)"), "ren.resource")
@@ -259,6 +263,23 @@ def test_a_type_widening_of_a_column_mapped_table_is_refused_before_writing(lh, 
         lh.write(spark.sql("SELECT id AS n FROM range(2, 4)"), t)
     assert lh.load(t).metadata_location == table.metadata_location
     assert lh.verify(t)["agree"]
+
+
+def test_delta_rs_refuses_to_write_a_column_mapped_schema(lh, spark):
+    """Why widening a column-mapped table is refused (and column mapping is not the default): Delta needs the wider
+    type and the rewritten files in one commit, and delta-rs refuses to write a column-mapped metaData with adds
+    (`create_table_with_add_actions(mode="overwrite")`, the commit that widens a table without column mapping).
+    Pinned so that a delta-rs upgrade that lifts it fails here and widening can follow."""
+    from deltalake.transaction import create_table_with_add_actions
+
+    t = "ren.pin"
+    lh.write(spark.sql("SELECT CAST(id AS INT) AS n FROM range(2)"), t, table=TableOptions(properties={cm.MODE: "name"}))
+    table = lh.load(t)
+    root = table.location()
+    wider = DeltaTable(root).schema()
+    with pytest.raises(Exception, match=r"Column mapping is not supported for write operation"):
+        create_table_with_add_actions(root, wider, [], mode="overwrite", configuration={cm.MODE: "name", cm.MAX_COLUMN_ID: "1"})
+    assert DeltaTable(root).version() == 1 and lh.verify(t)["agree"]
 
 
 def test_writes_to_a_column_mapped_table_add_one_delta_version_each(lh, spark):

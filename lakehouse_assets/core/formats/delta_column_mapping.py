@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any, Mapping
 
 from deltalake import DeltaTable
@@ -259,6 +260,41 @@ def commit_schema(
     body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in ({"commitInfo": info}, {"metaData": metadata_action})) + "\n"
     _put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
     return version
+
+
+# What delta-rs itself declares when it adds the feature to a table (`alter.add_feature(ColumnMapping)`).
+PROTOCOL = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["columnMapping"], "writerFeatures": ["columnMapping"]}
+
+
+def create_table(
+    root_uri: str,
+    storage: StorageConfig,
+    *,
+    name: str,
+    schema: Schema,
+    physical: Mapping[int, str],
+    partition_columns: list[str],
+    configuration: Mapping[str, str],
+) -> None:
+    """Version 0 of a new column-mapped Delta table: its protocol and metaData in one commit, as delta-rs writes
+    version 0 of any other table (delta-rs cannot create a mapped table). Created put-if-absent: a concurrent
+    creator makes it raise deltalake's CommitFailedError, and the caller loads that table instead."""
+    now = int(time.time() * 1000)
+    settings = {**configuration, MODE: "name", MAX_COLUMN_ID: str(max(_field_ids(schema), default=0))}
+    metadata_action = {
+        "id": str(uuid.uuid4()),
+        "name": name,
+        "description": None,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": json.dumps(mapped_schema(schema, physical), separators=(",", ":")),
+        "partitionColumns": list(partition_columns),
+        "configuration": settings,
+        "createdTime": now,
+    }
+    info = {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {"mode": "ErrorIfExists"}, "clientVersion": CLIENT}
+    actions = ({"commitInfo": info}, {"protocol": PROTOCOL}, {"metaData": metadata_action})
+    body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in actions) + "\n"
+    _put_if_absent(root_uri, storage, f"_delta_log/{0:020d}.json", body.encode())
 
 
 def _id_of(schema: Schema, name: str) -> int | None:

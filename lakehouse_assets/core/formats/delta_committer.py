@@ -372,20 +372,28 @@ class DeltaMirror:
 
     def _create(self, table: Table) -> DeltaTable:
         schema, spec = table.schema(), table.spec()
+        configuration = delta_column_mapping.without_mapping_keys(
+            {**self.configuration, **statistics_policy(table, schema).delta_configuration(self.configuration)}
+        )
+        partition_by = delta_partition_columns(spec, schema)
         try:
-            create_table_with_add_actions(
-                self.root_uri,
-                delta_schema(schema),
-                [],
-                mode="error",
-                partition_by=delta_partition_columns(spec, schema) or None,
-                name=table.name()[-1],
-                # Column mapping is turned on by the first commit's schema step (`_evolve_schema`): delta-rs creates no mapped table.
-                configuration=delta_column_mapping.without_mapping_keys(
-                    {**self.configuration, **statistics_policy(table, schema).delta_configuration(self.configuration)}
-                ),
-                storage_options=self.storage.delta_options(self.root_uri),
-            )
+            if (physical := delta_column_mapping.file_names(table, schema)) is not None:
+                # A column-mapped table starts mapped: version 0 declares the mapping, as delta-rs's version 0 of any other table.
+                delta_column_mapping.create_table(
+                    self.root_uri, self.storage, name=table.name()[-1], schema=schema, physical=physical,
+                    partition_columns=partition_by, configuration=configuration,
+                )
+            else:
+                create_table_with_add_actions(
+                    self.root_uri,
+                    delta_schema(schema),
+                    [],
+                    mode="error",
+                    partition_by=partition_by or None,
+                    name=table.name()[-1],
+                    configuration=configuration,
+                    storage_options=self.storage.delta_options(self.root_uri),
+                )
         except Exception as e:  # a concurrent creator won: use its table
             if self.load() is None:
                 raise

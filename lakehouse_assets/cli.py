@@ -105,6 +105,33 @@ def history(ctx, table: str, as_json: bool) -> None:
 @cli.command()
 @global_options
 @click.argument("table")
+@click.option("--since", "since", type=int, default=None, help="Snapshot id the changes come after (exclusive; default: the table's first commit).")
+@click.option("--until", "until", type=int, default=None, help="Snapshot id the changes go up to (inclusive; default: the current one).")
+@click.option("--limit", type=int, default=100, show_default=True, help="Rows to show (the counts cover every row).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def changes(ctx, table: str, since: int | None, until: int | None, limit: int, as_json: bool) -> None:
+    """Rows changed between two snapshots: insert, delete, update_preimage, update_postimage, with their commit."""
+    from .core.read.changes import CHANGE_TYPE, COMMIT_SNAPSHOT_ID
+    from .core.spark.session import spark_session
+
+    df = _lakehouse(ctx).changes(table, since, until, spark=spark_session())
+    counts = {r[CHANGE_TYPE]: r["count"] for r in df.groupBy(CHANGE_TYPE).count().collect()}
+    rows = [r.asDict() for r in df.orderBy(COMMIT_SNAPSHOT_ID).limit(limit).collect()]  # at most `limit` rows reach the driver
+    report = {"table": table, "since": since, "until": until, "counts": counts, "rows": rows}
+
+    def render(r):
+        summary = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items())) or "no changes"
+        click.echo(f"{table}: {summary}")
+        if r["rows"]:
+            click.echo(_text_table(r["rows"], [(c, c) for c in r["rows"][0]]))
+
+    _emit(report, as_json, render)
+
+
+@cli.command()
+@global_options
+@click.argument("table")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--deep", is_flag=True, help="Also compare the content as DuckDB reads each format (rows per partition, a hash of all rows).")
 @click.pass_context

@@ -30,6 +30,7 @@ from .maintenance.repair import repair_table
 from .maintenance.verify import verify_table
 from .model import FileChanges, MergeOptions, TableOptions, WriteRequest, WriteResult
 from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
+from .read import changes as changes_
 from .read import time_travel
 from .read.arrow_reader import read_arrow
 from .read.table_reader import read_table
@@ -41,6 +42,7 @@ from .schema.spec import (
 )
 from .schema.statistics import policy_keys
 from .schema.window import Slice, Window
+from .spark.session import active_session
 from .table import tables
 from .table.catalog import open_catalog
 from .table.context import TableContext
@@ -219,6 +221,18 @@ class Lakehouse:
             spark, identifier, table, self.storage, self.mirror(table),
             snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of, row_filter=row_filter, window=window,
         )
+
+    def changes(self, identifier: str, start_snapshot_id: int | None = None, end_snapshot_id: int | None = None, *, spark=None):
+        """A Spark DataFrame of the rows changed after `start_snapshot_id` (exclusive; None: since the table was
+        created) up to `end_snapshot_id` (inclusive; None: now): the table's columns plus `_change_type`
+        (`insert`, `delete`, `update_preimage`, `update_postimage`), `_commit_snapshot_id`, `_commit_version`
+        (the Delta version) and `_commit_timestamp`. Exact: rows a commit wrote again unchanged never appear, and
+        only the files each commit touched are read (see core/read/changes.py)."""
+        table = self.load(identifier)
+        snapshots = changes_.snapshots_in_range(identifier, table, start_snapshot_id, end_snapshot_id)
+        delta = self.mirror(table).load() if self.delta_enabled(table) else None
+        versions = history.delta_versions_by_snapshot(delta) if delta is not None else {}
+        return changes_.read_changes(active_session(spark), identifier, table, self.storage, snapshots, versions)
 
     def read_arrow(
         self,

@@ -15,10 +15,13 @@ from pyiceberg.manifest import DataFile
 
 from ..errors import DeleteFilesError
 from ..formats import partition_constants
-from ..formats.deletes import applies, table_files
+from ..formats.deletes import table_files
 from ..io.storage import delete_files
 from ..model import FileChanges
 from ..properties import Operation, SummaryKeys
+from ..read.delete_rows import PATH as _PATH
+from ..read.delete_rows import POSITION as _POS
+from ..read.delete_rows import dropped_rows
 from ..read.reader import read_parquet_files
 from ..schema.type_mapping import iceberg_to_spark_schema
 from ..spark.session import active_session
@@ -26,8 +29,6 @@ from ..table.context import TableContext
 from ..table.evolution import column_names_moved
 from ..write import transaction
 from ..write.target import WriteTarget
-
-_PATH, _POS, _DEL = "_lakehouse_file", "_lakehouse_pos", "_lakehouse_delete_file"
 
 
 def apply_deletes(ctx: TableContext, identifier: str, spark=None) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def apply_deletes(ctx: TableContext, identifier: str, spark=None) -> dict[str, A
     schema = table.schema()
     spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))  # by field id after renames
     by_uri = {e.data_file.file_path: e.data_file for e in files.data}
-    drops = _dropped_rows(spark, identifier, table, files, spark_schema, ctx.storage)
+    drops = dropped_rows(spark, identifier, table, files, spark_schema, ctx.storage)
     changes = FileChanges(removed_delete_files=[e.data_file for e in files.deletes])
     try:
         affected = [r[0] for r in drops.select(_PATH).distinct().collect()] if drops is not None else []  # file paths only
@@ -70,59 +71,6 @@ def apply_deletes(ctx: TableContext, identifier: str, spark=None) -> dict[str, A
         delta_lagging=wr.delta_lagging,
     )
     return result
-
-
-def _dropped_rows(spark, identifier: str, table, files, spark_schema, storage):
-    """(file path, row position) of every row a delete file removes, persisted; None when no data file is affected.
-    Which delete file applies to which data file is decided on the driver from metadata; rows are matched in Spark."""
-
-    pairs = [(d.data_file.file_path, f.data_file.file_path) for d in files.deletes for f in files.data if applies(d, f)]
-    candidates = sorted({data for _, data in pairs})
-    if not candidates:
-        return None
-    schema = table.schema()
-    by_uri = {e.data_file.file_path: e.data_file for e in files.data}
-    constants = partition_constants.of_files(table, [by_uri[u] for u in candidates], schema)  # partition columns a file lacks
-    rows = read_parquet_files(spark, candidates, spark_schema, storage, path_column=_PATH, position_column=_POS, constants=constants)
-    pair_df = spark.createDataFrame(pairs, f"{_DEL} string, {_PATH} string")
-    parts = []
-    if pos_files := sorted({e.data_file.file_path for e in files.position_deletes}):
-        parts.append(_position_drops(spark, pos_files, pair_df, storage))
-    groups: dict[tuple, list[str]] = {}
-    for e in files.equality_deletes:
-        groups.setdefault(tuple(sorted(e.data_file.equality_ids or [])), []).append(e.data_file.file_path)
-    for ids, uris in groups.items():
-        parts.append(_equality_drops(spark, identifier, schema, ids, uris, rows, pair_df, storage))
-    drops = parts[0]
-    for p in parts[1:]:
-        drops = drops.unionByName(p)
-    return drops.distinct().persist()
-
-
-def _position_drops(spark, pos_files: list[str], pair_df, storage):
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    pos_schema = StructType([StructField("file_path", StringType()), StructField("pos", LongType())])
-    pos = read_parquet_files(spark, pos_files, pos_schema, storage, path_column=_DEL, cast_files=True)
-    return pos.join(pair_df, _DEL).filter(F.col("file_path") == F.col(_PATH)).select(_PATH, F.col("pos").alias(_POS))
-
-
-def _equality_drops(spark, identifier: str, schema, ids: tuple, uris: list[str], rows, pair_df, storage):
-    from pyspark.sql import functions as F
-
-    names = [schema.find_column_name(i) for i in ids]
-    if not ids or any(n is None or "." in n for n in names):
-        raise DeleteFilesError(
-            f"Table {identifier}: equality-delete file(s) {uris[:3]} use equality field ids {list(ids)} that are not "
-            "top-level columns of the current schema; they cannot be applied here. Apply them with the engine that wrote them."
-        )
-    eq = read_parquet_files(spark, uris, iceberg_to_spark_schema(schema.select(*names)), storage, path_column=_DEL, cast_files=True)
-    keyed = eq.join(pair_df, _DEL).select(F.col(_PATH).alias("_eq_file"), *[F.col(n).alias(f"_eq_{n}") for n in names])
-    cond = rows[_PATH] == keyed["_eq_file"]
-    for n in names:
-        cond = cond & rows[n].eqNullSafe(keyed[f"_eq_{n}"])  # Iceberg: null equals null in an equality delete
-    return rows.join(keyed, cond, "left_semi").select(_PATH, _POS)
 
 
 def _write_kept_rows(spark, identifier: str, target: WriteTarget, spark_schema, removes: list[DataFile], drops, deleted_rows: int, changes: FileChanges) -> None:

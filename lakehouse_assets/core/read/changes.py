@@ -1,0 +1,208 @@
+"""The rows a table's commits changed between two snapshots: inserts, deletes and updates, exactly.
+
+Each Iceberg snapshot in the range says which data files it removed and added (its own manifest entries).
+The rows it changed are the multiset difference of the two: rows of the removed files that are not in
+the added files were deleted, rows of the added files that are not in the removed files were inserted.
+So rows a copy-on-write merge, a window overwrite or a whole overwrite wrote again unchanged never
+appear, a compaction changes nothing, and only the files a commit touched are read: the cost grows with
+the change, not with the table.
+
+Within a merge, a key both deleted and inserted is an update: its old row is an `update_preimage`,
+its new row an `update_postimage`. The keys are the merge's own, recorded in its snapshot summary
+(`lakehouse.merge.keys`). The change types and commit columns are the names of Delta's change data feed.
+
+Other engines' row-level delete files count: a commit that adds one deletes the rows it removes, and the
+commit that applies them (`repair --apply-deletes`) changes nothing a reader sees. Such a commit's files are
+read with the delete files live before and after it applied. Snapshots outside the retained history are
+refused: their files may be gone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation as IcebergOperation
+from pyiceberg.table.snapshots import Snapshot
+
+from ..errors import RetentionError, SpecError
+from ..formats import history
+from ..formats.deletes import TableFiles, applies, has_delete_files, table_files
+from ..formats.delta_committer import snapshot_change
+from ..io.storage import StorageConfig
+from ..properties import Operation, SummaryKeys
+from ..schema.type_mapping import iceberg_to_spark_schema
+from ..table.evolution import column_names_moved
+from .delete_rows import PATH, POSITION, dropped_rows
+from .reader import read_parquet_files
+
+CHANGE_TYPE = "_change_type"
+COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+INSERT, DELETE, UPDATE_PREIMAGE, UPDATE_POSTIMAGE = "insert", "delete", "update_preimage", "update_postimage"
+
+
+def snapshots_in_range(identifier: str, table: Table, start_snapshot_id: int | None, end_snapshot_id: int | None) -> list[Snapshot]:
+    """The snapshots after `start_snapshot_id` (exclusive; None: the table's first) up to `end_snapshot_id`
+    (inclusive; None: the current one), oldest first. Refused when either end is not in the retained history
+    of the current branch, or the history between them was expired."""
+    by_id = history.snapshots_by_id(table)
+    end = table.current_snapshot() if end_snapshot_id is None else by_id.get(end_snapshot_id)
+    if end is None and end_snapshot_id is not None:
+        raise RetentionError(f"Table {identifier} has no snapshot {end_snapshot_id} (never written, or expired). See `lakehouse history {identifier}`.")
+    if start_snapshot_id is not None and start_snapshot_id not in by_id:
+        raise RetentionError(
+            f"Table {identifier}: changes since snapshot {start_snapshot_id} cannot be read: that snapshot is not in the table's "
+            f"retained history (expired, or never written). Read the whole table instead, or start from a retained snapshot "
+            f"(`lakehouse history {identifier}`)."
+        )
+    out: list[Snapshot] = []
+    snap = end
+    while snap is not None and snap.snapshot_id != start_snapshot_id:
+        out.append(snap)
+        if snap.parent_snapshot_id is None:
+            break
+        parent = by_id.get(snap.parent_snapshot_id)
+        if parent is None:
+            raise RetentionError(
+                f"Table {identifier}: the history before snapshot {snap.snapshot_id} was expired, so the changes "
+                f"{'since the first commit' if start_snapshot_id is None else f'since snapshot {start_snapshot_id}'} cannot be read "
+                "exactly. Start from a retained snapshot (`lakehouse history`), or read the whole table."
+            )
+        snap = parent
+    if start_snapshot_id is not None and (snap is None or snap.snapshot_id != start_snapshot_id):
+        raise SpecError(f"Table {identifier}: snapshot {start_snapshot_id} is not an ancestor of snapshot {end.snapshot_id if end else None}; give the older one first.")
+    return list(reversed(out))
+
+
+def read_changes(spark, identifier: str, table: Table, storage: StorageConfig, snapshots: list[Snapshot], delta_versions: dict[int, int]):
+    """A Spark DataFrame of the rows `snapshots` changed, in the table's current schema (older files read by
+    field id; a column they lack reads NULL), plus the change type and the commit columns."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    schema = table.schema()
+    spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
+    extra = [StructField(CHANGE_TYPE, StringType(), False), StructField(COMMIT_SNAPSHOT_ID, LongType(), False),
+             StructField(COMMIT_VERSION, LongType(), True), StructField(COMMIT_TIMESTAMP, TimestampType(), False)]
+    parts = []
+    for snap in snapshots:
+        rows = _snapshot_changes(spark, identifier, table, storage, snap, spark_schema)
+        if rows is None:
+            continue
+        version = delta_versions.get(snap.snapshot_id)
+        parts.append(
+            rows.withColumn(COMMIT_SNAPSHOT_ID, F.lit(snap.snapshot_id).cast("long"))
+            .withColumn(COMMIT_VERSION, F.lit(version).cast("long"))
+            .withColumn(COMMIT_TIMESTAMP, F.lit(dt.datetime.fromtimestamp(snap.timestamp_ms / 1000, dt.timezone.utc)).cast("timestamp"))
+        )
+    if not parts:
+        return spark.createDataFrame([], StructType([*(f for f in spark_schema.fields), *extra]))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
+
+
+def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConfig, snap: Snapshot, spark_schema):
+    """The rows one snapshot changed, with their change type (None: it changed none)."""
+    from pyspark.sql import functions as F
+
+    summary = history.summary(snap)
+    if summary.get(SummaryKeys.OPERATION) == Operation.COMPACTION or (snap.summary and snap.summary.operation == IcebergOperation.REPLACE):
+        return None  # files rewritten with the same rows
+    change = snapshot_change(table, snap)
+    parent = history.snapshots_by_id(table).get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    if has_delete_files(table, snap) or (parent is not None and has_delete_files(table, parent)):
+        # Rows are visible through other engines' delete files: compare what readers saw before and after.
+        removed, added = _visible_rows_around(spark, identifier, table, storage, snap, parent, change, spark_schema)
+    elif not change.adds and not change.removes:
+        return None
+    else:
+        added = _rows(spark, change.adds, spark_schema, storage)
+        if not change.removes:
+            return added.withColumn(CHANGE_TYPE, F.lit(INSERT))
+        removed = _rows(spark, change.removes, spark_schema, storage)
+        if not change.adds:
+            return removed.withColumn(CHANGE_TYPE, F.lit(DELETE))
+    deleted, inserted = _difference(removed, added), _difference(added, removed)
+    keys = [k for k in summary.get(SummaryKeys.MERGE_KEYS, "").split(",") if k and k in spark_schema.fieldNames()]
+    if not keys:
+        return deleted.withColumn(CHANGE_TYPE, F.lit(DELETE)).unionByName(inserted.withColumn(CHANGE_TYPE, F.lit(INSERT)))
+    inserted_keys, deleted_keys = inserted.select(*keys).distinct(), deleted.select(*keys).distinct()
+    return (
+        _keyed(deleted, inserted_keys, keys, "left_anti").withColumn(CHANGE_TYPE, F.lit(DELETE))
+        .unionByName(_keyed(deleted, inserted_keys, keys, "left_semi").withColumn(CHANGE_TYPE, F.lit(UPDATE_PREIMAGE)))
+        .unionByName(_keyed(inserted, deleted_keys, keys, "left_semi").withColumn(CHANGE_TYPE, F.lit(UPDATE_POSTIMAGE)))
+        .unionByName(_keyed(inserted, deleted_keys, keys, "left_anti").withColumn(CHANGE_TYPE, F.lit(INSERT)))
+    )
+
+
+def _visible_rows_around(spark, identifier: str, table: Table, storage: StorageConfig, snap: Snapshot, parent: Snapshot | None, change, spark_schema):
+    """(rows readers saw before `snap`, rows they see after it) of the data files `snap` touched: the files it
+    removed or added, and the unchanged files a delete file it added or removed applies to. Each side is read with
+    the delete files live on that side applied (the Iceberg spec's rules, `delete_rows`)."""
+    before = table_files(table, parent) if parent is not None else TableFiles([], [])
+    after = table_files(table, snap)
+    before_deletes = {e.data_file.file_path: e for e in before.deletes}
+    after_deletes = {e.data_file.file_path: e for e in after.deletes}
+    changed_deletes = [e for p, e in after_deletes.items() if p not in before_deletes] + [e for p, e in before_deletes.items() if p not in after_deletes]
+    removed = {f.file_path for f in change.removes}
+    added = {f.file_path for f in change.adds}
+    kept = [e for e in after.data if e.data_file.file_path not in added and any(applies(d, e) for d in changed_deletes)]
+    before_data = [e for e in before.data if e.data_file.file_path in removed] + kept
+    after_data = [e for e in after.data if e.data_file.file_path in added] + kept
+    return (
+        _visible(spark, identifier, table, storage, TableFiles(before_data, before.deletes), spark_schema),
+        _visible(spark, identifier, table, storage, TableFiles(after_data, after.deletes), spark_schema),
+    )
+
+
+def _visible(spark, identifier: str, table: Table, storage: StorageConfig, files: TableFiles, spark_schema):
+    """The rows of `files.data` that `files.deletes` leave, in `spark_schema`."""
+    if not files.data:
+        return spark.createDataFrame([], spark_schema)
+    uris = [e.data_file.file_path for e in files.data]
+    rows = read_parquet_files(spark, uris, spark_schema, storage, path_column=PATH, position_column=POSITION, cast_files=True)
+    drops = dropped_rows(spark, identifier, table, files, spark_schema, storage)
+    if drops is not None:
+        rows = rows.join(drops, [PATH, POSITION], "left_anti")
+    return rows.drop(PATH, POSITION)
+
+
+def _rows(spark, files, spark_schema, storage: StorageConfig):
+    # Casting reader: older files may hold narrower types than the current schema (a widened column).
+    return read_parquet_files(spark, [f.file_path for f in files], spark_schema, storage, cast_files=True)
+
+
+def _difference(left, right):
+    """Rows of `left` not in `right`, as multisets (a row twice in left and once in right is left once).
+    Map columns cannot be compared by Spark's set operations: rows are then compared by their JSON text,
+    with timestamps to the microsecond."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    if not any(isinstance(f.dataType, MapType) or "map<" in f.dataType.simpleString() for f in left.schema.fields):
+        return left.exceptAll(right)
+    options = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
+
+    def numbered(df):
+        text = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), options)
+        return df.withColumn("_lakehouse_row", text).withColumn("_lakehouse_n", F.row_number().over(Window.partitionBy("_lakehouse_row").orderBy("_lakehouse_row")))
+
+    right_keys = numbered(right).select("_lakehouse_row", "_lakehouse_n")
+    return numbered(left).join(right_keys, ["_lakehouse_row", "_lakehouse_n"], "left_anti").drop("_lakehouse_row", "_lakehouse_n")
+
+
+def _keyed(df, keys_df, keys: list[str], how: str):
+    """`df`'s rows whose key is (left_semi) or is not (left_anti) among `keys_df`'s; null keys match null keys."""
+    from pyspark.sql import functions as F
+
+    other = keys_df.select(*[F.col(f"`{k}`").alias(f"_lakehouse_key{i}") for i, k in enumerate(keys)])
+    cond = None
+    for i, k in enumerate(keys):
+        c = df[f"`{k}`"].eqNullSafe(other[f"_lakehouse_key{i}"])
+        cond = c if cond is None else cond & c
+    return df.join(other, cond, how)

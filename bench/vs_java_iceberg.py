@@ -16,6 +16,8 @@ Workloads (`--only a,b` to pick):
   commit_latency  a small append on a young table vs after `--commits` small commits without maintenance
   write_wide      `--wide-rows` rows of 1,000 columns, statistics for every column in both formats (Iceberg's
                   `write.metadata.metrics.max-inferred-column-defaults=1000` on both sides; Delta indexes the same)
+  changes_cdc     Lakehouse.changes of a merge_cdc-like merge (~0.1% of keys) vs a full scan of the same table
+                  (both counted): reading the change costs what the merge's files cost, not the table
   scale_write     ours only: `--rows` rows straight from spark.range (not cached) into a day-partitioned
                   table; prints the Python driver's peak RSS, to compare across sizes (run alone)
 
@@ -47,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "commit_latency",
-    "write_wide",
+    "write_wide", "changes_cdc",
 )
 WIDE_COLUMNS = 1000
 WIDE_PROPERTIES = {"write.metadata.metrics.max-inferred-column-defaults": str(WIDE_COLUMNS)}
@@ -292,6 +294,27 @@ class Bench:
         batch.unpersist()
         self.report(Row(workload, ours, [java, full], detail))
 
+    def changes_cdc(self):
+        """The changes of a ~0.1% merge (2 of 32 partitions rewritten) vs a full scan of the table, both counted."""
+        F, df, n = self.F, self.df, self.args.rows
+        name = f"b.{self.name('changes')}"
+        self.lh.write(df, name, partition_by=["region"])
+        before = self.lh.load(name).current_snapshot().snapshot_id
+        changed = df.filter(((F.col("id") % 2048) < 2) & F.col("region").isin(0, 1)).withColumn("amount", F.col("amount") + 1)
+        self.lh.write(changed, name, mode="merge", merge=MergeOptions(keys=["id"]))
+        ours, full = Side("ours"), Side("full scan")
+        for rep in range(-1, self.args.reps):
+            res = self.alternate(max(rep, 0), {
+                "ours": lambda: self.lh.changes(name, before, spark=self.spark).count(),
+                "full": lambda: self.lh.read(self.spark, name).count(),
+            })
+            if rep < 0:
+                continue
+            ours.times.append(res["ours"][0])
+            full.times.append(res["full"][0])
+            print(f"  changes_cdc rep {rep + 1}: changes {ours.times[-1]:.2f}s ({res['ours'][1]} rows) full scan {full.times[-1]:.2f}s ({res['full'][1]} rows)", flush=True)
+        self.report(Row("changes_cdc", ours, [full], f"{n:,}-row table, merge of {changed.count()} keys"))
+
     def compaction(self):
         F, df = self.F, self.df
         appends = self.args.compaction_appends
@@ -420,6 +443,8 @@ class Bench:
                 self.commit_latency()
             elif w == "write_wide":
                 self.write_wide()
+            elif w == "changes_cdc":
+                self.changes_cdc()
             else:
                 raise SystemExit(f"unknown workload {w}; choose from {', '.join(WORKLOADS)}")
         self.summary()

@@ -148,7 +148,7 @@ class DeltaMirror:
         return mirrored if mirrored is not None else delta.version()
 
     def record_adoption(self, table: Table, delta: DeltaTable, snapshot: Snapshot, adds: list[DataFile], removes: list[DataFile]) -> None:
-        """Record an adopted snapshot (core/delta_adoption.py) as mirrored: one version of ours right after the foreign
+        """Record an adopted snapshot (core/formats/delta_adoption.py) as mirrored: one version of ours right after the foreign
         versions it adopted, tagged with its id and sequence number. Its Delta side is those versions themselves, except
         for files the adoption rewrote: `removes` (the foreign files) leave and `adds` (their rewrites) come in, rows
         unchanged. No retry: a version landing in between would be a foreign one left behind unadopted."""

@@ -132,7 +132,7 @@ def test_vectorized_partition_values_match_pyiceberg_row_by_row():
     """Iceberg-exact values: compare the vectorized keyer with pyiceberg's scalar reference transforms."""
     from types import SimpleNamespace
 
-    from lakehouse_assets.core.formats.delta_committer import _delta_partition_values
+    from lakehouse_assets.core.formats.delta_actions import delta_partition_values
 
     batch = _batch()
     terms = ["bucket(16, user_id)", "day(event_time)", "hour(event_time)", "month(d)", "year(d)", "region"]
@@ -148,7 +148,7 @@ def test_vectorized_partition_values_match_pyiceberg_row_by_row():
         region = batch.column("region")[i].as_py()
         assert key["values"] == [bucket(uid), day(micros), hour(micros), month(days), year(days), region]
         # The Delta mirror's partition values for a file of this partition: identity columns only.
-        assert _delta_partition_values(spec, SCHEMA, SimpleNamespace(partition=key["values"])) == {"region": region}
+        assert delta_partition_values(spec, SCHEMA, SimpleNamespace(partition=key["values"])) == {"region": region}
         assert "/" in key["dir"] and " " not in key["dir"]  # plain ASCII directories valid in both logs
 
 

@@ -15,7 +15,7 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction, crea
 
 from lakehouse_assets import TableOptions
 from lakehouse_assets.cli import cli
-from lakehouse_assets.core.formats import delta_committer, iceberg_committer
+from lakehouse_assets.core.formats import delta_actions, iceberg_committer
 from lakehouse_assets.core.io.storage import relative_to
 from lakehouse_assets.core.properties import DELTA_APP_ID as APP_ID
 from lakehouse_assets.core.schema.spec import delta_partition_columns, statistics_policy
@@ -38,10 +38,10 @@ def plant_delta_log(lh, identifier, partition_values=None, stats=None, drop_path
         if path in drop_paths:
             continue
         try:
-            pv = delta_committer._delta_partition_values(table.spec(), schema, f)
+            pv = delta_actions.delta_partition_values(table.spec(), schema, f)
         except ValueError:
             pv = None
-        st = json.loads(delta_committer._delta_stats(schema, f, statistics_policy(table)))
+        st = json.loads(delta_actions.delta_stats(schema, f, statistics_policy(table)))
         pv = partition_values(f, pv) if partition_values else pv
         st = stats(f, st) if stats else st
         adds.append(AddAction(path, f.file_size_in_bytes, pv, 0, True, json.dumps(st)))

@@ -69,11 +69,7 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
     try:
         with MetadataCachingTransaction(table) as tx:
             if new_columns:
-                import pyarrow as pa
-
-                arrow_schema = pa.schema(delta.schema().to_arrow())
-                with tx.update_schema() as update:
-                    update.union_by_name(pa.schema([arrow_schema.field(c) for c in new_columns]))
+                _add_columns(tx, delta, new_columns)
             schema = tx.table_metadata.schema()
             files = _FooterReader(identifier, versions, table, schema, tx.table_metadata, physical)
             adds = [files.data_file(join_uri(root_uri, path), path, action) for path, action in sorted(added.items())]
@@ -82,13 +78,7 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
                 properties[partition_constants.FILES_WITHOUT_PARTITION_COLUMNS] = "true"
             tx.set_properties(properties)
             unreadable = [f for f in adds if f.file_path in files.view_typed]
-            rewritten: list[DataFile] = []
-            if unreadable:
-                if rewrite is None:
-                    raise _cannot_adopt(identifier, versions, _view_types_reason(files.view_typed), _VIEW_TYPES_WAY_OUT.format(t=identifier))
-                constants = partition_constants.missing_values(table, schema, unreadable)
-                rewritten = rewrite(table, schema, unreadable, constants, created)
-                _check_same_rows(identifier, versions, unreadable, rewritten)
+            rewritten = _rewrite_view_typed(identifier, versions, table, schema, unreadable, files.view_typed, rewrite, created)
             update = tx.update_snapshot(snapshot_properties={SummaryKeys.OPERATION: Operation.ADOPT_DELTA, ADOPTED_VERSIONS: adopted})
             with (update.overwrite() if removed else update.fast_append()) as producer:
                 for p in removed:
@@ -101,6 +91,50 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
     table = table.refresh()
     snap = table.current_snapshot()
     delta.update_incremental()
+    _record_in_delta(identifier, mirror, table, delta, snap, adopted, rewritten, unreadable)
+    return {
+        "adopted_versions": [v.to_dict() for v in versions],
+        "iceberg_snapshot_id": snap.snapshot_id,
+        "files_added": len(adds),
+        "files_removed": len(removed),
+        "files_rewritten": len(unreadable),
+        "columns_added": new_columns,
+    }
+
+
+def _add_columns(tx, delta: DeltaTable, new_columns: list[str]) -> None:
+    """Add the columns the foreign versions added to Delta's schema to the Iceberg schema, in the adoption's transaction."""
+    import pyarrow as pa
+
+    arrow_schema = pa.schema(delta.schema().to_arrow())
+    with tx.update_schema() as update:
+        update.union_by_name(pa.schema([arrow_schema.field(c) for c in new_columns]))
+
+
+def _rewrite_view_typed(
+    identifier: str,
+    versions: list[ForeignVersion],
+    table: Table,
+    schema,
+    unreadable: list[DataFile],
+    view_typed: dict[str, list[str]],
+    rewrite: Rewrite | None,
+    created: list[str],
+) -> list[DataFile]:
+    """The view-typed files pyiceberg cannot read with the table's others, rewritten by `rewrite` (same rows, checked);
+    refused when there is no `rewrite`."""
+    if not unreadable:
+        return []
+    if rewrite is None:
+        raise _cannot_adopt(identifier, versions, _view_types_reason(view_typed), _VIEW_TYPES_WAY_OUT.format(t=identifier))
+    constants = partition_constants.missing_values(table, schema, unreadable)
+    rewritten = rewrite(table, schema, unreadable, constants, created)
+    _check_same_rows(identifier, versions, unreadable, rewritten)
+    return rewritten
+
+
+def _record_in_delta(identifier: str, mirror, table: Table, delta: DeltaTable, snap, adopted: str, rewritten: list[DataFile], unreadable: list[DataFile]) -> None:
+    """One Delta version of ours recording the adopted snapshot as mirrored; a failure says how to get Delta back in step."""
     try:
         # The adopted snapshot's Delta side is the foreign versions themselves, with the rewritten files swapped in.
         mirror.record_adoption(table, delta, snap, adds=rewritten, removes=unreadable)
@@ -111,14 +145,6 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
             f"lags Iceberg. `lakehouse repair {identifier} --revert-delta` undoes the foreign versions in Delta and mirrors the "
             "adopted snapshot on top (the same rows, as the lakehouse's own version)."
         ) from e
-    return {
-        "adopted_versions": [v.to_dict() for v in versions],
-        "iceberg_snapshot_id": snap.snapshot_id,
-        "files_added": len(adds),
-        "files_removed": len(removed),
-        "files_rewritten": len(unreadable),
-        "columns_added": new_columns,
-    }
 
 
 # ---------------------------------------------------------------- what changed, and whether it can be adopted

@@ -29,7 +29,7 @@ from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform,
 from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, TimestampType, TimestamptzType
 
 from ..formats import delta_column_mapping, delta_values, foreign_delta
-from ..formats.deletes import describe_delete_files, table_files
+from ..formats.deletes import TableFiles, describe_delete_files, table_files
 from ..formats.delta_committer import DeltaMirror
 from ..io.storage import delta_path, normalize_uri, relative_to
 from ..schema.spec import delta_partition_columns
@@ -45,44 +45,20 @@ def _schema_columns(arrow_schema: pa.Schema) -> dict[str, str]:
 
 
 def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False, deep_hash_max_rows: int = DEEP_HASH_MAX_ROWS) -> dict[str, Any]:
+    """What each format says about `table` and every difference between them (`agree` when there is none)."""
     root = normalize_uri(table.location())
     snap = table.current_snapshot()
     # From the manifests, not scan planning: pyiceberg's planning raises on equality deletes.
     files = table_files(table, snap)
     live = {_relative(root, e.data_file.file_path): e.data_file for e in files.data}
     iceberg_files = {p: f.record_count for p, f in live.items()}
-    report: dict[str, Any] = {
-        "table": ".".join(table.name()),
-        "iceberg_snapshot_id": snap.snapshot_id if snap else None,
-        "iceberg_sequence_number": snap.sequence_number if snap else None,
-        "iceberg_files": len(iceberg_files),
-        "iceberg_rows": sum(iceberg_files.values()),
-        "iceberg_delete_files": len(files.deletes),
-        "delta_enabled": mirror is not None,
-        "deep": deep,
-    }
+    report = _iceberg_report(table, snap, iceberg_files, len(files.deletes), delta_enabled=mirror is not None, deep=deep)
     if mirror is None:
         report.update(agree=True, differences=[])
         return report
-    differences: list[str] = []
-    try:
-        delta = mirror.load()
-        problem = None if delta is not None else "the Delta log does not exist at the table root"
-    except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
-        delta, problem = None, f"the Delta log cannot be read: {type(e).__name__}: {e}"
-    if delta is None:
-        report.update(delta_version=None, delta_files=0, delta_rows=0, delta_lag_snapshots=None, agree=False)
-        report["differences"] = [problem]
+    delta, add_rows = _read_delta_adds(mirror, report)
+    if delta is None:  # the report says why
         return report
-    try:
-        add_rows = pa.table(delta.get_add_actions(flatten=True)).to_pylist()
-    except Exception as e:  # noqa: BLE001 - e.g. a NULL partition value in a NOT NULL column
-        report.update(delta_version=delta.version(), delta_files=None, delta_rows=None, delta_lag_snapshots=None, agree=False)
-        report["differences"] = [f"the Delta log cannot be read: {type(e).__name__}: {e}"]
-        return report
-    if delta_column_mapping.is_mapped(delta):
-        # The log keys stats and partition values by physical name: compare them under the columns' names.
-        add_rows = [_logical_keys(a, delta_column_mapping.logical_names(delta)) for a in add_rows]
     # Delta stores paths percent-encoded (URIs); compare them decoded, as Iceberg stores them.
     delta_adds = {delta_path(a["path"]): a for a in add_rows}
     delta_files = {p: a.get("num_records") for p, a in delta_adds.items()}
@@ -95,31 +71,15 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         delta_mirrored_sequence_number=mirrored,
         delta_lag_snapshots=len(pending) if pending is not None else None,
     )
-    only_iceberg = sorted(set(iceberg_files) - set(delta_files))
-    only_delta = sorted(set(delta_files) - set(iceberg_files))
-    if only_iceberg:
-        differences.append(f"{len(only_iceberg)} file(s) live only in Iceberg, e.g. {only_iceberg[:MAX_LISTED]}")
-    if only_delta:
-        differences.append(f"{len(only_delta)} file(s) live only in Delta, e.g. {only_delta[:MAX_LISTED]}")
-    if report["iceberg_rows"] != report["delta_rows"]:
-        differences.append(f"row counts differ: Iceberg {report['iceberg_rows']}, Delta {report['delta_rows']}")
-    mismatched_counts = [p for p in set(iceberg_files) & set(delta_files) if iceberg_files[p] != delta_files[p]]
-    if mismatched_counts:
-        differences.append(f"{len(mismatched_counts)} file(s) have different row counts in the two logs")
+    differences = _file_set_differences(iceberg_files, delta_files)
     differences += _schema_differences(table, delta)
     if foreign := foreign_delta.foreign_versions(delta):
         report["delta_foreign_versions"] = [v.to_dict() for v in foreign]
         differences.append(foreign_delta.explain(".".join(table.name()), foreign))
     differences += _file_differences(table, delta, {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)})
-    if files.deletes:
-        differences.append(
-            f"{describe_delete_files(files)} written by another engine are live in Iceberg: its readers skip the deleted rows, "
-            f"Delta readers cannot (Delta has no equivalent); run `lakehouse repair {report['table']} --apply-deletes`"
-        )
-    if pending:
-        fix = " --apply-deletes" if files.deletes else ""
-        differences.append(f"Delta lags Iceberg by {len(pending)} snapshot(s); run `lakehouse repair {report['table']}{fix}`")
-    if deep and not pending and not only_iceberg and not only_delta and not files.deletes:
+    differences += _unmirrored_differences(report["table"], files, pending)
+    # Content is compared only when the file sets agree: otherwise the counts above already say what differs.
+    if deep and not pending and set(iceberg_files) == set(delta_files) and not files.deletes:
         deep_report = _content_differences(table, mirror, report["iceberg_rows"], deep_hash_max_rows)
         report["content"] = deep_report["content"]
         differences += deep_report["differences"]
@@ -127,6 +87,77 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
     report["differences"] = differences
     report["agree"] = not differences
     return report
+
+
+def _iceberg_report(table: Table, snap, iceberg_files: dict[str, int], delete_files: int, *, delta_enabled: bool, deep: bool) -> dict[str, Any]:
+    """The report's Iceberg side: the current snapshot and its live files, rows and delete files."""
+    return {
+        "table": ".".join(table.name()),
+        "iceberg_snapshot_id": snap.snapshot_id if snap else None,
+        "iceberg_sequence_number": snap.sequence_number if snap else None,
+        "iceberg_files": len(iceberg_files),
+        "iceberg_rows": sum(iceberg_files.values()),
+        "iceberg_delete_files": delete_files,
+        "delta_enabled": delta_enabled,
+        "deep": deep,
+    }
+
+
+def _read_delta_adds(mirror: DeltaMirror, report: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """The Delta log and its live add actions (stats and partition values keyed by column name).
+
+    A missing or unreadable log is a finding, not a crash: `report` then says why and the log is None."""
+    try:
+        delta = mirror.load()
+        problem = None if delta is not None else "the Delta log does not exist at the table root"
+    except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
+        delta, problem = None, f"the Delta log cannot be read: {type(e).__name__}: {e}"
+    if delta is None:
+        report.update(delta_version=None, delta_files=0, delta_rows=0, delta_lag_snapshots=None, agree=False)
+        report["differences"] = [problem]
+        return None, []
+    try:
+        add_rows = pa.table(delta.get_add_actions(flatten=True)).to_pylist()
+    except Exception as e:  # noqa: BLE001 - e.g. a NULL partition value in a NOT NULL column
+        report.update(delta_version=delta.version(), delta_files=None, delta_rows=None, delta_lag_snapshots=None, agree=False)
+        report["differences"] = [f"the Delta log cannot be read: {type(e).__name__}: {e}"]
+        return None, []
+    if delta_column_mapping.is_mapped(delta):
+        # The log keys stats and partition values by physical name: compare them under the columns' names.
+        add_rows = [_logical_keys(a, delta_column_mapping.logical_names(delta)) for a in add_rows]
+    return delta, add_rows
+
+
+def _file_set_differences(iceberg_files: dict[str, int], delta_files: dict[str, int | None]) -> list[str]:
+    """The two logs' live files (path -> record count) compared: files only one side has, and row counts."""
+    differences = []
+    only_iceberg = sorted(set(iceberg_files) - set(delta_files))
+    only_delta = sorted(set(delta_files) - set(iceberg_files))
+    if only_iceberg:
+        differences.append(f"{len(only_iceberg)} file(s) live only in Iceberg, e.g. {only_iceberg[:MAX_LISTED]}")
+    if only_delta:
+        differences.append(f"{len(only_delta)} file(s) live only in Delta, e.g. {only_delta[:MAX_LISTED]}")
+    iceberg_rows, delta_rows = sum(iceberg_files.values()), sum(v or 0 for v in delta_files.values())
+    if iceberg_rows != delta_rows:
+        differences.append(f"row counts differ: Iceberg {iceberg_rows}, Delta {delta_rows}")
+    mismatched_counts = [p for p in set(iceberg_files) & set(delta_files) if iceberg_files[p] != delta_files[p]]
+    if mismatched_counts:
+        differences.append(f"{len(mismatched_counts)} file(s) have different row counts in the two logs")
+    return differences
+
+
+def _unmirrored_differences(t: str, files: TableFiles, pending: list | None) -> list[str]:
+    """What Delta does not show yet: live row-level deletes it cannot express, and snapshots not mirrored."""
+    differences = []
+    if files.deletes:
+        differences.append(
+            f"{describe_delete_files(files)} written by another engine are live in Iceberg: its readers skip the deleted rows, "
+            f"Delta readers cannot (Delta has no equivalent); run `lakehouse repair {t} --apply-deletes`"
+        )
+    if pending:
+        fix = " --apply-deletes" if files.deletes else ""
+        differences.append(f"Delta lags Iceberg by {len(pending)} snapshot(s); run `lakehouse repair {t}{fix}`")
+    return differences
 
 
 def _logical_keys(add: dict[str, Any], logical: dict[str, str]) -> dict[str, Any]:

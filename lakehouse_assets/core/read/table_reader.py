@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
@@ -45,7 +47,7 @@ def read_table(
     """`table` (loaded as `identifier`) as a Spark DataFrame; give at most one of snapshot_id, delta_version, as_of."""
     if sum(x is not None for x in (snapshot_id, delta_version, as_of)) > 1:
         raise SpecError(f"Table {identifier}: give at most one of snapshot_id, delta_version, as_of.")
-    row_expr: BooleanExpression = AlwaysTrue()
+    row_expr: BooleanExpression | None = None  # None: no row filter
     if row_filter is not None:
         row_expr = _parse(row_filter) if isinstance(row_filter, str) else row_filter
     window_expr: BooleanExpression = AlwaysTrue()
@@ -55,62 +57,93 @@ def read_table(
         window_expr = window.expression(table)
     check_retention(table, identifier, snapshot_id, delta_version, as_of)
     if delta_version is not None:
-        delta = mirror.load(delta_version)
-        if delta is None:
-            raise TableNotFound(f"Table {identifier} has no Delta log at {table.location()}.")
-        root = normalize_uri(table.location())
-        if with_vectors := files_with_deletion_vectors(delta):
-            raise LakehouseError(
-                f"Table {identifier}: Delta version {delta.version()} marks rows of {len(with_vectors)} file(s) deleted with deletion "
-                "vectors (another engine's delete), and this reader reads files without applying them. Read that version with "
-                "delta-rs or DuckDB, or read the table by Iceberg snapshot."
-            )
-        uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
-        spark_schema = delta_to_spark_schema(delta)
-        constants = partition_constants.of_delta(table, delta, root)
-        bound = None
-        if row_filter is not None:
-            # The row filter means what it meant at that version: the schema of the snapshot it mirrors
-            # (resolving it reads the Delta history, so only when there is a filter).
-            mirrored = resolve(table, mirror, delta_version=delta_version).iceberg_snapshot_id
-            schema = _schema_of(table, table.snapshot_by_id(mirrored) if mirrored is not None else None)
-            bound = bind_row_filter(identifier, schema, row_expr)
+        files = _delta_version_files(identifier, table, mirror, delta_version, row_expr)
     else:
-        snap = None
-        if snapshot_id is not None:
-            snap = table.snapshot_by_id(snapshot_id)
-            if snap is None:
-                raise LookupError(f"Table {identifier} has no snapshot {snapshot_id} (it may have been expired).")
-        elif as_of is not None:
-            snap = table.snapshot_as_of_timestamp(int(as_of.timestamp() * 1000))
-            if snap is None:
-                raise LookupError(f"Table {identifier} has no snapshot at or before {as_of.isoformat()}.")
-        else:
-            snap = table.current_snapshot()
-        if snap is not None:
-            refuse_delete_files(table, "Lakehouse.read", snap)
-        # Time travel reads with the schema the snapshot was written with; the current table with the current
-        # schema (a rename or drop changes the schema without a new snapshot).
-        travelling = snapshot_id is not None or as_of is not None
-        schema = _schema_of(table, snap if travelling else None)
-        spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
-        if snap is None:
-            return spark.createDataFrame([], spark_schema)
-        bound = bind_row_filter(identifier, schema, row_expr) if row_filter is not None else None
-        plan_expr = row_expr
-        if bound is not None and schema.schema_id != table.schema().schema_id and not same_columns_for(schema, table.schema(), bound):
-            # pyiceberg plans with the current schema's names; where they mean other columns (or types) than in
-            # the snapshot's schema, the filter cannot prune: Spark still applies it to the rows below.
-            plan_expr = AlwaysTrue()
-        uris = _planned_files(table, snap.snapshot_id, And(plan_expr, window_expr))
-        constants = partition_constants.of_files(table, _planned_data_files(table, snap.snapshot_id, And(plan_expr, window_expr)), schema)
-    df = read_parquet_files(spark, uris, spark_schema, storage, cast_files=types_were_widened(table), constants=constants)
-    if bound is not None:
+        files = _snapshot_files(identifier, table, snapshot_id, as_of, row_expr, window_expr)
+    if files.uris is None:
+        return spark.createDataFrame([], files.spark_schema)
+    df = read_parquet_files(spark, files.uris, files.spark_schema, storage, cast_files=types_were_widened(table), constants=files.constants)
+    if files.bound is not None:
         # Planning pruned files only: the rows of a planned file still need the filter.
-        df = df.filter(spark_row_filter(spark, identifier, schema, bound))  # the same rows for text and expressions
+        df = df.filter(spark_row_filter(spark, identifier, files.schema, files.bound))  # the same rows for text and expressions
     if window is not None:
         df = df.filter(window.spark_filter(df.schema))
     return df
+
+
+@dataclass
+class _Files:
+    """What one read opens: the files (None: the table has no snapshot yet), the Spark schema they are read with,
+    the partition values some files lack, and the row filter bound to the schema the rows were written with."""
+
+    uris: list[str] | None
+    spark_schema: Any
+    constants: Any = None
+    schema: Schema | None = None
+    bound: BooleanExpression | None = None
+
+
+def _delta_version_files(identifier: str, table: Table, mirror: DeltaMirror, delta_version: int, row_expr: BooleanExpression | None) -> _Files:
+    """The files of a Delta version, from the Delta log's own file list."""
+    delta = mirror.load(delta_version)
+    if delta is None:
+        raise TableNotFound(f"Table {identifier} has no Delta log at {table.location()}.")
+    root = normalize_uri(table.location())
+    if with_vectors := files_with_deletion_vectors(delta):
+        raise LakehouseError(
+            f"Table {identifier}: Delta version {delta.version()} marks rows of {len(with_vectors)} file(s) deleted with deletion "
+            "vectors (another engine's delete), and this reader reads files without applying them. Read that version with "
+            "delta-rs or DuckDB, or read the table by Iceberg snapshot."
+        )
+    uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
+    files = _Files(uris, delta_to_spark_schema(delta), partition_constants.of_delta(table, delta, root))
+    if row_expr is not None:
+        # The row filter means what it meant at that version: the schema of the snapshot it mirrors
+        # (resolving it reads the Delta history, so only when there is a filter).
+        mirrored = resolve(table, mirror, delta_version=delta_version).iceberg_snapshot_id
+        files.schema = _schema_of(table, table.snapshot_by_id(mirrored) if mirrored is not None else None)
+        files.bound = bind_row_filter(identifier, files.schema, row_expr)
+    return files
+
+
+def _snapshot_files(
+    identifier: str, table: Table, snapshot_id: int | None, as_of: dt.datetime | None, row_expr: BooleanExpression | None, window_expr: BooleanExpression
+) -> _Files:
+    """The files of an Iceberg snapshot (the current one unless travelling), pruned by Iceberg scan planning."""
+    snap = _snapshot_to_read(identifier, table, snapshot_id, as_of)
+    if snap is not None:
+        refuse_delete_files(table, "Lakehouse.read", snap)
+    # Time travel reads with the schema the snapshot was written with; the current table with the current
+    # schema (a rename or drop changes the schema without a new snapshot).
+    travelling = snapshot_id is not None or as_of is not None
+    schema = _schema_of(table, snap if travelling else None)
+    spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
+    if snap is None:
+        return _Files(None, spark_schema)
+    bound = bind_row_filter(identifier, schema, row_expr) if row_expr is not None else None
+    plan_expr = row_expr if row_expr is not None else AlwaysTrue()
+    if bound is not None and schema.schema_id != table.schema().schema_id and not same_columns_for(schema, table.schema(), bound):
+        # pyiceberg plans with the current schema's names; where they mean other columns (or types) than in
+        # the snapshot's schema, the filter cannot prune: Spark still applies it to the rows below.
+        plan_expr = AlwaysTrue()
+    uris = _planned_files(table, snap.snapshot_id, And(plan_expr, window_expr))
+    constants = partition_constants.of_files(table, _planned_data_files(table, snap.snapshot_id, And(plan_expr, window_expr)), schema)
+    return _Files(uris, spark_schema, constants, schema, bound)
+
+
+def _snapshot_to_read(identifier: str, table: Table, snapshot_id: int | None, as_of: dt.datetime | None):
+    """The snapshot asked for by id or by time, else the current one (None for a table without snapshots)."""
+    if snapshot_id is not None:
+        snap = table.snapshot_by_id(snapshot_id)
+        if snap is None:
+            raise LookupError(f"Table {identifier} has no snapshot {snapshot_id} (it may have been expired).")
+        return snap
+    if as_of is not None:
+        snap = table.snapshot_as_of_timestamp(int(as_of.timestamp() * 1000))
+        if snap is None:
+            raise LookupError(f"Table {identifier} has no snapshot at or before {as_of.isoformat()}.")
+        return snap
+    return table.current_snapshot()
 
 
 # Planned files of a (metadata file, snapshot, filter): the metadata file names the schema, specs and

@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, In, LessThanOrEqual
@@ -80,20 +80,10 @@ class MergeStats:
 
 def prepare_batch(identifier: str, df, opts: MergeOptions):
     """(batch with one row per key and a boolean delete flag, control columns dropped; KeyStats). Raises before any write."""
-    from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
-    missing = [c for c in (*opts.keys, *opts.control_columns, *opts.order_by) if c not in df.columns]
-    if missing:
-        raise SpecError(
-            f"Table {identifier}: merge column(s) {missing} are not in the data ({', '.join(df.columns)}). "
-            "Check merge_keys, operation_column, deleted_at_column and order_by."
-        )
-    if reserved := [c for c in df.columns if c in (_DELETE, _PATH, _RANK)]:
-        raise SpecError(f"Table {identifier}: column(s) {reserved} are reserved for the merge's own bookkeeping; rename them.")
-    if set(opts.keys) & set(opts.control_columns):
-        raise SpecError(f"Table {identifier}: a merge key cannot also be the operation or deleted-at column.")
-    delete = F.lit(False)
+    _check_merge_columns(identifier, df, opts)
+    delete = F.lit(False)  # a delete value in the operation column, or a deleted-at time
     if opts.operation_column:
         delete = delete | F.coalesce(F.col(opts.operation_column).cast("string").isin(*[str(v) for v in opts.delete_values]), F.lit(False))
     if opts.deleted_at_column:
@@ -106,20 +96,7 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
     if values is not None:
         checks, values = _checks_of(values, opts.keys)
     else:
-        any_null = F.lit(False)
-        for k in opts.keys:
-            any_null = any_null | F.col(k).isNull()
-        # One tiny aggregate: null keys, duplicate keys, and the key ranges that prune candidate files later.
-        ranges = [x for k in opts.keys for x in (F.min(k).alias(f"min_{k}"), F.max(k).alias(f"max_{k}"))]
-        # A filled small cache is read in one task (no shuffle, one job instead of two); any other input keeps
-        # the parallel aggregate: a first action on an unfilled cache computes its whole input.
-        checked = df.coalesce(1) if cached_rows is not None else df
-        checks = checked.groupBy(*opts.keys).agg(F.count(F.lit(1)).alias("n")).agg(
-            F.sum(F.when(any_null, F.col("n")).otherwise(0)).alias("null_rows"),
-            F.max(F.when(~any_null, F.col("n"))).alias("max_dup"),
-            F.count(F.lit(1)).alias("distinct_keys"),
-            *ranges,
-        ).first().asDict()
+        checks = _key_checks_in_spark(df, opts.keys, cached_rows)
     key_stats = KeyStats({k: (checks[f"min_{k}"], checks[f"max_{k}"]) for k in opts.keys}, checks["distinct_keys"] or 0, values=values, rows=rows)
     if checks["null_rows"]:
         raise InputError(
@@ -133,19 +110,60 @@ def prepare_batch(identifier: str, df, opts: MergeOptions):
                 "order_by to choose between them. Set order_by (asset metadata 'merge_order_by', e.g. an updated_at or "
                 "sequence column: the last row wins) or deduplicate the batch; nothing was committed."
             )
-        # Last row by order_by wins; a row without an ordering value loses to one with. A tie for last is ambiguous.
         key_stats.deduplicated = True
         key_stats.rows = None  # the input's rows, not the deduplicated batch's (its distinct keys are the same)
-        w = W.partitionBy(*opts.keys).orderBy(*[F.col(c).desc_nulls_last() for c in opts.order_by])
-        df = df.withColumn(_RANK, F.rank().over(w)).filter(F.col(_RANK) == 1).drop(_RANK)
-        if df.groupBy(*opts.keys).count().filter("count > 1").limit(1).count():
-            raise InputError(
-                f"Table {identifier}: the merge batch has several rows for the same key ({', '.join(opts.keys)}) with the same "
-                f"latest {', '.join(opts.order_by)}, so none of them is the last. Add a tie-breaking column to order_by or "
-                "deduplicate the batch; nothing was committed."
-            )
+        df = _last_row_per_key(identifier, df, opts)
         return df.withColumn(_DELETE, delete).drop(*opts.control_columns), key_stats
     return prepared, key_stats
+
+
+def _check_merge_columns(identifier: str, df, opts: MergeOptions) -> None:
+    """Refuse a batch that lacks a merge column, uses a reserved name, or keys on a control column."""
+    missing = [c for c in (*opts.keys, *opts.control_columns, *opts.order_by) if c not in df.columns]
+    if missing:
+        raise SpecError(
+            f"Table {identifier}: merge column(s) {missing} are not in the data ({', '.join(df.columns)}). "
+            "Check merge_keys, operation_column, deleted_at_column and order_by."
+        )
+    if reserved := [c for c in df.columns if c in (_DELETE, _PATH, _RANK)]:
+        raise SpecError(f"Table {identifier}: column(s) {reserved} are reserved for the merge's own bookkeeping; rename them.")
+    if set(opts.keys) & set(opts.control_columns):
+        raise SpecError(f"Table {identifier}: a merge key cannot also be the operation or deleted-at column.")
+
+
+def _key_checks_in_spark(df, keys: Sequence[str], cached_rows: int | None) -> dict[str, Any]:
+    """Null keys, duplicate keys and the key ranges that prune candidate files later, in one tiny Spark aggregate."""
+    from pyspark.sql import functions as F
+
+    any_null = F.lit(False)
+    for k in keys:
+        any_null = any_null | F.col(k).isNull()
+    ranges = [x for k in keys for x in (F.min(k).alias(f"min_{k}"), F.max(k).alias(f"max_{k}"))]
+    # A filled small cache is read in one task (no shuffle, one job instead of two); any other input keeps
+    # the parallel aggregate: a first action on an unfilled cache computes its whole input.
+    checked = df.coalesce(1) if cached_rows is not None else df
+    return checked.groupBy(*keys).agg(F.count(F.lit(1)).alias("n")).agg(
+        F.sum(F.when(any_null, F.col("n")).otherwise(0)).alias("null_rows"),
+        F.max(F.when(~any_null, F.col("n"))).alias("max_dup"),
+        F.count(F.lit(1)).alias("distinct_keys"),
+        *ranges,
+    ).first().asDict()
+
+
+def _last_row_per_key(identifier: str, df, opts: MergeOptions):
+    """One row per key: the last by order_by (a row without an ordering value loses to one with); refuses a tie for last."""
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    w = W.partitionBy(*opts.keys).orderBy(*[F.col(c).desc_nulls_last() for c in opts.order_by])
+    df = df.withColumn(_RANK, F.rank().over(w)).filter(F.col(_RANK) == 1).drop(_RANK)
+    if df.groupBy(*opts.keys).count().filter("count > 1").limit(1).count():
+        raise InputError(
+            f"Table {identifier}: the merge batch has several rows for the same key ({', '.join(opts.keys)}) with the same "
+            f"latest {', '.join(opts.order_by)}, so none of them is the last. Add a tie-breaking column to order_by or "
+            "deduplicate the batch; nothing was committed."
+        )
+    return df
 
 
 def _keys_on_driver(df, keys: Sequence[str], cached_rows: int | None, whole: bool = False) -> pa.Table | None:
@@ -377,7 +395,7 @@ def concurrent_conflict(spark, table: Table, base_snapshot_id: int | None, batch
     data files holding a key of the batch (those rows would then exist twice). Only the new files are
     read, keys only, in a distributed semi-join; no row reaches the driver.
     """
-    from ..formats.delta_committer import snapshot_change
+    from ..formats.snapshot_changes import snapshot_change
     from ..read.reader import read_parquet_files
 
     snaps, snap = [], table.current_snapshot()

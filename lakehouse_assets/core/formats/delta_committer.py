@@ -37,7 +37,6 @@ from .delta_refusals import (
     refusal_message,
     refuse_unless_whole,
     schema_refusals,
-    unfollowed_renames,  # noqa: F401 - write/table_write.py imports it from here
 )
 from .delta_schema_evolution import evolve_schema, schema_differs
 from .delta_snapshot_commit import commit_change, commit_full_diff

@@ -4,7 +4,7 @@ Under Delta column mapping, Delta readers find a column in a file by its physica
 same when the column is renamed (`delta_column_mapping.py`). An Iceberg writer of another engine (Spark,
 Trino, pyiceberg) names columns by their current names and tags them with field ids: right for Iceberg
 readers, but Delta readers would read NULL for a renamed or later-added column. The mirror refuses such
-files (`delta_committer.misnamed_refusals`); this rewrites exactly those files, read by field id and written
+files (`delta_refusals.misnamed_refusals`); this rewrites exactly those files, read by field id and written
 by the project's writer (physical names and field ids), as ONE snapshot with the rows unchanged (a
 compaction to Delta, `dataChange=false`), which the mirror then follows.
 
@@ -74,7 +74,7 @@ def _unmirrored_foreign_files(ctx: TableContext, table, live: dict) -> list[str]
     pending = mirror.pending_snapshots(table, table.current_snapshot(), mirror.mirrored_sequence_number(delta)) if delta is not None else None
     if pending is None:
         return sorted(live)
-    from ..formats.delta_committer import snapshot_change
+    from ..formats.snapshot_changes import snapshot_change
 
     out = []
     for snap in pending:

@@ -28,7 +28,7 @@ from pyiceberg.table.snapshots import Snapshot
 from ..errors import RetentionError, SpecError
 from ..formats import history
 from ..formats.deletes import TableFiles, applies, has_delete_files, table_files
-from ..formats.delta_committer import snapshot_change
+from ..formats.snapshot_changes import snapshot_change
 from ..io.storage import StorageConfig
 from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import iceberg_to_spark_schema
@@ -41,6 +41,7 @@ COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 INSERT, DELETE, UPDATE_PREIMAGE, UPDATE_POSTIMAGE = "insert", "delete", "update_preimage", "update_postimage"
+_SIGN, _NET = "_lakehouse_sign", "_lakehouse_net"
 
 
 def snapshots_in_range(identifier: str, table: Table, start_snapshot_id: int | None, end_snapshot_id: int | None) -> list[Snapshot]:
@@ -126,17 +127,8 @@ def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConf
         removed = _rows(spark, change.removes, spark_schema, storage)
         if not change.adds:
             return removed.withColumn(CHANGE_TYPE, F.lit(DELETE))
-    deleted, inserted = _difference(removed, added), _difference(added, removed)
     keys = [k for k in summary.get(SummaryKeys.MERGE_KEYS, "").split(",") if k and k in spark_schema.fieldNames()]
-    if not keys:
-        return deleted.withColumn(CHANGE_TYPE, F.lit(DELETE)).unionByName(inserted.withColumn(CHANGE_TYPE, F.lit(INSERT)))
-    inserted_keys, deleted_keys = inserted.select(*keys).distinct(), deleted.select(*keys).distinct()
-    return (
-        _keyed(deleted, inserted_keys, keys, "left_anti").withColumn(CHANGE_TYPE, F.lit(DELETE))
-        .unionByName(_keyed(deleted, inserted_keys, keys, "left_semi").withColumn(CHANGE_TYPE, F.lit(UPDATE_PREIMAGE)))
-        .unionByName(_keyed(inserted, deleted_keys, keys, "left_semi").withColumn(CHANGE_TYPE, F.lit(UPDATE_POSTIMAGE)))
-        .unionByName(_keyed(inserted, deleted_keys, keys, "left_anti").withColumn(CHANGE_TYPE, F.lit(INSERT)))
-    )
+    return _net_changes(removed, added, keys)
 
 
 def _visible_rows_around(spark, identifier: str, table: Table, storage: StorageConfig, snap: Snapshot, parent: Snapshot | None, change, spark_schema):
@@ -176,33 +168,30 @@ def _rows(spark, files, spark_schema, storage: StorageConfig):
     return read_parquet_files(spark, [f.file_path for f in files], spark_schema, storage, cast_files=True)
 
 
-def _difference(left, right):
-    """Rows of `left` not in `right`, as multisets (a row twice in left and once in right is left once).
-    Map columns cannot be compared by Spark's set operations: rows are then compared by their JSON text,
-    with timestamps to the microsecond."""
+def _net_changes(removed, added, keys: list[str]):
+    """Rows of `removed` not in `added` (deletes) and of `added` not in `removed` (inserts), compared as multisets
+    of whole rows in one aggregation: each row counted -1 per removed copy and +1 per added copy. With `keys`, a
+    key that has both a delete and an insert is an update (pre- and post-image). Map columns cannot be grouped
+    by Spark: rows are then grouped by their JSON text, with timestamps to the microsecond."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql.types import MapType
 
-    if not any(isinstance(f.dataType, MapType) or "map<" in f.dataType.simpleString() for f in left.schema.fields):
-        return left.exceptAll(right)
-    options = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
-
-    def numbered(df):
-        text = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), options)
-        return df.withColumn("_lakehouse_row", text).withColumn("_lakehouse_n", F.row_number().over(Window.partitionBy("_lakehouse_row").orderBy("_lakehouse_row")))
-
-    right_keys = numbered(right).select("_lakehouse_row", "_lakehouse_n")
-    return numbered(left).join(right_keys, ["_lakehouse_row", "_lakehouse_n"], "left_anti").drop("_lakehouse_row", "_lakehouse_n")
-
-
-def _keyed(df, keys_df, keys: list[str], how: str):
-    """`df`'s rows whose key is (left_semi) or is not (left_anti) among `keys_df`'s; null keys match null keys."""
-    from pyspark.sql import functions as F
-
-    other = keys_df.select(*[F.col(f"`{k}`").alias(f"_lakehouse_key{i}") for i, k in enumerate(keys)])
-    cond = None
-    for i, k in enumerate(keys):
-        c = df[f"`{k}`"].eqNullSafe(other[f"_lakehouse_key{i}"])
-        cond = c if cond is None else cond & c
-    return df.join(other, cond, how)
+    cols = [f"`{c}`" for c in removed.columns]
+    both = removed.withColumn(_SIGN, F.lit(-1)).unionByName(added.withColumn(_SIGN, F.lit(1)))
+    if any("map<" in f.dataType.simpleString() for f in removed.schema.fields):
+        options = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
+        text = F.to_json(F.struct(*[F.col(c) for c in cols]), options)
+        net = both.groupBy(text.alias("_lakehouse_row")).agg(F.first(F.struct(*[F.col(c) for c in cols])).alias("_lakehouse_r"), F.sum(_SIGN).alias(_NET))
+        net = net.select("_lakehouse_r.*", _NET)
+    else:
+        net = both.groupBy(*[F.col(c) for c in cols]).agg(F.sum(_SIGN).alias(_NET))
+    net = net.filter(F.col(_NET) != 0)
+    if keys:
+        by_key = Window.partitionBy(*[F.col(f"`{k}`") for k in keys])
+        update = (F.min(_NET).over(by_key) < 0) & (F.max(_NET).over(by_key) > 0)
+        kind = F.when(F.col(_NET) < 0, F.when(update, UPDATE_PREIMAGE).otherwise(DELETE)).otherwise(F.when(update, UPDATE_POSTIMAGE).otherwise(INSERT))
+    else:
+        kind = F.when(F.col(_NET) < 0, DELETE).otherwise(INSERT)
+    # A row removed or added n times is n changes.
+    copies = F.explode(F.array_repeat(F.lit(0), F.abs(F.col(_NET)).cast("int")))
+    return net.withColumn(CHANGE_TYPE, kind).select(*[F.col(c) for c in cols], CHANGE_TYPE, copies.alias("_lakehouse_copy")).drop("_lakehouse_copy")

@@ -23,7 +23,7 @@ from pyiceberg.table import Table
 from ..errors import SchemaError, SpecError
 from ..formats import delta_adoption, foreign_delta, history
 from ..formats.delta_column_mapping import enabled as mapping_enabled
-from ..formats.delta_committer import unfollowed_renames
+from ..formats.delta_refusals import unfollowed_renames
 from ..io.storage import check_access, delete_files
 from ..model import FileChanges, WriteRequest, WriteResult
 from ..schema.type_mapping import spark_schema_to_iceberg

@@ -24,7 +24,8 @@ from pyiceberg.table import Table
 from ..errors import CommitConflict, CommitError, LakehouseError, MirrorRefused
 from ..formats import foreign_delta
 from ..formats import iceberg_committer as ic
-from ..formats.delta_committer import DeltaMirror, SnapshotChange
+from ..formats.delta_committer import DeltaMirror
+from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import delete_files
 from ..model import FileChanges, WriteResult
 from ..properties import SummaryKeys

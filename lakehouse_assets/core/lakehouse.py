@@ -231,7 +231,7 @@ class Lakehouse:
         table = self.load(identifier)
         snapshots = changes_.snapshots_in_range(identifier, table, start_snapshot_id, end_snapshot_id)
         delta = self.mirror(table).load() if self.delta_enabled(table) else None
-        versions = history.delta_versions_by_snapshot(delta) if delta is not None else {}
+        versions = history.delta_versions_of(delta, [s.snapshot_id for s in snapshots]) if delta is not None else {}
         return changes_.read_changes(active_session(spark), identifier, table, self.storage, snapshots, versions)
 
     def read_arrow(

@@ -97,6 +97,23 @@ def delta_version_of(delta, snapshot_id: int) -> int | None:
         limit *= 4
 
 
+def delta_versions_of(delta, snapshot_ids) -> dict[int, int]:
+    """Snapshot id -> the Delta version that mirrored it, for `snapshot_ids`, searching the newest commits first
+    until all are found: the cost grows with how far back the oldest one lies, not with the whole history."""
+    wanted = {str(s) for s in snapshot_ids}
+    limit = max(8, 2 * len(wanted))
+    while wanted:
+        commits = delta.history(limit)
+        out: dict[int, int] = {}
+        for c in commits:
+            if (sid := c.get(DeltaCommitKeys.ICEBERG_SNAPSHOT_ID)) in wanted:
+                out[int(sid)] = min(out.get(int(sid), c["version"]), c["version"])
+        if len(out) == len(wanted) or len(commits) < limit:
+            return out
+        limit *= 4
+    return {}
+
+
 def oldest_delta_version(delta) -> int:
     """The oldest Delta version whose log entry is still present."""
     history = delta.history()

@@ -32,7 +32,7 @@ from ..formats.snapshot_changes import snapshot_change
 from ..io.storage import StorageConfig
 from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import iceberg_to_spark_schema
-from ..table.evolution import column_names_moved
+from ..table.evolution import column_names_moved, types_were_widened
 from .delete_rows import PATH, POSITION, dropped_rows
 from .reader import read_parquet_files
 
@@ -121,10 +121,10 @@ def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConf
     elif not change.adds and not change.removes:
         return None
     else:
-        added = _rows(spark, change.adds, spark_schema, storage)
+        added = _rows(spark, change.adds, spark_schema, storage, types_were_widened(table))
         if not change.removes:
             return added.withColumn(CHANGE_TYPE, F.lit(INSERT))
-        removed = _rows(spark, change.removes, spark_schema, storage)
+        removed = _rows(spark, change.removes, spark_schema, storage, types_were_widened(table))
         if not change.adds:
             return removed.withColumn(CHANGE_TYPE, F.lit(DELETE))
     keys = [k for k in summary.get(SummaryKeys.MERGE_KEYS, "").split(",") if k and k in spark_schema.fieldNames()]
@@ -163,9 +163,9 @@ def _visible(spark, identifier: str, table: Table, storage: StorageConfig, files
     return rows.drop(PATH, POSITION)
 
 
-def _rows(spark, files, spark_schema, storage: StorageConfig):
-    # Casting reader: older files may hold narrower types than the current schema (a widened column).
-    return read_parquet_files(spark, [f.file_path for f in files], spark_schema, storage, cast_files=True)
+def _rows(spark, files, spark_schema, storage: StorageConfig, cast_files: bool):
+    # `cast_files`: older files may hold narrower types than the current schema (a widened column): the casting reader.
+    return read_parquet_files(spark, [f.file_path for f in files], spark_schema, storage, cast_files=cast_files)
 
 
 def _net_changes(removed, added, keys: list[str]):
@@ -178,6 +178,10 @@ def _net_changes(removed, added, keys: list[str]):
 
     cols = [f"`{c}`" for c in removed.columns]
     both = removed.withColumn(_SIGN, F.lit(-1)).unionByName(added.withColumn(_SIGN, F.lit(1)))
+    if keys:
+        # Partitioned by the keys once: the row counts (grouped by whole rows, keys included) and the window over the
+        # keys then need no shuffle of their own.
+        both = both.repartition(*[F.col(f"`{k}`") for k in keys])
     if any("map<" in f.dataType.simpleString() for f in removed.schema.fields):
         options = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
         text = F.to_json(F.struct(*[F.col(c) for c in cols]), options)

@@ -19,7 +19,7 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from . import maintenance as maintenance_
-from .errors import RetentionError, SpecError
+from .errors import RetentionError, SpecError, TableNotFound
 from .formats import foreign_delta, history
 from .formats.delta_column_mapping import enabled as mapping_enabled
 from .formats.delta_column_mapping import mapping_keys
@@ -131,6 +131,7 @@ class Lakehouse:
         write_id: str | None = None,
         table: TableOptions | None = None,
         writer: dict[str, str] | None = None,
+        snapshot_properties: Mapping[str, str] | None = None,
         spark=None,
     ) -> WriteResult:
         """Write a Spark DataFrame (or a pyarrow Table, a pandas or a Polars DataFrame) to both formats.
@@ -143,13 +144,14 @@ class Lakehouse:
         `partition_by`: the partition terms of a new table (e.g. ["day(ts)", "bucket(4, id)"]); an existing
         table's must match. `table`: the other settings of a new table (`TableOptions`: formats, properties,
         target file size, schema evolution). `write_id` makes the write idempotent: a second write with the
-        same id commits nothing and returns the first write's snapshot. `writer`: who wrote it, recorded in
-        both logs.
+        same id commits nothing and returns the first write's snapshot. `writer`: who wrote it, and
+        `snapshot_properties`: any other facts about the write, recorded in the Iceberg snapshot summary and the
+        Delta commit (keys starting with `lakehouse.` reach the Delta commit).
         """
-        request = self._request(identifier, mode, partition_by, merge, window, write_id, table or TableOptions(), writer)
+        request = self._request(identifier, mode, partition_by, merge, window, write_id, table or TableOptions(), writer, snapshot_properties)
         return table_write.write(self.context, df, request, foreign_default=self.foreign_delta_default, spark=spark)
 
-    def _request(self, identifier, mode, partition_by, merge, window, write_id, table: TableOptions, writer) -> WriteRequest:
+    def _request(self, identifier, mode, partition_by, merge, window, write_id, table: TableOptions, writer, snapshot_properties=None) -> WriteRequest:
         if mode == "merge" and merge is None:
             raise SpecError(f"Table {identifier}: mode='merge' needs merge=MergeOptions(keys=[...]), the columns that identify a row.")
         if merge is not None and mode != "merge":
@@ -164,7 +166,8 @@ class Lakehouse:
             schema_evolution=table.schema_evolution,
         )
         window = Slice.of(window) if window is not None else None
-        return WriteRequest(spec, mode, window, write_id, writer, table.target_file_size, merge.check(identifier) if merge else None)
+        merge = merge.check(identifier) if merge else None
+        return WriteRequest(spec, mode, window, write_id, writer, table.target_file_size, merge, dict(snapshot_properties or {}))
 
 
     # ------------------------------------------------------------ schema operations
@@ -233,6 +236,16 @@ class Lakehouse:
         delta = self.mirror(table).load() if self.delta_enabled(table) else None
         versions = history.delta_versions_of(delta, [s.snapshot_id for s in snapshots]) if delta is not None else {}
         return changes_.read_changes(active_session(spark), identifier, table, self.storage, snapshots, versions)
+
+    def consumed_snapshot(self, identifier: str, upstream: str) -> int | None:
+        """The snapshot of table `upstream` up to which table `identifier`'s data includes its changes, as recorded
+        by a write with `snapshot_properties={"lakehouse.consumed.<upstream>": id}` (None: never, or no table yet).
+        Recorded in the same commit as the data, so a write that failed never advances it."""
+        try:
+            table = self.load(identifier)
+        except TableNotFound:
+            return None
+        return history.consumed_snapshot(table, upstream)
 
     def read_arrow(
         self,

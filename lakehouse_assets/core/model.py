@@ -157,6 +157,7 @@ class WriteRequest:
     writer: dict[str, str] | None = None  # who wrote it (recorded in both logs)
     target_file_size: int | None = None
     merge: MergeOptions | None = None
+    snapshot_properties: Mapping[str, str] = field(default_factory=dict)  # recorded in the snapshot and the Delta commit
 
     def __post_init__(self) -> None:
         identifier = self.spec.identifier
@@ -173,4 +174,4 @@ class WriteRequest:
         }
         if self.write_id is not None:
             out[SummaryKeys.WRITE_ID] = self.write_id
-        return out
+        return {**{k: str(v) for k, v in self.snapshot_properties.items()}, **out}

@@ -61,6 +61,8 @@ class SummaryKeys:
     COMPACTION_FILES_REWRITTEN = "lakehouse.compaction.files-rewritten"
     APPLIED_DELETE_FILES = "lakehouse.apply-deletes.delete-files"  # other engines' delete files an apply-deletes removed
     ROLLBACK_TARGET = "lakehouse.rollback.target-snapshot-id"  # the snapshot a rollback restored the rows of
+    # + an upstream table's name: the upstream snapshot whose changes this commit's data includes (incremental inputs)
+    CONSUMED_PREFIX = "lakehouse.consumed."
     PREFIX = "lakehouse."  # summary keys with this prefix are copied into the mirroring Delta commitInfo
 
 

@@ -12,6 +12,7 @@ Input metadata (`AssetIn(metadata={...})`):
     snapshot_id  an Iceberg snapshot id: the table as of that snapshot
     as_of        a timestamp (datetime or ISO 8601 text): the table as of that time
     as_of_run    a Dagster run id: the table as that run left it
+    changes      True: only the rows changed since this asset last consumed the table, once (incremental.py)
 """
 
 import datetime as dt
@@ -46,6 +47,7 @@ class InputRequest:
     snapshot_id: Optional[int] = None
     as_of: Optional[dt.datetime] = None
     as_of_run: Optional[str] = None
+    changes: bool = False
 
     @classmethod
     def from_metadata(cls, asset: str, metadata: Mapping[str, Any]) -> "InputRequest":
@@ -64,12 +66,21 @@ class InputRequest:
         if as_of is not None and as_of.tzinfo is None:
             as_of = as_of.replace(tzinfo=dt.timezone.utc)
         snapshot_id = metadata.get("snapshot_id")
+        changes = metadata.get("changes", False)
+        if not isinstance(changes, bool):
+            raise SpecError(f"Input {asset}: 'changes' must be True or False, not {changes!r}.")
+        if changes and (given or metadata.get("row_filter") is not None):
+            raise SpecError(
+                f"Input {asset}: 'changes' reads the rows changed since the last run and cannot be combined with "
+                f"{[*given, *(['row_filter'] if metadata.get('row_filter') is not None else [])]}; filter the changes in the asset."
+            )
         return cls(
             columns=list(columns) if columns is not None else None,
             row_filter=metadata.get("row_filter"),
             snapshot_id=int(snapshot_id) if snapshot_id is not None else None,
             as_of=as_of,
             as_of_run=metadata.get("as_of_run"),
+            changes=changes,
         )
 
 

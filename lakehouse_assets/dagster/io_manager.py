@@ -29,6 +29,7 @@ import math
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
+import pyarrow as pa
 from dagster import (
     ConfigurableIOManager,
     InputContext,
@@ -52,8 +53,10 @@ from pyiceberg.table import Table
 
 from ..core.errors import SpecError
 from ..core.model import MergeOptions, TableOptions, WriteResult
+from ..core.read.changes import CHANGE_COLUMNS
 from ..core.schema.spec import spec_terms
 from ..core.schema.window import Slice, Window
+from . import incremental
 from .health import table_health_metadata
 from .inputs import InputRequest, from_arrow, input_kind
 from .resources import LakehouseResource
@@ -251,6 +254,10 @@ class LakehouseIOManager(ConfigurableIOManager):
             options = {key[len("merge_"):]: metadata[key] for key in ("merge_operation_column", "merge_delete_values", "merge_deleted_at_column", "merge_order_by") if key in metadata}
             kwargs["merge"] = MergeOptions(keys=metadata.get("merge_keys") or (), **options)
         lh = self.lakehouse.get()
+        consumed = incremental.consumed(context.run_id, identifier)  # the upstream changes this output was computed from
+        if consumed:
+            kwargs["snapshot_properties"] = incremental.snapshot_properties(consumed)
+            context.add_output_metadata(incremental.metadata(consumed))
         result = lh.write(obj, identifier, mode=mode.value, **kwargs)
         for warning in result.warnings:
             context.log.warning(warning)
@@ -274,6 +281,12 @@ class LakehouseIOManager(ConfigurableIOManager):
         request = InputRequest.from_metadata(asset, dict(context.definition_metadata or {}))
         kind = input_kind(context.dagster_type.typing_type if context.dagster_type is not None else None)
         lh = self.lakehouse.get()
+        if request.changes:
+            downstream = table_identifier(incremental.downstream_asset_key(context))
+            df = incremental.load_changes(lh, self.pyspark.spark_session, context.step_context.run_id, downstream, identifier)
+            if request.columns is not None:
+                df = df.select(*request.columns, *CHANGE_COLUMNS)
+            return df if kind == "spark" else from_arrow(pa.Table.from_pandas(df.toPandas(), preserve_index=False), kind)
         part = None
         if context.has_asset_partitions:
             keys = context.asset_partition_keys

@@ -42,6 +42,16 @@ def find_snapshot_by_write_id(table: Table, write_id: str) -> Snapshot | None:
     return next((s for s in ancestors(table) if summary(s).get(SummaryKeys.WRITE_ID) == write_id), None)
 
 
+def consumed_snapshot(table: Table, upstream: str) -> int | None:
+    """The upstream snapshot whose changes the newest commit of `table` that recorded one includes (None: none did).
+    Commits that consumed nothing (maintenance, other writers) are skipped: the walk stops at the newest that did."""
+    key = SummaryKeys.CONSUMED_PREFIX + upstream
+    for s in ancestors(table):
+        if (value := summary(s).get(key)) is not None:
+            return int(value)
+    return None
+
+
 def find_snapshot_by_writer(table: Table, key: str, value: str) -> Snapshot | None:
     """The newest snapshot of the current branch whose writer record (`SummaryKeys.WRITER`) has `key` == `value`."""
     for s in ancestors(table):

@@ -41,6 +41,7 @@ COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 INSERT, DELETE, UPDATE_PREIMAGE, UPDATE_POSTIMAGE = "insert", "delete", "update_preimage", "update_postimage"
+CHANGE_COLUMNS = (CHANGE_TYPE, COMMIT_SNAPSHOT_ID, COMMIT_VERSION, COMMIT_TIMESTAMP)
 _SIGN, _NET = "_lakehouse_sign", "_lakehouse_net"
 
 

@@ -4,7 +4,10 @@ The raise sites are found with ``ast``: a ``raise`` of a project error class (ev
 ``lakehouse_assets`` that derives from an exception) or of click's ``BadParameter``/``UsageError``.
 Each message is reduced to a stable fragment, its first run of literal text long enough to be
 recognisable (after a leading ``Table {...}: `` / ``Asset {...}: `` prefix), and that fragment must
-appear in the troubleshooting page. To document a new error, add a row to the page's table for its
+appear in the troubleshooting page. A message built by a helper function of the package (``raise
+MirrorRefused(refusal_message(...))``) is read from the helper's ``return``; a raise that only puts context in
+front of a caught project error (``except SpecError as e: raise SpecError(f"Table {t}: {e}")``) starts with
+that error's message, which its own raise site documents. To document a new error, add a row to the page's table for its
 area whose "message starts with" cell contains the fragment the failure message prints.
 """
 
@@ -35,6 +38,8 @@ class Site:
     path: str
     line: int
     fragment: str | None
+    # The message starts with a caught project error's message (documented at that error's own raise site).
+    wraps_caught: bool = False
 
     @property
     def key(self) -> str:
@@ -51,8 +56,20 @@ def _module_constants(tree: ast.Module) -> dict[str, ast.expr]:
     return constants
 
 
-def _pieces(node: ast.expr, constants: dict[str, ast.expr], local: dict[str, ast.expr]) -> list[str | None]:
+@dataclass(frozen=True)
+class _Helper:
+    """A function of the package that returns a message: its ``return`` value, module constants and locals."""
+
+    value: ast.expr
+    constants: dict[str, ast.expr]
+    local: dict[str, ast.expr]
+
+
+def _pieces(
+    node: ast.expr, constants: dict[str, ast.expr], local: dict[str, ast.expr], helpers: dict[str, _Helper] | None = None
+) -> list[str | None]:
     """The message as literal text runs, ``None`` standing for each interpolated value."""
+    helpers = helpers or {}
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return [node.value]
     if isinstance(node, ast.JoinedStr):
@@ -64,16 +81,21 @@ def _pieces(node: ast.expr, constants: dict[str, ast.expr], local: dict[str, ast
                 out.append(None)
         return out
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _pieces(node.left, constants, local) + _pieces(node.right, constants, local)
+        return _pieces(node.left, constants, local, helpers) + _pieces(node.right, constants, local, helpers)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-        return _pieces(node.left, constants, local)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
-        return _pieces(node.func.value, constants, local)
+        return _pieces(node.left, constants, local, helpers)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("format", "replace"):
+        # str.replace edits a message's tail (e.g. its last sentence); its start stays.
+        return _pieces(node.func.value, constants, local, helpers)
+    if isinstance(node, ast.Call):
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+        if (helper := helpers.get(name)) is not None:
+            return _pieces(helper.value, helper.constants, helper.local)
     if isinstance(node, ast.Name):
         if node.id in local:
-            return _pieces(local[node.id], constants, local)
+            return _pieces(local[node.id], constants, local, helpers)
         if node.id in constants:
-            return _pieces(constants[node.id], constants, {})
+            return _pieces(constants[node.id], constants, {}, helpers)
     return [None]
 
 
@@ -116,6 +138,55 @@ def _project_error_classes(trees: dict[Path, ast.Module]) -> set[str]:
     return names
 
 
+def _message_helpers(trees: dict[Path, ast.Module]) -> dict[Path, dict[str, _Helper]]:
+    """Per module, the functions a raise may call for its message: those whose one ``return`` is text.
+
+    A helper of the module itself wins; one of another module counts when no other module defines that name."""
+    found: dict[Path, dict[str, _Helper]] = {}
+    for path, tree in trees.items():
+        constants = _module_constants(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None]
+            if len(returns) == 1 and isinstance(returns[0], (ast.JoinedStr, ast.Constant, ast.BinOp)):
+                found.setdefault(path, {})[node.name] = _Helper(returns[0], constants, _local_assignments(node))
+    defined_in: dict[str, list[Path]] = {}
+    for path, helpers in found.items():
+        for name in helpers:
+            defined_in.setdefault(name, []).append(path)
+    shared = {name: found[paths[0]][name] for name, paths in defined_in.items() if len(paths) == 1}
+    return {path: {**shared, **found.get(path, {})} for path in trees}
+
+
+def _caught_project_errors(tree: ast.Module, classes: set[str]) -> dict[int, str]:
+    """For each node inside an ``except <project error> as name:`` block, that name."""
+    names: dict[int, str] = {}
+    for handler in ast.walk(tree):
+        if not (isinstance(handler, ast.ExceptHandler) and handler.name and handler.type is not None):
+            continue
+        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        caught = {t.id if isinstance(t, ast.Name) else getattr(t, "attr", "") for t in types}
+        if caught and caught <= classes:
+            for stmt in handler.body:
+                for node in ast.walk(stmt):
+                    names[id(node)] = handler.name
+    return names
+
+
+def _starts_with_caught(message: ast.expr, caught: str | None) -> bool:
+    """The f-string message is an optional ``Table {t}: `` prefix and then the caught error ``{caught}``."""
+    if caught is None or not isinstance(message, ast.JoinedStr):
+        return False
+    for value in message.values:
+        if isinstance(value, ast.FormattedValue):
+            if isinstance(value.value, ast.Name) and value.value.id == caught:
+                return True
+        elif isinstance(value, ast.Constant) and not _PREFIX.match(value.value) and value.value.strip(" :"):
+            return False
+    return False
+
+
 def _local_assignments(func: ast.AST) -> dict[str, ast.expr]:
     local: dict[str, ast.expr] = {}
     for node in ast.walk(func):
@@ -127,9 +198,11 @@ def _local_assignments(func: ast.AST) -> dict[str, ast.expr]:
 def raise_sites(package: Path = PACKAGE) -> list[Site]:
     trees = {p: ast.parse(p.read_text(), filename=str(p)) for p in sorted(package.rglob("*.py"))}
     classes = _project_error_classes(trees) | CLICK_ERRORS
+    helpers = _message_helpers(trees)
     sites: list[Site] = []
     for path, tree in trees.items():
         constants = _module_constants(tree)
+        caught = _caught_project_errors(tree, classes)
         scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         enclosing: dict[int, dict[str, ast.expr]] = {}
         for scope in scopes:
@@ -144,8 +217,9 @@ def raise_sites(package: Path = PACKAGE) -> list[Site]:
             if name not in classes:
                 continue
             args = node.exc.args or [kw.value for kw in node.exc.keywords if kw.arg == "message"]
-            pieces = _pieces(args[0], constants, enclosing.get(id(node), {})) if args else [None]
-            sites.append(Site(str(path.relative_to(ROOT)), node.lineno, _fragment(pieces)))
+            pieces = _pieces(args[0], constants, enclosing.get(id(node), {}), helpers[path]) if args else [None]
+            wraps = bool(args) and _starts_with_caught(args[0], caught.get(id(node)))
+            sites.append(Site(str(path.relative_to(ROOT)), node.lineno, None if wraps else _fragment(pieces), wraps))
     return sites
 
 
@@ -163,7 +237,7 @@ def test_every_raised_message_is_in_the_troubleshooting_page():
     page = _normalise(PAGE.read_text())
     missing = []
     for site in raise_sites():
-        if site.key in INTERNAL:
+        if site.key in INTERNAL or site.wraps_caught:
             continue
         if site.fragment is None:
             missing.append(f"{site.path}:{site.line}: no literal text in the message; give it one")
@@ -180,3 +254,13 @@ def test_the_allow_list_names_existing_sites():
     keys = {s.key for s in raise_sites()}
     stale = sorted(set(INTERNAL) - keys)
     assert not stale, f"INTERNAL lists raise sites that no longer exist: {stale}"
+
+
+def test_the_scan_reads_helper_messages_and_wrapped_errors():
+    sites = {(s.path.rsplit("/", 1)[-1], s.fragment, s.wraps_caught) for s in raise_sites()}
+    # raise MirrorRefused(refusal_message(...)): the helper's returned f-string is the message.
+    assert ("delta_refusals.py", "Delta cannot mirror Iceberg", False) in sites
+    # raise ForeignDeltaCommits(explain(...).replace(...)): still the helper's message.
+    assert ("foreign_delta.py", "the Delta log holds", False) in sites
+    # except SpecError as e: raise SpecError(f"Table {t}: {e}"): the caught error's own site documents it.
+    assert ("spec.py", None, True) in sites

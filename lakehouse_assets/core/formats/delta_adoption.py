@@ -359,5 +359,9 @@ def _typed_partition_value(iceberg_type, raw: str):
 
         value = dt.date.fromisoformat(raw)
     else:
-        raise LakehouseError(f"a Delta partition value {raw!r} of type {iceberg_type} cannot be adopted")
+        raise LakehouseError(
+            f"a Delta partition value {raw!r} of a {iceberg_type} column cannot be adopted into Iceberg (only string, integer, "
+            "floating, boolean and date partition values can). Undo the foreign Delta versions with "
+            "`lakehouse repair TABLE --revert-delta` and write those rows through the lakehouse."
+        )
     return _to_partition_representation(iceberg_type, value)

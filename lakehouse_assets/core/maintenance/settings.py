@@ -57,7 +57,10 @@ class MaintenanceSettings:
         if out.min_snapshots_to_keep < 1:
             raise SpecError(f"Table {'.'.join(table.name())}: min_snapshots_to_keep must be at least 1 (the current snapshot).")
         if out.snapshot_retention_days < 0 or out.orphan_grace_hours < 0:
-            raise SpecError(f"Table {'.'.join(table.name())}: retention and grace periods cannot be negative.")
+            raise SpecError(
+                f"Table {'.'.join(table.name())}: retention and grace periods cannot be negative (snapshot_retention_days="
+                f"{out.snapshot_retention_days}, orphan_grace_hours={out.orphan_grace_hours}); give 0 or more."
+            )
         return out
 
     @property

@@ -87,7 +87,10 @@ def _delta_version_files(identifier: str, table: Table, mirror: DeltaMirror, del
     """The files of a Delta version, from the Delta log's own file list."""
     delta = mirror.load(delta_version)
     if delta is None:
-        raise TableNotFound(f"Table {identifier} has no Delta log at {table.location()}.")
+        raise TableNotFound(
+            f"Table {identifier} has no Delta log at {table.location()}, so it has no Delta versions to read (an Iceberg-only "
+            "table has none): read by snapshot_id or as_of instead."
+        )
     root = normalize_uri(table.location())
     if with_vectors := files_with_deletion_vectors(delta):
         raise LakehouseError(

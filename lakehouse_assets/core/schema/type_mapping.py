@@ -116,7 +116,10 @@ def _spark_type(table: str, path: str, dt, counter) -> IcebergType:
         kid, vid = next(counter), next(counter)
         key = _spark_type(table, f"{path}.key", dt.keyType, counter)
         if not isinstance(key, PrimitiveType):
-            raise SchemaError(f"Table {table}: column {path!r} is a map with non-primitive keys, which Delta cannot represent.")
+            raise SchemaError(
+                f"Table {table}: column {path!r} is a map with non-primitive keys, which Delta cannot represent. Use a primitive "
+                "key (e.g. a string built with to_json) or an array of key/value structs."
+            )
         return MapType(kid, key, vid, _spark_type(table, f"{path}.value", dt.valueType, counter), value_required=not dt.valueContainsNull)
     raise SchemaError(
         f"Table {table}: column {path!r} has Spark type {dt.simpleString()}, which neither Iceberg nor Delta can store. "
@@ -170,7 +173,10 @@ def iceberg_to_spark_schema(schema: Schema, field_ids: bool = False):
             return T.ArrayType(conv(t.element_type), not t.element_required)
         if isinstance(t, MapType):
             return T.MapType(conv(t.key_type), conv(t.value_type), not t.value_required)
-        raise SchemaError(f"Iceberg type {t} has no Spark equivalent here.")
+        raise SchemaError(
+            f"Iceberg type {t} has no Spark equivalent here, so Spark cannot read the table (another engine wrote it). "
+            "Read it with Lakehouse.read_arrow, or change the column's type with the engine that wrote it."
+        )
 
     return T.StructType(
         [

@@ -92,7 +92,7 @@ class Slice:
                     "need a string, int, long, date or boolean column. Map the dimension to such a column in partition_expr."
                 )
             if not values:
-                raise SpecError(f"Table {identifier}: the slice of column {column!r} names no values.")
+                raise SpecError(f"Table {identifier}: the slice of column {column!r} names no values; give at least one partition key per dimension.")
 
     def expression(self, table: Table) -> BooleanExpression:
         expr: BooleanExpression = self.window.expression(table) if self.window is not None else AlwaysTrue()

@@ -111,7 +111,10 @@ def plan_schema_change(identifier: str, current: Schema, incoming: Schema, evolu
             f"{[f.name for f in add]}. Turn schema_evolution on or drop the columns."
         )
     if (widen or make_optional) and not evolution:
-        raise SchemaError(f"Table {identifier}: schema evolution is off and the data needs: {plan.describe()}.")
+        raise SchemaError(
+            f"Table {identifier}: schema evolution is off and the data needs: {plan.describe()}. Turn schema_evolution on, "
+            "or cast the data to the table's types and fill its required columns."
+        )
     return plan
 
 

@@ -7,7 +7,7 @@ import os
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
 from .dagster.checks import build_formats_agree_checks
-from .dagster.demo_assets import country_revenue, customers, daily, daily_user_activity, day_by_country, demo_assets, events
+from .dagster.demo_assets import country_revenue, customer_changes, customers, daily, daily_user_activity, day_by_country, demo_assets, events
 from .dagster.io_manager import LakehouseIOManager
 from .dagster.maintenance import maintenance_jobs, maintenance_schedules, maintenance_sensors
 from .dagster.resources import LakehouseResource, spark_resource
@@ -18,7 +18,9 @@ lakehouse = LakehouseResource(warehouse=os.environ.get("LAKEHOUSE_WAREHOUSE", ".
 pyspark = spark_resource()
 
 demo_customers_job = define_asset_job(
-    "demo_customers_job", selection=AssetSelection.assets(customers), description="Refresh the customer dimension."
+    "demo_customers_job",
+    selection=AssetSelection.assets(customers, customer_changes),
+    description="Merge the next CDC batch into the customer dimension, then append what it changed to the change log.",
 )
 demo_daily_job = define_asset_job(
     "demo_daily_job",

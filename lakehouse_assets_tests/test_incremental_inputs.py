@@ -83,3 +83,19 @@ def test_changes_cannot_be_combined_with_time_travel_or_a_row_filter(dagster_res
     BATCH[:] = [(1, 1)]
     with pytest.raises(SpecError, match=r"Input inc/events: 'changes' reads the rows changed since the last run and cannot be combined with \['snapshot_id'\]"):
         materialize([events, bad], resources=dagster_resources)
+
+
+def test_a_first_run_reads_the_upstream_as_it_is_when_its_early_history_was_expired(dagster_resources, spark, warehouse):
+    lh = Lakehouse(warehouse)
+    SEEN.clear()
+    for batch in ([(1, 1)], [(2, 2)], [(3, 3)]):
+        BATCH[:] = batch
+        assert materialize([events], resources=dagster_resources).success
+    expired = lh.maintain("inc.events", "snapshot_expiry", snapshot_retention_days=0, min_snapshots_to_keep=1)
+    assert expired["snapshots_expired"] == 2, expired
+    with pytest.raises(Exception, match=r"history before snapshot \d+ was expired"):
+        lh.changes("inc.events")
+    FAIL["before_write"] = 0
+    assert materialize([events, doubled], selection=[doubled], resources=dagster_resources).success
+    assert SEEN[-1] == [(1, "insert"), (2, "insert"), (3, "insert")]
+    assert sorted((r["id"], r["amount"]) for r in lh.read(spark, "inc.doubled").collect()) == [(1, 2), (2, 4), (3, 6)]

@@ -285,7 +285,7 @@ def test_demo_customers_is_a_merge_of_cdc_batches_through_the_io_manager(lh, spa
     """The asset's metadata (write_mode=merge, merge_keys, operation column, order_by) drives the IO manager."""
     from dagster import materialize
 
-    from lakehouse_assets.dagster.demo_assets import N_USERS, customer_cdc_batch, customers
+    from lakehouse_assets.dagster.demo_assets import N_USERS, customer_cdc_batch, customer_changes, customers
     from lakehouse_assets.dagster.io_manager import LakehouseIOManager
     from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
 
@@ -293,7 +293,7 @@ def test_demo_customers_is_a_merge_of_cdc_batches_through_the_io_manager(lh, spa
     pyspark = spark_resource()
     resources = {"lakehouse": resource, "pyspark": pyspark, "io_manager": LakehouseIOManager(lakehouse=resource, pyspark=pyspark)}
     for _ in range(3):
-        assert materialize([customers], resources=resources).success
+        assert materialize([customers, customer_changes], resources=resources).success
     history = lh.history("demo.customers")
     assert [h["operation"] for h in history] == ["merge", "merge", "merge"]
     assert history[0]["files_removed"] > 0 and history[0]["writer"]["asset"] == "demo/customers"
@@ -313,6 +313,17 @@ def test_demo_customers_is_a_merge_of_cdc_batches_through_the_io_manager(lh, spa
     got = {(r[0], r[1], r[2]) for r in rows}  # columns sorted: country, customer_id, email, ...
     assert got == set(state.values())
     assert len(state) < N_USERS + 2 * 50 and "XX" not in {c for c, _, _ in got}  # deletes happened; stale rows lost
+    # The change log (an incremental input of `customers`) replays to the same customers: every change once.
+    log = lh.read(spark, "demo.customer_changes").collect()
+    replay: dict[int, str] = {}
+    for r in sorted(log, key=lambda r: (r["_commit_version"], r["_change_type"] in ("insert", "update_postimage"))):
+        if r["_change_type"] in ("delete", "update_preimage"):
+            assert replay.pop(r["customer_id"]) == r["country"]
+        else:
+            assert r["customer_id"] not in replay
+            replay[r["customer_id"]] = r["country"]
+    assert replay == {k: c for c, k, _ in state.values()}
+    assert {r["_commit_snapshot_id"] for r in log} == {h["iceberg_snapshot_id"] for h in history}
 
 
 def test_merge_batch_with_a_new_column_evolves_both_formats(lh, spark, duck):

@@ -237,6 +237,17 @@ class Lakehouse:
         versions = history.delta_versions_of(delta, [s.snapshot_id for s in snapshots]) if delta is not None else {}
         return changes_.read_changes(active_session(spark), identifier, table, self.storage, snapshots, versions)
 
+    def rows_as_changes(self, identifier: str, snapshot_id: int | None = None, *, spark=None):
+        """The table at `snapshot_id` (default: now) in the shape of `changes`: every row an insert of that commit.
+        What a consumer reads first, before reading changes from that snapshot on."""
+        table = self.load(identifier)
+        snap = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
+        if snap is None:
+            raise RetentionError(f"Table {identifier} has no snapshot {snapshot_id} (never written, or expired). See `lakehouse history {identifier}`.")
+        delta = self.mirror(table).load() if self.delta_enabled(table) else None
+        version = history.delta_versions_of(delta, [snap.snapshot_id]).get(snap.snapshot_id) if delta is not None else None
+        return changes_.as_inserts(self.read(active_session(spark), identifier, snapshot_id=snap.snapshot_id), snap, version)
+
     def consumed_snapshot(self, identifier: str, upstream: str) -> int | None:
         """The snapshot of table `upstream` up to which table `identifier`'s data includes its changes, as recorded
         by a write with `snapshot_properties={"lakehouse.consumed.<upstream>": id}` (None: never, or no table yet).

@@ -190,4 +190,17 @@ def country_revenue(context: AssetExecutionContext, events, customers):
     )
 
 
-demo_assets = [events, customers, daily_user_activity, country_revenue]
+@asset(
+    key_prefix=["demo"],
+    group_name=GROUP,
+    kinds=KINDS,
+    # Only the rows changed since this asset last ran, once: the consumed snapshot is recorded in this table's commit.
+    ins={"customers": AssetIn(key=["demo", "customers"], metadata={"changes": True})},
+    metadata={"write_mode": "append"},
+    description="The customer dimension's change log: every row each CDC merge inserted, updated or deleted, appended once.",
+)
+def customer_changes(customers):
+    return customers.select("customer_id", "country", "segment", "_change_type", "_commit_snapshot_id", "_commit_version", "_commit_timestamp")
+
+
+demo_assets = [events, customers, customer_changes, daily_user_activity, country_revenue]

@@ -2,12 +2,13 @@
 
 An input with `AssetIn(metadata={"changes": True})` receives `Lakehouse.changes(upstream, after, through)`:
 `after` is the upstream snapshot the downstream table's data already includes (recorded in the downstream
-table's own commits, `lakehouse.consumed.<upstream>`), `through` the upstream's current snapshot. When the
+table's own commits, `lakehouse.consumed.<upstream>`), `through` the upstream's current snapshot. The first run
+reads the upstream as it is at `through`, every row an insert (`Lakehouse.rows_as_changes`). When the
 asset's output is written, `through` is recorded in that same Iceberg commit (and its Delta version), so:
 
 * a run that fails before its write commits records nothing: the next run reads the same range again;
 * a retried step writes with the same idempotency key as the first attempt: a change is never written twice;
-* the next successful run starts right after `through`. The first run reads everything.
+* the next successful run starts right after `through`.
 
 Between loading the input and writing the output (one step, one process) the range waits here, keyed by the
 run and the downstream table.
@@ -43,6 +44,9 @@ def load_changes(lh, spark, run_id: str, downstream: str, upstream: str):
     current = lh.load(upstream).current_snapshot()
     through = current.snapshot_id if current is not None else after
     _PENDING.setdefault((run_id, downstream), {})[upstream] = (after, through)
+    if after is None and through is not None:
+        # First run: the table as it is now (its early history may be expired), every row an insert.
+        return lh.rows_as_changes(upstream, through, spark=spark)
     return lh.changes(upstream, after, through, spark=spark)
 
 

@@ -63,9 +63,11 @@ def snapshots_in_range(identifier: str, table: Table, start_snapshot_id: int | N
     snap = end
     while snap is not None and snap.snapshot_id != start_snapshot_id:
         out.append(snap)
-        if snap.parent_snapshot_id is None:
+        # Expiry may leave the oldest retained snapshot without its parent id: only sequence number 1 is the first commit.
+        first = snap.parent_snapshot_id is None and (snap.sequence_number or 1) <= 1
+        if first:
             break
-        parent = by_id.get(snap.parent_snapshot_id)
+        parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
         if parent is None:
             raise RetentionError(
                 f"Table {identifier}: the history before snapshot {snap.snapshot_id} was expired, so the changes "
@@ -78,10 +80,27 @@ def snapshots_in_range(identifier: str, table: Table, start_snapshot_id: int | N
     return list(reversed(out))
 
 
+def as_inserts(rows, snap: Snapshot, version: int | None):
+    """A snapshot's rows as the changes that created them: every row an insert of that commit (a consumer's first
+    read of a table whose early history may already be expired)."""
+    from pyspark.sql import functions as F
+
+    return _with_commit(rows.withColumn(CHANGE_TYPE, F.lit(INSERT)), snap, version)
+
+
+def _with_commit(rows, snap: Snapshot, version: int | None):
+    from pyspark.sql import functions as F
+
+    return (
+        rows.withColumn(COMMIT_SNAPSHOT_ID, F.lit(snap.snapshot_id).cast("long"))
+        .withColumn(COMMIT_VERSION, F.lit(version).cast("long"))
+        .withColumn(COMMIT_TIMESTAMP, F.lit(dt.datetime.fromtimestamp(snap.timestamp_ms / 1000, dt.timezone.utc)).cast("timestamp"))
+    )
+
+
 def read_changes(spark, identifier: str, table: Table, storage: StorageConfig, snapshots: list[Snapshot], delta_versions: dict[int, int]):
     """A Spark DataFrame of the rows `snapshots` changed, in the table's current schema (older files read by
     field id; a column they lack reads NULL), plus the change type and the commit columns."""
-    from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
     schema = table.schema()
@@ -93,12 +112,7 @@ def read_changes(spark, identifier: str, table: Table, storage: StorageConfig, s
         rows = _snapshot_changes(spark, identifier, table, storage, snap, spark_schema)
         if rows is None:
             continue
-        version = delta_versions.get(snap.snapshot_id)
-        parts.append(
-            rows.withColumn(COMMIT_SNAPSHOT_ID, F.lit(snap.snapshot_id).cast("long"))
-            .withColumn(COMMIT_VERSION, F.lit(version).cast("long"))
-            .withColumn(COMMIT_TIMESTAMP, F.lit(dt.datetime.fromtimestamp(snap.timestamp_ms / 1000, dt.timezone.utc)).cast("timestamp"))
-        )
+        parts.append(_with_commit(rows, snap, delta_versions.get(snap.snapshot_id)))
     if not parts:
         return spark.createDataFrame([], StructType([*(f for f in spark_schema.fields), *extra]))
     out = parts[0]

@@ -8,6 +8,7 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 
 from .dagster.checks import build_formats_agree_checks
 from .dagster.demo_assets import country_revenue, customer_changes, customers, daily, daily_user_activity, day_by_country, demo_assets, events
+from .dagster.foreign_commits import foreign_commits_sensor
 from .dagster.io_manager import LakehouseIOManager
 from .dagster.maintenance import maintenance_jobs, maintenance_schedules, maintenance_sensors
 from .dagster.resources import LakehouseResource, spark_resource
@@ -41,7 +42,7 @@ defs = Definitions(
     asset_checks=build_formats_agree_checks([a.key for a in demo_assets]),
     jobs=[demo_customers_job, demo_daily_job, demo_country_job, *maintenance_jobs, lakehouse_alter_job, lakehouse_rollback_job],
     schedules=maintenance_schedules,
-    sensors=maintenance_sensors,
+    sensors=[*maintenance_sensors, foreign_commits_sensor],
     resources={
         "lakehouse": lakehouse,
         "pyspark": pyspark,

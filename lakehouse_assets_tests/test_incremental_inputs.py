@@ -3,6 +3,7 @@ since it last consumed them, exactly once across failed, retried and repeated ru
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from dagster import AssetIn, DagsterInstance, RetryPolicy, asset, materialize
 from dagster_pyspark import PySparkResource
@@ -99,3 +100,32 @@ def test_a_first_run_reads_the_upstream_as_it_is_when_its_early_history_was_expi
     assert materialize([events, doubled], selection=[doubled], resources=dagster_resources).success
     assert SEEN[-1] == [(1, "insert"), (2, "insert"), (3, "insert")]
     assert sorted((r["id"], r["amount"]) for r in lh.read(spark, "inc.doubled").collect()) == [(1, 2), (2, 4), (3, 6)]
+
+
+def test_commits_from_outside_dagster_reach_dagster_as_materializations(dagster_resources, spark, warehouse):
+    from dagster import build_sensor_context
+
+    from lakehouse_assets.dagster.foreign_commits import foreign_commits_sensor
+
+    lh = Lakehouse(warehouse)
+    BATCH[:] = [(1, 1)]
+    assert materialize([events], resources=dagster_resources).success
+    def tick(cursor=None):
+        with build_sensor_context(cursor=cursor, resources={"lakehouse": dagster_resources["lakehouse"]}) as context:
+            return foreign_commits_sensor(context)
+
+    first = tick()
+    assert not first.asset_events  # the first evaluation records where the tables are
+
+    table = lh.load("inc.events")
+    table.append(pa.table({"id": [2], "amount": [20]}, schema=table.schema().as_arrow()))  # pyiceberg, another engine
+    foreign = lh.load("inc.events").current_snapshot().snapshot_id
+    lh.maintain("inc.events", "compaction", spark=spark, compaction_min_input_files=2)  # rows unchanged: not reported
+    BATCH[:] = [(3, 3)]
+    assert materialize([events], resources=dagster_resources).success  # a Dagster run: already a materialization
+    result = tick(first.cursor)
+    [event] = result.asset_events
+    assert event.asset_key.path == ["inc", "events"] and event.metadata["lakehouse/iceberg_snapshot_id"].value == foreign
+    assert event.metadata["lakehouse/engine"].value == "unknown"  # pyiceberg names no engine in its summary (Spark and Trino do)
+    again = tick(result.cursor)
+    assert not again.asset_events

@@ -108,8 +108,10 @@ def read_changes(spark, identifier: str, table: Table, storage: StorageConfig, s
     extra = [StructField(CHANGE_TYPE, StringType(), False), StructField(COMMIT_SNAPSHOT_ID, LongType(), False),
              StructField(COMMIT_VERSION, LongType(), True), StructField(COMMIT_TIMESTAMP, TimestampType(), False)]
     parts = []
+    by_id = history.snapshots_by_id(table)
     for snap in snapshots:
-        rows = _snapshot_changes(spark, identifier, table, storage, snap, spark_schema)
+        parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        rows = _snapshot_changes(spark, identifier, table, storage, snap, parent, spark_schema)
         if rows is None:
             continue
         parts.append(_with_commit(rows, snap, delta_versions.get(snap.snapshot_id)))
@@ -121,7 +123,7 @@ def read_changes(spark, identifier: str, table: Table, storage: StorageConfig, s
     return out
 
 
-def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConfig, snap: Snapshot, spark_schema):
+def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConfig, snap: Snapshot, parent: Snapshot | None, spark_schema):
     """The rows one snapshot changed, with their change type (None: it changed none)."""
     from pyspark.sql import functions as F
 
@@ -129,7 +131,6 @@ def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConf
     if summary.get(SummaryKeys.OPERATION) == Operation.COMPACTION or (snap.summary and snap.summary.operation == IcebergOperation.REPLACE):
         return None  # files rewritten with the same rows
     change = snapshot_change(table, snap)
-    parent = history.snapshots_by_id(table).get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
     if has_delete_files(table, snap) or (parent is not None and has_delete_files(table, parent)):
         # Rows are visible through other engines' delete files: compare what readers saw before and after.
         removed, added = _visible_rows_around(spark, identifier, table, storage, snap, parent, change, spark_schema)

@@ -135,6 +135,7 @@ def test_another_engines_delete_files_delete_rows_and_applying_them_changes_noth
     lh.repair(t, apply_deletes=True, spark=spark)
     assert lh.changes(t, second).count() == 0
     assert changed(lh.changes(t, deleted_at)) == [(2, "n2", "US", "delete")]
+    assert not list(spark.sparkContext._jsc.getPersistentRDDs().values())  # reading changes leaves nothing cached
 
 
 def test_delta_readers_get_the_change_feeds_own_error(lh, spark):

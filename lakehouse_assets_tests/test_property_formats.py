@@ -276,9 +276,18 @@ def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v, duckdb_
         "duckdb_delta": duck.execute_arrow(f"SELECT * FROM {duckdb_readers.delta_scan_sql(root)} WHERE {where}"),
         "delta_rs": (delta_rs_sql(lh, identifier, column, op, v) if arrow_filter is None
                      else DeltaTable(root[len("file://"):]).to_pyarrow_dataset().to_table(filter=arrow_filter)),
-        "pyiceberg": table.scan(row_filter=ice_filter).to_arrow(),
+        "pyiceberg": _pyiceberg_filtered(table, ice_filter, arrow_filter, column, op, v),
         **({"java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location).filter(spark_filter))} if java_iceberg.available() else {}),
     }
+
+
+def _pyiceberg_filtered(table, ice_filter, arrow_filter, column, op, v) -> pa.Table:
+    """pyiceberg's scan with the filter pushed down; for a value in year 1 its whole scan, filtered in Arrow: its
+    planning projects the boundary through year/month transforms into year 0 and overflows (pinned by
+    test_pyiceberg_year_projection_overflows_below_year_one)."""
+    if op != "is_null" and isinstance(v, dt.date) and v.year == 1:
+        return table.scan().to_arrow().filter(arrow_filter)
+    return table.scan(row_filter=ice_filter).to_arrow()
 
 
 def files_without_min_max(lh, identifier, column) -> bool:

@@ -9,6 +9,7 @@ import os
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable, QueryBuilder, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
@@ -174,3 +175,21 @@ def test_pyiceberg_names_two_decimal_partition_types_alike_in_avro():
     partition = IcebergSchema(NestedField(1000, "a", DecimalType(38, 10), required=False), NestedField(1001, "b", DecimalType(38, 10), required=False))
     avro = json_.dumps(AvroSchemaConversion().iceberg_to_avro(partition, schema_name="r102"))
     assert avro.count('"type": "fixed"') == 2 and avro.count('"name": "decimal_38_10"') == 2  # defined twice: the bug
+
+
+def test_pyiceberg_year_projection_overflows_below_year_one():
+    """pyiceberg 0.12: projecting `ts < 0001-01-01T00:00` through a year (or month) partition decrements the
+    boundary to year 0 and raises OverflowError, so its scan planning fails on such a filter (the day transform
+    projects it); its residual evaluation (strict projection) does the same for other comparisons. The property
+    test reads pyiceberg without the filter pushed down for values in year 1."""
+    import datetime as dt
+
+    from pyiceberg.expressions import LessThan
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform, YearTransform
+    from pyiceberg.types import NestedField, TimestampType
+
+    bound = LessThan("ts", dt.datetime(1, 1, 1).isoformat()).bind(Schema(NestedField(1, "ts", TimestampType())))
+    with pytest.raises(OverflowError, match="date value out of range"):
+        YearTransform().project("p", bound)
+    assert DayTransform().project("p", bound) is not None

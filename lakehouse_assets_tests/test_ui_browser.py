@@ -30,6 +30,7 @@ DEMO_TABLES = ["demo.customers", "demo.events", "demo.daily_user_activity"]
 AUTOMATIONS = [
     ("sensors", "lakehouse_compaction_sensor"),
     ("sensors", "lakehouse_delta_lag_sensor"),
+    ("sensors", "lakehouse_foreign_commits_sensor"),
     ("schedules", "lakehouse_nightly_maintenance"),
 ]
 RUN_TIMEOUT_S = 420

@@ -173,7 +173,7 @@ def _visible(spark, identifier: str, table: Table, storage: StorageConfig, files
         return spark.createDataFrame([], spark_schema)
     uris = [e.data_file.file_path for e in files.data]
     rows = read_parquet_files(spark, uris, spark_schema, storage, path_column=PATH, position_column=POSITION, cast_files=True)
-    drops = dropped_rows(spark, identifier, table, files, spark_schema, storage)
+    drops = dropped_rows(spark, identifier, table, files, spark_schema, storage, persist=False)  # one lazy read: nothing left cached
     if drops is not None:
         rows = rows.join(drops, [PATH, POSITION], "left_anti")
     return rows.drop(PATH, POSITION)

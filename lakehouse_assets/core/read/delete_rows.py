@@ -18,7 +18,7 @@ from .reader import read_parquet_files
 PATH, POSITION, DELETE_FILE = "_lakehouse_file", "_lakehouse_pos", "_lakehouse_delete_file"
 
 
-def dropped_rows(spark, identifier: str, table, files, spark_schema, storage):
+def dropped_rows(spark, identifier: str, table, files, spark_schema, storage, persist: bool = True):
     """(file path, row position) of every row a delete file removes, persisted; None when no data file is affected.
     Which delete file applies to which data file is decided on the driver from metadata; rows are matched in Spark."""
 
@@ -42,7 +42,8 @@ def dropped_rows(spark, identifier: str, table, files, spark_schema, storage):
     drops = parts[0]
     for p in parts[1:]:
         drops = drops.unionByName(p)
-    return drops.distinct().persist()
+    drops = drops.distinct()
+    return drops.persist() if persist else drops  # persisted: the caller reads it more than once, then unpersists it
 
 
 def _position_drops(spark, pos_files: list[str], pair_df, storage):

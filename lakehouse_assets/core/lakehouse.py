@@ -245,7 +245,7 @@ class Lakehouse:
         if snap is None:
             raise RetentionError(f"Table {identifier} has no snapshot {snapshot_id} (never written, or expired). See `lakehouse history {identifier}`.")
         delta = self.mirror(table).load() if self.delta_enabled(table) else None
-        version = history.delta_versions_of(delta, [snap.snapshot_id]).get(snap.snapshot_id) if delta is not None else None
+        version = history.delta_version_of(delta, snap.snapshot_id) if delta is not None else None
         return changes_.as_inserts(self.read(active_session(spark), identifier, snapshot_id=snap.snapshot_id), snap, version)
 
     def consumed_snapshot(self, identifier: str, upstream: str) -> int | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from dagster import MetadataValue
 
+from ..core.errors import SpecError
 from ..core.properties import SummaryKeys
 
 _PENDING: dict[tuple[str, str], dict[str, tuple[int | None, int | None]]] = {}  # (run id, downstream) -> upstream -> (after, through)
@@ -29,8 +30,6 @@ def downstream_asset_key(context):
     """The asset whose step loads this input (one asset per op: multi-assets cannot consume changes)."""
     keys = sorted(context.step_context.get_output_asset_keys(), key=lambda k: k.path)
     if len(keys) != 1:
-        from ..core.errors import SpecError
-
         raise SpecError(
             f"Input {context.asset_key.to_user_string()}: 'changes' inputs need an asset of its own (one output); this op produces "
             f"{[k.to_user_string() for k in keys]}. Split it into one asset per table."

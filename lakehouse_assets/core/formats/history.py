@@ -94,17 +94,9 @@ def delta_versions_by_snapshot(delta) -> dict[int, int]:
 
 
 def delta_version_of(delta, snapshot_id: int) -> int | None:
-    """The Delta version whose commitInfo names `snapshot_id`, searching the newest commits first (the mirror's
-    latest snapshot is near the head of the log, so this reads a few commits rather than the whole history)."""
-    limit = 8
-    while True:
-        commits = delta.history(limit)
-        found = [c["version"] for c in commits if c.get(DeltaCommitKeys.ICEBERG_SNAPSHOT_ID) == str(snapshot_id)]
-        if found:
-            return min(found)
-        if len(commits) < limit:
-            return None
-        limit *= 4
+    """The Delta version whose commitInfo names `snapshot_id` (`delta_versions_of` for one snapshot): the mirror's
+    latest snapshot is near the head of the log, so this reads a few commits rather than the whole history."""
+    return delta_versions_of(delta, [snapshot_id]).get(snapshot_id)
 
 
 def delta_versions_of(delta, snapshot_ids) -> dict[int, int]:

@@ -137,10 +137,11 @@ def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConf
     elif not change.adds and not change.removes:
         return None
     else:
-        added = _rows(spark, change.adds, spark_schema, storage, types_were_widened(table))
+        widened = types_were_widened(table)
+        added = _rows(spark, change.adds, spark_schema, storage, widened)
         if not change.removes:
             return added.withColumn(CHANGE_TYPE, F.lit(INSERT))
-        removed = _rows(spark, change.removes, spark_schema, storage, types_were_widened(table))
+        removed = _rows(spark, change.removes, spark_schema, storage, widened)
         if not change.adds:
             return removed.withColumn(CHANGE_TYPE, F.lit(DELETE))
     keys = [k for k in summary.get(SummaryKeys.MERGE_KEYS, "").split(",") if k and k in spark_schema.fieldNames()]

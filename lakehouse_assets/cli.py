@@ -271,6 +271,42 @@ def rollback(ctx, table: str, snapshot_id, delta_version, as_of, run_id, as_json
     _emit(result, as_json, render)
 
 
+@cli.command()
+@global_options
+@click.argument("table")
+@click.option("--branch", required=True, help="The Iceberg branch whose writes main takes.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def publish(ctx, table: str, branch: str, as_json: bool) -> None:
+    """Make a branch's writes main's, in both formats: fast-forward, or re-applied on top of main when it moved."""
+    result = _lakehouse(ctx).publish(table, branch).to_dict()
+
+    def render(r):
+        if r["published"] == "nothing to publish":
+            click.echo(f"{r['table']}: branch {r['branch']} has nothing main does not have")
+            return
+        click.echo(f"{r['table']}: published branch {r['branch']} ({r['published']}, {r['snapshots_published']} snapshot(s)) as Iceberg "
+                   f"snapshot {r['iceberg_snapshot_id']} / Delta version {r['delta_version']}")
+
+    _emit(result, as_json, render)
+
+
+@cli.command()
+@global_options
+@click.argument("table")
+@click.option("--branch", required=True, help="The Iceberg branch to remove, with its unpublished writes.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def discard(ctx, table: str, branch: str, as_json: bool) -> None:
+    """Remove a branch and its unpublished writes; main and Delta are not touched."""
+    result = _lakehouse(ctx).discard(table, branch)
+
+    def render(r):
+        click.echo(f"{r['table']}: discarded branch {r['branch']} ({r['unpublished_snapshots']} unpublished snapshot(s))")
+
+    _emit(result, as_json, render)
+
+
 MAINTENANCE_OPERATIONS = list(maintenance.OPERATIONS)
 
 

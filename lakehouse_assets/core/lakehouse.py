@@ -8,6 +8,7 @@ gives the order that keeps both formats safe when any step fails), a repair in c
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -28,7 +29,7 @@ from .io.storage import StorageConfig, normalize_uri
 from .maintenance import rollback as rollback_
 from .maintenance.repair import repair_table
 from .maintenance.verify import verify_table
-from .model import FileChanges, MergeOptions, TableOptions, WriteRequest, WriteResult
+from .model import FileChanges, MergeOptions, PublishResult, TableOptions, WriteRequest, WriteResult
 from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
 from .read import changes as changes_
 from .read import time_travel
@@ -43,10 +44,12 @@ from .schema.spec import (
 from .schema.statistics import policy_keys
 from .schema.window import Slice, Window
 from .spark.session import active_session
+from .table import branches as branches_
 from .table import tables
 from .table.catalog import open_catalog
 from .table.context import TableContext
 from .write import alter as alter_
+from .write import publish as publish_
 from .write import table_write, transaction
 
 __all__ = ["Lakehouse", "MergeOptions", "Slice", "TableOptions", "Window", "WriteResult"]
@@ -132,6 +135,7 @@ class Lakehouse:
         table: TableOptions | None = None,
         writer: dict[str, str] | None = None,
         snapshot_properties: Mapping[str, str] | None = None,
+        branch: str | None = None,
         spark=None,
     ) -> WriteResult:
         """Write a Spark DataFrame (or a pyarrow Table, a pandas or a Polars DataFrame) to both formats.
@@ -147,8 +151,13 @@ class Lakehouse:
         same id commits nothing and returns the first write's snapshot. `writer`: who wrote it, and
         `snapshot_properties`: any other facts about the write, recorded in the Iceberg snapshot summary and the
         Delta commit (keys starting with `lakehouse.` reach the Delta commit).
+
+        `branch`: commit to that Iceberg branch instead of main (created at main's current snapshot if new):
+        main and the Delta log do not change, and only readers that ask for the branch see the rows until
+        `publish`. The write plans against the branch (a merge matches the branch's rows).
         """
         request = self._request(identifier, mode, partition_by, merge, window, write_id, table or TableOptions(), writer, snapshot_properties)
+        request = dataclasses.replace(request, branch=branches_.target_branch(identifier, branch))
         return table_write.write(self.context, df, request, foreign_default=self.foreign_delta_default, spark=spark)
 
     def _request(self, identifier, mode, partition_by, merge, window, write_id, table: TableOptions, writer, snapshot_properties=None) -> WriteRequest:
@@ -212,14 +221,16 @@ class Lakehouse:
         as_of: dt.datetime | None = None,
         row_filter: str | BooleanExpression | None = None,
         window: Window | Slice | None = None,
+        branch: str | None = None,
     ):
         """A Spark DataFrame of the table now, or as of an Iceberg snapshot, a Delta version or a time.
 
         Iceberg scan planning prunes files by partition and min/max before Spark opens any; a Delta
         version is read from the Delta log's own file list. `row_filter` (SQL text or a pyiceberg
-        expression) also filters the rows of the files it keeps.
+        expression) also filters the rows of the files it keeps. `branch`: the head of that Iceberg branch
+        (e.g. the rows a write-audit-publish run staged) instead of main.
         """
-        table = self.load(identifier)
+        table = self._on_branch(identifier, self.load(identifier), branch, snapshot_id, delta_version, as_of)
         return read_table(
             spark, identifier, table, self.storage, self.mirror(table),
             snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of, row_filter=row_filter, window=window,
@@ -267,10 +278,24 @@ class Lakehouse:
         snapshot_id: int | None = None,
         as_of: dt.datetime | None = None,
         window: Window | Slice | None = None,
+        branch: str | None = None,
     ):
         """A pyarrow Table of the table (or of `columns`), now or as of a snapshot or a time, read by pyiceberg and
-        pyarrow without Spark: for small tables and pandas/Polars assets (see core/read/arrow_reader.py)."""
-        return read_arrow(identifier, self.load(identifier), columns=columns, row_filter=row_filter, snapshot_id=snapshot_id, as_of=as_of, window=window)
+        pyarrow without Spark: for small tables and pandas/Polars assets (see core/read/arrow_reader.py).
+        `branch`: the head of that Iceberg branch instead of main."""
+        table = self._on_branch(identifier, self.load(identifier), branch, snapshot_id, None, as_of)
+        return read_arrow(identifier, table, columns=columns, row_filter=row_filter, snapshot_id=snapshot_id, as_of=as_of, window=window)
+
+    @staticmethod
+    def _on_branch(identifier: str, table: Table, branch: str | None, snapshot_id, delta_version, as_of) -> Table:
+        """The table as a read of `branch` sees it (its head as the current snapshot); main when None."""
+        branch = branches_.target_branch(identifier, branch)
+        if branch is None:
+            return table
+        if any(x is not None for x in (snapshot_id, delta_version, as_of)):
+            raise SpecError(f"Table {identifier}: give a branch or a point in time (snapshot_id, delta_version, as_of), not both.")
+        branches_.require_head(identifier, table, branch)
+        return branches_.on_branch(table, branch)
 
     def snapshot_of_run(self, identifier: str, run_id: str) -> int:
         """The snapshot the Dagster run `run_id` left the table at (its last write to it)."""
@@ -278,6 +303,31 @@ class Lakehouse:
         if snap is None:
             raise RetentionError(f"Table {identifier} has no retained snapshot written by run {run_id} (it never wrote the table, or that snapshot was expired).")
         return snap.snapshot_id
+
+    # ------------------------------------------------------------ branches
+
+    def publish(self, identifier: str, branch: str, *, spark=None) -> PublishResult:
+        """Make the rows written to `branch` main's, in both formats: main fast-forwards to the branch's head when
+        it has not moved since the branch forked; otherwise the branch's change is committed again on top of
+        main when that is safe (appends; a merge or overwrite whose files main did not change and which main
+        gained no rows since), else nothing changes and a `CommitConflict` says why. The Delta log then
+        follows main. The branch is kept; `discard` removes it (see core/write/publish.py)."""
+        branch = branches_.target_branch(identifier, branch)
+        if branch is None:
+            raise SpecError(f"Table {identifier}: name the branch to publish; main is what a publish goes to.")
+        return publish_.publish(self.context, identifier, branch, foreign_default=self.foreign_delta_default, spark=spark)
+
+    def discard(self, identifier: str, branch: str) -> dict[str, Any]:
+        """Remove `branch` and with it every unpublished change on it; main and Delta are not touched. Snapshot
+        expiry and orphan cleanup then reclaim the files only the branch referenced."""
+        branch = branches_.target_branch(identifier, branch)
+        if branch is None:
+            raise SpecError(f"Table {identifier}: main cannot be discarded; name a branch (see `lakehouse tables`).")
+        return publish_.discard(self.context, identifier, branch)
+
+    def branches(self, identifier: str) -> dict[str, int]:
+        """The table's Iceberg branches other than main: name -> head snapshot id (Delta has no branches)."""
+        return branches_.branches(self.load(identifier))
 
     # ------------------------------------------------------------ rollback
 

@@ -80,6 +80,7 @@ class WriteResult:
     delta_error: str | None = None
     duplicate_of_earlier_write: bool = False
     warnings: list[str] = field(default_factory=list)
+    branch: str | None = None  # the Iceberg branch committed to (None: main, mirrored to Delta)
 
     @classmethod
     def for_table(cls, identifier: str, table: Table, mode: str, snapshot_id: int | None) -> "WriteResult":
@@ -87,6 +88,15 @@ class WriteResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class PublishResult(WriteResult):
+    """What a publish did: main's new snapshot and Delta version, and how the branch's change got there
+    ("fast-forward", "re-applied" or "nothing to publish")."""
+
+    published: str = ""
+    snapshots_published: int = 0
 
 
 DEFAULT_DELETE_VALUES = ("delete", "d", "D", "DELETE")
@@ -158,6 +168,7 @@ class WriteRequest:
     target_file_size: int | None = None
     merge: MergeOptions | None = None
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)  # recorded in the snapshot and the Delta commit
+    branch: str | None = None  # an Iceberg branch to commit to instead of main (core/table/branches.py)
 
     def __post_init__(self) -> None:
         identifier = self.spec.identifier
@@ -174,4 +185,6 @@ class WriteRequest:
         }
         if self.write_id is not None:
             out[SummaryKeys.WRITE_ID] = self.write_id
+        if self.branch is not None:
+            out[SummaryKeys.BRANCH] = self.branch
         return {**{k: str(v) for k, v in self.snapshot_properties.items()}, **out}

@@ -61,6 +61,10 @@ class SummaryKeys:
     COMPACTION_FILES_REWRITTEN = "lakehouse.compaction.files-rewritten"
     APPLIED_DELETE_FILES = "lakehouse.apply-deletes.delete-files"  # other engines' delete files an apply-deletes removed
     ROLLBACK_TARGET = "lakehouse.rollback.target-snapshot-id"  # the snapshot a rollback restored the rows of
+    BRANCH = "lakehouse.branch"  # on a snapshot written to a branch other than main: that branch
+    # On a snapshot that re-applied a branch's change on top of main: the branch and its head then
+    PUBLISHED_BRANCH = "lakehouse.published.branch"
+    PUBLISHED_SNAPSHOT = "lakehouse.published.snapshot-id"
     # + an upstream table's name: the upstream snapshot whose changes this commit's data includes (incremental inputs)
     CONSUMED_PREFIX = "lakehouse.consumed."
     PREFIX = "lakehouse."  # summary keys with this prefix are copied into the mirroring Delta commitInfo

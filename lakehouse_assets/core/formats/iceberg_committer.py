@@ -77,6 +77,8 @@ def commit_files(
     summary: dict[str, str],
     stage=None,
     removed_delete_files: list[DataFile] = (),
+    branch: str | None = None,
+    branch_base_id: int | None = None,
 ) -> Snapshot | None:
     """One snapshot: an append (merging manifests) when nothing is removed, else an overwrite. None when there is nothing to do.
 
@@ -84,26 +86,35 @@ def commit_files(
     `stage(tx)` adds other metadata changes (a schema change) to the same transaction.
     `removed_delete_files`: delete files (written by other engines) this snapshot removes too
     (core/formats/deletes.py), e.g. after applying them or when a full overwrite replaces every data file.
+    `branch`: commit to that Iceberg branch instead of main; a branch that does not exist yet is created at
+    `branch_base_id` (the snapshot the write planned against) in the same commit.
     """
     if not adds and not removes and not removed_delete_files:
         return None
+    target = {"branch": branch} if branch is not None else {}
     with MetadataCachingTransaction(table) as tx:
         if stage is not None:
             stage(tx)  # e.g. the schema change these files need: same transaction, one atomic commit
+        if branch is not None and branch not in table.metadata.refs and branch_base_id is not None:
+            from pyiceberg.table.update.snapshot import ManageSnapshots
+
+            with ManageSnapshots(tx) as refs:
+                refs.create_branch(branch_base_id, branch)
         if removed_delete_files:
             from pyiceberg.table.snapshots import Operation
 
             from .deletes import OverwriteRemovingDeletes
 
             with OverwriteRemovingDeletes(
-                operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=summary, removed_delete_files=removed_delete_files
+                operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=summary, removed_delete_files=removed_delete_files,
+                **target,
             ) as producer:
                 for f in removes:
                     producer.delete_data_file(f)
                 for f in adds:
                     producer.append_data_file(f)
         elif removes:
-            with tx.update_snapshot(snapshot_properties=summary).overwrite() as producer:
+            with tx.update_snapshot(snapshot_properties=summary, **target).overwrite() as producer:
                 for f in removes:
                     producer.delete_data_file(f)
                 for f in adds:
@@ -111,13 +122,12 @@ def commit_files(
         else:
             # Merge-append unless the table turns it off: Java Iceberg's default, and older tables created
             # before this project set `commit.manifest-merge.enabled` get bounded manifest lists too.
-            update = tx.update_snapshot(snapshot_properties=summary)
+            update = tx.update_snapshot(snapshot_properties=summary, **target)
             merge = table.properties.get("commit.manifest-merge.enabled", "true").lower() != "false"
             with (update.merge_append() if merge else update.fast_append()) as producer:
                 for f in adds:
                     producer.append_data_file(f)
-    snapshot = table.current_snapshot()
-    return snapshot
+    return table.snapshot_by_name(branch) if branch is not None else table.current_snapshot()
 
 
 def live_data_files(table: Table, snapshot_id: int | None = None, row_filter=None) -> list[DataFile]:

@@ -14,6 +14,7 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from ..formats import history
 from ..io.storage import normalize_uri, relative_to
+from ..table import branches
 from ..table.context import TableContext
 from .references import (
     RETENTION_DELTA_MIN_VERSION,
@@ -34,17 +35,30 @@ from .reports import ExpiryReport, OrphanReport
 from .settings import MaintenanceSettings
 
 
+def _unpublished(table) -> set[int]:
+    """Each branch's own snapshots and the snapshot it forked from: what publishing it compares (core/write/publish.py)."""
+    keep: set[int] = set()
+    for name in branches.branches(table):
+        head = branches.head(table, name)
+        fork = branches.fork_point(table, head)
+        keep |= {s.snapshot_id for s in branches.staged(table, head, fork)}
+        if fork is not None:
+            keep.add(fork.snapshot_id)
+    return keep
+
+
 def snapshot_expiry(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> ExpiryReport:
     table = ctx.load(identifier)
     root = normalize_uri(table.location())
     now = now_ms()
     cutoff = now - int(settings.snapshot_retention_days * 86400 * 1000)
     # Keep: the newest `min_snapshots_to_keep` of the current branch, everything inside the window,
-    # and every branch/tag head (pyiceberg also refuses to expire those).
+    # every branch/tag head (pyiceberg also refuses to expire those), and what an open branch needs to be published.
     chain = list(history.ancestors(table))
     keep = {s.snapshot_id for s in chain[: settings.min_snapshots_to_keep]}
     keep |= {s.snapshot_id for s in table.metadata.snapshots if s.timestamp_ms >= cutoff}
     keep |= {ref.snapshot_id for ref in table.metadata.refs.values()}
+    keep |= _unpublished(table)
     expire = sorted(s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in keep)
     kept = [s for s in table.metadata.snapshots if s.snapshot_id in keep]
     oldest_kept = min(kept, key=lambda s: s.timestamp_ms) if kept else None

@@ -28,7 +28,7 @@ from ..io.storage import check_access, delete_files
 from ..model import FileChanges, WriteRequest, WriteResult
 from ..schema.type_mapping import spark_schema_to_iceberg
 from ..spark.session import active_session
-from ..table import tables
+from ..table import branches, tables
 from ..table.context import TableContext
 from ..table.evolution import evolved_schema, types_were_widened
 from . import merge as merge_
@@ -77,7 +77,14 @@ def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign
             raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
     table, schema_plan, created = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming)
     try:
-        delta = None if created else _foreign_delta_gate(ctx, identifier, table, foreign_default, df.sparkSession)
+        if request.branch is not None:
+            # Main and the Delta log stay as they are: foreign Delta versions are for the publish to meet.
+            _refuse_schema_change_on_branch(identifier, request.branch, schema_plan)
+            table = branches.on_branch(table, request.branch)
+            if window is not None:
+                window.validate(identifier, table)
+            return _write_into(ctx, table, schema_plan, df, request, started, key_stats)
+        delta = None if created else foreign_delta_gate(ctx, identifier, table, foreign_default, df.sparkSession)
         if delta is False:  # foreign versions were adopted: a new Iceberg snapshot, maybe new columns to plan against
             table, schema_plan, _ = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming)
             delta = None
@@ -95,7 +102,18 @@ def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign
         raise
 
 
-def _foreign_delta_gate(ctx: TableContext, identifier: str, table: Table, foreign_default: str, spark=None):
+def _refuse_schema_change_on_branch(identifier: str, branch: str, schema_plan) -> None:
+    """An Iceberg schema belongs to the table, not to a branch: a column added by a branch write would change
+    main's schema (and Delta's, at the next mirror) before anything is published."""
+    if not schema_plan.empty:
+        raise SchemaError(
+            f"Table {identifier}: the data for branch {branch!r} changes the table's schema ({schema_plan.describe()}), and an Iceberg "
+            "schema is shared by every branch, main included. Nothing was written. Make the schema change on main first "
+            "(write data with the new columns or types to main), then write to the branch."
+        )
+
+
+def foreign_delta_gate(ctx: TableContext, identifier: str, table: Table, foreign_default: str, spark=None):
     """Before planning a write: Delta versions another engine wrote are refused or adopted (the table's policy).
 
     Returns the Delta log as read, for the commit to bring up to date instead of loading it again (None when
@@ -118,7 +136,7 @@ def _foreign_delta_gate(ctx: TableContext, identifier: str, table: Table, foreig
 
 def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: WriteRequest, started: float, key_stats, delta=None) -> WriteResult:
     identifier = request.spec.identifier
-    delta_on = tables.delta_enabled(table)
+    delta_on = tables.delta_enabled(table) and request.branch is None
     if delta_on and schema_plan.widen and mapping_enabled(table.properties):
         raise SchemaError(
             f"Table {identifier}: the data widens column(s) {[n for n, _ in schema_plan.widen]} to "
@@ -157,7 +175,9 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
         def revalidate(fresh, base_id):
             return merge_.concurrent_conflict(df.sparkSession, fresh, base_id, df, request.merge, ctx.storage, target.cast_files)
 
-    result = transaction.commit(ctx, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate, delta=delta)
+    result = transaction.commit(
+        ctx, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate, delta=delta, branch=request.branch
+    )
     result.write_seconds = write_seconds
     if result.files_added or result.files_removed:
         if (advice := small_writes_warning(identifier, table)) is not None:

@@ -52,20 +52,24 @@ def commit(
     schema_plan: SchemaPlan | None = None,
     revalidate: Callable[[Table, int | None], str | None] | None = None,
     delta=None,
+    branch: str | None = None,
 ) -> WriteResult:
     """Commit `changes` to Iceberg, then mirror to Delta. See the module docstring for the failure rules.
 
     `revalidate(fresh_table, base_snapshot_id)`: when pyiceberg's validation rejects the commit because
     another writer committed since `base`, says why that invalidates the plan (a reason), or None when
     the plan still holds: the same files are then committed on top (at most REVALIDATE_ATTEMPTS times).
+
+    `branch`: commit to that Iceberg branch (`table` is the branch's view, core/table/branches.py). Delta
+    mirrors main only, so nothing reaches the Delta log until the branch is published.
     """
     started = time.monotonic()
-    mirror = ctx.mirror(table) if ctx.delta_enabled(table) else None
+    mirror = ctx.mirror(table) if ctx.delta_enabled(table) and branch is None else None
     if mirror is not None and delta is not None:
         mirror.hand_over(delta)  # the log the write's foreign-version check read: brought up to date, not loaded again
     try:
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
-        table, snapshot = _commit_iceberg(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate)
+        table, snapshot = _commit_iceberg(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, branch)
     except BaseException as e:
         _drop_pooled_connections(table)
         # Nothing became visible: remove every file this operation created.
@@ -76,6 +80,7 @@ def commit(
         raise error from e
     iceberg_done = time.monotonic()
     result = WriteResult.for_table(identifier, table, mode, snapshot.snapshot_id if snapshot else _current_id(table))
+    result.branch = branch
     result.files_added = len(changes.adds)
     result.files_removed = len(changes.removes)
     result.rows_written = changes.rows_written
@@ -106,7 +111,7 @@ def _with_expected_delta_version(identifier: str, table: Table, mirror: DeltaMir
     return summary
 
 
-def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate):
+def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate, branch=None):
     """(the table as committed to, the new snapshot): one Iceberg snapshot of `changes`, re-validated and
     committed again on top of concurrent writes while `revalidate` says the plan still holds."""
     stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
@@ -115,9 +120,11 @@ def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: F
         try:
             # Passed only when there are some: tests wrap commit_files as a seam with the plain signature.
             extra = {"removed_delete_files": changes.removed_delete_files} if changes.removed_delete_files else {}
+            if branch is not None:
+                extra |= {"branch": branch, "branch_base_id": base_id}
             return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, **extra)
         except ValidationException as e:
-            if revalidate is None:
+            if revalidate is None or branch is not None:  # re-validation reads main; a branch's race is refused
                 raise
             table = ctx.load(identifier)
             conflict = revalidate(table, base_id)

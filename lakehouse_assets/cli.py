@@ -74,10 +74,11 @@ def tables(ctx, as_json: bool) -> None:
         if not rows:
             click.echo("no tables")
             return
-        shown = [{**t, "partition_by": ", ".join(t["partition_by"]) or "-", "formats": "+".join(t["formats"])} for t in rows]
+        shown = [{**t, "partition_by": ", ".join(t["partition_by"]) or "-", "formats": "+".join(t["formats"]),
+                  "branches": ", ".join(t["branches"]) or "-"} for t in rows]
         click.echo(_text_table(shown, [
             ("name", "TABLE"), ("iceberg_snapshot_id", "ICEBERG SNAPSHOT"), ("delta_version", "DELTA VERSION"),
-            ("partition_by", "PARTITIONED BY"), ("formats", "FORMATS"), ("location", "LOCATION"),
+            ("partition_by", "PARTITIONED BY"), ("formats", "FORMATS"), ("branches", "BRANCHES (ICEBERG ONLY)"), ("location", "LOCATION"),
         ]))
 
     _emit(_lakehouse(ctx).tables(), as_json, render)
@@ -86,20 +87,22 @@ def tables(ctx, as_json: bool) -> None:
 @cli.command()
 @global_options
 @click.argument("table")
+@click.option("--branch", default=None, help="The commits of this Iceberg branch instead of main's.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def history(ctx, table: str, as_json: bool) -> None:
+def history(ctx, table: str, branch: str | None, as_json: bool) -> None:
     """Every retained commit: snapshot <-> version, operation, rows/files added and removed, writer, time."""
 
     def render(rows):
         for h in rows:
             writer = h["writer"].get("dagster_run_id") or "-"
+            delta = f"delta v{h['delta_version']}" if h["delta_version"] is not None else f"branch {h['branch']}, no Delta version" if h["branch"] else f"delta v{h['delta_version']}"
             click.echo(
-                f"{h['timestamp']}  snapshot {h['iceberg_snapshot_id']}  delta v{h['delta_version']}  {h['operation']:<16} "
+                f"{h['timestamp']}  snapshot {h['iceberg_snapshot_id']}  {delta}  {h['operation']:<16} "
                 f"+{h['rows_added']}/-{h['rows_removed']} rows  +{h['files_added']}/-{h['files_removed']} files  writer {writer}"
             )
 
-    _emit(_lakehouse(ctx).history(table), as_json, render)
+    _emit(_lakehouse(ctx).history(table, branch=branch), as_json, render)
 
 
 @cli.command()
@@ -273,22 +276,40 @@ def rollback(ctx, table: str, snapshot_id, delta_version, as_of, run_id, as_json
 
 @cli.command()
 @global_options
-@click.argument("table")
+@click.argument("table", required=False)
 @click.option("--branch", required=True, help="The Iceberg branch whose writes main takes.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def publish(ctx, table: str, branch: str, as_json: bool) -> None:
-    """Make a branch's writes main's, in both formats: fast-forward, or re-applied on top of main when it moved."""
-    result = _lakehouse(ctx).publish(table, branch).to_dict()
+def publish(ctx, table: str | None, branch: str, as_json: bool) -> None:
+    """Make a branch's writes main's, in both formats: fast-forward, or re-applied on top of main when it moved.
+    Without TABLE: every table that has the branch; a table that cannot be published is refused with its reason
+    (exit status 1) and the others are published."""
+    lh = _lakehouse(ctx)
+    names = [table] if table else [t for t in lh.table_names() if branch in lh.branches(t)]
+    results = []
+    for name in names:
+        try:
+            results.append(lh.publish(name, branch).to_dict())
+        except LakehouseError as e:
+            if table:
+                raise
+            results.append({"table": name, "branch": branch, "refused": str(e)})
 
-    def render(r):
-        if r["published"] == "nothing to publish":
-            click.echo(f"{r['table']}: branch {r['branch']} has nothing main does not have")
-            return
-        click.echo(f"{r['table']}: published branch {r['branch']} ({r['published']}, {r['snapshots_published']} snapshot(s)) as Iceberg "
-                   f"snapshot {r['iceberg_snapshot_id']} / Delta version {r['delta_version']}")
+    def render(rows):
+        if not rows:
+            click.echo(f"no table has a branch {branch}")
+        for r in rows:
+            if "refused" in r:
+                click.echo(f"{r['table']}: refused: {r['refused']}")
+            elif r["published"] == "nothing to publish":
+                click.echo(f"{r['table']}: branch {r['branch']} has nothing main does not have")
+            else:
+                click.echo(f"{r['table']}: published branch {r['branch']} ({r['published']}, {r['snapshots_published']} snapshot(s)) as Iceberg "
+                           f"snapshot {r['iceberg_snapshot_id']} / Delta version {r['delta_version']}")
 
-    _emit(result, as_json, render)
+    _emit(results[0] if table else results, as_json, (lambda r: render([r])) if table else render)
+    if any("refused" in r for r in results):
+        ctx.exit(1)
 
 
 @cli.command()

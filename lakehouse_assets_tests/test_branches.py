@@ -9,6 +9,8 @@ After a publish, every reader of both formats agrees.
 from __future__ import annotations
 
 import pytest
+from dagster import asset, materialize
+from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 
 from lakehouse_assets import MergeOptions
@@ -150,3 +152,47 @@ def test_cli_publish_and_discard(lh, spark, warehouse):
     refused = run("discard", "br.c", "--branch", "b", warehouse=warehouse, check=False)
     assert refused.returncode != 0 and "has no branch 'b'" in refused.stderr
     assert _rows(lh, "br.c") == _expected(range(4)) and lh.branches("br.c") == {"a": lh.load("br.c").current_snapshot().snapshot_id}
+
+
+def test_an_environment_branch_keeps_a_deployment_off_main_and_delta(lh, spark, duck, warehouse):
+    from lakehouse_assets.dagster.io_manager import LakehouseIOManager
+    from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
+
+    lh.write(spark.sql(ROWS.format(lo=0, hi=4)), "env.source")  # production's table, no dev branch yet
+    lh.write(_totals(lh.read(spark, "env.source")), "env.totals")  # production's totals, with the columns the asset writes
+
+    @asset(key_prefix=["env"])
+    def source(pyspark: PySparkResource):
+        return pyspark.spark_session.sql(ROWS.format(lo=4, hi=6))  # appended on dev
+
+    @asset(key_prefix=["env"], metadata={"write_mode": "overwrite"})
+    def totals(source):
+        return _totals(source)
+
+    dev = LakehouseResource(warehouse=warehouse, branch="dev")
+    pyspark = spark_resource()
+    resources = {"lakehouse": dev, "pyspark": pyspark, "io_manager": LakehouseIOManager(lakehouse=dev, pyspark=pyspark)}
+    before = {t: (lh.load(t).current_snapshot().snapshot_id, _delta_state(lh, t)) for t in ("env.source", "env.totals")}
+
+    # Only the downstream runs first: the upstream has no dev branch, so it reads main (4 rows).
+    assert materialize([source, totals], selection=[totals], resources=resources).success
+    assert _rows(lh, "env.totals", branch="dev") == rows_of([{"id": g, "g": g, "v": str(n)} for g, n in ((0, 2), (1, 1), (2, 1))], ["g", "id", "v"])
+    # Then both: the downstream reads the upstream's dev branch (6 rows).
+    assert materialize([source, totals], resources=resources).success
+    assert _rows(lh, "env.source", branch="dev") == _expected(range(6))
+    assert _rows(lh, "env.totals", branch="dev") == rows_of([{"id": g, "g": g, "v": "2"} for g in range(3)], ["g", "id", "v"])
+    # Main and Delta of both tables are untouched.
+    assert {t: (lh.load(t).current_snapshot().snapshot_id, _delta_state(lh, t)) for t in before} == before
+    assert_all_readers_agree(lh, spark, duck, "env.source", _expected(range(4)))
+
+    # One command publishes every table on the branch; `tables` and `history` say where branch data lives.
+    out = run("publish", "--branch", "dev", warehouse=warehouse).stdout
+    assert "env.source: published branch dev (fast-forward" in out and "env.totals: published branch dev (fast-forward" in out
+    assert_all_readers_agree(lh, spark, duck, "env.totals", rows_of([{"id": g, "g": g, "v": "2"} for g in range(3)], ["g", "id", "v"]))
+    assert "BRANCHES (ICEBERG ONLY)" in run("tables", warehouse=warehouse).stdout
+    lh.write(spark.sql(ROWS.format(lo=9, hi=10)), "env.source", branch="dev")
+    assert "branch dev, no Delta version" in run("history", "env.source", "--branch", "dev", warehouse=warehouse).stdout
+
+
+def _totals(df):
+    return df.groupBy("g").count().selectExpr("cast(g AS bigint) AS id", "g", "cast(count AS string) AS v")

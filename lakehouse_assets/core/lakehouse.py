@@ -394,17 +394,20 @@ class Lakehouse:
                     "partition_by": spec_terms(table.spec(), table.schema()),
                     "formats": tables.formats(table),
                     "delta_column_mapping": mapping_enabled(table.properties),  # renames and drops work in both formats
+                    "branches": branches_.branches(table),  # Iceberg only: Delta mirrors main
                 }
             )
         return out
 
-    def history(self, identifier: str) -> list[dict[str, Any]]:
-        """Every retained commit, newest first: Iceberg snapshot <-> Delta version, operation, counts, writer, time."""
+    def history(self, identifier: str, *, branch: str | None = None) -> list[dict[str, Any]]:
+        """Every retained commit, newest first: Iceberg snapshot <-> Delta version, operation, counts, writer, time.
+        `branch`: the commits of that Iceberg branch (its own have no Delta version until published)."""
         table = self.load(identifier)
         delta = self.mirror(table).load() if self.delta_enabled(table) else None
         delta_versions = history.delta_versions_by_snapshot(delta) if delta is not None else {}
+        head = branches_.require_head(identifier, table, branch) if branches_.target_branch(identifier, branch) else None
         out = []
-        for snap in history.ancestors(table):
+        for snap in history.ancestors(table, head):
             s = history.summary(snap)
             out.append(
                 {
@@ -420,6 +423,7 @@ class Lakehouse:
                     "total_rows": int(s.get("total-records", 0)),
                     "writer": json.loads(s.get(SummaryKeys.WRITER, "{}")),
                     "write_id": s.get(SummaryKeys.WRITE_ID),
+                    "branch": s.get(SummaryKeys.BRANCH),  # written to this branch (None: to main)
                 }
             )
         return out

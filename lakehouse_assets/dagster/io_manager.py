@@ -258,6 +258,9 @@ class LakehouseIOManager(ConfigurableIOManager):
         if consumed:
             kwargs["snapshot_properties"] = incremental.snapshot_properties(consumed)
             context.add_output_metadata(incremental.metadata(consumed))
+        if self.lakehouse.branch:
+            kwargs["branch"] = self.lakehouse.branch
+            context.add_output_metadata({"lakehouse/branch": MetadataValue.text(self.lakehouse.branch)})
         result = lh.write(obj, identifier, mode=mode.value, **kwargs)
         for warning in result.warnings:
             context.log.warning(warning)
@@ -294,6 +297,8 @@ class LakehouseIOManager(ConfigurableIOManager):
                 part = partition_slice(asset, context.asset_partitions_def, keys, metadata.get("partition_expr"))
         snapshot_id = lh.snapshot_of_run(identifier, request.as_of_run) if request.as_of_run is not None else request.snapshot_id
         read = dict(row_filter=request.row_filter, snapshot_id=snapshot_id, as_of=request.as_of, window=part)
+        if self.lakehouse.branch and snapshot_id is None and request.as_of is None and self.lakehouse.branch in lh.branches(identifier):
+            read["branch"] = self.lakehouse.branch  # the deployment's branch where the table has one; main otherwise
         nothing = context.has_asset_partitions and not context.asset_partition_keys  # the mapping asks for no upstream partition
         if kind != "spark":
             if nothing:

@@ -51,6 +51,9 @@ class LakehouseResource(ConfigurableResource):
     foreign_delta_commits: Optional[str] = None
     # dagster-aws's S3Resource: its endpoint/region/keys are used where the s3_* fields above are empty.
     s3: Optional[S3Resource] = None
+    # An environment branch (e.g. EnvVar("LAKEHOUSE_BRANCH")): every write of this deployment goes to this
+    # Iceberg branch, never to main or Delta; reads take the branch where a table has it, else main.
+    branch: Optional[str] = None
 
     _lakehouse: Optional[Lakehouse] = PrivateAttr(default=None)
 

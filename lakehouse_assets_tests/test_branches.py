@@ -116,7 +116,7 @@ def test_publish_after_main_moved_reapplies_appends_and_refuses_what_it_cannot(l
 
 def test_branch_errors_are_clear(lh, spark):
     lh.write(spark.sql(ROWS.format(lo=0, hi=3)), "br.e")
-    with pytest.raises(TableNotFound, match="has no branch 'nope'"):
+    with pytest.raises(TableNotFound, match="has no Iceberg branch 'nope'"):
         lh.read_arrow("br.e", branch="nope")
     with pytest.raises(SpecError, match="not a usable branch name"):
         lh.write(spark.sql(ROWS.format(lo=0, hi=1)), "br.e", branch="bad name")
@@ -150,7 +150,7 @@ def test_cli_publish_and_discard(lh, spark, warehouse):
     assert "fast-forward" in run("publish", "br.c", "--branch", "a", warehouse=warehouse).stdout
     assert "discarded branch b (1 unpublished" in run("discard", "br.c", "--branch", "b", warehouse=warehouse).stdout
     refused = run("discard", "br.c", "--branch", "b", warehouse=warehouse, check=False)
-    assert refused.returncode != 0 and "has no branch 'b'" in refused.stderr
+    assert refused.returncode != 0 and "has no Iceberg branch 'b'" in refused.stderr
     assert _rows(lh, "br.c") == _expected(range(4)) and lh.branches("br.c") == {"a": lh.load("br.c").current_snapshot().snapshot_id}
 
 

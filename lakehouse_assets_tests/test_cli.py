@@ -42,6 +42,7 @@ def test_tables_history_verify_repair(lh, spark, warehouse):
             "partition_by": ["parity"],
             "formats": ["iceberg", "delta"],
             "delta_column_mapping": False,
+            "branches": {},
         }
     ]
     # The warehouse can also come from the environment.
@@ -94,9 +95,9 @@ def test_global_options_before_or_after_the_subcommand_version_and_readable_tabl
     assert version.stdout.strip() == "lakehouse, version 0.1.0"
 
     table = run("tables", "--warehouse", warehouse).stdout.splitlines()
-    assert table[0].split() == ["TABLE", "ICEBERG", "SNAPSHOT", "DELTA", "VERSION", "PARTITIONED", "BY", "FORMATS", "LOCATION"]
+    assert table[0].split() == ["TABLE", "ICEBERG", "SNAPSHOT", "DELTA", "VERSION", "PARTITIONED", "BY", "FORMATS", "BRANCHES", "(ICEBERG", "ONLY)", "LOCATION"]
     assert set(table[1]) <= {"-", " "}
     snapshot, version = lh.tables()[0]["iceberg_snapshot_id"], lh.tables()[0]["delta_version"]
-    assert table[2].split() == ["cli.opts", str(snapshot), str(version), "parity", "iceberg+delta", lh.tables()[0]["location"]]
+    assert table[2].split() == ["cli.opts", str(snapshot), str(version), "parity", "iceberg+delta", "-", lh.tables()[0]["location"]]
     # Columns line up under their headers.
     assert table[2].index(str(snapshot)) == table[0].index("ICEBERG SNAPSHOT")

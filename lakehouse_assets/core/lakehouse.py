@@ -322,7 +322,7 @@ class Lakehouse:
         expiry and orphan cleanup then reclaim the files only the branch referenced."""
         branch = branches_.target_branch(identifier, branch)
         if branch is None:
-            raise SpecError(f"Table {identifier}: main cannot be discarded; name a branch (see `lakehouse tables`).")
+            raise SpecError(f"Table {identifier}: main cannot be discarded; name a branch (see lakehouse tables).")
         return publish_.discard(self.context, identifier, branch)
 
     def branches(self, identifier: str) -> dict[str, int]:

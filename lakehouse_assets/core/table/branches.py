@@ -56,7 +56,7 @@ def require_head(identifier: str, table: Table, branch: str) -> Snapshot:
     snap = head(table, branch)
     if snap is None:
         have = ", ".join(branches(table)) or "none besides main"
-        raise TableNotFound(f"Table {identifier} has no branch {branch!r} (its branches: {have}).")
+        raise TableNotFound(f"Table {identifier} has no Iceberg branch {branch!r} (its branches: {have}).")
     return snap
 
 

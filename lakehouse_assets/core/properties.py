@@ -92,3 +92,4 @@ class Operation:
     DELTA_CONFIGURATION = "delta-configuration"  # a metadata-only Delta version of table properties (maintenance)
     ADOPT_DELTA = "adopt-delta"  # another engine's Delta versions brought into Iceberg (core/formats/foreign_delta.py)
     REVERT_DELTA = "revert-delta"  # another engine's Delta versions undone by a new Delta version
+    CREATE_EMPTY = "create-empty"  # main's first snapshot, with no rows: what a branch of a new table forks from

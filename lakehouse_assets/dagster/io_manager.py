@@ -14,6 +14,7 @@ Table spec from the asset definition's metadata:
                       dimension for a multi-partition, e.g. {"date": "event_time", "region": "region"}
     schema_evolution  True (default) / False
     target_file_size  bytes (default 128 MB)
+    audit             True: stage each materialization on a branch until its blocking checks pass (audit.py)
 
 The asset key's prefix is the namespace: AssetKey(["demo", "events"]) is table `demo.events`.
 
@@ -27,11 +28,12 @@ touches other partitions; `load_input` reads exactly the upstream partitions the
 # No `from __future__ import annotations`: Dagster resolves the IO manager's field types at import time.
 import math
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from dagster import (
     ConfigurableIOManager,
+    DagsterInvariantViolationError,
     InputContext,
     MetadataValue,
     MultiPartitionKey,
@@ -56,7 +58,7 @@ from ..core.model import MergeOptions, TableOptions, WriteResult
 from ..core.read.changes import CHANGE_COLUMNS
 from ..core.schema.spec import spec_terms
 from ..core.schema.window import Slice, Window
-from . import incremental
+from . import audit, incremental
 from .health import table_health_metadata
 from .inputs import InputRequest, from_arrow, input_kind
 from .resources import LakehouseResource
@@ -189,6 +191,15 @@ def table_metadata(table: Table, identifier: str) -> dict[str, Any]:
     }
 
 
+def _producing_run(upstream) -> Optional[str]:
+    """The run whose step produced the upstream output this input loads (the parent run's, after a re-execution
+    that did not run that step again); None when the upstream was not materialized by this run or its parents."""
+    try:
+        return upstream.run_id
+    except DagsterInvariantViolationError:
+        return None
+
+
 def write_metadata(result: WriteResult) -> dict[str, Any]:
     """Output metadata; numbers stay numbers so the UI plots them over time."""
     md: dict[str, Any] = {
@@ -221,6 +232,8 @@ class LakehouseIOManager(ConfigurableIOManager):
 
     lakehouse: ResourceDependency[LakehouseResource]
     pyspark: ResourceDependency[PySparkResource]
+    # Write-audit-publish for every asset without its own `audit` metadata (see audit.py).
+    audit: bool = False
 
     def handle_output(self, context: OutputContext, obj) -> None:
         if obj is None:
@@ -258,7 +271,15 @@ class LakehouseIOManager(ConfigurableIOManager):
         if consumed:
             kwargs["snapshot_properties"] = incremental.snapshot_properties(consumed)
             context.add_output_metadata(incremental.metadata(consumed))
-        if self.lakehouse.branch:
+        if audit.is_audited(asset, metadata, self.audit):
+            if self.lakehouse.branch:
+                raise SpecError(
+                    f"Asset {asset}: write-audit-publish stages on a branch of main and publishes to main, and this deployment writes to "
+                    f"the environment branch {self.lakehouse.branch!r}. Turn 'audit' off for this deployment, or unset its branch."
+                )
+            kwargs["branch"] = audit.audit_branch(context.run_id)
+            context.add_output_metadata({"lakehouse/staged_branch": MetadataValue.text(kwargs["branch"])})
+        elif self.lakehouse.branch:
             kwargs["branch"] = self.lakehouse.branch
             context.add_output_metadata({"lakehouse/branch": MetadataValue.text(self.lakehouse.branch)})
         result = lh.write(obj, identifier, mode=mode.value, **kwargs)
@@ -274,6 +295,17 @@ class LakehouseIOManager(ConfigurableIOManager):
         except Exception as e:  # noqa: BLE001
             context.log.warning(f"Table {identifier}: table metadata not computed: {type(e).__name__}: {e}")
 
+    def _branch_to_read(self, lh, identifier: str, asset: str, upstream, metadata) -> Optional[str]:
+        """What an input reads instead of main: the branch its audited upstream's materialization staged (until
+        published), else the deployment's branch where the table has one."""
+        have = lh.branches(identifier)
+        run_id = _producing_run(upstream) if upstream is not None and audit.is_audited(asset, metadata, self.audit) else None
+        if run_id is not None and (staged := audit.audit_branch(run_id)) in have:
+            return staged
+        if self.lakehouse.branch and self.lakehouse.branch in have:
+            return self.lakehouse.branch
+        return None
+
     def load_input(self, context: InputContext):
         """The upstream table as the input's annotation asks (Spark by default; see inputs.py), narrowed by the
         input's metadata (columns, row_filter, snapshot_id, as_of, as_of_run) and the partition mapping."""
@@ -284,6 +316,13 @@ class LakehouseIOManager(ConfigurableIOManager):
         request = InputRequest.from_metadata(asset, dict(context.definition_metadata or {}))
         kind = input_kind(context.dagster_type.typing_type if context.dagster_type is not None else None)
         lh = self.lakehouse.get()
+        if (context.definition_metadata or {}).get(audit.STAGED_INPUT_KEY):
+            if upstream is None or not audit.is_audited(asset, metadata, self.audit):
+                raise SpecError(f"Asset {asset}: the publish step reads what an audited asset staged, and {asset} is not audited: give it metadata {{'audit': True}}.")
+            run_id = _producing_run(upstream)
+            if run_id is None:
+                raise SpecError(f"Asset {asset}: its publish step runs in the run that materializes {asset}: select both, or publish by hand with `lakehouse publish`.")
+            return audit.StagedWrite(identifier, audit.audit_branch(run_id))
         if request.changes:
             downstream = table_identifier(incremental.downstream_asset_key(context))
             df = incremental.load_changes(lh, self.pyspark.spark_session, context.step_context.run_id, downstream, identifier)
@@ -297,8 +336,8 @@ class LakehouseIOManager(ConfigurableIOManager):
                 part = partition_slice(asset, context.asset_partitions_def, keys, metadata.get("partition_expr"))
         snapshot_id = lh.snapshot_of_run(identifier, request.as_of_run) if request.as_of_run is not None else request.snapshot_id
         read = dict(row_filter=request.row_filter, snapshot_id=snapshot_id, as_of=request.as_of, window=part)
-        if self.lakehouse.branch and snapshot_id is None and request.as_of is None and self.lakehouse.branch in lh.branches(identifier):
-            read["branch"] = self.lakehouse.branch  # the deployment's branch where the table has one; main otherwise
+        if snapshot_id is None and request.as_of is None and (branch := self._branch_to_read(lh, identifier, asset, upstream, metadata)):
+            read["branch"] = branch
         nothing = context.has_asset_partitions and not context.asset_partition_keys  # the mapping asks for no upstream partition
         if kind != "spark":
             if nothing:

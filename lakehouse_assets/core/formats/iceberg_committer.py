@@ -130,6 +130,14 @@ def commit_files(
     return table.snapshot_by_name(branch) if branch is not None else table.current_snapshot()
 
 
+def commit_empty(table: Table, summary: dict[str, str]) -> Snapshot:
+    """A snapshot with no data file on main: Iceberg refuses a branch of a table that has no snapshot yet."""
+    with MetadataCachingTransaction(table) as tx:
+        with tx.update_snapshot(snapshot_properties=summary).fast_append():
+            pass
+    return table.current_snapshot()
+
+
 def live_data_files(table: Table, snapshot_id: int | None = None, row_filter=None) -> list[DataFile]:
     """Data files of a snapshot (optionally pruned by a row filter through partitions and min/max)."""
     snap = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()

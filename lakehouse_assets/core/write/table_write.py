@@ -22,10 +22,12 @@ from pyiceberg.table import Table
 
 from ..errors import SchemaError, SpecError
 from ..formats import delta_adoption, foreign_delta, history
+from ..formats import iceberg_committer as ic
 from ..formats.delta_column_mapping import enabled as mapping_enabled
 from ..formats.delta_refusals import unfollowed_renames
 from ..io.storage import check_access, delete_files
 from ..model import FileChanges, WriteRequest, WriteResult
+from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import spark_schema_to_iceberg
 from ..spark.session import active_session
 from ..table import branches, tables
@@ -80,6 +82,8 @@ def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign
         if request.branch is not None:
             # Main and the Delta log stay as they are: foreign Delta versions are for the publish to meet.
             _refuse_schema_change_on_branch(identifier, request.branch, schema_plan)
+            if table.current_snapshot() is None:
+                table = _empty_main(ctx, identifier, table)
             table = branches.on_branch(table, request.branch)
             if window is not None:
                 window.validate(identifier, table)
@@ -100,6 +104,16 @@ def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign
         if created:
             tables.drop_if_never_written(ctx.catalog, ctx.storage, table)
         raise
+
+
+def _empty_main(ctx: TableContext, identifier: str, table: Table) -> Table:
+    """Main's first snapshot, with no rows, mirrored to Delta: a branch needs a snapshot to fork from, and main's
+    readers (of either format) then see an empty table until the branch is published."""
+    ic.commit_empty(table, {SummaryKeys.OPERATION: Operation.CREATE_EMPTY})
+    if ctx.delta_enabled(table):
+        result = WriteResult.for_table(identifier, table, Operation.CREATE_EMPTY, table.current_snapshot().snapshot_id)
+        transaction.mirror_to_delta(ctx.mirror(table), table, result)
+    return table
 
 
 def _refuse_schema_change_on_branch(identifier: str, branch: str, schema_plan) -> None:

@@ -93,6 +93,50 @@ def foreign_append(lh, instance, say) -> None:
     say(f"[foreign] pyiceberg appended a customer: the sensor reported {len(result.asset_events)} materialization(s) of demo/customers")
 
 
+def _formats_agree(result) -> list:
+    """The formats_agree check evaluations of a run (an audit's own checks are reported by `audit_publish_and_rollback`)."""
+    evaluations = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return [c for c in evaluations if c.asset_check_key.name == "formats_agree"]
+
+
+def audit_publish_and_rollback(lh, instance, defs, say) -> tuple[bool, list]:
+    """Write-audit-publish: two good payment batches are published, a bad one is stopped by its blocking check
+    (nothing reaches main or Delta; the staged rows are discarded); then the table is rolled back to the first
+    batch's run in both formats. Returns (all as expected, the runs' formats_agree evaluations)."""
+    from .dagster.audit import audit_branch
+    from .dagster.demo_assets import PAYMENTS_BATCH_TAG
+
+    job, ok, evaluations, runs = defs.resolve_job_def("demo_payments_job"), True, [], {}
+
+    def state():
+        newest = lh.history("demo.payments")[0]
+        return newest["iceberg_snapshot_id"], newest["delta_version"]
+
+    for batch in ("1", "2", "bad"):
+        result = job.execute_in_process(instance=instance, tags={PAYMENTS_BATCH_TAG: batch}, raise_on_error=False)
+        runs[batch] = result.run_id
+        evaluations += _formats_agree(result)
+        audit = next(e.asset_check_evaluation_data for e in result.all_events
+                     if e.event_type_value == "ASSET_CHECK_EVALUATION" and e.asset_check_evaluation_data.asset_check_key.name == "payments_amounts_positive")
+        negative = audit.metadata["negative_amounts"].value
+        if batch != "bad":
+            ok &= result.success and audit.passed
+            snapshot, version = state()
+            say(f"[audit]   demo/payments batch {batch}: check passed, published: Iceberg snapshot {snapshot} / Delta version {version}")
+            continue
+        before = state()
+        staged = audit_branch(result.run_id)
+        ok &= not result.success and not audit.passed and staged in lh.branches("demo.payments")
+        say(f"[audit]   demo/payments bad batch: blocking check payments_amounts_positive failed ({negative} negative amounts); "
+            f"nothing published (main and Delta unchanged), staged rows left on branch {staged[:14]}...; discarded")
+        lh.discard("demo.payments", staged)
+        ok &= state() == before
+    rolled = lh.rollback("demo.payments", run_id=runs["1"])
+    ok &= lh.read_arrow("demo.payments", columns=["payment_id"]).num_rows == 1_000
+    say(f"[rollback] demo/payments back to batch 1's run in both formats: Iceberg snapshot {rolled.iceberg_snapshot_id} / Delta version {rolled.delta_version}")
+    return ok, evaluations
+
+
 def run_demo(screen, log_path: Path) -> bool:
     from dagster import DagsterInstance
 
@@ -125,7 +169,7 @@ def run_demo(screen, log_path: Path) -> bool:
         for asset, part, rows, seconds in _materializations(result):
             step += 1
             say(f"[{step:>2}]      {asset:<26} {part:<42} {rows:>7,} rows {seconds:>6.1f} s")
-        evaluations = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        evaluations = _formats_agree(result)
         checks_total += len(evaluations)
         checks_failed += [c.asset_check_key.to_user_string() for c in evaluations if not c.passed]
         if not result.success:
@@ -133,6 +177,10 @@ def run_demo(screen, log_path: Path) -> bool:
             failure = next((e for e in result.all_events if e.event_type_value in ("STEP_FAILURE", "RUN_FAILURE")), None)
             error = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure is not None and failure.event_specific_data and getattr(failure.event_specific_data, "error", None) else "see the log"
             say(f"[FAILED]  {job_name} {partition or ''}: {error}")
+    audited, evaluations = audit_publish_and_rollback(lh, instance, defs, say)
+    ok &= audited
+    checks_total += len(evaluations)
+    checks_failed += [c.asset_check_key.to_user_string() for c in evaluations if not c.passed]
     ok &= not checks_failed
     say(f"[checks]  {checks_total - len(checks_failed)} of {checks_total} formats_agree checks passed" + (f"; FAILED: {', '.join(checks_failed)}" if checks_failed else ""))
 

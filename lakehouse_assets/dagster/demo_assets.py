@@ -12,6 +12,7 @@ Generation is deterministic per partition, so re-running a day reproduces it exa
 import datetime as dt
 
 from dagster import (
+    AssetCheckResult,
     AssetExecutionContext,
     AssetIn,
     BackfillPolicy,
@@ -19,9 +20,11 @@ from dagster import (
     MultiPartitionsDefinition,
     StaticPartitionsDefinition,
     asset,
+    asset_check,
 )
 from dagster_pyspark import PySparkResource
 
+from .audit import publish_asset
 from .resources import LakehouseResource
 
 DEMO_START = "2024-01-01"
@@ -203,4 +206,35 @@ def customer_changes(customers):
     return customers.select("customer_id", "country", "segment", "_change_type", "_commit_snapshot_id", "_commit_version", "_commit_timestamp")
 
 
-demo_assets = [events, customers, customer_changes, daily_user_activity, country_revenue]
+PAYMENTS_BATCH_TAG = "demo/payments_batch"  # a number, or "bad": a batch with negative amounts
+
+
+@asset(
+    key_prefix=["demo"],
+    group_name=GROUP,
+    kinds=KINDS,
+    metadata={"audit": True},
+    description="Payments, written with write-audit-publish: staged on a branch, published to main and Delta only "
+    "when the blocking check passes (demo/payments_published).",
+)
+def payments(context: AssetExecutionContext, pyspark: PySparkResource):
+    from pyspark.sql import functions as F
+
+    batch = context.run.tags.get(PAYMENTS_BATCH_TAG, "1")
+    first = 1_000 * (int(batch) if batch.isdigit() else 9)
+    df = pyspark.spark_session.range(first, first + 1_000).select(
+        F.col("id").alias("payment_id"), (F.col("id") % 997).alias("customer_id"), ((F.col("id") % 500) / 4 + 1).alias("amount")
+    )
+    # A bad batch: a refund run that booked a few amounts negative.
+    return df.withColumn("amount", F.when(F.col("payment_id") % 100 == 0, -F.col("amount")).otherwise(F.col("amount"))) if batch == "bad" else df
+
+
+@asset_check(asset=payments, blocking=True, description="No payment has a negative amount: otherwise nothing is published.")
+def payments_amounts_positive(payments) -> AssetCheckResult:
+    negative = payments.filter("amount < 0").count()
+    return AssetCheckResult(passed=negative == 0, metadata={"negative_amounts": negative, "rows_audited": payments.count()})
+
+
+payments_published = publish_asset(payments, group_name=GROUP)
+
+demo_assets = [events, customers, customer_changes, daily_user_activity, country_revenue, payments]

@@ -68,10 +68,9 @@ from ..errors import SpecError
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def spark_row_filter(spark, identifier: str, schema: Schema, bound: BooleanExpression):
-    """`bound` (`bind_row_filter` of `schema`) as a Spark Column over a DataFrame with `schema`'s columns."""
-    from pyspark.sql import functions as F
-
+def spark_row_filter(spark, identifier: str, schema: Schema, bound: BooleanExpression) -> str:
+    """`bound` (`bind_row_filter` of `schema`) as Spark SQL text over a DataFrame with `schema`'s columns, for
+    `DataFrame.filter`: the JVM parses it in the filter's own round trip (`F.expr` would cost several more)."""
     paths = _column_paths(schema)
     if any(not _PLAIN_NAME.fullmatch(p) for i in extract_field_ids(bound) for p in paths[i]):
         # With this (non-default) setting Spark's parser reads a backquoted name holding other characters
@@ -81,7 +80,7 @@ def spark_row_filter(spark, identifier: str, schema: Schema, bound: BooleanExpre
                 f"Table {identifier}: a row_filter on columns whose names hold other characters than letters, digits "
                 f"and _ needs {_REGEX_NAMES}=false in this Spark session (it is true); or filter the DataFrame yourself."
             )
-    return F.expr(spark_row_filter_sql(identifier, schema, bound))
+    return spark_row_filter_sql(identifier, schema, bound)
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_]+")

@@ -138,3 +138,24 @@ def test_re_executing_a_failed_audit_publishes_what_that_run_staged(warehouse, s
             ALLOWED["negative"] = 0
         assert sorted(lh.read_arrow("wap.orders").column("id").to_pylist()) == [0, 1]
         assert staged not in lh.branches("wap.orders") and lh.verify("wap.orders")["agree"]
+
+
+def test_a_partitioned_audited_asset_publishes_each_partition_run(dagster_resources, warehouse):
+    from dagster import DailyPartitionsDefinition
+
+    daily = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-05")
+
+    @asset(key_prefix=["wap"], partitions_def=daily, metadata={"audit": True, "partition_expr": "d", "partition_by": ["day(d)"]})
+    def visits(context, pyspark: PySparkResource):
+        return pyspark.spark_session.sql(f"SELECT id, timestamp'{context.partition_key} 01:00:00' AS d FROM range(3)")
+
+    @asset_check(asset=visits, blocking=True)
+    def visits_seen(visits) -> AssetCheckResult:
+        return AssetCheckResult(passed=True, metadata={"rows_seen": visits.count()})
+
+    lh = Lakehouse(warehouse)
+    for day, staged_rows in (("2024-01-01", 3), ("2024-01-02", 6), ("2024-01-02", 6)):  # the last: a re-run of a day
+        result = materialize([visits, visits_seen, publish_asset(visits)], resources=dagster_resources, partition_key=day)
+        assert result.success and _check_metadata(result)["rows_seen"] == staged_rows
+    assert lh.read_arrow("wap.visits").num_rows == 6 and lh.branches("wap.visits") == {}
+    assert lh.verify("wap.visits")["agree"]

@@ -298,8 +298,10 @@ class LakehouseIOManager(ConfigurableIOManager):
     def _branch_to_read(self, lh, identifier: str, asset: str, upstream, metadata) -> Optional[str]:
         """What an input reads instead of main: the branch its audited upstream's materialization staged (until
         published), else the deployment's branch where the table has one."""
-        have = lh.branches(identifier)
         run_id = _producing_run(upstream) if upstream is not None and audit.is_audited(asset, metadata, self.audit) else None
+        if run_id is None and not self.lakehouse.branch:
+            return None  # no branch to look for: no table load
+        have = lh.branches(identifier)
         if run_id is not None and (staged := audit.audit_branch(run_id)) in have:
             return staged
         if self.lakehouse.branch and self.lakehouse.branch in have:

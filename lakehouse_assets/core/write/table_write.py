@@ -162,7 +162,7 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
     if request.write_id is not None and (earlier := history.find_snapshot_by_write_id(table, request.write_id)) is not None:
         log.info("Table %s: write %s already committed as snapshot %s; not committing again", identifier, request.write_id, earlier.snapshot_id)
         result = WriteResult.for_table(identifier, table, request.mode, earlier.snapshot_id)
-        result.duplicate_of_earlier_write = True
+        result.duplicate_of_earlier_write, result.branch = True, request.branch
         if delta_on:
             transaction.mirror_to_delta(ctx.mirror(table), table, result)
         return result

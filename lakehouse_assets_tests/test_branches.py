@@ -196,3 +196,26 @@ def test_an_environment_branch_keeps_a_deployment_off_main_and_delta(lh, spark, 
 
 def _totals(df):
     return df.groupBy("g").count().selectExpr("cast(g AS bigint) AS id", "g", "cast(count AS string) AS v")
+
+
+def test_publish_after_main_changed_its_schema_or_partition_spec(lh, spark, duck):
+    # Main gained a column since the branch forked: the staged files (without it) are re-applied, and every
+    # reader of both formats reads the new column as NULL in their rows.
+    lh.write(spark.sql(ROWS.format(lo=0, hi=4)), "br.s", partition_by=["g"])
+    lh.write(spark.sql(ROWS.format(lo=4, hi=6)), "br.s", branch="dev")
+    lh.write(spark.sql("SELECT id, id % 3 AS g, concat('v', id) AS v, 'x' AS x FROM range(10, 12)"), "br.s")
+    assert lh.publish("br.s", "dev").published == "re-applied"
+    expected = sorted([(i % 3, i, f"v{i}", None) for i in range(6)] + [(i % 3, i, f"v{i}", "x") for i in (10, 11)], key=repr)
+    assert_all_readers_agree(lh, spark, duck, "br.s", expected)
+
+    # Another engine changed main's partition spec since the branch was written: the staged files carry the
+    # old spec, so re-applying them would record wrong partitions. Refused, nothing changed.
+    lh.write(spark.sql(ROWS.format(lo=20, hi=22)), "br.s", branch="late")
+    lh.write(spark.sql(ROWS.format(lo=30, hi=31)), "br.s")
+    with lh.load("br.s").update_spec() as spec:
+        spec.add_identity("id")
+    before = (lh.load("br.s").current_snapshot().snapshot_id, _delta_state(lh, "br.s"))
+    with pytest.raises(CommitConflict, match="partition spec changed since"):
+        lh.publish("br.s", "late")
+    assert (lh.load("br.s").current_snapshot().snapshot_id, _delta_state(lh, "br.s")) == before
+    assert "late" in lh.branches("br.s")

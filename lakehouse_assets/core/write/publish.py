@@ -8,7 +8,8 @@ Writes to a branch (core/table/branches.py) change neither main nor Delta. Publi
 - when another writer committed to main meanwhile, the branch's net change (the files its head has and
   the fork had not, and the reverse) is committed on top of main as one new snapshot, when that is safe:
   always for appends; for a merge or an overwrite only if every file it replaces is still live on main
-  and main gained no data since the fork (the merge or overwrite was planned without those rows).
+  and main gained no data since the fork (the merge or overwrite was planned without those rows), and
+  never when main's partition spec changed since the files were written (they carry the old one).
   Otherwise nothing changes and the error says which case it is: never a lost commit.
 
 Delta versions another engine wrote are met first, as a write to main meets them (the table's
@@ -108,6 +109,13 @@ def _reapply(identifier: str, table: Table, branch: str, head: Snapshot, fork: S
             f"Table {identifier}: branch {branch!r} replaces {len(gone)} file(s) that main no longer has (snapshot(s) {moved} "
             f"committed to main since the branch forked changed them, e.g. {gone[0]}). Nothing was published: re-applying would "
             "bring back rows main removed. Write the change again on a branch from main's current snapshot, or directly to main."
+        )
+    if stale := [f for f in adds if f.spec_id != table.metadata.default_spec_id]:
+        raise CommitConflict(
+            f"Table {identifier}: main's partition spec changed since branch {branch!r} was written (its files use spec "
+            f"{stale[0].spec_id}, main's is {table.metadata.default_spec_id}), and main moved since the branch forked, so its "
+            "files cannot be re-applied as they are. Nothing was published. Write the change again on a branch from main's "
+            "current snapshot, or directly to main."
         )
     gained = {e.data_file.file_path for e in on_main.data} - fork_paths
     merged = any(SummaryKeys.MERGE_KEYS in history.summary(s) for s in staged)

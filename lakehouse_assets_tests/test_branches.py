@@ -219,3 +219,22 @@ def test_publish_after_main_changed_its_schema_or_partition_spec(lh, spark, duck
         lh.publish("br.s", "late")
     assert (lh.load("br.s").current_snapshot().snapshot_id, _delta_state(lh, "br.s")) == before
     assert "late" in lh.branches("br.s")
+
+
+def test_a_write_to_main_racing_a_fast_forward_sends_the_publish_to_re_apply(lh, spark, duck, monkeypatch):
+    from lakehouse_assets.core.table import branches as branches_module
+
+    lh.write(spark.sql(ROWS.format(lo=0, hi=3)), "br.race", partition_by=["g"])
+    lh.write(spark.sql(ROWS.format(lo=3, hi=5)), "br.race", branch="dev")
+    fork_point, raced = branches_module.fork_point, []
+
+    def main_moves_after_publish_read_it(table, head):
+        if not raced:  # the publish read main at the fork; another writer commits to main before it fast-forwards
+            raced.append(lh.write(spark.sql(ROWS.format(lo=10, hi=11)), "br.race").iceberg_snapshot_id)
+        return fork_point(table, head)
+
+    monkeypatch.setattr(branches_module, "fork_point", main_moves_after_publish_read_it)
+    published = lh.publish("br.race", "dev")
+    assert published.published == "re-applied"
+    assert lh.load("br.race").current_snapshot().parent_snapshot_id == raced[0]  # on top of the racing write: nothing lost
+    assert_all_readers_agree(lh, spark, duck, "br.race", _expected([*range(5), 10]))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -39,6 +40,7 @@ log = logging.getLogger("lakehouse")
 FAST_FORWARD = "fast-forward"
 REAPPLIED = "re-applied"
 NOTHING = "nothing to publish"
+FAST_FORWARD_ATTEMPTS = 3  # main moving between reading it and fast-forwarding it sends the publish to re-apply
 
 
 def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default: str, spark=None) -> PublishResult:
@@ -54,13 +56,23 @@ def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default:
     if ctx.delta_enabled(table) and foreign_delta_gate(ctx, identifier, table, foreign_default, spark) is False:
         table = ctx.load(identifier)  # foreign Delta versions were adopted: main moved
         main = table.current_snapshot()
-    if main is None or (fork is not None and main.snapshot_id == fork.snapshot_id):
-        with table.manage_snapshots() as refs:  # asserts main is still where it was read
-            refs.set_current_snapshot(snapshot_id=head.snapshot_id)
-        how, published = FAST_FORWARD, head
-    else:
-        published = _reapply(identifier, table, branch, head, fork, staged, main)
-        how = REAPPLIED
+    for attempt in range(1, FAST_FORWARD_ATTEMPTS + 1):
+        if main is None or (fork is not None and main.snapshot_id == fork.snapshot_id):
+            try:
+                with table.manage_snapshots() as refs:  # asserts main is still where it was read
+                    refs.set_current_snapshot(snapshot_id=head.snapshot_id)
+            except CommitFailedException as e:  # another writer moved main meanwhile: decide again
+                if attempt == FAST_FORWARD_ATTEMPTS:
+                    raise CommitConflict(f"Table {identifier}: publishing branch {branch!r} lost {attempt} races with writers of main "
+                                         f"(pyiceberg: {e}). Nothing was published: run the publish again.") from e
+                table = ctx.load(identifier)
+                main = table.current_snapshot()
+                continue
+            how, published = FAST_FORWARD, head
+        else:
+            published = _reapply(identifier, table, branch, head, fork, staged, main)
+            how = REAPPLIED
+        break
     table = ctx.load(identifier)
     result = _result(ctx, identifier, table, branch, how, published, len(staged))
     if ctx.delta_enabled(table):

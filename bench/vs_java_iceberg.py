@@ -1,8 +1,8 @@
 """This project (writing Iceberg AND Delta) vs Spark + the Java Iceberg runtime (Iceberg only), one Spark session.
 
 Both sides run in ONE Spark session over the same cached DataFrame, alternating which goes first,
-after a warm-up (merges and reads also run one uncounted rep of their own first: the JVM compiles each
-side's MERGE and scan paths on first use); each figure is the median of `--reps` runs and each ratio
+after a warm-up (merges also run one uncounted rep of their own first, reads READ_WARMUP: the JVM compiles
+each side's MERGE and scan paths over the first runs, and a read takes ~5 runs to reach its steady cost); each figure is the median of `--reps` runs and each ratio
 is ours / theirs from this run. Java Iceberg comes from PyPI (lakehouse_assets_tests/java_iceberg.py), with copy-on-write
 MERGE/UPDATE/DELETE and zstd like ours. Spark's own Parquet writer (zstd) is a second baseline for writes.
 
@@ -56,6 +56,9 @@ WIDE_PROPERTIES = {"write.metadata.metrics.max-inferred-column-defaults": str(WI
 SCALE = "scale_write"  # not in WORKLOADS: run alone, since it measures the driver process's peak memory
 DAYS = 14
 REGIONS = 32
+
+
+READ_WARMUP = 5  # uncounted runs of each side before a read workload's counted ones
 
 
 @dataclass
@@ -369,14 +372,15 @@ class Bench:
             return d.groupBy("event_type").agg(F.count("*").alias("n"), F.sum("amount").alias("amount")).orderBy("event_type").collect()
 
         ours, java = Side("ours Lakehouse.read"), Side("java")
-        # Sub-second queries: a median of 3 is within one hiccup of either side, so at least 9 reps here.
-        for rep in range(max(self.args.reps, 9) + 1):  # the first rep is a warm-up
+        # Sub-second queries: a median of 3 is within one hiccup of either side, so at least 9 reps here,
+        # after READ_WARMUP uncounted ones (both sides, alternating).
+        for rep in range(1 - READ_WARMUP, max(self.args.reps, 9) + 1):
             res = self.alternate(rep, {
                 "ours": lambda: query(self.lh.read(self.spark, f"b.{o}", row_filter=day if workload == "read_pruned" else None)),
                 "java": lambda: query(self.spark.table(f"java.b.{j}")),
             })
             assert [tuple(r) for r in res["ours"][1]] == [tuple(r) for r in res["java"][1]] or _close(res["ours"][1], res["java"][1])
-            if rep:
+            if rep > 0:
                 ours.times.append(res["ours"][0])
                 java.times.append(res["java"][0])
                 print(f"  {workload} rep {rep}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s", flush=True)

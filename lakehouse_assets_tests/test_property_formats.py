@@ -277,6 +277,10 @@ def filtered_reads(lh, spark, duck, identifier, column: str, op: str, v, duckdb_
         "delta_rs": (delta_rs_sql(lh, identifier, column, op, v) if arrow_filter is None
                      else DeltaTable(root[len("file://"):]).to_pyarrow_dataset().to_table(filter=arrow_filter)),
         "pyiceberg": _pyiceberg_filtered(table, ice_filter, arrow_filter, column, op, v),
+        # Ours, with the filter as pyiceberg's expression: planning prunes files, and where every planned file's
+        # partition decides the filter (its residual is true) Spark does not filter the rows again.
+        "ours": spark_arrow(lh.read(spark, identifier, row_filter=ice_filter)),
+        "ours_arrow": lh.read_arrow(identifier, row_filter=ice_filter),
         **({"java_iceberg": spark_arrow(java_iceberg.read_metadata(spark, table.metadata_location).filter(spark_filter))} if java_iceberg.available() else {}),
     }
 

@@ -215,3 +215,39 @@ def test_a_filter_on_an_unusual_name_under_regex_column_names_says_what_to_chang
         assert [r["n"] for r in lh.read(spark, "f.oddnames", row_filter=EqualTo("n", 10)).collect()] == [10]  # plain names still work
     finally:
         spark.conf.unset("spark.sql.parser.quotedRegexColumnNames")
+
+
+def _has_filter(df) -> bool:
+    return "Filter" in df._jdf.queryExecution().optimizedPlan().toString()
+
+
+def test_a_filter_the_partitions_decide_is_not_evaluated_again_on_the_rows(lh, spark):
+    """Where every planned file's partition satisfies the filter for all its rows (Iceberg's residual is true),
+    Spark gets no row filter, as with Java Iceberg's reader; anywhere else the rows are still filtered."""
+    rows = [(i, dt.datetime(2024, 1, 1 + i % 3, (5 * i) % 24, tzinfo=UTC), i % 4 if i % 5 else None) for i in range(30)]
+    lh.write(spark.createDataFrame(rows, "id long, ts timestamp, k long"), "f.days", partition_by=["day(ts)", "k"])
+
+    def ids(row_filter):
+        df = lh.read(spark, "f.days", row_filter=row_filter)
+        return _has_filter(df), sorted(r["id"] for r in df.collect())
+
+    def want(keep):
+        return sorted(i for i, ts, k in rows if keep(ts, k))
+
+    day2 = dt.datetime(2024, 1, 2, tzinfo=UTC)
+    aligned = "ts >= '2024-01-02T00:00:00+00:00' AND ts < '2024-01-03T00:00:00+00:00'"
+    assert ids(aligned) == (False, want(lambda ts, k: day2 <= ts < day2 + dt.timedelta(days=1)))
+    assert ids(In("k", [2, 3])) == (False, want(lambda ts, k: k in (2, 3)))
+    # A filter that keeps a null partition next to a comparison: pyiceberg 0.12's residual evaluation compares
+    # the null (`None > 1`, a TypeError), so every file is planned and the rows are filtered, in Spark and Arrow.
+    with pytest.raises(TypeError, match="not supported between instances of 'NoneType'"):
+        lh.load("f.days").scan(row_filter=Or(GreaterThan("k", 1), IsNull("k"))).plan_files()
+    nulls_or_above_1 = want(lambda ts, k: k is None or k > 1)
+    assert ids(Or(GreaterThan("k", 1), IsNull("k"))) == (True, nulls_or_above_1)
+    assert sorted(lh.read_arrow("f.days", row_filter=Or(GreaterThan("k", 1), IsNull("k")))["id"].to_pylist()) == nulls_or_above_1
+    # Mid-day: the partition cannot decide, so the rows are filtered.
+    assert ids("ts >= '2024-01-02T12:00:00+00:00'") == (True, want(lambda ts, k: ts >= day2 + dt.timedelta(hours=12)))
+    # A negation is still filtered on the rows: Iceberg's residuals say `null != 1` is true (two-valued logic),
+    # and a row filter means SQL's rows (a comparison with null matches nothing).
+    assert ids(NotEqualTo("k", 1)) == (True, want(lambda ts, k: k is not None and k != 1))
+    assert ids(Not(In("k", [0, 1]))) == (True, want(lambda ts, k: k is not None and k not in (0, 1)))

@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 
 from ..errors import RetentionError, SpecError
 from ..schema.window import Slice, Window
+from . import scan_planning
 
 
 def read_arrow(
@@ -56,4 +57,4 @@ def read_arrow(
         empty = schema.as_arrow()
         return empty.empty_table().select(list(columns)) if columns is not None else empty.empty_table()
     scan = table.scan(row_filter=expr, selected_fields=tuple(columns) if columns is not None else ("*",), snapshot_id=snapshot_id)
-    return scan.to_arrow()
+    return scan_planning.to_arrow(scan)

@@ -12,7 +12,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
+from pyiceberg.expressions import (
+    AlwaysFalse,
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    BoundEqualTo,
+    BoundGreaterThan,
+    BoundGreaterThanOrEqual,
+    BoundIn,
+    BoundIsNaN,
+    BoundIsNull,
+    BoundLessThan,
+    BoundLessThanOrEqual,
+    BoundNotNaN,
+    BoundNotNull,
+    BoundStartsWith,
+    Or,
+)
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -26,6 +43,7 @@ from ..memo import ByImmutableFiles
 from ..schema.type_mapping import delta_to_spark_schema, iceberg_to_spark_schema
 from ..schema.window import Slice, Window
 from ..table.evolution import column_names_moved, types_were_widened
+from . import scan_planning
 from .reader import read_parquet_files
 from .spark_filters import bind_row_filter, same_columns_for, spark_row_filter
 from .time_travel import check_retention, resolve
@@ -129,9 +147,28 @@ def _snapshot_files(
         # pyiceberg plans with the current schema's names; where they mean other columns (or types) than in
         # the snapshot's schema, the filter cannot prune: Spark still applies it to the rows below.
         plan_expr = AlwaysTrue()
-    uris = _planned_files(table, snap.snapshot_id, And(plan_expr, window_expr))
+    plan = _planned_files(table, snap.snapshot_id, And(plan_expr, window_expr))
+    if bound is not None and plan_expr is row_expr and plan.partitions_decide and _without_negation(bound):
+        # Every planned file's partition satisfies the filter for all its rows (Iceberg's residual is "true"):
+        # no row filter is left for Spark to evaluate, as Java Iceberg's Spark reader drops it then too.
+        bound = None
     constants = partition_constants.of_files(table, _planned_data_files(table, snap.snapshot_id, And(plan_expr, window_expr)), schema)
-    return _Files(uris, spark_schema, constants, schema, bound)
+    return _Files(list(plan.uris), spark_schema, constants, schema, bound)
+
+
+# Predicates a residual decides as a row filter does. Iceberg evaluates partitions in two-valued logic
+# (`null != 1` is true there), a row filter in SQL's (a comparison with null matches nothing): the two agree
+# on which rows are true exactly for these predicates joined by AND and OR, i.e. with no negation.
+_DECIDED_BY_RESIDUALS = (
+    AlwaysTrue, AlwaysFalse, BoundEqualTo, BoundIn, BoundLessThan, BoundLessThanOrEqual, BoundGreaterThan,
+    BoundGreaterThanOrEqual, BoundStartsWith, BoundIsNull, BoundNotNull, BoundIsNaN, BoundNotNaN,
+)
+
+
+def _without_negation(expr: BooleanExpression) -> bool:
+    if isinstance(expr, (And, Or)):
+        return _without_negation(expr.left) and _without_negation(expr.right)
+    return isinstance(expr, _DECIDED_BY_RESIDUALS)
 
 
 def _snapshot_to_read(identifier: str, table: Table, snapshot_id: int | None, as_of: dt.datetime | None):
@@ -149,32 +186,41 @@ def _snapshot_to_read(identifier: str, table: Table, snapshot_id: int | None, as
     return table.current_snapshot()
 
 
-# Planned files of a (metadata file, snapshot, filter): the metadata file names the schema, specs and
-# manifest list planning reads, and none of them ever changes, so repeated reads of one table state plan
-# once per process (pyiceberg re-reads the manifest list and each manifest on every plan: ~10 ms for 14
-# files). At most 200,000 file URIs kept in all (~30 MB).
-_PLANS = ByImmutableFiles(max_weight=200_000, weight=len)
+@dataclass(frozen=True)
+class _Plan:
+    """The files a scan plans, and whether their partitions alone decide the filter (every file's residual is
+    AlwaysTrue: a strict projection of the filter holds for the file's partition, so every row matches)."""
+
+    uris: tuple[str, ...]
+    partitions_decide: bool
 
 
-def _planned_files(table: Table, snapshot_id: int, expr: BooleanExpression) -> list[str]:
+# Plans of a (metadata file, snapshot, filter): the metadata file names the schema, specs and manifest list
+# planning reads, and none of them ever changes, so repeated reads of one table state plan once per process
+# (pyiceberg re-reads the manifest list and each manifest on every plan: ~10 ms for 14 files). At most
+# 200,000 file URIs kept in all (~30 MB).
+_PLANS = ByImmutableFiles(max_weight=200_000, weight=lambda plan: len(plan.uris))
+
+
+def _planned_files(table: Table, snapshot_id: int, expr: BooleanExpression) -> _Plan:
+    def plan() -> _Plan:
+        tasks, residuals = scan_planning.plan_files(table, snapshot_id, expr)
+        return _Plan(tuple(t.file.file_path for t in tasks), residuals and all(t.residual == AlwaysTrue() for t in tasks))
+
     scan = table.scan(snapshot_id=snapshot_id, row_filter=expr)
-
-    def plan() -> list[str]:
-        return [t.file.file_path for t in scan.plan_files()]
-
     if not table.metadata_location or getattr(scan, "_should_use_server_side_planning", lambda: True)():
         return plan()  # a REST server's plan may depend on who asks; only a local plan follows the metadata file
     # An unbound expression's repr spells it whole; the schema id and update time guard against a catalog
     # that would ever reuse a metadata location (the spec writes a new file per change).
     key = (table.metadata_location, table.metadata.last_updated_ms, table.metadata.current_schema_id, snapshot_id, repr(expr))
-    return list(_PLANS.get(key, plan))
+    return _PLANS.get(key, plan)
 
 
 def _planned_data_files(table: Table, snapshot_id: int, expr: BooleanExpression):
     """The planned DataFiles (not cached), only on a table with files that lack partition columns."""
     if not partition_constants.marked(table):
         return []
-    return [t.file for t in table.scan(snapshot_id=snapshot_id, row_filter=expr).plan_files()]
+    return [t.file for t in scan_planning.plan_files(table, snapshot_id, expr)[0]]
 
 
 @functools.lru_cache(maxsize=256)

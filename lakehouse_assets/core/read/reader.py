@@ -9,6 +9,7 @@ names were reused); columns missing from older files read as null.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -151,7 +152,7 @@ def read_parquet_files(
         # Our files (and any Iceberg/Delta writer's) hold proleptic-Gregorian dates and timestamps; without
         # these options Spark refuses values before 1582 / 1900 in files it did not write itself
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
-        reader = _with_schema(spark, spark.read, spark_schema).option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
+        reader = _configured_reader(spark, spark_schema)
         with _listed_on_driver(spark, len(uris)):
             df = _parquet(spark, reader, uris)
         if path_column:
@@ -200,26 +201,64 @@ def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
 
 
 def _parquet(spark, reader, uris: list[str]):
-    """`reader.parquet(*uris)` in a fixed number of py4j round trips. PySpark converts the paths to a Java
-    list one round trip per path (py4j's ListConverter): 560 of them for a compaction of 560 files. Here
-    the JVM splits one string into a String[] and the reader's Java varargs overload takes it as is
-    (a URI never holds a newline; one that does takes PySpark's way)."""
-    if len(uris) <= 8 or any("\n" in u for u in uris):
+    """`reader.parquet(*uris)` in one py4j round trip for one file and a fixed number for many. PySpark converts
+    the paths to a Java list one round trip per path (py4j's ListConverter): 560 of them for a compaction of 560
+    files. One path goes to the reader's single-path overload; many are joined into one string that the JVM
+    splits into a String[] for the reader's Java varargs overload (a URI never holds a newline; one that does
+    takes PySpark's way)."""
+    if any("\n" in u for u in uris):
         return reader.parquet(*uris)
-    paths = spark._jvm.java.util.regex.Pattern.compile("\n").split("\n".join(uris), -1)  # -1: keep every part
+    if len(uris) == 1:
+        return reader._df(reader._jreader.parquet(uris[0]))
+    paths = _newline(spark).split("\n".join(uris), -1)  # -1: keep every part
     return reader._df(reader._jreader.parquet(paths))
+
+
+def _newline(spark):
+    """A JVM `Pattern` of "\n" (resolving the class through py4j costs a round trip per name part)."""
+    key = ("newline", id(spark._jsparkSession))
+    return _jvm_objects(key, spark._jsparkSession, lambda: spark._jvm.java.util.regex.Pattern.compile("\n"))
+
+
+_JVM_OBJECTS: OrderedDict = OrderedDict()  # key -> (the JVM session it belongs to, the object)
+_JVM_OBJECTS_MAX = 64
+
+
+def _jvm_objects(key, jsession, make):
+    """JVM-side objects a read reuses, per Spark session (`jsession`: a new session makes new ones)."""
+    hit = _JVM_OBJECTS.get(key)
+    if hit is not None and hit[0] is jsession:
+        _JVM_OBJECTS.move_to_end(key)
+        return hit[1]
+    obj = make()
+    _JVM_OBJECTS[key] = (jsession, obj)
+    while len(_JVM_OBJECTS) > _JVM_OBJECTS_MAX:
+        _JVM_OBJECTS.popitem(last=False)
+    return obj
+
+
+def _configured_reader(spark, spark_schema):
+    """A DataFrameReader of `spark` with `spark_schema` and the rebase options set, made once per session and schema.
+
+    Setting them costs five py4j round trips (~0.6 ms each here), more than the rest of a pruned read's driver
+    work. `parquet(...)` reads the reader's settings and never changes them (it sets the format to parquet, the
+    same every time), so one reader serves every read with that schema, from any thread. The schema is parsed by
+    `spark` itself: PySpark's `schema()` would look up the active session first (a new Python SparkSession
+    wrapper and several JVM round trips)."""
+    schema_json = spark_schema.json()
+
+    def make():
+        reader = spark.read
+        jreader = reader._jreader.schema(spark._jsparkSession.parseDataType(schema_json))
+        reader._jreader = jreader.option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
+        return reader
+
+    return _jvm_objects(("reader", id(spark._jsparkSession), schema_json), spark._jsparkSession, make)
 
 
 # Spark lists more than this many paths with a Spark job (one task per path): a job per read.
 LISTING_THRESHOLD_KEY = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 SPARK_DEFAULT_LISTING_THRESHOLD = 32
-
-
-def _with_schema(spark, reader, spark_schema):
-    """`reader.schema(spark_schema)` without PySpark's lookup of the active session (a new Python
-    SparkSession wrapper and several JVM round trips, ~6 ms a read): the schema is parsed by `spark`."""
-    reader._jreader = reader._jreader.schema(spark._jsparkSession.parseDataType(spark_schema.json()))
-    return reader
 
 
 @contextmanager

@@ -29,17 +29,24 @@ import re
 from typing import Any
 
 from pyiceberg.expressions import (
+    AlwaysFalse,
+    AlwaysTrue,
     And,
     BooleanExpression,
     BoundEqualTo,
     BoundGreaterThan,
     BoundGreaterThanOrEqual,
     BoundIn,
+    BoundIsNaN,
+    BoundIsNull,
     BoundLessThan,
     BoundLessThanOrEqual,
     BoundNotEqualTo,
     BoundNotIn,
+    BoundNotNaN,
+    BoundNotNull,
     BoundPredicate,
+    BoundStartsWith,
     Not,
     Or,
 )
@@ -317,3 +324,20 @@ def _double_text(v: float) -> str:
     if v in (float("inf"), float("-inf")):
         return f"CAST('{'-' if v < 0 else ''}Infinity' AS DOUBLE)"
     return f"CAST('{v!r}' AS DOUBLE)"
+
+
+# Predicates whose Iceberg residual means the same rows as the row filter. Iceberg evaluates partitions in
+# two-valued logic (`null != 1` is true there), a row filter has SQL's meaning (a comparison with null
+# matches nothing): the two agree on which rows are true exactly for these predicates joined by AND and OR.
+_SAME_IN_BOTH_LOGICS = (
+    AlwaysTrue, AlwaysFalse, BoundEqualTo, BoundIn, BoundLessThan, BoundLessThanOrEqual, BoundGreaterThan,
+    BoundGreaterThanOrEqual, BoundStartsWith, BoundIsNull, BoundNotNull, BoundIsNaN, BoundNotNaN,
+)
+
+
+def residuals_mean_its_rows(bound: BooleanExpression) -> bool:
+    """Does an Iceberg residual of "true" for a file mean every row of it matches `bound` as a row filter? Yes
+    unless the filter holds a negation (`!=`, NOT IN, NOT STARTS WITH, NOT)."""
+    if isinstance(bound, (And, Or)):
+        return residuals_mean_its_rows(bound.left) and residuals_mean_its_rows(bound.right)
+    return isinstance(bound, _SAME_IN_BOTH_LOGICS)

@@ -12,24 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.expressions import (
-    AlwaysFalse,
-    AlwaysTrue,
-    And,
-    BooleanExpression,
-    BoundEqualTo,
-    BoundGreaterThan,
-    BoundGreaterThanOrEqual,
-    BoundIn,
-    BoundIsNaN,
-    BoundIsNull,
-    BoundLessThan,
-    BoundLessThanOrEqual,
-    BoundNotNaN,
-    BoundNotNull,
-    BoundStartsWith,
-    Or,
-)
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -45,7 +28,7 @@ from ..schema.window import Slice, Window
 from ..table.evolution import column_names_moved, types_were_widened
 from . import scan_planning
 from .reader import read_parquet_files
-from .spark_filters import bind_row_filter, same_columns_for, spark_row_filter
+from .spark_filters import bind_row_filter, residuals_mean_its_rows, same_columns_for, spark_row_filter
 from .time_travel import check_retention, resolve
 
 
@@ -148,27 +131,12 @@ def _snapshot_files(
         # the snapshot's schema, the filter cannot prune: Spark still applies it to the rows below.
         plan_expr = AlwaysTrue()
     plan = _planned_files(table, snap.snapshot_id, And(plan_expr, window_expr))
-    if bound is not None and plan_expr is row_expr and plan.partitions_decide and _without_negation(bound):
+    if bound is not None and plan_expr is row_expr and plan.partitions_decide and residuals_mean_its_rows(bound):
         # Every planned file's partition satisfies the filter for all its rows (Iceberg's residual is "true"):
         # no row filter is left for Spark to evaluate, as Java Iceberg's Spark reader drops it then too.
         bound = None
     constants = partition_constants.of_files(table, _planned_data_files(table, snap.snapshot_id, And(plan_expr, window_expr)), schema)
     return _Files(list(plan.uris), spark_schema, constants, schema, bound)
-
-
-# Predicates a residual decides as a row filter does. Iceberg evaluates partitions in two-valued logic
-# (`null != 1` is true there), a row filter in SQL's (a comparison with null matches nothing): the two agree
-# on which rows are true exactly for these predicates joined by AND and OR, i.e. with no negation.
-_DECIDED_BY_RESIDUALS = (
-    AlwaysTrue, AlwaysFalse, BoundEqualTo, BoundIn, BoundLessThan, BoundLessThanOrEqual, BoundGreaterThan,
-    BoundGreaterThanOrEqual, BoundStartsWith, BoundIsNull, BoundNotNull, BoundIsNaN, BoundNotNaN,
-)
-
-
-def _without_negation(expr: BooleanExpression) -> bool:
-    if isinstance(expr, (And, Or)):
-        return _without_negation(expr.left) and _without_negation(expr.right)
-    return isinstance(expr, _DECIDED_BY_RESIDUALS)
 
 
 def _snapshot_to_read(identifier: str, table: Table, snapshot_id: int | None, as_of: dt.datetime | None):

@@ -12,7 +12,10 @@ Workloads (`--only a,b` to pick):
                   vs Java MERGE INTO and vs our own full overwrite of the same table
   merge_all       a batch whose keys hit every file (vs Java MERGE INTO)
   compaction      40 small appends into a day-partitioned table, then ours vs rewrite_data_files (binpack)
-  read_pruned, read_full   one day of 14 / full scan + group by, Lakehouse.read vs Java's Spark reader
+  read_pruned, read_full   one day of 14 / full scan + group by, Lakehouse.read vs Java's Spark reader, each rep
+                  reading the same snapshot (as checks, several downstream assets or a notebook do)
+  read_after_commit  read_pruned of a snapshot read for the first time: each rep first appends a small batch
+                  (untimed) to both tables
   commit_latency  a small append on a young table vs after `--commits` small commits without maintenance
   write_wide      `--wide-rows` rows of 1,000 columns, statistics for every column in both formats (Iceberg's
                   `write.metadata.metrics.max-inferred-column-defaults=1000` on both sides; Delta indexes the same)
@@ -48,7 +51,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
-    "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "commit_latency",
+    "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "read_after_commit", "commit_latency",
     "write_wide", "changes_cdc",
 )
 WIDE_COLUMNS = 1000
@@ -358,17 +361,24 @@ class Bench:
 
     def reads(self, workload: str):
         F = self.F
-        if getattr(self, "last_day_tables", None) is None:
+        after_commit = workload == "read_after_commit"
+        if after_commit:
+            # Tables of their own: each rep appends to them.
             o, j = self.name("read"), self.name("read")
             self.lh.write(self.df, f"b.{o}", partition_by=["day(event_time)"])
             self.java_create(j, self.df, [F.days("event_time")])
-            self.last_day_tables = (o, j)
-        o, j = self.last_day_tables
+            batches = iter(self.events(self.args.rows + i * 14_000, self.args.rows + (i + 1) * 14_000, 1) for i in range(10_000))
+        else:
+            if getattr(self, "last_day_tables", None) is None:
+                o, j = self.name("read"), self.name("read")
+                self.lh.write(self.df, f"b.{o}", partition_by=["day(event_time)"])
+                self.java_create(j, self.df, [F.days("event_time")])
+                self.last_day_tables = (o, j)
+            o, j = self.last_day_tables
         day = "event_time >= '2024-01-05T00:00:00+00:00' AND event_time < '2024-01-06T00:00:00+00:00'"  # ISO: pyiceberg and Spark both parse it
+        row_filter = None if workload == "read_full" else day
 
         def query(d):
-            if workload == "read_pruned":
-                d = d.filter(day)
             return d.groupBy("event_type").agg(F.count("*").alias("n"), F.sum("amount").alias("amount")).orderBy("event_type").collect()
 
         ours, java = Side("ours Lakehouse.read"), Side("java")
@@ -376,16 +386,21 @@ class Bench:
 
         def ours_read():
             t0 = time.perf_counter()
-            df = self.lh.read(self.spark, f"b.{o}", row_filter=day if workload == "read_pruned" else None)
+            df = self.lh.read(self.spark, f"b.{o}", row_filter=row_filter)
             driver.append(time.perf_counter() - t0)
             return query(df)
 
         # Sub-second queries: a median of 3 is within one hiccup of either side, so at least 9 reps here,
         # after READ_WARMUP uncounted ones (both sides, alternating).
         for rep in range(1 - READ_WARMUP, max(self.args.reps, 9) + 1):
+            if after_commit:  # untimed: a small append to each side, so each read is of a snapshot nobody has read yet
+                batch = next(batches)
+                with _quiet("lakehouse"):
+                    self.lh.write(batch, f"b.{o}")
+                batch.writeTo(f"java.b.{j}").append()
             res = self.alternate(rep, {
-                "ours": ours_read,
-                "java": lambda: query(self.spark.table(f"java.b.{j}")),
+                "ours": ours_read,  # the filter goes to Lakehouse.read, as a user gives it
+                "java": lambda: query(self.spark.table(f"java.b.{j}").filter(row_filter) if row_filter else self.spark.table(f"java.b.{j}")),
             })
             assert [tuple(r) for r in res["ours"][1]] == [tuple(r) for r in res["java"][1]] or _close(res["ours"][1], res["java"][1])
             if rep > 0:
@@ -393,8 +408,9 @@ class Bench:
                 java.times.append(res["java"][0])
                 print(f"  {workload} rep {rep}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s", flush=True)
         counted = sorted(driver[-len(ours.times):])
-        self.report(Row(workload, ours, [java], note=f"of each of ours, {counted[len(counted) // 2] * 1000:.0f} ms (median) on the driver before "
-                        "Spark runs (catalog load, Iceberg planning, Spark's relation over the planned files)"))
+        what = "a snapshot read for the first time: " if after_commit else "the same snapshot as the run before: "
+        self.report(Row(workload, ours, [java], note=f"{what}of each of ours, {counted[len(counted) // 2] * 1000:.0f} ms (median) on the driver "
+                        "before Spark runs (catalog load, Iceberg planning, Spark's relation over the planned files)"))
 
     def commit_latency(self):
         small = self.events(0, 100, 1).cache()
@@ -455,7 +471,7 @@ class Bench:
                 self.merge(w)
             elif w == "compaction":
                 self.compaction()
-            elif w in ("read_pruned", "read_full"):
+            elif w in ("read_pruned", "read_full", "read_after_commit"):
                 self.reads(w)
             elif w == "commit_latency":
                 self.commit_latency()

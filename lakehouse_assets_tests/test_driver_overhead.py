@@ -277,3 +277,30 @@ def test_repeated_reads_of_one_table_state_plan_once(lh, spark, monkeypatch):
     assert ids(snapshot_id=first, row_filter="part < 3") == [0, 1, 2] and len(plans) == 4
     lh.alter("o.plans", rename={"part": "p"})  # no snapshot, a new metadata file
     assert ids(row_filter="p < 3") == [0, 1, 2, 40, 41] and len(plans) == 5
+
+
+def test_repeated_reads_of_the_same_files_build_sparks_relation_once(lh, spark, monkeypatch):
+    """Spark's relation over a planned file list is made once per session, schema and list (data files never
+    change); each read still gets its own DataFrame, and a commit or a schema change makes a new relation."""
+    from lakehouse_assets.core.read import reader
+
+    made = []
+    real = reader._parquet
+    monkeypatch.setattr(reader, "_parquet", lambda *a: made.append(1) or real(*a))
+    lh.write(_rows(spark, 0, 40).withColumn("note", F.lit("n")), "o.relations", partition_by=["part"], table=TableOptions(formats=["iceberg"]))
+
+    def ids(df):
+        return sorted(r.id for r in df.select("id").collect())
+
+    first, again = lh.read(spark, "o.relations", row_filter="part = 3"), lh.read(spark, "o.relations", row_filter="part = 3")
+    assert ids(first) == ids(again) == [3] and len(made) == 1
+    assert first is not again
+    first.cache()
+    assert first.is_cached and not again.is_cached
+    first.unpersist()
+    assert ids(lh.read(spark, "o.relations", row_filter="part = 4")) == [4] and len(made) == 2  # other files
+    lh.write(_rows(spark, 40, 44).withColumn("note", F.lit("n")), "o.relations")  # part 0..3 get a second file each
+    assert ids(lh.read(spark, "o.relations", row_filter="part = 3")) == [3, 43] and len(made) == 3
+    lh.alter("o.relations", drop=["note"])  # the same files, read with another schema
+    df = lh.read(spark, "o.relations", row_filter="part = 3")
+    assert ids(df) == [3, 43] and df.columns == ["id", "part"] and len(made) == 4

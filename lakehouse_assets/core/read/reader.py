@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.storage import StorageConfig
+from ..memo import ByImmutableFiles
 
 
 @dataclass
@@ -152,9 +153,7 @@ def read_parquet_files(
         # Our files (and any Iceberg/Delta writer's) hold proleptic-Gregorian dates and timestamps; without
         # these options Spark refuses values before 1582 / 1900 in files it did not write itself
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
-        reader = _configured_reader(spark, spark_schema)
-        with _listed_on_driver(spark, len(uris)):
-            df = _parquet(spark, reader, uris)
+        df = _relation(spark, spark_schema, uris)
         if path_column:
             from pyspark.sql import functions as F
 
@@ -198,6 +197,34 @@ def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
     """The URIs (from `uris`) of files as `read_parquet_files`' path column spells them."""
     by_key = {_file_key(u): u for u in uris}
     return [by_key[_file_key(s)] if s.startswith("file:") else s for s in spelled]
+
+
+# Spark's relation over a list of data files, per session and schema. Data files never change once written
+# (a commit adds new ones), so the relation, and the file sizes Spark's file index read for it, stay right for
+# as long as the file list is what a read plans; a new snapshot plans a new list. Weighed by files.
+_RELATIONS = ByImmutableFiles(max_weight=50_000, weight=lambda hit: hit[2])
+
+
+def _relation(spark, spark_schema, uris: list[str]):
+    """`spark.read.schema(spark_schema).parquet(*uris)`, made once per session, schema and file list.
+
+    Making it is most of a small read's driver time (~5 ms for one file here: Spark looks up the Parquet source
+    through Java's ServiceLoader, checks that each path exists in a new thread pool, copies the Hadoop
+    configuration and analyses the plan); reading the same files again (asset checks and several downstream
+    assets reading one snapshot, the next read of an unchanged table) reuses it. The DataFrame handed out is new
+    each time, so `cache()` or `is_cached` on one read never shows on another."""
+    jsession = spark._jsparkSession
+
+    def make():
+        reader = _configured_reader(spark, spark_schema)
+        with _listed_on_driver(spark, len(uris)):
+            return jsession, _parquet(spark, reader, uris), len(uris)
+
+    hit = _RELATIONS.get((id(jsession), spark_schema.json(), tuple(uris)), make)
+    if hit[0] is not jsession:  # another session that got the same id after the first was gone
+        hit = make()
+    df = hit[1]
+    return type(df)(df._jdf, spark)  # PySpark's own class for this session (Spark 4 has several)
 
 
 def _parquet(spark, reader, uris: list[str]):

@@ -68,6 +68,23 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def workloads() -> list[str]:
+    """The "Workloads" block of bench/vs_java_iceberg.py's docstring (what each row measures), read without importing it."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse((Path(__file__).parent / "vs_java_iceberg.py").read_text())) or ""
+    lines = doc.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Workloads")), None)
+    if start is None:
+        return []
+    block = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        block.append(line)
+    return block
+
+
 def page(data: dict, when: str, wall_s: float | None, note: str = "") -> str:
     m, v = machine(), versions()
     lines = [
@@ -81,6 +98,7 @@ def page(data: dict, when: str, wall_s: float | None, note: str = "") -> str:
         "means this project is faster.",
         "",
         f"Measured {when} with {data['rows']:,} rows, {data['reps']} repetition(s)"
+        + (f" ({data['read_reps']} for the sub-second reads, after {data['read_warmup']} warm-ups)" if data.get("read_reps") else "")
         + (f", workloads `{data['only']}`" if data.get("only") else ", all workloads")
         + (f"; the run took {wall_s / 60:.1f} minutes." if wall_s else "."),
         "",
@@ -94,10 +112,10 @@ def page(data: dict, when: str, wall_s: float | None, note: str = "") -> str:
     notes = [f"- `{r['workload']}`: {r['note']}" for r in data["results"] if r.get("note")]
     if notes:
         lines += ["", *notes]
+    lines += ["", "![Ratios](performance.svg)", ""]
+    if described := workloads():
+        lines += ["## What each workload does", "", "```text", *described, "```", ""]
     lines += [
-        "",
-        "![Ratios](performance.svg)",
-        "",
         "## Machine",
         "",
         f"- CPU: {m['cpu']}, {m['cores']} cores",

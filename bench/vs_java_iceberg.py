@@ -1,8 +1,9 @@
 """This project (writing Iceberg AND Delta) vs Spark + the Java Iceberg runtime (Iceberg only), one Spark session.
 
 Both sides run in ONE Spark session over the same cached DataFrame, alternating which goes first,
-after a warm-up (merges also run one uncounted rep of their own first, reads READ_WARMUP: the JVM compiles
-each side's MERGE and scan paths over the first runs, and a read takes ~5 runs to reach its steady cost); each figure is the median of `--reps` runs and each ratio
+after a warm-up (merges also run one uncounted rep of their own first, reads READ_WARMUP (10) and count at least
+READ_REPS (15): the JVM compiles each side's MERGE and scan paths over the first runs, and a sub-second read needs
+several runs to reach its steady cost); each figure is the median of `--reps` runs and each ratio
 is ours / theirs from this run. Java Iceberg comes from PyPI (lakehouse_assets_tests/java_iceberg.py), with copy-on-write
 MERGE/UPDATE/DELETE and zstd like ours. Spark's own Parquet writer (zstd) is a second baseline for writes.
 
@@ -12,8 +13,9 @@ Workloads (`--only a,b` to pick):
                   vs Java MERGE INTO and vs our own full overwrite of the same table
   merge_all       a batch whose keys hit every file (vs Java MERGE INTO)
   compaction      40 small appends into a day-partitioned table, then ours vs rewrite_data_files (binpack)
-  read_pruned, read_full   one day of 14 / full scan + group by, Lakehouse.read vs Java's Spark reader, each rep
-                  reading the same snapshot (as checks, several downstream assets or a notebook do)
+  read_pruned, read_full   one day of 14 / full scan + group by: Lakehouse.read(row_filter=day) vs
+                  spark.table(java table).filter(day), each rep reading the same snapshot (as asset checks,
+                  several downstream assets or a notebook do)
   read_after_commit  read_pruned of a snapshot read for the first time: each rep first appends a small batch
                   (untimed) to both tables
   commit_latency  a small append on a young table vs after `--commits` small commits without maintenance
@@ -61,7 +63,8 @@ DAYS = 14
 REGIONS = 32
 
 
-READ_WARMUP = 5  # uncounted runs of each side before a read workload's counted ones
+READ_WARMUP = 10  # uncounted runs of each side before a read workload's counted ones
+READ_REPS = 15  # counted runs of each side, at least
 
 
 @dataclass
@@ -390,9 +393,11 @@ class Bench:
             driver.append(time.perf_counter() - t0)
             return query(df)
 
-        # Sub-second queries: a median of 3 is within one hiccup of either side, so at least 9 reps here,
-        # after READ_WARMUP uncounted ones (both sides, alternating).
-        for rep in range(1 - READ_WARMUP, max(self.args.reps, 9) + 1):
+        # Sub-second queries: a median of 3 is within one hiccup of either side, so at least READ_REPS here,
+        # after READ_WARMUP uncounted ones (both sides, alternating). After the write and merge workloads,
+        # our first full scans ran ~1.5x their steady time for several runs while Java's (whose reader its
+        # MERGE and rewrite_data_files had already run) did not: ten warm-ups measure both steady.
+        for rep in range(1 - READ_WARMUP, max(self.args.reps, READ_REPS) + 1):
             if after_commit:  # untimed: a small append to each side, so each read is of a snapshot nobody has read yet
                 batch = next(batches)
                 with _quiet("lakehouse"):
@@ -512,6 +517,8 @@ class Bench:
         out = {
             "rows": self.args.rows,
             "reps": self.args.reps,
+            "read_reps": max(self.args.reps, READ_REPS),
+            "read_warmup": READ_WARMUP,
             "only": self.args.only,
             "results": [{"workload": r.workload, "note": r.note, "ours": side(r.ours), "others": [side(o) for o in r.others]} for r in self.rows],
         }

@@ -199,32 +199,34 @@ def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
     return [by_key[_file_key(s)] if s.startswith("file:") else s for s in spelled]
 
 
-# Spark's relation over a list of data files, per session and schema. Data files never change once written
-# (a commit adds new ones), so the relation, and the file sizes Spark's file index read for it, stay right for
-# as long as the file list is what a read plans; a new snapshot plans a new list. Weighed by files.
+# Spark's relation over a list of data files (its file index), per session and schema. Data files never change
+# once written (a commit adds new ones), so the relation, and the file sizes its index read, stay right for as
+# long as the file list is what a read plans; a new snapshot plans a new list. Weighed by files.
 _RELATIONS = ByImmutableFiles(max_weight=50_000, weight=lambda hit: hit[2])
 
 
 def _relation(spark, spark_schema, uris: list[str]):
-    """`spark.read.schema(spark_schema).parquet(*uris)`, made once per session, schema and file list.
+    """`spark.read.schema(spark_schema).parquet(*uris)`, its Spark relation made once per session, schema and file list.
 
-    Making it is most of a small read's driver time (~5 ms for one file here: Spark looks up the Parquet source
-    through Java's ServiceLoader, checks that each path exists in a new thread pool, copies the Hadoop
-    configuration and analyses the plan); reading the same files again (asset checks and several downstream
-    assets reading one snapshot, the next read of an unchanged table) reuses it. The DataFrame handed out is new
-    each time, so `cache()` or `is_cached` on one read never shows on another."""
+    Making the relation is most of a small read's driver time (~5 ms for one file here: Spark looks up the Parquet
+    source through Java's ServiceLoader, checks that each path exists in a new thread pool, copies the Hadoop
+    configuration); reading the same files again (asset checks and several downstream assets reading one
+    snapshot, the next read of an unchanged table) reuses it. Each read gets a new DataFrame over it, with columns
+    of its own (as Spark gives each query of a catalog table), so two reads of one snapshot join like two tables."""
     jsession = spark._jsparkSession
 
     def make():
         reader = _configured_reader(spark, spark_schema)
         with _listed_on_driver(spark, len(uris)):
-            return jsession, _parquet(spark, reader, uris), len(uris)
+            df = _parquet(spark, reader, uris)
+        return jsession, df._jdf.logicalPlan().relation(), len(uris), type(df)
 
     hit = _RELATIONS.get((id(jsession), spark_schema.json(), tuple(uris)), make)
     if hit[0] is not jsession:  # another session that got the same id after the first was gone
         hit = make()
-    df = hit[1]
-    return type(df)(df._jdf, spark)  # PySpark's own class for this session (Spark 4 has several)
+    _, relation, _, dataframe = hit
+    # What DataFrameReader does with a relation it resolved: a new LogicalRelation, new column ids.
+    return dataframe(jsession.baseRelationToDataFrame(relation), spark)  # PySpark's class for this session (Spark 4 has several)
 
 
 def _parquet(spark, reader, uris: list[str]):

@@ -3,6 +3,7 @@
 An Iceberg metadata file or manifest list never changes once written (a commit writes new ones), so
 whatever is computed from one alone can be kept under its location for the life of the process: a
 new commit has new locations and is computed afresh. Bounded (least recently used out), thread-safe.
+The reader also keeps JVM objects in one, under the Spark session they were made in (core/read/reader.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ names were reused); columns missing from older files read as null.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -199,10 +198,28 @@ def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
     return [by_key[_file_key(s)] if s.startswith("file:") else s for s in spelled]
 
 
-# Spark's relation over a list of data files (its file index), per session and schema. Data files never change
-# once written (a commit adds new ones), so the relation, and the file sizes its index read, stay right for as
-# long as the file list is what a read plans; a new snapshot plans a new list. Weighed by files.
-_RELATIONS = ByImmutableFiles(max_weight=50_000, weight=lambda hit: hit[2])
+# JVM objects reads reuse, under (the Spark session's id, what they were made from). Spark's relation over a list
+# of data files (its file index) is one: data files never change once written (a commit adds new ones), so the
+# relation, and the file sizes its index read, stay right for as long as the file list is what a read plans; a
+# new snapshot plans a new list. Relations are weighed by their files; the rest (readers, a Pattern) are few.
+_RELATIONS = ByImmutableFiles(max_weight=50_000, weight=lambda hit: len(hit[1].uris))
+_JVM_OBJECTS = ByImmutableFiles(max_weight=64)
+
+
+def _per_session(cache: ByImmutableFiles, spark, key: tuple, make):
+    """`make()`, kept in `cache` for `spark`'s JVM session (a new session makes its own)."""
+    jsession = spark._jsparkSession
+    hit = cache.get((id(jsession), *key), lambda: (jsession, make()))
+    if hit[0] is not jsession:  # another session that got the same id after the first was gone
+        hit = (jsession, make())
+    return hit[1]
+
+
+@dataclass(frozen=True)
+class _Relation:
+    uris: tuple[str, ...]
+    relation: object  # the JVM BaseRelation (a HadoopFsRelation)
+    dataframe: type  # PySpark's DataFrame class for this session (Spark 4 has several)
 
 
 def _relation(spark, spark_schema, uris: list[str]):
@@ -213,20 +230,16 @@ def _relation(spark, spark_schema, uris: list[str]):
     configuration); reading the same files again (asset checks and several downstream assets reading one
     snapshot, the next read of an unchanged table) reuses it. Each read gets a new DataFrame over it, with columns
     of its own (as Spark gives each query of a catalog table), so two reads of one snapshot join like two tables."""
-    jsession = spark._jsparkSession
 
-    def make():
+    def make() -> _Relation:
         reader = _configured_reader(spark, spark_schema)
         with _listed_on_driver(spark, len(uris)):
             df = _parquet(spark, reader, uris)
-        return jsession, df._jdf.logicalPlan().relation(), len(uris), type(df)
+        return _Relation(tuple(uris), df._jdf.logicalPlan().relation(), type(df))
 
-    hit = _RELATIONS.get((id(jsession), spark_schema.json(), tuple(uris)), make)
-    if hit[0] is not jsession:  # another session that got the same id after the first was gone
-        hit = make()
-    _, relation, _, dataframe = hit
+    made = _per_session(_RELATIONS, spark, (spark_schema.json(), tuple(uris)), make)
     # What DataFrameReader does with a relation it resolved: a new LogicalRelation, new column ids.
-    return dataframe(jsession.baseRelationToDataFrame(relation), spark)  # PySpark's class for this session (Spark 4 has several)
+    return made.dataframe(spark._jsparkSession.baseRelationToDataFrame(made.relation), spark)
 
 
 def _parquet(spark, reader, uris: list[str]):
@@ -239,41 +252,19 @@ def _parquet(spark, reader, uris: list[str]):
         return reader.parquet(*uris)
     if len(uris) == 1:
         return reader._df(reader._jreader.parquet(uris[0]))
-    paths = _newline(spark).split("\n".join(uris), -1)  # -1: keep every part
+    # A JVM `Pattern` of "\n", made once (resolving the class through py4j costs a round trip per name part).
+    newline = _per_session(_JVM_OBJECTS, spark, ("newline",), lambda: spark._jvm.java.util.regex.Pattern.compile("\n"))
+    paths = newline.split("\n".join(uris), -1)  # -1: keep every part
     return reader._df(reader._jreader.parquet(paths))
-
-
-def _newline(spark):
-    """A JVM `Pattern` of "\n" (resolving the class through py4j costs a round trip per name part)."""
-    key = ("newline", id(spark._jsparkSession))
-    return _jvm_objects(key, spark._jsparkSession, lambda: spark._jvm.java.util.regex.Pattern.compile("\n"))
-
-
-_JVM_OBJECTS: OrderedDict = OrderedDict()  # key -> (the JVM session it belongs to, the object)
-_JVM_OBJECTS_MAX = 64
-
-
-def _jvm_objects(key, jsession, make):
-    """JVM-side objects a read reuses, per Spark session (`jsession`: a new session makes new ones)."""
-    hit = _JVM_OBJECTS.get(key)
-    if hit is not None and hit[0] is jsession:
-        _JVM_OBJECTS.move_to_end(key)
-        return hit[1]
-    obj = make()
-    _JVM_OBJECTS[key] = (jsession, obj)
-    while len(_JVM_OBJECTS) > _JVM_OBJECTS_MAX:
-        _JVM_OBJECTS.popitem(last=False)
-    return obj
 
 
 def _configured_reader(spark, spark_schema):
     """A DataFrameReader of `spark` with `spark_schema` and the rebase options set, made once per session and schema.
 
-    Setting them costs five py4j round trips (~0.6 ms each here), more than the rest of a pruned read's driver
-    work. `parquet(...)` reads the reader's settings and never changes them (it sets the format to parquet, the
-    same every time), so one reader serves every read with that schema, from any thread. The schema is parsed by
-    `spark` itself: PySpark's `schema()` would look up the active session first (a new Python SparkSession
-    wrapper and several JVM round trips)."""
+    Setting them costs five py4j round trips (~0.6 ms each here). `parquet(...)` reads the reader's settings and
+    never changes them (it sets the format to parquet, the same every time), so one reader serves every read with
+    that schema, from any thread. The schema is parsed by `spark` itself: PySpark's `schema()` would look up the
+    active session first (a new Python SparkSession wrapper and several JVM round trips)."""
     schema_json = spark_schema.json()
 
     def make():
@@ -282,7 +273,7 @@ def _configured_reader(spark, spark_schema):
         reader._jreader = jreader.option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
         return reader
 
-    return _jvm_objects(("reader", id(spark._jsparkSession), schema_json), spark._jsparkSession, make)
+    return _per_session(_JVM_OBJECTS, spark, ("reader", schema_json), make)
 
 
 # Spark lists more than this many paths with a Spark job (one task per path): a job per read.

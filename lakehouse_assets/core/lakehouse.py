@@ -2,16 +2,19 @@
 rollback, maintenance and the formats-agree check, each on one table.
 
 The facade holds what every operation needs (a `TableContext`: catalog, warehouse, storage, Delta settings)
-and hands it to the module that does the work: one write runs in core/write/table_write.py (its docstring
-gives the order that keeps both formats safe when any step fails), a repair in core/maintenance/repair.py.
+and hands it to the module that does the work; each method is a table-of-contents entry:
+* writes: core/write/table_write.py (its docstring gives the order that keeps both formats safe when any
+  step fails); column renames and drops, Delta column mapping: core/write/alter.py;
+* reads: core/read/table_reader.py (Spark), core/read/arrow_reader.py (pyarrow), core/read/changes.py
+  (changed rows); branches: core/table/branches.py, publish and discard: core/write/publish.py;
+* tables, history, points in time and runs: core/read/inspection.py; rollback: core/maintenance/rollback.py;
+* maintenance: core/maintenance/ (its registry), verify: core/maintenance/verify.py, repair:
+  core/maintenance/repair.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import json
-import logging
 import os
 from typing import Any, Literal, Mapping, Sequence
 
@@ -20,41 +23,28 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from . import maintenance as maintenance_
-from .errors import RetentionError, SpecError, TableNotFound
-from .formats import foreign_delta, history
-from .formats.delta_column_mapping import enabled as mapping_enabled
-from .formats.delta_column_mapping import mapping_keys
+from .formats import foreign_delta
 from .formats.delta_committer import DeltaMirror
-from .io.storage import StorageConfig, normalize_uri
+from .io.storage import StorageConfig
 from .maintenance import rollback as rollback_
 from .maintenance.repair import repair_table
 from .maintenance.verify import verify_table
-from .model import FileChanges, MergeOptions, PublishResult, TableOptions, WriteRequest, WriteResult
-from .properties import DEFAULT_DELTA_CONFIGURATION, Operation, SummaryKeys
+from .model import MergeOptions, PublishResult, TableOptions, WriteResult
+from .properties import DEFAULT_DELTA_CONFIGURATION
 from .read import changes as changes_
-from .read import time_travel
+from .read import inspection
 from .read.arrow_reader import read_arrow
 from .read.table_reader import read_table
-from .schema.spec import (
-    ALL_FORMATS,
-    DEFAULT_TARGET_FILE_SIZE,
-    TableSpec,
-    spec_terms,
-)
-from .schema.statistics import policy_keys
 from .schema.window import Slice, Window
-from .spark.session import active_session
 from .table import branches as branches_
 from .table import tables
 from .table.catalog import open_catalog
 from .table.context import TableContext
 from .write import alter as alter_
 from .write import publish as publish_
-from .write import table_write, transaction
+from .write import table_write
 
 __all__ = ["Lakehouse", "MergeOptions", "Slice", "TableOptions", "Window", "WriteResult"]
-
-log = logging.getLogger("lakehouse")
 
 
 class Lakehouse:
@@ -143,7 +133,7 @@ class Lakehouse:
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
         `window` when one is given: a `Window` (a time range of one column) or a `Slice` (a window
         and/or sets of values of other columns, e.g. a Dagster static or multi-partition).
-        mode="merge" upserts by `merge=MergeOptions(keys=[...])` (copy-on-write, see core/write/merge.py).
+        mode="merge" upserts by `merge=MergeOptions(keys=[...])` (copy-on-write).
 
         `partition_by`: the partition terms of a new table (e.g. ["day(ts)", "bucket(4, id)"]); an existing
         table's must match. `table`: the other settings of a new table (`TableOptions`: formats, properties,
@@ -156,28 +146,11 @@ class Lakehouse:
         main and the Delta log do not change, and only readers that ask for the branch see the rows until
         `publish`. The write plans against the branch (a merge matches the branch's rows).
         """
-        request = self._request(identifier, mode, partition_by, merge, window, write_id, table or TableOptions(), writer, snapshot_properties)
-        request = dataclasses.replace(request, branch=branches_.target_branch(identifier, branch))
-        return table_write.write(self.context, df, request, foreign_default=self.foreign_delta_default, spark=spark)
-
-    def _request(self, identifier, mode, partition_by, merge, window, write_id, table: TableOptions, writer, snapshot_properties=None) -> WriteRequest:
-        if mode == "merge" and merge is None:
-            raise SpecError(f"Table {identifier}: mode='merge' needs merge=MergeOptions(keys=[...]), the columns that identify a row.")
-        if merge is not None and mode != "merge":
-            raise SpecError(f"Table {identifier}: merge options were given but mode is {mode!r}; use mode='merge'.")
-        spec = TableSpec(
-            identifier,
-            partition_by=tuple(partition_by or ()),
-            formats=tuple(table.formats or ALL_FORMATS),
-            # A resource-wide Delta statistics or column-mapping setting is the new table's too: both formats follow the table's properties.
-            properties={**policy_keys(self.delta_configuration), **mapping_keys(self.delta_configuration), **(table.properties or {})},
-            target_file_size=table.target_file_size or DEFAULT_TARGET_FILE_SIZE,
-            schema_evolution=table.schema_evolution,
+        request = table_write.request_of(
+            self.context, identifier, mode, partition_by=partition_by, merge=merge, window=window, write_id=write_id,
+            table=table, writer=writer, snapshot_properties=snapshot_properties, branch=branch,
         )
-        window = Slice.of(window) if window is not None else None
-        merge = merge.check(identifier) if merge else None
-        return WriteRequest(spec, mode, window, write_id, writer, table.target_file_size, merge, dict(snapshot_properties or {}))
-
+        return table_write.write(self.context, df, request, foreign_default=self.foreign_delta_default, spark=spark)
 
     # ------------------------------------------------------------ schema operations
 
@@ -188,26 +161,14 @@ class Lakehouse:
         creation): the same change is then one metadata-only Delta version. Older snapshots and Delta versions
         keep reading with their old names.
         """
-        table = self.load(identifier)
-        result = alter_.alter_table(table, identifier, rename, drop)
-        if self.delta_enabled(table):
-            # The same change in Delta right away: one metadata-only version (column mapping), not at the next write.
-            try:
-                mirror = self.mirror(table)
-                transaction.sync_delta(mirror, self.load(identifier))
-                result["delta_version"] = mirror.load().version()  # the schema's version (sync returns the snapshot's)
-            except Exception as e:  # noqa: BLE001 - Iceberg is changed; Delta lags until the next write or repair, as for writes
-                result["delta_lagging"], result["delta_error"] = True, f"{type(e).__name__}: {e}"
-                log.warning("Table %s: columns changed in Iceberg; Delta lags: %s", identifier, e)
-        return result
+        return alter_.alter_columns(self.context, identifier, rename, drop)
 
     def upgrade(self, identifier: str) -> dict[str, Any]:
         """Turn Delta column mapping on for a Delta-mirrored table, so renames and drops work in both formats.
 
         Metadata only: one Delta version and one Iceberg property update; no data file is read or rewritten.
-        Idempotent. See core/write/alter.py, `upgrade_table`."""
-        table = self.load(identifier)
-        return alter_.upgrade_table(table, identifier, self.mirror(table) if self.delta_enabled(table) else None)
+        Idempotent."""
+        return alter_.upgrade_columns(self.context, identifier)
 
     # ------------------------------------------------------------ reads
 
@@ -230,44 +191,11 @@ class Lakehouse:
         expression) also filters the rows of the files it keeps. `branch`: the head of that Iceberg branch
         (e.g. the rows a write-audit-publish run staged) instead of main.
         """
-        table = self._on_branch(identifier, self.load(identifier), branch, snapshot_id, delta_version, as_of)
+        table = branches_.read_view(identifier, self.load(identifier), branch, snapshot_id, delta_version, as_of)
         return read_table(
             spark, identifier, table, self.storage, self.mirror(table),
             snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of, row_filter=row_filter, window=window,
         )
-
-    def changes(self, identifier: str, start_snapshot_id: int | None = None, end_snapshot_id: int | None = None, *, spark=None):
-        """A Spark DataFrame of the rows changed after `start_snapshot_id` (exclusive; None: since the table was
-        created) up to `end_snapshot_id` (inclusive; None: now): the table's columns plus `_change_type`
-        (`insert`, `delete`, `update_preimage`, `update_postimage`), `_commit_snapshot_id`, `_commit_version`
-        (the Delta version) and `_commit_timestamp`. Exact: rows a commit wrote again unchanged never appear, and
-        only the files each commit touched are read (see core/read/changes.py)."""
-        table = self.load(identifier)
-        snapshots = changes_.snapshots_in_range(identifier, table, start_snapshot_id, end_snapshot_id)
-        delta = self.mirror(table).load() if self.delta_enabled(table) else None
-        versions = history.delta_versions_of(delta, [s.snapshot_id for s in snapshots]) if delta is not None else {}
-        return changes_.read_changes(active_session(spark), identifier, table, self.storage, snapshots, versions)
-
-    def rows_as_changes(self, identifier: str, snapshot_id: int | None = None, *, spark=None):
-        """The table at `snapshot_id` (default: now) in the shape of `changes`: every row an insert of that commit.
-        What a consumer reads first, before reading changes from that snapshot on."""
-        table = self.load(identifier)
-        snap = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
-        if snap is None:
-            raise RetentionError(f"Table {identifier} has no snapshot {snapshot_id} (never written, or expired). See `lakehouse history {identifier}`.")
-        delta = self.mirror(table).load() if self.delta_enabled(table) else None
-        version = history.delta_version_of(delta, snap.snapshot_id) if delta is not None else None
-        return changes_.as_inserts(self.read(active_session(spark), identifier, snapshot_id=snap.snapshot_id), snap, version)
-
-    def consumed_snapshot(self, identifier: str, upstream: str) -> int | None:
-        """The snapshot of table `upstream` up to which table `identifier`'s data includes its changes, as recorded
-        by a write with `snapshot_properties={"lakehouse.consumed.<upstream>": id}` (None: never, or no table yet).
-        Recorded in the same commit as the data, so a write that failed never advances it."""
-        try:
-            table = self.load(identifier)
-        except TableNotFound:
-            return None
-        return history.consumed_snapshot(table, upstream)
 
     def read_arrow(
         self,
@@ -281,28 +209,29 @@ class Lakehouse:
         branch: str | None = None,
     ):
         """A pyarrow Table of the table (or of `columns`), now or as of a snapshot or a time, read by pyiceberg and
-        pyarrow without Spark: for small tables and pandas/Polars assets (see core/read/arrow_reader.py).
+        pyarrow without Spark: for small tables and pandas/Polars assets.
         `branch`: the head of that Iceberg branch instead of main."""
-        table = self._on_branch(identifier, self.load(identifier), branch, snapshot_id, None, as_of)
+        table = branches_.read_view(identifier, self.load(identifier), branch, snapshot_id, None, as_of)
         return read_arrow(identifier, table, columns=columns, row_filter=row_filter, snapshot_id=snapshot_id, as_of=as_of, window=window)
 
-    @staticmethod
-    def _on_branch(identifier: str, table: Table, branch: str | None, snapshot_id, delta_version, as_of) -> Table:
-        """The table as a read of `branch` sees it (its head as the current snapshot); main when None."""
-        branch = branches_.target_branch(identifier, branch)
-        if branch is None:
-            return table
-        if any(x is not None for x in (snapshot_id, delta_version, as_of)):
-            raise SpecError(f"Table {identifier}: give a branch or a point in time (snapshot_id, delta_version, as_of), not both.")
-        branches_.require_head(identifier, table, branch)
-        return branches_.on_branch(table, branch)
+    def changes(self, identifier: str, start_snapshot_id: int | None = None, end_snapshot_id: int | None = None, *, spark=None):
+        """A Spark DataFrame of the rows changed after `start_snapshot_id` (exclusive; None: since the table was
+        created) up to `end_snapshot_id` (inclusive; None: now): the table's columns plus `_change_type`
+        (`insert`, `delete`, `update_preimage`, `update_postimage`), `_commit_snapshot_id`, `_commit_version`
+        (the Delta version) and `_commit_timestamp`. Exact: rows a commit wrote again unchanged never appear, and
+        only the files each commit touched are read."""
+        return changes_.table_changes(self.context, identifier, start_snapshot_id, end_snapshot_id, spark)
 
-    def snapshot_of_run(self, identifier: str, run_id: str) -> int:
-        """The snapshot the Dagster run `run_id` left the table at (its last write to it)."""
-        snap = history.find_snapshot_by_writer(self.load(identifier), "dagster_run_id", run_id)
-        if snap is None:
-            raise RetentionError(f"Table {identifier} has no retained snapshot written by run {run_id} (it never wrote the table, or that snapshot was expired).")
-        return snap.snapshot_id
+    def rows_as_changes(self, identifier: str, snapshot_id: int | None = None, *, spark=None):
+        """The table at `snapshot_id` (default: now) in the shape of `changes`: every row an insert of that commit.
+        What a consumer reads first, before reading changes from that snapshot on."""
+        return changes_.rows_as_changes(self.context, identifier, snapshot_id, spark)
+
+    def consumed_snapshot(self, identifier: str, upstream: str) -> int | None:
+        """The snapshot of table `upstream` up to which table `identifier`'s data includes its changes, as recorded
+        by a write with `snapshot_properties={"lakehouse.consumed.<upstream>": id}` (None: never, or no table yet).
+        Recorded in the same commit as the data, so a write that failed never advances it."""
+        return inspection.consumed_snapshot(self.context, identifier, upstream)
 
     # ------------------------------------------------------------ branches
 
@@ -311,25 +240,36 @@ class Lakehouse:
         it has not moved since the branch forked; otherwise the branch's change is committed again on top of
         main when that is safe (appends; a merge or overwrite whose files main did not change and which main
         gained no rows since), else nothing changes and a `CommitConflict` says why. The Delta log then
-        follows main. The branch is kept; `discard` removes it (see core/write/publish.py)."""
-        branch = branches_.target_branch(identifier, branch)
-        if branch is None:
-            raise SpecError(f"Table {identifier}: name the branch to publish; main is what a publish goes to.")
+        follows main. The branch is kept; `discard` removes it."""
         return publish_.publish(self.context, identifier, branch, foreign_default=self.foreign_delta_default, spark=spark)
 
     def discard(self, identifier: str, branch: str) -> dict[str, Any]:
         """Remove `branch` and with it every unpublished change on it; main and Delta are not touched. Snapshot
         expiry and orphan cleanup then reclaim the files only the branch referenced."""
-        branch = branches_.target_branch(identifier, branch)
-        if branch is None:
-            raise SpecError(f"Table {identifier}: main cannot be discarded; name a branch (see lakehouse tables).")
         return publish_.discard(self.context, identifier, branch)
 
     def branches(self, identifier: str) -> dict[str, int]:
         """The table's Iceberg branches other than main: name -> head snapshot id (Delta has no branches)."""
         return branches_.branches(self.load(identifier))
 
-    # ------------------------------------------------------------ rollback
+    # ------------------------------------------------------------ history, time travel and rollback
+
+    def tables(self) -> list[dict[str, Any]]:
+        """Every table: location, current Iceberg snapshot and Delta version, partitioning, formats, branches."""
+        return inspection.table_summaries(self.context)
+
+    def history(self, identifier: str, *, branch: str | None = None) -> list[dict[str, Any]]:
+        """Every retained commit, newest first: Iceberg snapshot <-> Delta version, operation, counts, writer, time.
+        `branch`: the commits of that Iceberg branch (its own have no Delta version until published)."""
+        return inspection.commit_history(self.context, identifier, branch)
+
+    def point_in_time(self, identifier: str, *, snapshot_id: int | None = None, delta_version: int | None = None, as_of: dt.datetime | None = None):
+        """The same point in time as (Iceberg snapshot id, Delta version), from any one of the three."""
+        return inspection.point_in_time(self.context, identifier, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of)
+
+    def snapshot_of_run(self, identifier: str, run_id: str) -> int:
+        """The snapshot the Dagster run `run_id` left the table at (its last write to it)."""
+        return inspection.snapshot_of_run(self.context, identifier, run_id)
 
     def rollback(
         self,
@@ -344,93 +284,19 @@ class Lakehouse:
 
         The point: an Iceberg snapshot, a Delta version, a time, or a Dagster run (the table as that run left it);
         exactly one. History is kept; refused with nothing changed when the point's files are gone or its schema
-        cannot be read back (see core/maintenance/rollback.py).
+        cannot be read back.
         """
-        if sum(x is not None for x in (snapshot_id, delta_version, as_of, run_id)) != 1:
-            raise SpecError(f"Table {identifier}: give exactly one of snapshot_id, delta_version, as_of, run_id to roll back to.")
-        table = self.load(identifier)
-        time_travel.check_retention(table, identifier, snapshot_id, delta_version, as_of)
-        if run_id is not None:
-            target = self.snapshot_of_run(identifier, run_id)
-        else:
-            mirror = self.mirror(table) if self.delta_enabled(table) else None
-            target = time_travel.resolve(table, mirror, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of).iceberg_snapshot_id
-        if target is None:
-            raise RetentionError(f"Table {identifier}: no retained snapshot at that point to roll back to. See `lakehouse history {identifier}`.")
-        adds, removes = rollback_.plan(identifier, table, target, self.storage)
-        summary = {SummaryKeys.OPERATION: Operation.ROLLBACK, SummaryKeys.ROLLBACK_TARGET: str(target)}
-        changes = FileChanges(adds=adds, removes=removes, rows_written=sum(f.record_count for f in adds))
-        result = transaction.commit(self.context, identifier, table, changes, summary, mode=Operation.ROLLBACK)
-        log.info("Table %s: rolled back to snapshot %s (%d file(s) back, %d removed)", identifier, target, len(adds), len(removes))
-        return result
+        return rollback_.rollback_table(self.context, identifier, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of, run_id=run_id)
 
-    # ------------------------------------------------------------ maintenance
+    # ------------------------------------------------------------ maintenance, verification and repair
 
     def maintain(self, identifier: str, operation: str = "full_maintenance", *, dry_run: bool = False, spark=None, **settings) -> dict[str, Any]:
-        """Run a maintenance operation (see core/maintenance/) on one table; returns what it did."""
+        """Run a maintenance operation (`lakehouse maintain --help` lists them) on one table; returns what it did."""
         return maintenance_.run(self.context, identifier, operation, dry_run=dry_run, spark=spark, **settings)
-
-    # ------------------------------------------------------------ time travel
-
-    def point_in_time(self, identifier: str, *, snapshot_id: int | None = None, delta_version: int | None = None, as_of: dt.datetime | None = None):
-        """The same point in time as (Iceberg snapshot id, Delta version), from any one of the three."""
-        table = self.load(identifier)
-        return time_travel.resolve(table, self.mirror(table) if self.delta_enabled(table) else None, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of)
-
-    # ------------------------------------------------------------ inspection
-
-    def tables(self) -> list[dict[str, Any]]:
-        out = []
-        for name in self.table_names():
-            table = self.load(name)
-            delta = self.mirror(table).load() if self.delta_enabled(table) else None
-            out.append(
-                {
-                    "name": name,
-                    "location": normalize_uri(table.location()),
-                    "iceberg_metadata_location": table.metadata_location,
-                    "iceberg_snapshot_id": transaction._current_id(table),
-                    "delta_version": delta.version() if delta is not None else None,
-                    "partition_by": spec_terms(table.spec(), table.schema()),
-                    "formats": tables.formats(table),
-                    "delta_column_mapping": mapping_enabled(table.properties),  # renames and drops work in both formats
-                    "branches": branches_.branches(table),  # Iceberg only: Delta mirrors main
-                }
-            )
-        return out
-
-    def history(self, identifier: str, *, branch: str | None = None) -> list[dict[str, Any]]:
-        """Every retained commit, newest first: Iceberg snapshot <-> Delta version, operation, counts, writer, time.
-        `branch`: the commits of that Iceberg branch (its own have no Delta version until published)."""
-        table = self.load(identifier)
-        delta = self.mirror(table).load() if self.delta_enabled(table) else None
-        delta_versions = history.delta_versions_by_snapshot(delta) if delta is not None else {}
-        head = branches_.require_head(identifier, table, branch) if branches_.target_branch(identifier, branch) else None
-        out = []
-        for snap in history.ancestors(table, head):
-            s = history.summary(snap)
-            out.append(
-                {
-                    "iceberg_snapshot_id": snap.snapshot_id,
-                    "iceberg_sequence_number": snap.sequence_number,
-                    "delta_version": delta_versions.get(snap.snapshot_id),
-                    "timestamp": history.iso_ms(snap.timestamp_ms),
-                    "operation": s.get(SummaryKeys.OPERATION, snap.summary.operation.value if snap.summary else None),
-                    "files_added": int(s.get("added-data-files", 0)),
-                    "files_removed": int(s.get("deleted-data-files", 0)),
-                    "rows_added": int(s.get("added-records", 0)),
-                    "rows_removed": int(s.get("deleted-records", 0)),
-                    "total_rows": int(s.get("total-records", 0)),
-                    "writer": json.loads(s.get(SummaryKeys.WRITER, "{}")),
-                    "write_id": s.get(SummaryKeys.WRITE_ID),
-                    "branch": s.get(SummaryKeys.BRANCH),  # written to this branch (None: to main)
-                }
-            )
-        return out
 
     def verify(self, identifier: str, *, deep: bool = False) -> dict[str, Any]:
         """Do the formats agree? Per live file: presence, rows, partition values and stats; the schema.
-        `deep=True` also compares the content as DuckDB reads each format (see core/maintenance/verify.py)."""
+        `deep=True` also compares the content as DuckDB reads each format."""
         table = self.load(identifier)
         return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None, deep=deep)
 
@@ -454,15 +320,14 @@ class Lakehouse:
         Raises MirrorRefused, with the reason and the fix, when a snapshot has no exact Delta equivalent
         (another engine's delete files, a rename, a partition spec change); Delta is then left as it was.
         `apply_deletes=True` first rewrites the data files that other engines' delete files remove rows
-        from, with the deletes applied, as one Iceberg snapshot without delete files
-        (core/maintenance/apply_deletes.py). `rewrite_files=True` first rewrites other engines' data files of a
-        column-mapped table that hold columns under their current instead of their physical names
-        (core/maintenance/rewrite_files.py).
+        from, with the deletes applied, as one Iceberg snapshot without delete files. `rewrite_files=True`
+        first rewrites other engines' data files of a column-mapped table that hold columns under their
+        current instead of their physical names.
 
         Delta versions another engine wrote are never mirrored over: the report says which and why
         (`repaired: False`). `adopt_delta=True` brings them into Iceberg as one snapshot; `revert_delta=True`
-        undoes them with a new Delta version (core/formats/foreign_delta.py, core/formats/delta_adoption.py). Raises
-        ForeignDeltaCommits, nothing changed, when they cannot be adopted.
+        undoes them with a new Delta version. Raises ForeignDeltaCommits, nothing changed, when they cannot
+        be adopted.
         """
         return repair_table(
             self.context, identifier, apply_deletes=apply_deletes, adopt_delta=adopt_delta, revert_delta=revert_delta, rewrite_files=rewrite_files, spark=spark

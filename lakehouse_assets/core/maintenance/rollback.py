@@ -16,12 +16,52 @@ Refused, with nothing changed, when the rollback cannot give back exactly the ta
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+
 from pyarrow.fs import FileType
 from pyiceberg.table import Table
 
-from ..errors import DeleteFilesError, RetentionError, SchemaError
+from ..errors import DeleteFilesError, RetentionError, SchemaError, SpecError
 from ..formats.deletes import table_files
 from ..io.storage import StorageConfig, relative_to
+from ..model import FileChanges, WriteResult
+from ..properties import Operation, SummaryKeys
+from ..read import time_travel
+from ..read.inspection import snapshot_of_run
+from ..table.context import TableContext
+from ..write import transaction
+
+log = logging.getLogger("lakehouse")
+
+
+def rollback_table(
+    ctx: TableContext,
+    identifier: str,
+    *,
+    snapshot_id: int | None = None,
+    delta_version: int | None = None,
+    as_of: dt.datetime | None = None,
+    run_id: str | None = None,
+) -> WriteResult:
+    """Commit the files of the point given (exactly one of the four) as one new snapshot and Delta version."""
+    if sum(x is not None for x in (snapshot_id, delta_version, as_of, run_id)) != 1:
+        raise SpecError(f"Table {identifier}: give exactly one of snapshot_id, delta_version, as_of, run_id to roll back to.")
+    table = ctx.load(identifier)
+    time_travel.check_retention(table, identifier, snapshot_id, delta_version, as_of)
+    if run_id is not None:
+        target = snapshot_of_run(ctx, identifier, run_id)
+    else:
+        mirror = ctx.mirror(table) if ctx.delta_enabled(table) else None
+        target = time_travel.resolve(table, mirror, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of).iceberg_snapshot_id
+    if target is None:
+        raise RetentionError(f"Table {identifier}: no retained snapshot at that point to roll back to. See `lakehouse history {identifier}`.")
+    adds, removes = plan(identifier, table, target, ctx.storage)
+    summary = {SummaryKeys.OPERATION: Operation.ROLLBACK, SummaryKeys.ROLLBACK_TARGET: str(target)}
+    changes = FileChanges(adds=adds, removes=removes, rows_written=sum(f.record_count for f in adds))
+    result = transaction.commit(ctx, identifier, table, changes, summary, mode=Operation.ROLLBACK)
+    log.info("Table %s: rolled back to snapshot %s (%d file(s) back, %d removed)", identifier, target, len(adds), len(removes))
+    return result
 
 
 def plan(identifier: str, table: Table, target_snapshot_id: int, storage: StorageConfig):

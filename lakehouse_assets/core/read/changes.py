@@ -32,9 +32,12 @@ from ..formats.snapshot_changes import snapshot_change
 from ..io.storage import StorageConfig
 from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import iceberg_to_spark_schema
+from ..spark.session import active_session
+from ..table.context import TableContext
 from ..table.evolution import column_names_moved, types_were_widened
 from .delete_rows import PATH, POSITION, dropped_rows
 from .reader import read_parquet_files
+from .table_reader import read_table
 
 CHANGE_TYPE = "_change_type"
 COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
@@ -78,6 +81,27 @@ def snapshots_in_range(identifier: str, table: Table, start_snapshot_id: int | N
     if start_snapshot_id is not None and (snap is None or snap.snapshot_id != start_snapshot_id):
         raise SpecError(f"Table {identifier}: snapshot {start_snapshot_id} is not an ancestor of snapshot {end.snapshot_id if end else None}; give the older one first.")
     return list(reversed(out))
+
+
+def table_changes(ctx: TableContext, identifier: str, start_snapshot_id: int | None, end_snapshot_id: int | None, spark=None):
+    """The rows changed after `start_snapshot_id` up to `end_snapshot_id`, with the Delta version of each commit."""
+    table = ctx.load(identifier)
+    snapshots = snapshots_in_range(identifier, table, start_snapshot_id, end_snapshot_id)
+    delta = ctx.mirror(table).load() if ctx.delta_enabled(table) else None
+    versions = history.delta_versions_of(delta, [s.snapshot_id for s in snapshots]) if delta is not None else {}
+    return read_changes(active_session(spark), identifier, table, ctx.storage, snapshots, versions)
+
+
+def rows_as_changes(ctx: TableContext, identifier: str, snapshot_id: int | None = None, spark=None):
+    """The table at `snapshot_id` (default: now) in the shape of `table_changes`: every row an insert of that commit."""
+    table = ctx.load(identifier)
+    snap = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
+    if snap is None:
+        raise RetentionError(f"Table {identifier} has no snapshot {snapshot_id} (never written, or expired). See `lakehouse history {identifier}`.")
+    delta = ctx.mirror(table).load() if ctx.delta_enabled(table) else None
+    version = history.delta_version_of(delta, snap.snapshot_id) if delta is not None else None
+    rows = read_table(active_session(spark), identifier, table, ctx.storage, ctx.mirror(table), snapshot_id=snap.snapshot_id)
+    return as_inserts(rows, snap, version)
 
 
 def as_inserts(rows, snap: Snapshot, version: int | None):

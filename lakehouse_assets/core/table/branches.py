@@ -60,6 +60,18 @@ def require_head(identifier: str, table: Table, branch: str) -> Snapshot:
     return snap
 
 
+def read_view(identifier: str, table: Table, branch: str | None, *points_in_time) -> Table:
+    """The table as a read of `branch` sees it (its head as the current snapshot); the table itself for main.
+    A read names a branch or a point in time (`points_in_time`: snapshot id, Delta version, time), not both."""
+    branch = target_branch(identifier, branch)
+    if branch is None:
+        return table
+    if any(x is not None for x in points_in_time):
+        raise SpecError(f"Table {identifier}: give a branch or a point in time (snapshot_id, delta_version, as_of), not both.")
+    require_head(identifier, table, branch)
+    return on_branch(table, branch)
+
+
 def on_branch(table: Table, branch: str | None) -> Table:
     """`table` as a write to `branch` plans against it: its current snapshot is the branch's head. A branch
     that does not exist yet starts at main's head (the write creates it there), so the view is the table."""

@@ -15,6 +15,7 @@ columns' current names become their physical names. Without it a rename is refus
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping, Sequence
 
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
@@ -26,13 +27,38 @@ from ..formats import delta_column_mapping
 from ..formats.delta_committer import DeltaMirror
 from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import check_column_names
+from ..table.context import TableContext
 from ..table.tables import delta_enabled
 from .transaction import sync_delta
+
+log = logging.getLogger("lakehouse")
 
 DELTA_BLOCKED = (
     "Delta without column mapping identifies columns by their name in the Parquet files, so a rename or drop would make "
     "Delta readers disagree with Iceberg."
 )
+
+
+def alter_columns(ctx: TableContext, identifier: str, rename: Mapping[str, str] | None = None, drop: Sequence[str] | None = None) -> dict[str, Any]:
+    """`alter_table`, then the same change in Delta right away (one metadata-only version, column mapping) rather
+    than at the next write. A Delta failure leaves Iceberg changed and Delta lagging, as a write's would."""
+    table = ctx.load(identifier)
+    result = alter_table(table, identifier, rename, drop)
+    if ctx.delta_enabled(table):
+        try:
+            mirror = ctx.mirror(table)
+            sync_delta(mirror, ctx.load(identifier))
+            result["delta_version"] = mirror.load().version()  # the schema's version (sync returns the snapshot's)
+        except Exception as e:  # noqa: BLE001 - Iceberg is changed; Delta lags until the next write or repair, as for writes
+            result["delta_lagging"], result["delta_error"] = True, f"{type(e).__name__}: {e}"
+            log.warning("Table %s: columns changed in Iceberg; Delta lags: %s", identifier, e)
+    return result
+
+
+def upgrade_columns(ctx: TableContext, identifier: str) -> dict[str, Any]:
+    """`upgrade_table` of a table by name (the Delta side only when the table mirrors to Delta)."""
+    table = ctx.load(identifier)
+    return upgrade_table(table, identifier, ctx.mirror(table) if ctx.delta_enabled(table) else None)
 
 
 def alter_table(table: Table, identifier: str, rename: Mapping[str, str] | None = None, drop: Sequence[str] | None = None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from ..errors import CommitConflict, DeleteFilesError
+from ..errors import CommitConflict, DeleteFilesError, SpecError
 from ..formats import history
 from ..formats import iceberg_committer as ic
 from ..formats.deletes import table_files
@@ -46,6 +46,9 @@ FAST_FORWARD_ATTEMPTS = 3  # main moving between reading it and fast-forwarding 
 def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default: str, spark=None) -> PublishResult:
     """Make `branch`'s staged snapshots main's, then mirror main to Delta. The branch is kept (now at main's head
     or behind it); `discard` removes it."""
+    branch = branches.target_branch(identifier, branch)
+    if branch is None:
+        raise SpecError(f"Table {identifier}: name the branch to publish; main is what a publish goes to.")
     table = ctx.load(identifier)
     head = branches.require_head(identifier, table, branch)
     fork = branches.fork_point(table, head)
@@ -84,6 +87,9 @@ def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default:
 def discard(ctx: TableContext, identifier: str, branch: str) -> dict:
     """Remove `branch` (its ref only). Its snapshots are no branch's head any more: snapshot expiry removes them,
     and orphan cleanup then the files only they referenced. Main and Delta are not touched."""
+    branch = branches.target_branch(identifier, branch)
+    if branch is None:
+        raise SpecError(f"Table {identifier}: main cannot be discarded; name a branch (see lakehouse tables).")
     table = ctx.load(identifier)
     head = branches.require_head(identifier, table, branch)
     fork = branches.fork_point(table, head)

@@ -15,6 +15,7 @@ A first write that fails drops the table it created.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -24,11 +25,15 @@ from ..errors import SchemaError, SpecError
 from ..formats import delta_adoption, foreign_delta, history
 from ..formats import iceberg_committer as ic
 from ..formats.delta_column_mapping import enabled as mapping_enabled
+from ..formats.delta_column_mapping import mapping_keys
 from ..formats.delta_refusals import unfollowed_renames
 from ..io.storage import check_access, delete_files
-from ..model import FileChanges, WriteRequest, WriteResult
+from ..model import FileChanges, MergeOptions, TableOptions, WriteRequest, WriteResult
 from ..properties import Operation, SummaryKeys
+from ..schema.spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, TableSpec
+from ..schema.statistics import policy_keys
 from ..schema.type_mapping import spark_schema_to_iceberg
+from ..schema.window import Slice
 from ..spark.session import active_session
 from ..table import branches, tables
 from ..table.context import TableContext
@@ -40,6 +45,31 @@ from .small_writes import small_writes_warning
 from .target import WriteTarget
 
 log = logging.getLogger("lakehouse")
+
+
+def request_of(
+    ctx: TableContext, identifier: str, mode: str, *, partition_by=None, merge: MergeOptions | None = None, window=None, write_id: str | None = None,
+    table: TableOptions | None = None, writer=None, snapshot_properties=None, branch: str | None = None,
+) -> WriteRequest:
+    """The checked request of one `Lakehouse.write` call: the new table's spec and what this write does."""
+    if mode == "merge" and merge is None:
+        raise SpecError(f"Table {identifier}: mode='merge' needs merge=MergeOptions(keys=[...]), the columns that identify a row.")
+    if merge is not None and mode != "merge":
+        raise SpecError(f"Table {identifier}: merge options were given but mode is {mode!r}; use mode='merge'.")
+    table = table or TableOptions()
+    spec = TableSpec(
+        identifier,
+        partition_by=tuple(partition_by or ()),
+        formats=tuple(table.formats or ALL_FORMATS),
+        # A resource-wide Delta statistics or column-mapping setting is the new table's too: both formats follow the table's properties.
+        properties={**policy_keys(ctx.delta_configuration), **mapping_keys(ctx.delta_configuration), **(table.properties or {})},
+        target_file_size=table.target_file_size or DEFAULT_TARGET_FILE_SIZE,
+        schema_evolution=table.schema_evolution,
+    )
+    window = Slice.of(window) if window is not None else None
+    merge = merge.check(identifier) if merge else None
+    request = WriteRequest(spec, mode, window, write_id, writer, table.target_file_size, merge, dict(snapshot_properties or {}))
+    return dataclasses.replace(request, branch=branches.target_branch(identifier, branch))
 
 
 def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str, spark=None) -> WriteResult:

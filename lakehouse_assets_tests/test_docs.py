@@ -4,6 +4,10 @@ Python and bash code blocks in README.md and docs/*.md run here, page by page, i
 directory (so `./warehouse` is a temporary warehouse) with the session's Spark. A block preceded by an
 HTML comment `<!-- not-run: reason -->` is a configuration example that needs a server or credentials
 this machine lacks, and is skipped; every other block runs. Blocks of one page share a namespace, in order.
+
+A page that defines assets has them materialized, not only loaded: by its own `materialize(...)` calls, or
+here, from the `Definitions` it builds. Every table a successful materialization wrote must then hold rows,
+the same number in Iceberg (pyiceberg) and in Delta (delta-rs), and `verify` must find the formats agree.
 """
 
 from __future__ import annotations
@@ -57,6 +61,17 @@ def test_the_site_builds_strictly(tmp_path):
 
 @pytest.mark.parametrize("page", [p for p in PAGES if any(r and lang in {"python", "bash"} for lang, _, r in blocks(p))], ids=lambda p: p.name)
 def test_snippets_run(page, spark, tmp_path, monkeypatch):
+    import dagster
+
+    materializations: list[tuple] = []  # (assets, resources, result) of every materialization, the page's own and ours
+    real_materialize = dagster.materialize
+
+    def recording_materialize(assets, *args, **kwargs):
+        result = real_materialize(assets, *args, **kwargs)
+        materializations.append((list(assets), kwargs.get("resources") or {}, result))
+        return result
+
+    monkeypatch.setattr(dagster, "materialize", recording_materialize)  # before the page imports it
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LAKEHOUSE_WAREHOUSE", str(tmp_path / "warehouse"))
     monkeypatch.delenv("LAKEHOUSE_CATALOG", raising=False)
@@ -68,7 +83,8 @@ def test_snippets_run(page, spark, tmp_path, monkeypatch):
         if not runs:
             continue
         if lang == "python":
-            exec(compile(code, f"{page.name}", "exec"), namespace)  # noqa: S102 - the docs' own snippets
+            # dont_inherit: a snippet runs as in a user's file, without this module's `from __future__ import annotations`
+            exec(compile(code, f"{page.name}", "exec", dont_inherit=True), namespace)  # noqa: S102 - the docs' own snippets
             ran += 1
         elif lang == "bash":
             for line in code.splitlines():
@@ -78,6 +94,57 @@ def test_snippets_run(page, spark, tmp_path, monkeypatch):
                     assert out.returncode == 0, f"{page.name}: `{command}` failed:\n{out.stdout}\n{out.stderr}"
             ran += 1
     assert ran > 0
+    _materialize_definitions(page, namespace, recording_materialize)
+    _check_materialized_tables(page, namespace, materializations)
+
+
+def _asset_defs(namespace: dict) -> list:
+    from dagster import AssetsDefinition
+
+    return [v for v in namespace.values() if isinstance(v, AssetsDefinition) and v.keys]  # asset checks have no asset keys
+
+
+def _materialize_definitions(page: Path, namespace: dict, materialize) -> None:
+    """Each `Definitions` the page built, materialized with its own assets and resources."""
+    from dagster import Definitions
+
+    for defs in (v for v in namespace.values() if isinstance(v, Definitions)):
+        result = materialize(list(defs.assets), resources=dict(defs.resources or {}))
+        assert result.success, f"{page.name}: materializing its Definitions failed"
+
+
+def _materialized_keys(result) -> set:
+    return {event.asset_key for event in result.get_asset_materialization_events()}
+
+
+def _check_materialized_tables(page: Path, namespace: dict, runs: list[tuple]) -> None:
+    """Every asset the page defines was materialized successfully, and each table written holds rows in both formats."""
+    from deltalake import DeltaTable
+
+    from lakehouse_assets.dagster.resources import LakehouseResource
+
+    defined = {key for a in _asset_defs(namespace) for key in a.keys}
+    materialized = {key for _, _, result in runs if result.success for key in _materialized_keys(result)}
+    assert defined <= materialized, f"{page.name}: assets defined but never materialized: {sorted(k.to_user_string() for k in defined - materialized)}"
+    checked = 0
+    for _, resources, result in runs:
+        lakehouse = resources.get("lakehouse")
+        if not result.success or not isinstance(lakehouse, LakehouseResource):
+            continue
+        lh = lakehouse.get()
+        for key in _materialized_keys(result):
+            identifier = ".".join(key.path)
+            if identifier not in lh.table_names():
+                continue  # an asset that writes no table of its own (a publish step)
+            iceberg_rows = lh.read_arrow(identifier).num_rows
+            assert iceberg_rows > 0, f"{page.name}: {identifier} holds no rows"
+            table = lh.load(identifier)
+            if lh.delta_enabled(table):
+                delta = DeltaTable(table.location().removeprefix("file://"), storage_options=lh.storage.delta_options(table.location()))
+                assert delta.to_pyarrow_dataset().count_rows() == iceberg_rows, f"{page.name}: {identifier} has other rows in Delta than in Iceberg"
+                assert lh.verify(identifier)["agree"], f"{page.name}: the formats of {identifier} disagree"
+            checked += 1
+    assert checked or not defined, f"{page.name}: its assets wrote no table"
 
 
 def test_production_instance_config_runs_on_postgres(postgres, tmp_path, monkeypatch):

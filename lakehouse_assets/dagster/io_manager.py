@@ -228,7 +228,7 @@ def write_metadata(result: WriteResult) -> dict[str, Any]:
 
 class LakehouseIOManager(ConfigurableIOManager):
     """Stores Spark DataFrames (or small pyarrow, pandas and Polars tables) as dual-format lakehouse tables, and loads
-    them as the downstream input's annotation asks (see inputs.py)."""
+    them as the downstream input's annotation asks: a Spark DataFrame, a pyarrow Table, a pandas or a Polars DataFrame."""
 
     lakehouse: ResourceDependency[LakehouseResource]
     pyspark: ResourceDependency[PySparkResource]
@@ -309,7 +309,7 @@ class LakehouseIOManager(ConfigurableIOManager):
         return None
 
     def load_input(self, context: InputContext):
-        """The upstream table as the input's annotation asks (Spark by default; see inputs.py), narrowed by the
+        """The upstream table as the input's annotation asks (Spark by default), narrowed by the
         input's metadata (columns, row_filter, snapshot_id, as_of, as_of_run) and the partition mapping."""
         upstream = context.upstream_output
         identifier = table_identifier(context.asset_key)

@@ -24,6 +24,10 @@ Workloads (`--only a,b` to pick):
   changes_cdc     Lakehouse.changes of a merge_cdc-like merge (~0.1% of keys) vs a full scan of the same table
                   (both read every value): reading the change costs what the merge's files cost, not the table;
                   and vs Java Iceberg's create_changelog_view of the same table and range (same rows)
+  write_partitioning  2,000,000-row-style writes of inputs in 2, 8, 64 and 200 partitions (as pipelines hand them
+                  over), unpartitioned and day-partitioned, adaptive execution on and off, on the project's session
+                  and (a subprocess) on a plain `SparkSession.builder` session: ours vs Java `writeTo().create()`,
+                  with the files each side wrote
   scale_write     ours only: `--rows` rows straight from spark.range (not cached) into a day-partitioned
                   table; prints the Python driver's peak RSS, to compare across sizes (run alone)
 
@@ -55,8 +59,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "read_after_commit", "commit_latency",
-    "write_wide", "changes_cdc",
+    "write_wide", "changes_cdc", "write_partitioning",
 )
+INPUT_PARTITIONS = (2, 8, 64, 200)
 WIDE_COLUMNS = 1000
 WIDE_PROPERTIES = {"write.metadata.metrics.max-inferred-column-defaults": str(WIDE_COLUMNS)}
 SCALE = "scale_write"  # not in WORKLOADS: run alone, since it measures the driver process's peak memory
@@ -113,7 +118,16 @@ class Bench:
             "spark.sql.parquet.compression.codec": "zstd",
             "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
         }
-        self.spark = spark_session(conf)
+        if args.plain_session:  # what a user's own SparkSession.builder gives: Spark's defaults, Java Iceberg's catalog
+            from pyspark.sql import SparkSession
+
+            builder = SparkSession.builder.appName("bench-plain-session")
+            for key, value in {**java_iceberg.spark_conf(self.java_wh), "spark.driver.memory": args.driver_memory}.items():
+                builder = builder.config(key, value)
+            self.spark = builder.getOrCreate()
+            self.spark.sparkContext.setLogLevel("ERROR")
+        else:
+            self.spark = spark_session(conf)
         self.lh = Lakehouse(os.path.join(self.root, "ours"))
         self.spark.sql("CREATE NAMESPACE IF NOT EXISTS java.b")
         self.seq = 0
@@ -455,6 +469,49 @@ class Bench:
         manifests = len(table.current_snapshot().manifests(table.io))
         self.report(Row("commit_latency", ours, [y], f"old table: {manifests} manifests in its current manifest list"))
 
+    def write_partitioning(self):
+        """Ours vs Java over inputs partitioned as pipelines hand them over; then the same on a plain session."""
+        F = self.F
+        session = "plain session" if self.args.plain_session else "project session"
+        for parts in [int(p) for p in self.args.partitionings.split(",")]:
+            df = self.df.repartition(parts).cache()  # round-robin: `parts` even partitions, computed once
+            df.count()
+            for layout, ours_terms, java_terms in (("unpartitioned", [], []), ("day", ["day(event_time)"], [F.days("event_time")])):
+                for aqe in ("true", "false"):
+                    self.spark.conf.set("spark.sql.adaptive.enabled", aqe)
+                    ours, java = Side("ours"), Side("java")
+                    for rep in range(self.args.reps):
+                        o_name, j_name = self.name("wp"), self.name("wp")
+                        res = self.alternate(rep, {
+                            "ours": lambda o_name=o_name, df=df, terms=ours_terms: self.lh.write(df, f"b.{o_name}", partition_by=terms),
+                            "java": lambda j_name=j_name, df=df, terms=java_terms: self.java_create(j_name, df, terms),
+                        })
+                        ours.times.append(res["ours"][0])
+                        java.times.append(res["java"][0])
+                        ours.files, ours.bytes = res["ours"][1].files_added, res["ours"][1].bytes_written
+                        java.files, java.bytes = self.java_files(j_name)
+                    label = f"write_partitioning {layout}, {parts} input partitions, AQE {'on' if aqe == 'true' else 'off'}, {session}"
+                    self.report(Row(label, ours, [java]))
+            df.unpersist()
+        self.spark.conf.unset("spark.sql.adaptive.enabled")
+        if not self.args.plain_session:
+            self.rows += self.plain_session_rows()
+
+    def plain_session_rows(self) -> list[Row]:
+        """write_partitioning run again in a subprocess on a plain SparkSession.builder session (one Spark per process)."""
+        out = os.path.join(self.root, "plain.json")
+        a = self.args
+        cmd = [sys.executable, os.path.abspath(__file__), "--plain-session", "--only", "write_partitioning", "--rows", str(a.rows), "--reps", str(a.reps),
+               "--partitionings", a.partitionings, "--driver-memory", a.driver_memory, "--json", out] + (["--tmp", a.tmp] if a.tmp else [])
+        subprocess.run(cmd, check=True)
+        with open(out) as f:
+            results = json.load(f)["results"]
+
+        def side(d):
+            return Side(d["name"], d["times_s"], d["files"], d["bytes"])
+
+        return [Row(r["workload"], side(r["ours"]), [side(o) for o in r["others"]], r["note"]) for r in results]
+
     def scale_write(self):
         """Ours only, uncached rows: what the driver holds must not grow with the data (metadata only)."""
         ours = Side("ours")
@@ -499,6 +556,8 @@ class Bench:
                 self.write_wide()
             elif w == "changes_cdc":
                 self.changes_cdc()
+            elif w == "write_partitioning":
+                self.write_partitioning()
             else:
                 raise SystemExit(f"unknown workload {w}; choose from {', '.join(WORKLOADS)}")
         self.summary()
@@ -568,6 +627,8 @@ def main() -> None:
     p.add_argument("--shuffle-partitions", type=int, default=8)
     p.add_argument("--tmp", default=None, help="where tables go (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the tables afterwards")
+    p.add_argument("--plain-session", action="store_true", help="run on a plain SparkSession.builder session (write_partitioning runs itself so)")
+    p.add_argument("--partitionings", default=",".join(map(str, INPUT_PARTITIONS)), help="input partitions for write_partitioning")
     p.add_argument("--json", default=None, help="also write the results to this JSON file (see bench/docs_page.py)")
     args = p.parse_args()
     bench = Bench(args)

@@ -39,3 +39,29 @@ def cache_figures(cache_builder) -> tuple[int, int]:
     if is_spark3():
         return int(cache_builder.rowCountStats().value()), int(cache_builder.sizeInBytesStats().value())
     return int(cache_builder.materializedRowCount()), int(cache_builder.materializedSizeInBytes())
+
+
+_UNKNOWN_SIZE = (1 << 63) - 1  # spark.sql.defaultSizeInBytes: what Spark states for a plan it cannot size
+
+
+def plan_size_bytes(df) -> int | None:
+    """Spark's estimate of `df`'s size in bytes (the statistics of its optimized plan: files' sizes for a scan,
+    the measured size of a filled cache, row count times row width for generated rows), or None when Spark
+    has none: a plan it cannot size, or a session without the JVM's plan at hand (Spark Connect)."""
+    jdf = getattr(df, "_jdf", None)  # a Spark Connect DataFrame has no JVM handle
+    if jdf is None:
+        return None
+    try:
+        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))  # a Scala BigInt (py4j may give an int)
+    except Exception:  # a plan Spark cannot analyze raises later, in the write itself, with its own message
+        return None
+    return size if 0 <= size < _UNKNOWN_SIZE else None
+
+
+def default_parallelism(spark) -> int:
+    """The cores Spark runs tasks on (SparkContext.defaultParallelism); on Spark Connect, which has no
+    SparkContext, the session's shuffle partitions."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:
+        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions", "8")))

@@ -2,7 +2,8 @@
 
 The executors run the file kit (core/write/parquet_files.py) over the DataFrame's Arrow batches; partitioned
 writes first add Iceberg-exact partition values (core/schema/partition_columns.py, or core/write/partition_keys.py's
-Python pass) and shuffle by them, so each partition lands in as few files as possible. The driver receives
+Python pass) and shuffle by them, so each partition lands in as few files as possible. The job runs as many
+tasks as the data's size asks for (core/spark/planning.py), however many partitions the input arrives in. The driver receives
 one small row per file (path, size, row count, partition, Parquet footer) and never sees table rows. A
 failed job leaves nothing behind: its tasks are stopped and every file of the write is removed.
 """
@@ -23,6 +24,7 @@ from ..errors import InputError, WriteError
 from ..io.storage import StorageConfig, join_uri
 from ..model import WrittenFile
 from ..schema.type_mapping import arrow_file_schema
+from ..spark.planning import write_tasks
 from .parquet_files import FILE_ROW_FIELDS, FileWriter
 from .partition_keys import PARTITION_KEY_COLUMN, PARTITION_VALUE_PREFIX, PartitionKeyer, decode_partition_value
 
@@ -51,6 +53,7 @@ def write_files(
     arrow_schema = arrow_file_schema(schema, file_names)
     key_columns: tuple[str, ...] = ()
     keyer = None
+    tasks = write_tasks(df, target_file_size)  # from the data's size, not from how the input is partitioned
     if spec.fields:
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, StructField, StructType
@@ -63,10 +66,13 @@ def write_files(
             # Spark computes Iceberg's partition values (no Python pass); the writer turns each run into a key.
             key_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
             df = df.select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
-            df = df.repartition(*key_columns)  # each key in one task; the writer fans out by key (no sort)
+            df = df.repartition(tasks, *key_columns)  # each key in one task; the writer fans out by key (no sort)
         else:
             keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
-            df = df.mapInArrow(keyer, keyed_schema).repartition(F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
+            keyed = df.coalesce(tasks).mapInArrow(keyer, keyed_schema)  # the Python pass in as many tasks as the write
+            df = keyed.repartition(tasks, F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
+    else:
+        df = df.coalesce(tasks)  # no shuffle; fewer partitions only (an input with fewer keeps its own)
     writer = FileWriter(
         root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level,
         key_columns=key_columns, keyer=keyer if key_columns else None, input_names=_input_names(schema, file_names),

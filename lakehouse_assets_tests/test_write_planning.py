@@ -1,0 +1,67 @@
+"""Writes plan their own tasks and files from the data's size, however the input is partitioned."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from lakehouse_assets import MergeOptions, TableOptions
+from lakehouse_assets.core.spark.compat import plan_size_bytes
+from lakehouse_assets.core.spark.planning import write_tasks
+
+from .conftest import assert_all_readers_agree, rows_of
+from .test_write_modes import events
+
+COLUMNS = ["amount", "event_id", "event_time", "kind", "user_id"]
+SMALL_TARGET = 64 * 1024  # a tiny target file size, so that a few thousand rows are "several files' worth"
+
+
+def many_partitions(spark, start: int, n: int, partitions: int = 200):
+    """n events in `partitions` input partitions, as an upstream shuffle hands them over."""
+    return events(spark, start, n).repartition(partitions)
+
+
+def data_files(lh, identifier: str):
+    return [t.file for t in lh.load(identifier).scan().plan_files()]
+
+
+def test_a_many_partition_input_is_written_in_target_sized_files(lh, spark, duck):
+    df = many_partitions(spark, 0, 3000)
+    size = plan_size_bytes(df)
+    assert size is not None and size > SMALL_TARGET
+    r = lh.write(df, "t.planned", table=TableOptions(target_file_size=SMALL_TARGET))
+    planned = write_tasks(df, SMALL_TARGET)
+    assert planned < 200
+    assert 1 <= r.files_added <= planned  # one file per write task at most here (each task's data is under the target)
+    assert_all_readers_agree(lh, spark, duck, "t.planned", rows_of(events(spark, 0, 3000).collect(), COLUMNS))
+
+
+def test_a_small_many_partition_input_is_one_file(lh, spark):
+    r = lh.write(many_partitions(spark, 0, 500), "t.one_file")
+    assert r.files_added == 1  # far below the default target size and below a split's worth
+
+
+def test_a_partitioned_write_of_a_many_partition_input_writes_one_file_per_partition(lh, spark, duck):
+    r = lh.write(many_partitions(spark, 0, 3000), "t.by_day", partition_by=["day(event_time)"])
+    days = {f.partition[0] for f in data_files(lh, "t.by_day")}
+    assert len(days) == 3 and r.files_added == 3  # each day's rows in one task, one file
+    assert_all_readers_agree(lh, spark, duck, "t.by_day", rows_of(events(spark, 0, 3000).collect(), COLUMNS))
+
+
+@pytest.mark.parametrize("partition_by", [[], ["day(event_time)"]])
+def test_a_merge_of_a_many_partition_batch_writes_few_files(lh, spark, duck, partition_by):
+    lh.write(events(spark, 0, 2000), "t.merged", partition_by=partition_by, table=TableOptions(target_file_size=SMALL_TARGET))
+    before = len(data_files(lh, "t.merged"))
+    batch = many_partitions(spark, 1500, 1500).withColumn("kind", F.lit("merged"))  # 500 updates, 1,000 new keys
+    r = lh.write(batch, "t.merged", mode="merge", merge=MergeOptions(keys=["event_id"]))
+    assert r.files_added < 20 and len(data_files(lh, "t.merged")) < before + 20
+    expected = rows_of(events(spark, 0, 1500).union(events(spark, 1500, 1500).withColumn("kind", F.lit("merged"))).collect(), COLUMNS)
+    assert_all_readers_agree(lh, spark, duck, "t.merged", expected)
+
+
+def test_a_data_frame_without_a_jvm_plan_is_written_by_every_core(spark):
+    class NoJvmPlan:  # what a Spark Connect DataFrame offers: a session, no `_jdf`
+        sparkSession = spark
+
+    assert plan_size_bytes(NoJvmPlan()) is None
+    assert write_tasks(NoJvmPlan(), SMALL_TARGET) == spark.sparkContext.defaultParallelism

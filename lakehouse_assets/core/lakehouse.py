@@ -25,6 +25,7 @@ from .formats import foreign_delta, history
 from .formats.delta_column_mapping import enabled as mapping_enabled
 from .formats.delta_column_mapping import mapping_keys
 from .formats.delta_committer import DeltaMirror
+from .formats.delta_glue import GlueDeltaRegistration
 from .io.storage import StorageConfig, normalize_uri
 from .maintenance import rollback as rollback_
 from .maintenance.repair import repair_table
@@ -73,6 +74,7 @@ class Lakehouse:
         storage: StorageConfig | None = None,
         delta_configuration: dict[str, str] | None = None,
         foreign_delta_commits: str | None = None,
+        delta_glue: GlueDeltaRegistration | dict | None = None,
     ):
         warehouse = warehouse or os.environ.get("LAKEHOUSE_WAREHOUSE") or "./warehouse"
         # The stored form of the URI (e.g. Azure's container@account) and the storage settings it implies.
@@ -83,6 +85,7 @@ class Lakehouse:
             warehouse=warehouse,
             storage=storage,
             delta_configuration={**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})},
+            delta_glue=GlueDeltaRegistration.of(delta_glue),  # every table's Delta side registered in Glue (delta_glue.py)
         )
         # Tables without the property `lakehouse.delta.foreign-commits` follow this ("refuse" or "adopt").
         self.foreign_delta_default = foreign_delta.policy_of({}, foreign_delta_commits or foreign_delta.REFUSE)

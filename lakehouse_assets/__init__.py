@@ -18,6 +18,7 @@ from .core.errors import (
 )
 
 if TYPE_CHECKING:
+    from .core.formats.delta_glue import GlueDeltaRegistration
     from .core.io.storage import StorageConfig
     from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
     from .core.model import MergeOptions, TableOptions
@@ -31,6 +32,7 @@ _LAZY = {
     "Window": ".core.lakehouse",
     "WriteResult": ".core.lakehouse",
     "StorageConfig": ".core.io.storage",
+    "GlueDeltaRegistration": ".core.formats.delta_glue",
     "MergeOptions": ".core.model",
     "TableOptions": ".core.model",
     "spark_session": ".core.spark.session",
@@ -51,6 +53,7 @@ __all__ = [
     "CommitError",
     "DeleteFilesError",
     "ForeignDeltaCommits",
+    "GlueDeltaRegistration",
     "InputError",
     "Lakehouse",
     "LakehouseError",

@@ -25,6 +25,7 @@ from pyiceberg.table import Table
 from . import maintenance as maintenance_
 from .formats import foreign_delta
 from .formats.delta_committer import DeltaMirror
+from .formats.delta_glue import GlueDeltaRegistration
 from .io.storage import StorageConfig
 from .maintenance import rollback as rollback_
 from .maintenance.repair import repair_table
@@ -63,6 +64,7 @@ class Lakehouse:
         storage: StorageConfig | None = None,
         delta_configuration: dict[str, str] | None = None,
         foreign_delta_commits: str | None = None,
+        delta_glue: GlueDeltaRegistration | dict | None = None,
     ):
         warehouse = warehouse or os.environ.get("LAKEHOUSE_WAREHOUSE") or "./warehouse"
         # The stored form of the URI (e.g. Azure's container@account) and the storage settings it implies.
@@ -73,6 +75,7 @@ class Lakehouse:
             warehouse=warehouse,
             storage=storage,
             delta_configuration={**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})},
+            delta_glue=GlueDeltaRegistration.of(delta_glue),  # every table's Delta side registered in Glue (delta_glue.py)
         )
         # Tables without the property `lakehouse.delta.foreign-commits` follow this ("refuse" or "adopt").
         self.foreign_delta_default = foreign_delta.policy_of({}, foreign_delta_commits or foreign_delta.REFUSE)

@@ -20,6 +20,8 @@ class TableProperties:
     SCHEMA_EVOLUTION = "lakehouse.schema-evolution"  # "false": this table refuses schema changes whatever the writer asks
     # What a write does about Delta versions another engine wrote: "refuse" (default) or "adopt" (see foreign_delta.py).
     DELTA_FOREIGN_COMMITS = "lakehouse.delta.foreign-commits"
+    # The AWS Glue table the Delta side is registered as: "<database>.<name>", "<name>", or "none" (see delta_glue.py).
+    DELTA_GLUE_NAME = "lakehouse.delta.glue-name"
 
     # Maintenance settings: `lakehouse.maintenance.<setting with dashes>` (see maintenance/settings.py).
     MAINTENANCE_PREFIX = "lakehouse.maintenance."

@@ -49,6 +49,9 @@ class LakehouseResource(ConfigurableResource):
     delta_configuration: Optional[dict[str, str]] = None
     # Default for tables without `lakehouse.delta.foreign-commits`: "refuse" (default) or "adopt".
     foreign_delta_commits: Optional[str] = None
+    # Register every table's Delta side in AWS Glue for Athena/EMR/Spectrum: the fields of GlueDeltaRegistration
+    # (database, name_suffix, region, endpoint_url, catalog_id, profile_name), e.g. {"name_suffix": "_delta"}.
+    delta_glue: Optional[dict[str, str]] = None
     # dagster-aws's S3Resource: its endpoint/region/keys are used where the s3_* fields above are empty.
     s3: Optional[S3Resource] = None
     # An environment branch (e.g. EnvVar("LAKEHOUSE_BRANCH")): every write of this deployment goes to this
@@ -85,5 +88,6 @@ class LakehouseResource(ConfigurableResource):
                 storage=self.storage(),
                 delta_configuration=self.delta_configuration,
                 foreign_delta_commits=self.foreign_delta_commits,
+                delta_glue=self.delta_glue,
             )
         return self._lakehouse

@@ -32,6 +32,7 @@ from ..properties import DELTA_APP_ID, Operation, SummaryKeys
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.type_mapping import delta_schema
 from . import delta_column_mapping, foreign_delta, history
+from .delta_glue import GlueEntry
 from .delta_refusals import (
     change_refusals,
     refusal_message,
@@ -48,10 +49,13 @@ log = logging.getLogger(__name__)
 class DeltaMirror:
     """Brings the Delta log at the table root up to an Iceberg snapshot."""
 
-    def __init__(self, root_uri: str, storage: StorageConfig, configuration: dict[str, str] | None = None):
+    def __init__(self, root_uri: str, storage: StorageConfig, configuration: dict[str, str] | None = None, glue: GlueEntry | None = None):
         self.root_uri = root_uri
         self.storage = storage
         self.configuration = configuration or {}
+        # The Glue table the Delta side is registered as (delta_glue.py), kept in sync after each sync; and why it is not, if not.
+        self.glue = glue
+        self.glue_warning: str | None = None
         # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the
         # log replays its last checkpoint (every live file), so one load per write instead of two.
         self._loaded: DeltaTable | None = None

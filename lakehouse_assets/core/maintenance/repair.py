@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..formats import delta_adoption, foreign_delta
+from ..formats import delta_adoption, delta_glue, foreign_delta
 from ..table.context import TableContext
 from ..write import transaction
 from ..write.adoption import adoption_rewrite
@@ -56,4 +56,16 @@ def repair_table(
             "delta_foreign_versions": [v.to_dict() for v in foreign],
         }
     version = transaction.sync_delta(mirror, table)
-    return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
+    glue = _register_in_glue(mirror, table)
+    repaired = version != before_version or glue.get("delta_glue_action") in ("created", "updated")
+    return {**out, "delta_version_before": before_version, "delta_version": version, **glue, "repaired": repaired}
+
+
+def _register_in_glue(mirror, table) -> dict[str, Any]:
+    """The Glue entry of the Delta side registered again, asked of Glue even when this process synced it before."""
+    if mirror.glue is None:
+        return {}
+    try:
+        return {"delta_glue_table": mirror.glue.qualified, "delta_glue_action": delta_glue.keep_in_sync(mirror.glue, table, mirror.root_uri, force=True)}
+    except Exception as e:  # noqa: BLE001 - reported, as every other reason repair could not finish
+        return {"delta_glue_table": mirror.glue.qualified, "delta_glue_action": "failed", "reason": delta_glue.sync_warning(mirror.glue, e)}

@@ -28,7 +28,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform, YearTransform
 from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, TimestampType, TimestamptzType
 
-from ..formats import delta_column_mapping, delta_values, foreign_delta
+from ..formats import delta_column_mapping, delta_glue, delta_values, foreign_delta
 from ..formats.deletes import TableFiles, describe_delete_files, table_files
 from ..formats.delta_committer import DeltaMirror
 from ..io.storage import delta_path, normalize_uri, relative_to
@@ -78,6 +78,9 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         differences.append(foreign_delta.explain(".".join(table.name()), foreign))
     differences += _file_differences(table, delta, {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)})
     differences += _unmirrored_differences(report["table"], files, pending)
+    if mirror.glue is not None:
+        report["delta_glue_table"] = mirror.glue.qualified
+        differences += delta_glue.differences(mirror.glue, table, mirror.root_uri)
     # Content is compared only when the file sets agree: otherwise the counts above already say what differs.
     if deep and not pending and set(iceberg_files) == set(delta_files) and not files.deletes:
         deep_report = _content_differences(table, mirror, report["iceberg_rows"], deep_hash_max_rows)

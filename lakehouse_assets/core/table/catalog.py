@@ -9,6 +9,8 @@ warehouse folder (`<warehouse>/catalog.db`).
 from __future__ import annotations
 
 import os
+import random
+import time
 from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, load_catalog
@@ -16,6 +18,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.utils.config import Config
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from ..errors import CatalogError
 from ..formats.iceberg_metadata import MetadataByLocation, staged_metadata
@@ -85,6 +90,40 @@ class LakehouseSqlCatalog(SqlCatalog):
         super().__init__(name, **properties)
         self.metadata_cache = MetadataByLocation()
 
+    def create_tables(self) -> None:
+        """Create the catalog's tables, safe when several processes open a brand-new catalog at once.
+
+        pyiceberg checks for each table, then creates it: two processes can both see it missing, and the
+        slower one fails (SQLite: "table iceberg_tables already exists"; PostgreSQL: a duplicate table or
+        a unique violation on its system catalog). Whatever fails, the catalog is ready once both tables
+        exist, whoever created them; only a failure that leaves them missing is retried, then raised.
+        """
+        from pyiceberg.catalog.sql import SqlCatalogBaseTable
+
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                SqlCatalogBaseTable.metadata.create_all(self.engine)
+                return
+            except DBAPIError:
+                if self._catalog_tables_exist():
+                    return
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.05, 0.2))  # another process is creating them: look again
+
+    def _catalog_tables_exist(self) -> bool:
+        from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables
+
+        with Session(self.engine) as session:
+            try:
+                for orm in (IcebergTables, IcebergNamespaceProperties):
+                    session.execute(select(1).select_from(orm).limit(1))
+                return True
+            except DBAPIError:
+                session.rollback()
+                return False
+
     def _convert_orm_to_iceberg(self, orm_table) -> Table:
         location = orm_table.metadata_location
         identifier = Catalog.identifier_to_tuple(orm_table.table_namespace or "") + (orm_table.table_name,)
@@ -133,6 +172,8 @@ def ensure_namespace(catalog: Catalog, namespace: str) -> None:
     except NamespaceAlreadyExistsError:
         pass
     except Exception as e:  # noqa: BLE001 - denied or misconfigured: re-raise with advice
+        if _namespace_exists_now(catalog, namespace):
+            return  # another writer created it between our check and our create (a duplicate-key error here)
         if _is_glue(catalog):
             raise CatalogError(
                 f"Cannot create the Glue database {namespace!r} in {_glue_region(catalog)} ({type(e).__name__}: {e}). Create the "
@@ -142,6 +183,13 @@ def ensure_namespace(catalog: Catalog, namespace: str) -> None:
             f"Cannot create namespace {namespace!r} in catalog {catalog.name!r} ({type(e).__name__}: {e}). Create it in the "
             "catalog first, or give the catalog credential permission to create namespaces."
         ) from e
+
+
+def _namespace_exists_now(catalog: Catalog, namespace: str) -> bool:
+    try:
+        return catalog.namespace_exists(namespace)
+    except Exception:  # noqa: BLE001 - the create's own error is the one to report
+        return False
 
 
 def missing_table_hint(catalog: Catalog, identifier: str) -> str:

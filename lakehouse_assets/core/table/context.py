@@ -16,6 +16,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
 from ..errors import TableNotFound
+from ..formats import delta_glue
 from ..formats.delta_committer import DeltaMirror
 from ..io.storage import StorageConfig, normalize_uri
 from . import tables
@@ -28,6 +29,7 @@ class TableContext:
     warehouse: str  # the stored form of the warehouse URI
     storage: StorageConfig
     delta_configuration: Mapping[str, str] = field(default_factory=dict)  # new Delta tables' configuration
+    delta_glue: delta_glue.GlueDeltaRegistration | None = None  # register every table's Delta side in Glue
 
     def load(self, identifier: str) -> Table:
         try:
@@ -45,7 +47,8 @@ class TableContext:
         return sorted(names)
 
     def mirror(self, table: Table) -> DeltaMirror:
-        return DeltaMirror(normalize_uri(table.location()), self.storage, dict(self.delta_configuration))
+        glue = delta_glue.entry_for(table, self.delta_glue, self.catalog)
+        return DeltaMirror(normalize_uri(table.location()), self.storage, dict(self.delta_configuration), glue)
 
     def delta_enabled(self, table: Table) -> bool:
         return tables.delta_enabled(table)

@@ -22,7 +22,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.table import Table
 
 from ..errors import CommitConflict, CommitError, LakehouseError, MirrorRefused
-from ..formats import foreign_delta
+from ..formats import delta_glue, foreign_delta
 from ..formats import iceberg_committer as ic
 from ..formats.delta_committer import DeltaMirror
 from ..formats.snapshot_changes import SnapshotChange
@@ -180,7 +180,20 @@ def _current_id(table: Table) -> int | None:
 
 
 def sync_delta(mirror: DeltaMirror, table: Table, known: dict[int, SnapshotChange] | None = None) -> int:
-    """Bring the Delta log up to the table's current snapshot under the retry policy; returns the Delta version."""
+    """Bring the Delta log up to the table's current snapshot under the retry policy, then its Glue entry (when the
+    Delta side is registered: a Glue failure is `mirror.glue_warning`, never a failure); returns the Delta version."""
+    version = _sync_delta_log(mirror, table, known)
+    if mirror.glue is not None:
+        try:
+            delta_glue.keep_in_sync(mirror.glue, table, mirror.root_uri)
+            mirror.glue_warning = None
+        except Exception as e:  # noqa: BLE001 - Iceberg first: the commit stands, verify reports the entry, repair re-syncs
+            mirror.glue_warning = delta_glue.sync_warning(mirror.glue, e)
+            log.warning(mirror.glue_warning)
+    return version
+
+
+def _sync_delta_log(mirror: DeltaMirror, table: Table, known: dict[int, SnapshotChange] | None) -> int:
     conflicts = failures = 0
     while True:
         try:
@@ -203,6 +216,8 @@ def mirror_to_delta(mirror: DeltaMirror, table: Table, result: WriteResult, know
     """Iceberg-primary: a Delta failure after the retry policy is a warning and a recorded lag, not a failed write."""
     try:
         result.delta_version = sync_delta(mirror, table, known)
+        if mirror.glue_warning:
+            result.warnings.append(mirror.glue_warning)
         return
     except MirrorRefused as e:
         # Another engine's snapshot that Delta cannot express: the reason says how to make the table whole.

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 from dagster import AssetKey, AssetsDefinition, Definitions, in_process_executor
 from dagster_pyspark import PySparkResource
 
+from ..core.errors import InputError
 from .checks import build_formats_agree_checks
 from .foreign_commits import INTERVAL_S as FOREIGN_COMMITS_INTERVAL_S
 from .foreign_commits import build_foreign_commits_sensor
@@ -62,7 +63,7 @@ class SensorPlan:
     def definitions(self) -> list:
         unknown = sorted(set(self.enabled) - set(SENSOR_NAMES))
         if unknown:
-            raise ValueError(f"Unknown lakehouse sensor(s) {unknown}: expected any of {list(SENSOR_NAMES)}.")
+            raise InputError(f"Unknown lakehouse sensor(s) {unknown}: expected any of {list(SENSOR_NAMES)}.")
         builders = {
             "compaction": lambda: build_compaction_sensor(self.compaction_interval_s, self.running),
             "delta_lag": lambda: build_delta_lag_sensor(self.delta_lag_interval_s, self.running),

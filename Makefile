@@ -6,11 +6,11 @@ SHELL := /bin/bash
 SPARK ?= 3.5
 ifeq ($(SPARK),4)
 VENV := .venv-spark4
-EXTRAS := test,servers,ui,bench,docs
+EXTRAS := test,dev,servers,ui,bench,docs
 PYTEST_MARKS := -m "not java_iceberg"
 else ifeq ($(SPARK),3.5)
 VENV := .venv
-EXTRAS := test,servers,ui,java-iceberg,bench,docs
+EXTRAS := test,dev,servers,ui,java-iceberg,bench,docs
 PYTEST_MARKS :=
 else
 $(error SPARK must be 3.5 or 4, not $(SPARK))

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
     from .core.model import MergeOptions, TableOptions
     from .core.spark.session import spark_session
+    from .dagster.component import LakehouseComponent
+    from .dagster.definitions_factory import MaintenancePlan, SensorPlan, lakehouse_definitions
+    from .dagster.io_manager import LakehouseIOManager
+    from .dagster.resources import LakehouseResource
 
 # Imported on first use: Spark's Python workers import this package to run the write and read functions
 # (core/write/writer.py, core/read/reader.py), and importing the whole facade (catalogs, Delta, pandas) costs them ~1 s.
@@ -36,6 +40,13 @@ _LAZY = {
     "MergeOptions": ".core.model",
     "TableOptions": ".core.model",
     "spark_session": ".core.spark.session",
+    # The Dagster layer, for a project's code location (docs/dagster-project.md).
+    "LakehouseComponent": ".dagster.component",
+    "lakehouse_definitions": ".dagster.definitions_factory",
+    "MaintenancePlan": ".dagster.definitions_factory",
+    "SensorPlan": ".dagster.definitions_factory",
+    "LakehouseIOManager": ".dagster.io_manager",
+    "LakehouseResource": ".dagster.resources",
 }
 
 
@@ -48,6 +59,12 @@ def __getattr__(name: str):
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
+def __dir__() -> list[str]:
+    # `dg list components` finds LakehouseComponent by listing this package (entry point in pyproject.toml).
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
     "CatalogError",
     "CommitError",
@@ -56,11 +73,16 @@ __all__ = [
     "GlueDeltaRegistration",
     "InputError",
     "Lakehouse",
+    "LakehouseComponent",
     "LakehouseError",
+    "LakehouseIOManager",
+    "LakehouseResource",
+    "MaintenancePlan",
     "MergeOptions",
     "MirrorRefused",
     "RetentionError",
     "SchemaError",
+    "SensorPlan",
     "Slice",
     "SpecError",
     "StorageConfig",
@@ -69,5 +91,6 @@ __all__ = [
     "Window",
     "WriteError",
     "WriteResult",
+    "lakehouse_definitions",
     "spark_session",
 ]

@@ -1,12 +1,14 @@
-"""The code location: `lakehouse_assets.definitions:defs`."""
+"""The demo's code location (`lakehouse_assets.definitions:defs`): the demo's assets and jobs, merged with
+what `lakehouse_definitions` gives any project (resources, IO manager, checks, maintenance, rollback and
+alter jobs, schedule, sensors)."""
 
 from __future__ import annotations
 
 import os
 
-from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
+from dagster import AssetSelection, Definitions, define_asset_job
 
-from .dagster.checks import build_formats_agree_checks
+from .dagster.definitions_factory import lakehouse_definitions
 from .dagster.demo_assets import (
     country_revenue,
     customer_changes,
@@ -20,12 +22,7 @@ from .dagster.demo_assets import (
     payments_amounts_positive,
     payments_published,
 )
-from .dagster.foreign_commits import foreign_commits_sensor
-from .dagster.io_manager import LakehouseIOManager
-from .dagster.maintenance import maintenance_jobs, maintenance_schedules, maintenance_sensors
 from .dagster.resources import LakehouseResource, spark_resource
-from .dagster.rollback import lakehouse_rollback_job
-from .dagster.schema_ops import lakehouse_alter_job
 
 lakehouse = LakehouseResource(warehouse=os.environ.get("LAKEHOUSE_WAREHOUSE", "./warehouse"))
 pyspark = spark_resource()
@@ -55,17 +52,11 @@ demo_payments_job = define_asset_job(
     description="Write-audit-publish: stage the payments batch on a branch, audit it, publish it if the blocking check passes.",
 )
 
-defs = Definitions(
-    assets=[*demo_assets, payments_published],
-    asset_checks=[*build_formats_agree_checks([a.key for a in demo_assets]), payments_amounts_positive],
-    jobs=[demo_customers_job, demo_daily_job, demo_country_job, demo_payments_job, *maintenance_jobs, lakehouse_alter_job, lakehouse_rollback_job],
-    schedules=maintenance_schedules,
-    sensors=[*maintenance_sensors, foreign_commits_sensor],
-    resources={
-        "lakehouse": lakehouse,
-        "pyspark": pyspark,
-        "io_manager": LakehouseIOManager(lakehouse=lakehouse, pyspark=pyspark),
-    },
-    # One JVM for the whole run: Spark parallelises inside each step.
-    executor=in_process_executor,
+defs = Definitions.merge(
+    lakehouse_definitions(assets=demo_assets, lakehouse=lakehouse, pyspark=pyspark),
+    Definitions(
+        assets=[payments_published],
+        asset_checks=[payments_amounts_positive],
+        jobs=[demo_customers_job, demo_daily_job, demo_country_job, demo_payments_job],
+    ),
 )

@@ -43,7 +43,8 @@ def test_every_block_names_a_known_language_and_skips_are_few():
         for lang, code, _ in blocks(page):
             assert lang in {"python", "bash", "text", "yaml", "json"}, f"{page.name}: a block has no or an unknown language: {code[:60]!r}"
         skipped += page.read_text().count("<!-- not-run:")
-    assert skipped <= 15, f"{skipped} blocks are marked not-run; configuration examples only"
+    # 16: the install walkthrough of dagster-project.md, which test_user_project.py runs in a new environment.
+    assert skipped <= 16, f"{skipped} blocks are marked not-run; configuration examples only"
 
 
 def test_the_site_builds_strictly(tmp_path):

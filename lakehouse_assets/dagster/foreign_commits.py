@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 
-from dagster import AssetMaterialization, DefaultSensorStatus, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import AssetMaterialization, DefaultSensorStatus, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor
 from pyiceberg.table.snapshots import Operation as IcebergOperation
 
 from ..core.formats import history
@@ -61,27 +61,33 @@ def materialization(identifier: str, snap) -> AssetMaterialization:
     )
 
 
-@sensor(
-    name=SENSOR_NAME,
-    minimum_interval_seconds=INTERVAL_S,
-    default_status=DefaultSensorStatus.RUNNING,
-    description="Reports commits that other engines made to a table as materializations of its asset, so downstream automation runs.",
-)
-def foreign_commits_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-    lh = lakehouse.get()
-    cursor: dict[str, int] = json.loads(context.cursor) if context.cursor else {}
-    events = []
-    for identifier in lh.table_names():
-        table = lh.load(identifier)
-        current = table.current_snapshot()
-        if current is None:
-            continue
-        seen = cursor.get(identifier)
-        if seen is not None and seen != current.snapshot_id:
-            for snap in foreign_commits(table, seen):
-                context.log.info(f"Table {identifier}: snapshot {snap.snapshot_id} was committed outside Dagster")
-                events.append(materialization(identifier, snap))
-        cursor[identifier] = current.snapshot_id
-    if not events:
-        return SensorResult(skip_reason=SkipReason("no table has commits from outside Dagster"), cursor=json.dumps(cursor, sort_keys=True))
-    return SensorResult(asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
+def build_foreign_commits_sensor(interval_s: int = INTERVAL_S, running: bool = True) -> SensorDefinition:
+    @sensor(
+        name=SENSOR_NAME,
+        minimum_interval_seconds=interval_s,
+        default_status=DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED,
+        description="Reports commits that other engines made to a table as materializations of its asset, so downstream automation runs.",
+    )
+    def foreign_commits_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+        lh = lakehouse.get()
+        cursor: dict[str, int] = json.loads(context.cursor) if context.cursor else {}
+        events = []
+        for identifier in lh.table_names():
+            table = lh.load(identifier)
+            current = table.current_snapshot()
+            if current is None:
+                continue
+            seen = cursor.get(identifier)
+            if seen is not None and seen != current.snapshot_id:
+                for snap in foreign_commits(table, seen):
+                    context.log.info(f"Table {identifier}: snapshot {snap.snapshot_id} was committed outside Dagster")
+                    events.append(materialization(identifier, snap))
+            cursor[identifier] = current.snapshot_id
+        if not events:
+            return SensorResult(skip_reason=SkipReason("no table has commits from outside Dagster"), cursor=json.dumps(cursor, sort_keys=True))
+        return SensorResult(asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
+
+    return foreign_commits_sensor
+
+
+foreign_commits_sensor = build_foreign_commits_sensor()

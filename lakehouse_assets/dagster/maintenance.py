@@ -21,7 +21,9 @@ from dagster import (
     OpExecutionContext,
     RunConfig,
     RunRequest,
+    ScheduleDefinition,
     ScheduleEvaluationContext,
+    SensorDefinition,
     SensorEvaluationContext,
     SkipReason,
     in_process_executor,
@@ -145,20 +147,29 @@ def maintenance_run_config(tables: list[str], operations: list[str], dry_run: bo
     return RunConfig(ops={OP_NAME: cfg})
 
 
-@schedule(
-    name="lakehouse_nightly_maintenance",
-    job=lakehouse_maintenance_job,
-    cron_schedule=MAINTENANCE_CRON,
-    execution_timezone="UTC",
-    default_status=DefaultScheduleStatus.RUNNING,
-    description=f"full_maintenance on every table, at cron {MAINTENANCE_CRON!r} UTC (nightly at 03:00 by default; LAKEHOUSE_MAINTENANCE_CRON).",
-)
-def nightly_maintenance_schedule(context: ScheduleEvaluationContext) -> RunRequest:
-    return RunRequest(
-        run_key=f"nightly:{context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else 'now'}",
-        run_config=maintenance_run_config([], ["full_maintenance"]),
-        tags={"lakehouse/maintenance": "nightly"},
+def build_maintenance_schedule(
+    cron: str = MAINTENANCE_CRON, settings: Optional[dict[str, Any]] = None, running: bool = True, name: str = "lakehouse_nightly_maintenance"
+) -> ScheduleDefinition:
+    """full_maintenance on every table at `cron` (UTC), with `settings` (MaintenanceConfig's retention
+    fields) overriding the tables' own where given."""
+    settings = dict(settings or {})
+
+    @schedule(
+        name=name,
+        job=lakehouse_maintenance_job,
+        cron_schedule=cron,
+        execution_timezone="UTC",
+        default_status=DefaultScheduleStatus.RUNNING if running else DefaultScheduleStatus.STOPPED,
+        description=f"full_maintenance on every table, at cron {cron!r} UTC" + (f", with {settings}" if settings else "") + ".",
     )
+    def _schedule(context: ScheduleEvaluationContext) -> RunRequest:
+        return RunRequest(
+            run_key=f"nightly:{context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else 'now'}",
+            run_config=maintenance_run_config([], ["full_maintenance"], **settings),
+            tags={"lakehouse/maintenance": "nightly"},
+        )
+
+    return _schedule
 
 
 def _table_run_request(identifier: str, operation: str, snapshot_id) -> RunRequest:
@@ -170,43 +181,57 @@ def _table_run_request(identifier: str, operation: str, snapshot_id) -> RunReque
     )
 
 
-@sensor(
-    name="lakehouse_compaction_sensor",
-    job=lakehouse_maintenance_job,
-    minimum_interval_seconds=COMPACTION_SENSOR_INTERVAL_S,
-    default_status=DefaultSensorStatus.RUNNING,
-    description=f"Requests compaction of a table with >= {COMPACTION_MIN_SMALL_FILES} mergeable small files or a mergeable ratio >= {COMPACTION_MIN_SMALL_RATIO}.",
-)
-def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-    lh = lakehouse.get()
-    requests = []
-    for identifier in lh.table_names():
-        health = core.table_health(lh.context, identifier)
-        count, ratio = health["compactable_files"], health["compactable_ratio"]
-        if count >= COMPACTION_MIN_SMALL_FILES or (count >= COMPACTION_RATIO_MIN_FILES and ratio >= COMPACTION_MIN_SMALL_RATIO):
-            context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")
-            requests.append(_table_run_request(identifier, "compaction", health["iceberg_snapshot_id"]))
-    return requests or SkipReason("no table has enough small files to compact")
+def _sensor_status(running: bool) -> DefaultSensorStatus:
+    return DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED
 
 
-@sensor(
-    name="lakehouse_delta_lag_sensor",
-    job=lakehouse_maintenance_job,
-    minimum_interval_seconds=DELTA_LAG_SENSOR_INTERVAL_S,
-    default_status=DefaultSensorStatus.RUNNING,
-    description="Requests a repair when a table's Delta log lags its Iceberg snapshots (the Delta commit failed after Iceberg's).",
-)
-def delta_lag_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-    lh = lakehouse.get()
-    requests = []
-    for identifier in lh.table_names():
-        lag = lh.delta_lag(identifier)  # metadata only: cheap enough to run every minute
-        if lag != 0:
-            context.log.info(f"Table {identifier}: Delta lags Iceberg ({'unknown' if lag is None else lag} snapshot(s)): requesting repair")
-            snapshot = lh.load(identifier).current_snapshot()
-            requests.append(_table_run_request(identifier, "repair", snapshot.snapshot_id if snapshot else None))
-    return requests or SkipReason("every Delta log is up to date")
+def build_compaction_sensor(interval_s: int = COMPACTION_SENSOR_INTERVAL_S, running: bool = True) -> SensorDefinition:
+    @sensor(
+        name="lakehouse_compaction_sensor",
+        job=lakehouse_maintenance_job,
+        minimum_interval_seconds=interval_s,
+        default_status=_sensor_status(running),
+        description=f"Requests compaction of a table with >= {COMPACTION_MIN_SMALL_FILES} mergeable small files or a mergeable ratio >= {COMPACTION_MIN_SMALL_RATIO}.",
+    )
+    def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+        lh = lakehouse.get()
+        requests = []
+        for identifier in lh.table_names():
+            health = core.table_health(lh.context, identifier)
+            count, ratio = health["compactable_files"], health["compactable_ratio"]
+            if count >= COMPACTION_MIN_SMALL_FILES or (count >= COMPACTION_RATIO_MIN_FILES and ratio >= COMPACTION_MIN_SMALL_RATIO):
+                context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")
+                requests.append(_table_run_request(identifier, "compaction", health["iceberg_snapshot_id"]))
+        return requests or SkipReason("no table has enough small files to compact")
 
+    return compaction_sensor
+
+
+def build_delta_lag_sensor(interval_s: int = DELTA_LAG_SENSOR_INTERVAL_S, running: bool = True) -> SensorDefinition:
+    @sensor(
+        name="lakehouse_delta_lag_sensor",
+        job=lakehouse_maintenance_job,
+        minimum_interval_seconds=interval_s,
+        default_status=_sensor_status(running),
+        description="Requests a repair when a table's Delta log lags its Iceberg snapshots (the Delta commit failed after Iceberg's).",
+    )
+    def delta_lag_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+        lh = lakehouse.get()
+        requests = []
+        for identifier in lh.table_names():
+            lag = lh.delta_lag(identifier)  # metadata only: cheap enough to run every minute
+            if lag != 0:
+                context.log.info(f"Table {identifier}: Delta lags Iceberg ({'unknown' if lag is None else lag} snapshot(s)): requesting repair")
+                snapshot = lh.load(identifier).current_snapshot()
+                requests.append(_table_run_request(identifier, "repair", snapshot.snapshot_id if snapshot else None))
+        return requests or SkipReason("every Delta log is up to date")
+
+    return delta_lag_sensor
+
+
+nightly_maintenance_schedule = build_maintenance_schedule()
+compaction_sensor = build_compaction_sensor()
+delta_lag_sensor = build_delta_lag_sensor()
 
 maintenance_jobs = [lakehouse_maintenance_job]
 maintenance_schedules = [nightly_maintenance_schedule]

@@ -1,0 +1,224 @@
+"""A data team adds the library to its own Dagster project, as docs/dagster-project.md says.
+
+The library's wheel is built and installed (with `-c constraints/...`) into a fresh virtual environment
+that has nothing but Python, next to `dagster-dg-cli`; nothing of this repository's editable install is
+used. Then:
+
+- a project made by `create-dagster project` scaffolds `lakehouse_assets.LakehouseComponent` with
+  `dg scaffold defs`, configures it in `defs.yaml`, passes `dg check defs`, lists the checks, jobs, schedule
+  and sensors, and materializes its own day-partitioned table and its own table merged by a key with
+  `dg launch`; the formats_agree checks pass and both formats read back the rows;
+- a plain `Definitions` project merges `lakehouse_definitions(...)` and does the same with `dagster`.
+
+Resolving the dependency set from the package index takes minutes here, so the wheels it resolves to are
+kept in a wheelhouse under the venv (keyed by the wheel's requirements and the constraints file); each
+session installs from it into a new environment with `--no-index`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+ORDERS = '''
+import datetime as dt
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+
+daily = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+
+
+@dg.asset(key=["sales", "orders"], partitions_def=daily, metadata={"partition_by": ["day(order_time)"], "partition_expr": "order_time"})
+def orders(context: dg.AssetExecutionContext, pyspark: PySparkResource):
+    day = dt.datetime.fromisoformat(context.partition_key).replace(tzinfo=dt.timezone.utc)
+    rows = [(i, f"c{i % 3}", day + dt.timedelta(hours=i), 10.0 * i) for i in range(6)]
+    return pyspark.spark_session.createDataFrame(rows, "order_id long, customer_id string, order_time timestamp, amount double")
+
+
+@dg.asset(key=["sales", "customers"], metadata={"write_mode": "merge", "merge_keys": ["customer_id"]})
+def customers(pyspark: PySparkResource):
+    rows = [("c0", "Ada"), ("c1", "Grace"), ("c2", "Edsger")]
+    return pyspark.spark_session.createDataFrame(rows, "customer_id string, name string")
+'''
+
+
+def run(args, cwd=None, env=None, timeout=900) -> str:
+    done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(map(str, args))} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    return done.stdout
+
+
+def constraints_file() -> Path:
+    import pyspark
+
+    return REPO / "constraints" / ("spark-4.txt" if pyspark.__version__.startswith("4") else "spark-3.5.txt")
+
+
+@pytest.fixture(scope="session")
+def user_env(tmp_path_factory):
+    """A fresh venv with the built wheel, dagster-dg-cli and nothing else; an environment for its tools."""
+    import zipfile
+
+    tmp = tmp_path_factory.mktemp("user-project")
+    wheel_dir = tmp / "dist"
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheel_dir, REPO])
+    (wheel,) = wheel_dir.glob("lakehouse_assets-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.startswith("lakehouse_assets_tests/") or n.startswith("bench/")], "the wheel carries tests or bench code"
+    with zipfile.ZipFile(wheel) as zf:
+        requires = sorted(line for line in zf.read(next(n for n in names if n.endswith("METADATA"))).decode().splitlines() if line.startswith("Requires-Dist"))
+    constraints = constraints_file()
+    extra = ["dagster-dg-cli", "hatchling", "editables"]  # what a project made by create-dagster builds and runs with
+    key = hashlib.sha256("\n".join([*requires, constraints.read_text(), *extra]).encode()).hexdigest()[:16]
+    wheelhouse = VENV_BIN.parent / "user-project-wheelhouse" / key
+    if not (wheelhouse / ".complete").exists():
+        run([sys.executable, "-m", "pip", "wheel", "-q", "-w", wheelhouse, wheel, *extra, "-c", constraints], timeout=1800)
+        (wheelhouse / ".complete").touch()
+    venv = tmp / "venv"
+    run([sys.executable, "-m", "venv", venv])
+    py = venv / "bin" / "python"
+    run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse, wheel, "dagster-dg-cli", "-c", constraints])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "LAKEHOUSE_", "VIRTUAL_ENV", "PYTHONPATH"))}
+    env.update(DAGSTER_DISABLE_TELEMETRY="1", SPARK_LOCAL_IP="127.0.0.1", PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
+    env["PIP_FIND_LINKS"] = str(wheelhouse)
+    return {"venv": venv, "py": py, "bin": venv / "bin", "env": env, "wheelhouse": wheelhouse}
+
+
+def assert_is_the_installed_wheel(user_env):
+    location = run([user_env["py"], "-c", "import lakehouse_assets, sys; print(lakehouse_assets.__file__)"], env=user_env["env"]).strip()
+    assert location.startswith(str(user_env["venv"])), f"the project imports lakehouse_assets from {location}, not from its own venv"
+
+
+def read_both_formats(warehouse: Path, identifier: str, duck):
+    """The table's rows as DuckDB reads its Iceberg metadata and as delta-rs reads its Delta log."""
+    from deltalake import DeltaTable
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    namespace, name = identifier.split(".")
+    catalog = SqlCatalog("lakehouse", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
+    table = catalog.load_table(identifier)
+    iceberg = duck.execute(f"SELECT * FROM iceberg_scan('{table.metadata_location}') ORDER BY 1").fetchall()
+    delta = DeltaTable(table.location()).to_pyarrow_table().sort_by(table.schema().fields[0].name).to_pylist()
+    return iceberg, delta
+
+
+def check_statuses(home: Path, keys: list[str]) -> dict[str, str]:
+    """The latest formats_agree evaluation of each asset, from the project's Dagster instance."""
+    from dagster import AssetCheckKey, AssetKey, DagsterInstance
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        out = {}
+        for key in keys:
+            record = instance.get_latest_asset_check_evaluation_record(AssetCheckKey(AssetKey.from_user_string(key), "formats_agree"))
+            out[key] = record.status.value if record else "never ran"
+        return out
+
+
+def project_env(user_env, tmp_path: Path, **extra) -> dict[str, str]:
+    """The user environment with a Dagster instance of this project's own."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return {**user_env["env"], "DAGSTER_HOME": str(home), **extra}
+
+
+def assert_tables(warehouse: Path, duck):
+    iceberg, delta = read_both_formats(warehouse, "sales.orders", duck)
+    assert [r[0] for r in iceberg] == list(range(6)) and [r["order_id"] for r in delta] == list(range(6))
+    assert sum(r[3] for r in iceberg) == sum(r["amount"] for r in delta) == 150.0
+    iceberg, delta = read_both_formats(warehouse, "sales.customers", duck)
+    assert iceberg == [(r["customer_id"], r["name"]) for r in delta] == [("c0", "Ada"), ("c1", "Grace"), ("c2", "Edsger")]
+
+
+def test_dg_project_with_the_lakehouse_component(user_env, tmp_path, duck):
+    env, dg = project_env(user_env, tmp_path), user_env["bin"] / "dg"
+    run([VENV_BIN / "create-dagster", "project", "--no-uv-sync", tmp_path / "shop"], env=env)
+    project = tmp_path / "shop"
+    run([user_env["py"], "-m", "pip", "install", "-q", "--no-index", "-e", project, "-c", constraints_file()], env=env)
+    assert_is_the_installed_wheel(user_env)
+
+    assert "lakehouse_assets.LakehouseComponent" in run([dg, "list", "components"], cwd=project, env=env)
+    run([dg, "scaffold", "defs", "lakehouse_assets.LakehouseComponent", "lakehouse"], cwd=project, env=env)
+    defs_yaml = project / "src" / "shop" / "defs" / "lakehouse" / "defs.yaml"
+    assert "type: lakehouse_assets.LakehouseComponent" in defs_yaml.read_text()
+    defs_yaml.write_text(
+        textwrap.dedent(
+            """\
+            type: lakehouse_assets.LakehouseComponent
+
+            attributes:
+              warehouse: "{{ context.project_root }}/warehouse"
+              assets: [sales/orders, sales/customers]
+              spark:
+                master: local[2]
+                conf:
+                  spark.sql.shuffle.partitions: "2"
+              maintenance:
+                cron: "30 2 * * *"
+                snapshot_retention_days: 3
+                min_snapshots_to_keep: 2
+              sensors:
+                enabled: [compaction, delta_lag, foreign_commits]
+            """
+        )
+    )
+    (project / "src" / "shop" / "defs" / "tables.py").write_text(ORDERS)
+
+    run([dg, "check", "defs"], cwd=project, env=env)
+    listed = json.loads(run([dg, "list", "defs", "--json"], cwd=project, env=env))
+    assert sorted(a["asset_key"] for a in listed["assets"]) == ["sales/customers", "sales/orders"]
+    assert sorted(c["key"] for c in listed["asset_checks"]) == ["sales/customers:formats_agree", "sales/orders:formats_agree"]
+    assert {j["name"] for j in listed["jobs"]} >= {"lakehouse_maintenance_job", "lakehouse_rollback_job", "lakehouse_alter_job"}
+    assert [(s["name"], s["cron_schedule"]) for s in listed["schedules"]] == [("lakehouse_nightly_maintenance", "30 2 * * *")]
+    assert sorted(s["name"] for s in listed["sensors"]) == ["lakehouse_compaction_sensor", "lakehouse_delta_lag_sensor", "lakehouse_foreign_commits_sensor"]
+
+    run([dg, "launch", "--assets", "sales/orders", "--partition", "2024-01-02"], cwd=project, env=env)
+    run([dg, "launch", "--assets", "sales/customers"], cwd=project, env=env)
+    assert check_statuses(Path(env["DAGSTER_HOME"]), ["sales/orders", "sales/customers"]) == {"sales/orders": "SUCCEEDED", "sales/customers": "SUCCEEDED"}
+    assert_tables(project / "warehouse", duck)
+
+
+def test_plain_definitions_project_with_the_factory(user_env, tmp_path, duck):
+    project = tmp_path / "plain"
+    project.mkdir()
+    (project / "tables.py").write_text(ORDERS)
+    (project / "definitions.py").write_text(
+        textwrap.dedent(
+            f"""\
+            import dagster as dg
+            from tables import customers, orders
+
+            from lakehouse_assets import LakehouseResource, MaintenancePlan, SensorPlan, lakehouse_definitions
+
+            defs = dg.Definitions.merge(
+                lakehouse_definitions(
+                    assets=[orders, customers],
+                    lakehouse=LakehouseResource(warehouse={str(project / "warehouse")!r}),
+                    maintenance=MaintenancePlan(cron="15 1 * * *", settings={{"snapshot_retention_days": 3}}),
+                    sensors=SensorPlan(enabled=["delta_lag", "foreign_commits"]),
+                ),
+            )
+            """
+        )
+    )
+    env = project_env(user_env, tmp_path, PYTHONPATH=str(project))
+    dagster, target = user_env["bin"] / "dagster", ["-f", project / "definitions.py"]
+    run([dagster, "definitions", "validate", *target], cwd=project, env=env)
+    schedules = run([user_env["py"], "-c", "from definitions import defs; r = defs.get_repository_def(); print([(s.name, s.cron_schedule) for s in r.schedule_defs], sorted(s.name for s in r.sensor_defs))"], cwd=project, env=env)
+    assert schedules.strip() == "[('lakehouse_nightly_maintenance', '15 1 * * *')] ['lakehouse_delta_lag_sensor', 'lakehouse_foreign_commits_sensor']"
+
+    run([dagster, "asset", "materialize", *target, "--select", "sales/orders", "--partition", "2024-01-02"], cwd=project, env=env)
+    run([dagster, "asset", "materialize", *target, "--select", "sales/customers"], cwd=project, env=env)
+    assert check_statuses(Path(env["DAGSTER_HOME"]), ["sales/orders", "sales/customers"]) == {"sales/orders": "SUCCEEDED", "sales/customers": "SUCCEEDED"}
+    assert_tables(project / "warehouse", duck)

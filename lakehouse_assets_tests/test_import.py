@@ -135,24 +135,45 @@ def test_a_partitioned_delta_rs_table_gets_an_iceberg_side_over_the_same_files(l
     still_agrees_after_writes(lh, spark, duck, "imp.delta_events", rows)
 
 
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def inline_deletion_vector(rows: list[int]) -> dict:
+    """A Delta `deletionVector` descriptor stored inline, as the Delta protocol serialises it: the magic number, a
+    64-bit RoaringBitmapArray of one portable 32-bit Roaring bitmap (one array container), Z85-encoded."""
+    import struct
+
+    portable = struct.pack("<II", 12346, 1) + struct.pack("<HH", 0, len(rows) - 1) + struct.pack("<I", 16) + b"".join(struct.pack("<H", r) for r in rows)
+    raw = struct.pack("<i", 1681511377) + struct.pack("<q", 1) + struct.pack("<i", 0) + portable
+    padded = raw + b"\0" * (-len(raw) % 4)
+    text = []
+    for i in range(0, len(padded), 4):
+        v, chunk = int.from_bytes(padded[i : i + 4], "big"), []
+        for _ in range(5):
+            chunk.append(_Z85[v % 85])
+            v //= 85
+        text += reversed(chunk)
+    return {"storageType": "i", "pathOrInlineDv": "".join(text), "sizeInBytes": len(raw), "cardinality": len(rows)}
+
+
 def test_a_delta_table_with_deletion_vectors_is_refused_and_left_as_it_was(lh, tmp_path):
-    # No engine here writes deletion vectors (delta-rs 1.6.6 cannot; no Delta Lake jars for Spark): the log entry a
-    # Delta Lake writer makes (protocol feature + `deletionVector` on the add) is written by hand onto a delta-rs table.
+    # No engine here writes deletion vectors (delta-rs 1.6.6 cannot; no Delta Lake jars for Spark): the commit a Delta
+    # Lake DELETE makes (protocol feature, the file re-added with an inline deletion vector) is written by hand onto a
+    # delta-rs table, and delta-rs's own kernel decodes it (row 1 deleted) before the import looks at it.
     import json
 
     root = tmp_path / "dv"
     write_deltalake(str(root), pa.table({"id": [1, 2, 3]}))
-    log0 = (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()
-    actions = [json.loads(line) for line in log0]
-    add = next(a["add"] for a in actions if "add" in a)
-    dv = {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr", "offset": 1, "sizeInBytes": 36, "cardinality": 1}
+    log0 = [json.loads(line) for line in (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()]
+    add = next(a["add"] for a in log0 if "add" in a)
     commit = [
         {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}},
         {"remove": {"path": add["path"], "deletionTimestamp": 1, "dataChange": True}},
-        {"add": {**add, "dataChange": True, "deletionVector": dv}},
+        {"add": {**add, "dataChange": True, "deletionVector": inline_deletion_vector([1])}},
         {"commitInfo": {"operation": "DELETE", "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0"}},
     ]
     (root / "_delta_log" / "00000000000000000001.json").write_text("\n".join(json.dumps(a) for a in commit) + "\n")
+    assert pa.table(DeltaTable(str(root)).deletion_vectors()).column("selection_vector").to_pylist() == [[True, False, True]]
     before = tree_digest(root)
 
     with pytest.raises(ImportRefused, match=r"imp\.dv: 1 live file\(s\) of the Delta table .* carry deletion vectors.*REORG TABLE"):

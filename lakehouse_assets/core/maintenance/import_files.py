@@ -202,7 +202,11 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
     from ..formats import delta_column_mapping
     from ..formats.delta_adoption import files_with_deletion_vectors, live_files
 
-    if with_vectors := files_with_deletion_vectors(delta):
+    try:
+        with_vectors = files_with_deletion_vectors(delta)
+    except Exception as e:  # noqa: BLE001 - a vector the kernel cannot decode is still a vector
+        with_vectors = [f"(unreadable: {type(e).__name__}: {e})"]
+    if with_vectors:
         raise ImportRefused(
             f"Table {identifier}: {len(with_vectors)} live file(s) of the Delta table at {root_uri} carry deletion vectors (rows deleted "
             f"by marking them, the file left as it was), e.g. {with_vectors[:3]}. Iceberg would read those rows as live. Nothing was "

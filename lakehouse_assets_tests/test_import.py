@@ -5,6 +5,7 @@ passes, and a write, a merge and a compaction keep them agreeing; a refused impo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 import pyarrow as pa
@@ -160,8 +161,6 @@ def test_a_delta_table_with_deletion_vectors_is_refused_and_left_as_it_was(lh, t
     # No engine here writes deletion vectors (delta-rs 1.6.6 cannot; no Delta Lake jars for Spark): the commit a Delta
     # Lake DELETE makes (protocol feature, the file re-added with an inline deletion vector) is written by hand onto a
     # delta-rs table, and delta-rs's own kernel decodes it (row 1 deleted) before the import looks at it.
-    import json
-
     root = tmp_path / "dv"
     write_deltalake(str(root), pa.table({"id": [1, 2, 3]}))
     log0 = [json.loads(line) for line in (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()]
@@ -247,3 +246,21 @@ def test_a_java_iceberg_hadoop_table_with_position_deletes_is_refused_then_impor
     assert report["registered"] is True and report["apply_deletes"]["rows_deleted"] == 2
     kept = [r for r in rows if r[0] not in (2, 3)]
     still_agrees_after_writes(lh, spark, duck, "jimp.orders", kept)
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_lakehouse_import_on_the_command_line_and_its_refusal(lh, tmp_path, warehouse):
+    from .test_cli import run
+
+    root = tmp_path / "cli_delta"
+    write_deltalake(str(root), pa.table({"id": [1, 2], "country": ["DE", "US"]}), partition_by=["country"])
+
+    out = run("import", "cli.imported", str(root), "--json", warehouse=warehouse)
+
+    report = json.loads(out.stdout)
+    assert report["source_format"] == "delta" and report["rows"] == 2 and report["files"] == 2
+    assert "cli.imported" in lh.table_names() and lh.verify("cli.imported")["agree"]
+    again = run("import", "cli.imported", str(root), warehouse=warehouse, check=False)
+    assert again.returncode != 0 and "cli.imported already exists" in again.stderr

@@ -157,7 +157,7 @@ class DeltaMirror:
     def start_at(self, table: Table) -> int:
         """A Delta log for a table that has none (an imported Iceberg table): created with its current schema, then
         one version holding its live files, tagged with its current snapshot (its earlier history is not replayed).
-        Raises MirrorRefused, before creating anything, when Delta cannot hold the table as it is."""
+        Raises MirrorRefused when Delta cannot hold the table as it is (the caller removes the log it started)."""
         snap = table.current_snapshot()
         delta = self._create(table)
         if snap is not None:

@@ -201,6 +201,42 @@ def repair(ctx, table: str, as_json: bool, apply_deletes: bool, rewrite_files: b
     _emit(report, as_json, render)
 
 
+@cli.command("import")
+@global_options
+@click.argument("table")
+@click.argument("source", required=False)
+@click.option(
+    "--apply-deletes",
+    is_flag=True,
+    help="An Iceberg source with other engines' delete files: first rewrite the data files they remove rows from (Spark), as `repair --apply-deletes` does.",
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def import_(ctx, table: str, source: str | None, apply_deletes: bool, as_json: bool) -> None:
+    """Bring an existing table under management over its own data files.
+
+    SOURCE: a Delta table folder, a Parquet dataset folder (flat or Hive `key=value/` folders), an Iceberg metadata JSON
+    file or Hadoop-catalog table folder (registered under TABLE); without SOURCE, the Iceberg table TABLE already in
+    the catalog. A refused import leaves the source as it was."""
+    spark = None
+    if apply_deletes:
+        from .core.spark.session import spark_session
+
+        spark = spark_session()
+    report = _lakehouse(ctx).import_table(table, source, apply_deletes=apply_deletes, spark=spark)
+
+    def render(r):
+        if r.get("apply_deletes"):
+            a = r["apply_deletes"]
+            click.echo(f"{r['table']}: applied {a['delete_files']} delete file(s): {a['rows_deleted']} row(s) removed, {a['data_files_rewritten']} data file(s) rewritten")
+        click.echo(
+            f"{r['table']}: imported from {r['source_format']} ({r['source']}): {r['files']} file(s), {r['rows']} row(s) at {r['location']}; "
+            f"Iceberg snapshot {r['iceberg_snapshot_id']}, Delta version {r['delta_version']}"
+        )
+
+    _emit(report, as_json, render)
+
+
 @cli.command()
 @click.argument("table")
 @click.option("--rename", "renames", multiple=True, metavar="OLD=NEW", help="Rename a column (repeatable).")

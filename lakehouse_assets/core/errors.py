@@ -57,3 +57,7 @@ class ForeignDeltaCommits(LakehouseError):
     def __init__(self, message: str, versions: list | None = None):
         super().__init__(message)
         self.versions = versions or []
+
+
+class ImportRefused(LakehouseError):
+    """An existing table cannot be brought under management as it is; the source was left exactly as it was."""

@@ -28,6 +28,7 @@ from .formats.delta_committer import DeltaMirror
 from .formats.delta_glue import GlueDeltaRegistration
 from .io.storage import StorageConfig
 from .maintenance import rollback as rollback_
+from .maintenance.import_table import import_table as import_table_
 from .maintenance.repair import repair_table
 from .maintenance.verify import verify_table
 from .model import MergeOptions, PublishResult, TableOptions, WriteResult
@@ -314,6 +315,11 @@ class Lakehouse:
     def delta_lag_of(self, table: Table, delta=None) -> int | None:
         """`delta_lag` of a loaded table; `delta`: its Delta table when the caller already loaded it."""
         return self.context.delta_lag_of(table, delta)
+
+    def import_table(self, identifier: str, source: str | None = None, *, apply_deletes: bool = False, spark=None) -> dict[str, Any]:
+        """Bring an existing Iceberg table (in this catalog, or a metadata file), Delta table or Parquet dataset under
+        management over its own data files; raises ImportRefused, source unchanged (core/maintenance/import_table.py)."""
+        return import_table_(self.context, identifier, source, apply_deletes=apply_deletes, spark=spark)
 
     def repair(
         self, identifier: str, *, apply_deletes: bool = False, adopt_delta: bool = False, revert_delta: bool = False, rewrite_files: bool = False, spark=None

@@ -93,5 +93,6 @@ class Operation:
     SCHEMA_CHANGE = "schema-change"  # a metadata-only Delta version before a data version
     DELTA_CONFIGURATION = "delta-configuration"  # a metadata-only Delta version of table properties (maintenance)
     ADOPT_DELTA = "adopt-delta"  # another engine's Delta versions brought into Iceberg (core/formats/foreign_delta.py)
+    IMPORT = "import"  # an existing table's live files brought under management as they are (maintenance/import_table.py)
     REVERT_DELTA = "revert-delta"  # another engine's Delta versions undone by a new Delta version
     CREATE_EMPTY = "create-empty"  # main's first snapshot, with no rows: what a branch of a new table forks from

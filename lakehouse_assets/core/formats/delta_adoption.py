@@ -71,9 +71,9 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
             if new_columns:
                 _add_columns(tx, delta, new_columns)
             schema = tx.table_metadata.schema()
-            files = _FooterReader(identifier, versions, table, schema, tx.table_metadata, physical)
+            files = FooterReader(identifier, versions, table, schema, tx.table_metadata, physical)
             adds = [files.data_file(join_uri(root_uri, path), path, action) for path, action in sorted(added.items())]
-            properties = {NAME_MAPPING: _name_mapping(schema, physical)}
+            properties = {NAME_MAPPING: name_mapping(schema, physical)}
             if files.lacking_partition_columns:
                 properties[partition_constants.FILES_WITHOUT_PARTITION_COLUMNS] = "true"
             tx.set_properties(properties)
@@ -150,7 +150,7 @@ def _record_in_delta(identifier: str, mirror, table: Table, delta: DeltaTable, s
 # ---------------------------------------------------------------- what changed, and whether it can be adopted
 
 
-def _live(delta: DeltaTable) -> dict[str, dict[str, Any]]:
+def live_files(delta: DeltaTable) -> dict[str, dict[str, Any]]:
     """Live files of a Delta version: decoded relative path -> (size, partition values)."""
     import pyarrow as pa
 
@@ -163,7 +163,7 @@ def _live(delta: DeltaTable) -> dict[str, dict[str, Any]]:
 
 def _changes(delta: DeltaTable, versions: list[ForeignVersion], root_uri: str, storage_options: dict) -> tuple[dict, dict, DeltaTable]:
     before = DeltaTable(root_uri, version=versions[0].version - 1, storage_options=storage_options)
-    old, new = _live(before), _live(delta)
+    old, new = live_files(before), live_files(delta)
     return {p: new[p] for p in new.keys() - old.keys()}, {p: old[p] for p in old.keys() - new.keys()}, before
 
 
@@ -262,7 +262,7 @@ def _view_types_reason(view_typed: dict[str, list[str]]) -> str:
 # ---------------------------------------------------------------- the adopted files' Iceberg metadata
 
 
-class _FooterReader:
+class FooterReader:
     """Iceberg DataFiles of foreign Delta files, from their Parquet footers and Delta's partition values.
 
     Notes the files pyiceberg cannot read beside others (`view_typed`: URI -> columns) and whether any file
@@ -316,7 +316,7 @@ class _FooterReader:
             return False
 
 
-def _name_mapping(schema, physical: dict[int, str]) -> str:
+def name_mapping(schema, physical: dict[int, str]) -> str:
     """The table's name mapping (for files without field ids), each column also under its Delta physical name."""
     from pyiceberg.table.name_mapping import MappedField, NameMapping, create_mapping_from_schema
 

@@ -158,6 +158,18 @@ class DeltaMirror:
         change = SnapshotChange(snapshot, adds, removes, {**history.summary(snapshot), SummaryKeys.OPERATION: Operation.ADOPT_DELTA})
         commit_change(self.root_uri, self.storage, self.configuration, table, delta, change)
 
+    def start_at(self, table: Table) -> int:
+        """A Delta log for a table that has none (an imported Iceberg table): created with its current schema, then
+        one version holding its live files, tagged with its current snapshot (its earlier history is not replayed).
+        Raises MirrorRefused when Delta cannot hold the table as it is (the caller removes the log it started)."""
+        snap = table.current_snapshot()
+        delta = self._create(table)
+        if snap is not None:
+            refuse_unless_whole(table, delta, snap, self.root_uri, f"table {'.'.join(table.name())} as imported")
+            commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, snap)
+            delta.update_incremental()
+        return delta.version()
+
     # ---- internals
 
     def _create(self, table: Table) -> DeltaTable:

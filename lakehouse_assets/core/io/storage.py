@@ -190,7 +190,7 @@ class StorageConfig:
     def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """pyarrow filesystem and path inside it."""
         parsed = urlparse(uri)
-        if parsed.scheme == "file":
+        if parsed.scheme in ("file", ""):  # "": a bare local path, as a Hadoop catalog on a local folder records its files
             return pafs.LocalFileSystem(), parsed.path
         if parsed.scheme == "s3":
             kwargs = dict(region=self.region or "us-east-1")

@@ -1,0 +1,233 @@
+"""A new Iceberg table over files that already exist: a Delta table's live files or a plain Parquet dataset.
+
+Nothing is rewritten. The Iceberg table lives at the files' root (the Delta root is the Iceberg location, as for every
+table here), its metadata under `_iceberg/`, and its one snapshot holds every file as it is: each DataFile is built
+from the file's Parquet footer (core/formats/delta_adoption.py's `FooterReader`), its partition values from the Delta
+log or from Hive-style `key=value/` folders. Such files carry no Iceberg field ids, so the table gets a name mapping
+(`schema.name-mapping.default`, as pyiceberg's `add_files` writes) by which every Iceberg reader matches their
+columns; identity partition columns the files leave out are filled from the partition values
+(core/formats/partition_constants.py).
+
+A Delta source keeps its log: one Delta version of ours records the snapshot as mirrored (later writes mirror on top).
+A Parquet dataset gets a new Delta log: version 0 (schema) and version 1 (the files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
+from pyiceberg.table import Table
+
+from ..errors import ImportRefused
+from ..formats import partition_constants
+from ..formats.delta_adoption import NAME_MAPPING, FooterReader, name_mapping
+from ..io.storage import join_uri
+from ..properties import METADATA_FOLDER, Operation, SummaryKeys, TableProperties
+from ..schema.spec import ALL_FORMATS, build_partition_spec
+from ..table.catalog import ensure_namespace
+from ..table.context import TableContext
+from ..table.tables import check_delta_partitioning
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # Hive's (and Spark's, pyarrow's) folder name for a NULL partition value
+
+
+@dataclass
+class ExistingFiles:
+    """Files to register as they are: their common Arrow schema (partition columns included), the partition columns,
+    and per file (path relative to the root, size in bytes, partition values as strings or typed values)."""
+
+    root_uri: str
+    arrow_schema: Any
+    partition_columns: list[str]
+    files: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+
+
+def iceberg_schema(arrow_schema) -> Schema:
+    """The Iceberg schema of Arrow columns, with fresh field ids (the files have none: the name mapping matches them)."""
+    return assign_fresh_schema_ids(Catalog._convert_schema_if_needed(arrow_schema))
+
+
+def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFiles, source: str) -> Table:
+    """The Iceberg table at `existing.root_uri` and its one snapshot holding `existing.files`. Raises ImportRefused
+    (nothing created) when the partition columns have no Delta form."""
+    schema = iceberg_schema(existing.arrow_schema)
+    spec = build_partition_spec(identifier, schema, existing.partition_columns)
+    check_delta_partitioning(identifier, schema, spec)
+    ensure_namespace(ctx.catalog, identifier.rsplit(".", 1)[0])
+    properties = {
+        **TableProperties.DEFAULTS,
+        TableProperties.METADATA_PATH: join_uri(existing.root_uri, METADATA_FOLDER),
+        TableProperties.FORMATS: ",".join(ALL_FORMATS),
+    }
+    table = ctx.catalog.create_table(identifier, schema=schema, location=existing.root_uri, partition_spec=spec, properties=properties)
+    try:
+        schema, metadata = table.schema(), table.metadata
+        reader = FooterReader(identifier, [], table, schema, metadata, {})
+        adds = [reader.data_file(join_uri(existing.root_uri, path), path, {"size_bytes": size, "partition": values}) for path, size, values in existing.files]
+        if reader.view_typed:
+            path, columns = next(iter(sorted(reader.view_typed.items())))
+            raise ImportRefused(
+                f"Table {identifier}: {len(reader.view_typed)} file(s) of {source} declare Arrow view types in their Parquet metadata (e.g. "
+                f"{path} for column(s) {columns}), which pyiceberg cannot read together with other files. Nothing was imported. Rewrite "
+                "those files with the engine that wrote them (e.g. an OPTIMIZE or compaction), then import again."
+            )
+        with table.transaction() as tx:
+            marks = {NAME_MAPPING: name_mapping(schema, {})}
+            if reader.lacking_partition_columns:
+                marks[partition_constants.FILES_WITHOUT_PARTITION_COLUMNS] = "true"
+            tx.set_properties(marks)
+            update = tx.update_snapshot(snapshot_properties={SummaryKeys.OPERATION: Operation.IMPORT, IMPORTED_FROM: source})
+            with update.fast_append() as producer:
+                for f in adds:
+                    producer.append_data_file(f)
+    except BaseException:
+        drop_created(ctx, identifier, existing.root_uri)
+        raise
+    return ctx.load(identifier)
+
+
+IMPORTED_FROM = "lakehouse.imported-from"  # the snapshot summary key naming what an import brought in
+
+
+def drop_created(ctx: TableContext, identifier: str, root_uri: str) -> None:
+    """Undo `create_over_files`: the catalog entry and the `_iceberg/` folder it wrote (the source's files stay)."""
+    try:
+        ctx.catalog.drop_table(identifier)
+    except Exception:  # noqa: BLE001 - never hide the import's own error
+        pass
+    fs, path = ctx.storage.filesystem(join_uri(root_uri, METADATA_FOLDER))
+    try:
+        fs.delete_dir(path)
+    except (FileNotFoundError, OSError):
+        pass
+
+
+# ---------------------------------------------------------------- a plain Parquet dataset
+
+
+def parquet_dataset(ctx: TableContext, identifier: str, root_uri: str) -> ExistingFiles:
+    """The data files under `root_uri` (files and folders starting with `_` or `.` skipped, as Spark and pyarrow do),
+    Hive-style partition columns from `key=value/` folders, and one schema all footers must agree on."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyarrow.fs import FileSelector
+
+    fs, base = ctx.storage.filesystem(root_uri)
+    infos = [i for i in fs.get_file_info(FileSelector(base, recursive=True)) if i.is_file]
+    paths = sorted(i.path[len(base.rstrip("/")) + 1 :] for i in infos)
+    paths = [p for p in paths if not any(part.startswith(("_", ".")) for part in p.split("/"))]
+    sizes = {i.path[len(base.rstrip("/")) + 1 :]: i.size for i in infos}
+    if not paths:
+        raise ImportRefused(f"Table {identifier}: {root_uri} holds no Parquet files (nor a Delta log or Iceberg metadata). Nothing was imported.")
+    partition_schema = _hive_partition_schema(identifier, paths)
+    partition_columns = list(partition_schema.names)
+    file_schema = None
+    first = None
+    for p in paths:
+        with fs.open_input_file(join_uri(base, p)) as f:
+            found = pq.read_schema(f)
+        found = pa.schema([fld for fld in found if fld.name not in partition_columns])
+        if file_schema is None:
+            file_schema, first = found, p
+        else:
+            check_same_columns(identifier, first, file_schema, p, found)
+    existing = ExistingFiles(root_uri, pa.schema([*file_schema, *partition_schema]).remove_metadata(), partition_columns)
+    for p in paths:
+        existing.files.append((p, sizes[p], _hive_values(p, partition_columns)))
+    return existing
+
+
+def check_same_columns(identifier: str, first: str, expected, path: str, found) -> None:
+    """Every file of a dataset has the first file's columns and types (nullability aside)."""
+    want = {f.name: f.type for f in expected}
+    got = {f.name: f.type for f in found}
+    for name, t in want.items():
+        if name in got and got[name] != t:
+            raise ImportRefused(
+                f"Table {identifier}: column {name!r} is {got[name]} in {path} but {t} in {first}: one table has one type per column. "
+                f"Nothing was imported. Rewrite {path} with {name} as {t} (or import the files separately)."
+            )
+    if want.keys() != got.keys():
+        raise ImportRefused(
+            f"Table {identifier}: {path} has columns {sorted(got)} where {first} has {sorted(want)}: every file of an imported dataset "
+            "needs the same columns. Nothing was imported. Rewrite the odd files (or move them out of the dataset)."
+        )
+
+
+def _hive_partition_schema(identifier: str, paths: list[str]):
+    """The `key=value/` folder keys every file shares (in order), typed as pyarrow and Spark infer them: int32 (int64 when
+    a value needs it) when every value is an integer, else string."""
+    import pyarrow as pa
+
+    keys = {tuple(part.split("=", 1)[0] for part in p.split("/")[:-1] if "=" in part) for p in paths}
+    if len(keys) > 1:
+        raise ImportRefused(
+            f"Table {identifier}: the dataset's files sit under different partition folders ({sorted(keys)}): a table has one "
+            "set of partition columns. Nothing was imported. Move the odd files out of the dataset."
+        )
+    columns = list(next(iter(keys)))
+    fields = []
+    for column in columns:
+        values = [v for p in paths if (v := _hive_values(p, [column]).get(column)) is not None]
+        if values and all(v.lstrip("-").isdigit() for v in values):
+            fits = all(-(2**31) <= int(v) < 2**31 for v in values)
+            fields.append(pa.field(column, pa.int32() if fits else pa.int64()))
+        else:
+            fields.append(pa.field(column, pa.string()))
+    return pa.schema(fields)
+
+
+def _hive_values(path: str, columns: list[str]) -> dict[str, str | None]:
+    values: dict[str, str | None] = {}
+    for part in path.split("/")[:-1]:
+        if "=" in part:
+            key, value = part.split("=", 1)
+            if key in columns:
+                value = unquote(value)
+                values[key] = None if value == HIVE_NULL else value
+    return values
+
+
+# ---------------------------------------------------------------- a Delta table
+
+
+def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
+    """A Delta table's live files at its current version, refused (nothing changed) where Iceberg cannot hold them as they are."""
+    import pyarrow as pa
+
+    from ..formats import delta_column_mapping
+    from ..formats.delta_adoption import files_with_deletion_vectors, live_files
+
+    try:
+        with_vectors = files_with_deletion_vectors(delta)
+    except Exception as e:  # noqa: BLE001 - a vector the kernel cannot decode is still a vector
+        with_vectors = [f"(unreadable: {type(e).__name__}: {e})"]
+    if with_vectors:
+        raise ImportRefused(
+            f"Table {identifier}: {len(with_vectors)} live file(s) of the Delta table at {root_uri} carry deletion vectors (rows deleted "
+            f"by marking them, the file left as it was), e.g. {with_vectors[:3]}. Iceberg would read those rows as live. Nothing was "
+            "imported. Purge them with the engine that wrote them (Delta Lake on Spark or Databricks: `REORG TABLE ... APPLY (PURGE)`), "
+            "which rewrites the files without vectors, then import again."
+        )
+    if delta_column_mapping.is_mapped(delta):
+        raise ImportRefused(
+            f"Table {identifier}: the Delta table at {root_uri} uses column mapping (its files name columns by physical names). "
+            "Importing a column-mapped Delta table is not supported; nothing was imported. Rewrite it without column mapping "
+            "(e.g. read it and write a new table through the lakehouse)."
+        )
+    live = live_files(delta)
+    outside = [p for p in live if "://" in p or p.startswith(("/", ".."))]
+    if outside:
+        raise ImportRefused(
+            f"Table {identifier}: {len(outside)} live file(s) of the Delta table at {root_uri} lie outside it (e.g. {outside[:3]}, a "
+            "shallow clone?); the imported table owns only files under its root. Nothing was imported."
+        )
+    arrow_schema = pa.schema(delta.schema().to_arrow())
+    existing = ExistingFiles(root_uri, arrow_schema, list(delta.metadata().partition_columns))
+    for path, row in sorted(live.items()):
+        existing.files.append((path, int(row["size_bytes"]), dict(row.get("partition") or {})))
+    return existing

@@ -1,0 +1,236 @@
+"""Import: bring an existing Iceberg table, Delta table or Parquet dataset under management without rewriting its data.
+
+What `source` is decides the way in (`source_kind`):
+
+* no source: an Iceberg table already in the lakehouse's catalog (written by pyiceberg, Java Iceberg, Trino...), managed
+  in place; a source that is an Iceberg metadata JSON file, or a Hadoop-catalog table folder (`metadata/`), is first
+  registered in the lakehouse's catalog under `identifier` (`Catalog.register_table`: the same metadata, no copy). From
+  then on the lakehouse's catalog owns the table: the source catalog no longer sees its commits, so stop writing
+  through it. Its Delta log is created at the table location: version 0 (schema), version 1 (its live files). Other
+  engines' delete files are applied first with `apply_deletes=True` (as `repair --apply-deletes` does), else refused;
+  so are partition evolution, files outside the location and identity partitions Delta cannot express.
+* a folder with `_delta_log/`: the Iceberg table is created over the Delta table's live files (core/maintenance/import_files.py).
+* any other folder: a Parquet dataset, flat or Hive-partitioned, registered in both formats over the same files.
+
+A refused import changes nothing; an import that fails midway undoes what it created (catalog entry, `_iceberg/`,
+a `_delta_log/` it started), so the source is left as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.table import StaticTable, Table
+
+from ..errors import ImportRefused
+from ..formats.deletes import describe_delete_files, table_files
+from ..io.storage import join_uri, normalize_uri, relative_to
+from ..schema.type_mapping import delta_schema
+from ..table.context import TableContext
+from ..table.tables import check_delta_partitioning
+from ..write import transaction
+from . import import_files
+from .apply_deletes import apply_deletes as apply
+
+ICEBERG, DELTA, PARQUET = "iceberg", "delta", "parquet"
+
+
+def import_table(ctx: TableContext, identifier: str, source: str | None = None, *, apply_deletes: bool = False, spark=None) -> dict[str, Any]:
+    """`Lakehouse.import_table` (see its docstring): the report of what was imported."""
+    kind, location = source_kind(ctx, source)
+    if kind == ICEBERG:
+        return _import_iceberg(ctx, identifier, location, apply_deletes, spark)
+    _refuse_if_exists(ctx, identifier)
+    _refuse_if_present(ctx, identifier, location, import_files.METADATA_FOLDER, "Iceberg metadata of this project")
+    if kind == DELTA:
+        from deltalake import DeltaTable
+
+        delta = DeltaTable(location, storage_options=ctx.storage.delta_options(location))
+        existing = import_files.delta_files(identifier, delta, location)
+        table = import_files.create_over_files(ctx, identifier, existing, location)
+        try:
+            # The Delta side is the source's own versions: one version of ours marks the snapshot as mirrored.
+            ctx.mirror(table).record_adoption(table, delta, table.current_snapshot(), adds=[], removes=[])
+        except BaseException:
+            import_files.drop_created(ctx, identifier, location)
+            raise
+        delta.update_incremental()
+        return _report(identifier, kind, location, ctx.load(identifier), delta.version(), len(existing.files))
+    existing = import_files.parquet_dataset(ctx, identifier, location)
+    _refuse_if_present(ctx, identifier, location, "_delta_log", "a Delta log")
+    table = import_files.create_over_files(ctx, identifier, existing, location)
+    try:
+        version = transaction.sync_delta(ctx.mirror(table), table)
+    except BaseException:
+        import_files.drop_created(ctx, identifier, location)
+        _delete_folder(ctx, join_uri(location, "_delta_log"))
+        raise
+    return _report(identifier, kind, location, ctx.load(identifier), version, len(existing.files))
+
+
+def source_kind(ctx: TableContext, source: str | None) -> tuple[str, str | None]:
+    """(ICEBERG | DELTA | PARQUET, the source's URI: a metadata JSON for Iceberg, a root folder otherwise)."""
+    if source is None:
+        return ICEBERG, None
+    uri = normalize_uri(source)
+    if uri.endswith(".metadata.json"):
+        return ICEBERG, uri
+    if _exists(ctx, join_uri(uri, "_delta_log")):
+        return DELTA, uri
+    if metadata := _hadoop_metadata(ctx, uri):
+        return ICEBERG, metadata
+    return PARQUET, uri
+
+
+def _exists(ctx: TableContext, uri: str) -> bool:
+    from pyarrow.fs import FileType
+
+    fs, path = ctx.storage.filesystem(uri)
+    return fs.get_file_info(path).type != FileType.NotFound
+
+
+def _hadoop_metadata(ctx: TableContext, root: str) -> str | None:
+    """The current metadata JSON of a Hadoop-catalog table folder (`metadata/version-hint.text` -> `vN.metadata.json`),
+    else the newest `*.metadata.json` under `metadata/`; None when there is none."""
+    from pyarrow.fs import FileSelector
+
+    fs, path = ctx.storage.filesystem(join_uri(root, "metadata"))
+    try:
+        names = [i.base_name for i in fs.get_file_info(FileSelector(path)) if i.is_file]
+    except (FileNotFoundError, OSError):
+        return None
+    if "version-hint.text" in names:
+        with fs.open_input_stream(join_uri(path, "version-hint.text")) as f:
+            hinted = f"v{f.read().decode().strip()}.metadata.json"
+        if hinted in names:
+            return join_uri(root, "metadata", hinted)
+    candidates = [n for n in names if n.endswith(".metadata.json")]
+    if not candidates:
+        return None
+
+    def version(name: str) -> int:
+        head = name.split(".", 1)[0].lstrip("v").split("-", 1)[0]
+        return int(head) if head.isdigit() else -1
+
+    return join_uri(root, "metadata", max(candidates, key=version))
+
+
+# ---------------------------------------------------------------- an Iceberg table
+
+
+def _import_iceberg(ctx: TableContext, identifier: str, metadata_location: str | None, apply_deletes: bool, spark) -> dict[str, Any]:
+    if metadata_location is None:
+        table, registered = ctx.load(identifier), False
+        source = table.metadata_location
+    else:
+        _refuse_if_exists(ctx, identifier)
+        table, registered, source = StaticTable.from_metadata(metadata_location, properties=ctx.storage.iceberg_properties()), True, metadata_location
+    location = normalize_uri(table.location())
+    _refuse_if_present(ctx, identifier, location, "_delta_log", "a Delta log")
+    _check_iceberg(identifier, table, location, apply_deletes)
+    if registered:
+        from ..table.catalog import ensure_namespace
+
+        ensure_namespace(ctx.catalog, identifier.rsplit(".", 1)[0])
+        table = ctx.catalog.register_table(identifier, metadata_location)
+    try:
+        applied = None
+        if apply_deletes and table_files(table).deletes:
+            # One snapshot without delete files, committed and mirrored by the pipeline (which creates the Delta log).
+            applied = apply(ctx, identifier, spark)
+            table = ctx.load(identifier)
+            version = transaction.sync_delta(ctx.mirror(table), table)
+        else:
+            version = ctx.mirror(table).start_at(table)
+    except BaseException:
+        _delete_folder(ctx, join_uri(location, "_delta_log"))
+        if registered:
+            ctx.catalog.drop_table(identifier)  # the catalog entry only: the source's files stay
+        raise
+    report = _report(identifier, ICEBERG, source, ctx.load(identifier), version, None)
+    report.update(registered=registered, apply_deletes=applied)
+    return report
+
+
+def _check_iceberg(identifier: str, table: Table, location: str, apply_deletes: bool) -> None:
+    """Raise ImportRefused, nothing changed, unless the table's live state has an exact Delta form (after applying deletes
+    when asked)."""
+    snapshot = table.current_snapshot()
+    reasons = []
+    files = table_files(table) if snapshot is not None else None
+    if files is not None and files.deletes and not apply_deletes:
+        reasons.append(
+            f"{describe_delete_files(files)} are live (row-level deletes that Delta cannot express): import with apply_deletes=True "
+            "(`lakehouse import --apply-deletes`), which first rewrites the affected data files with the deletes applied, as "
+            "`lakehouse repair --apply-deletes` does"
+        )
+    specs = table.specs()
+    if files is not None and (other := sorted({e.data_file.spec_id for e in files.data} - {table.spec().spec_id})):
+        reasons.append(
+            f"live data files were written under partition spec(s) {other}, not the current spec {table.spec().spec_id} "
+            f"({specs[table.spec().spec_id]}): Delta's partition columns are fixed. Rewrite them under the current spec first "
+            "(e.g. Java Iceberg's `CALL <catalog>.system.rewrite_data_files`)"
+        )
+    try:
+        check_delta_partitioning(identifier, table.schema(), table.spec())
+        delta_schema(table.schema())
+    except Exception as e:  # noqa: BLE001 - the reason is the message
+        reasons.append(str(e))
+    outside = []
+    for entry in files.data if files is not None else []:
+        try:
+            relative_to(location, entry.data_file.file_path)
+        except ValueError:
+            outside.append(entry.data_file.file_path)
+    if outside:
+        reasons.append(
+            f"{len(outside)} data file(s) lie outside the table location {location} (e.g. {outside[0]}); a Delta log references "
+            "only files under its root. Rewrite them into the table first (e.g. a compaction by the writing engine)"
+        )
+    if reasons:
+        raise ImportRefused(f"Table {identifier} cannot be imported: " + "; ".join(reasons) + ". Nothing was changed.")
+
+
+# ---------------------------------------------------------------- shared
+
+
+def _refuse_if_exists(ctx: TableContext, identifier: str) -> None:
+    try:
+        ctx.catalog.load_table(identifier)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return
+    raise ImportRefused(
+        f"Table {identifier} already exists in catalog {ctx.catalog.name!r}. Nothing was imported. Import under another name, or, if "
+        f"it is the Iceberg table you mean, run `lakehouse import {identifier}` without a source to manage it in place."
+    )
+
+
+def _refuse_if_present(ctx: TableContext, identifier: str, location: str, folder: str, what: str) -> None:
+    if _exists(ctx, join_uri(location, folder)):
+        raise ImportRefused(
+            f"Table {identifier}: {location} already holds {what} ({folder}/): it was imported or written by this project before, or "
+            f"another tool left it. Nothing was imported. If the table is managed already, use it as it is (`lakehouse verify {identifier}`)."
+        )
+
+
+def _delete_folder(ctx: TableContext, uri: str) -> None:
+    fs, path = ctx.storage.filesystem(uri)
+    try:
+        fs.delete_dir(path)
+    except (FileNotFoundError, OSError):
+        pass
+
+
+def _report(identifier: str, kind: str, source: str | None, table: Table, delta_version: int | None, files: int | None) -> dict[str, Any]:
+    snapshot = table.current_snapshot()
+    return {
+        "table": identifier,
+        "source_format": kind,
+        "source": source,
+        "location": table.location(),
+        "iceberg_snapshot_id": snapshot.snapshot_id if snapshot else None,
+        "delta_version": delta_version,
+        "files": files if files is not None else (len(table_files(table).data) if snapshot else 0),
+        "rows": int(snapshot.summary.get("total-records", 0)) if snapshot and snapshot.summary else None,
+    }

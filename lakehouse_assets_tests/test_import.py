@@ -1,0 +1,266 @@
+"""`Lakehouse.import_table`: existing tables written by real engines (pyarrow, Spark, delta-rs, pyiceberg, Java Iceberg)
+brought under management over their own files. After the import every reader of both formats agrees, `verify --deep`
+passes, and a write, a merge and a compaction keep them agreeing; a refused import leaves the source byte-identical."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from lakehouse_assets import ImportRefused, MergeOptions
+
+from . import java_iceberg
+from .conftest import assert_all_readers_agree, rows_of
+
+COLUMNS = "id long, name string, country string"
+
+
+def tree_digest(root) -> dict[str, str]:
+    """Every file under `root` -> its SHA-256: a refused or failed import must leave this unchanged."""
+    out = {}
+    for folder, _, names in os.walk(root):
+        for n in names:
+            path = os.path.join(folder, n)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def source_rows(n=12):
+    return [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(n)]
+
+
+def still_agrees_after_writes(lh, spark, duck, name, rows, columns=("country", "id", "name")):
+    """verify --deep, then an append, a merge and a compaction through the project: every reader agrees each time."""
+    deep = lh.verify(name, deep=True)
+    assert deep["agree"], deep["differences"]
+    expected = [(c, i, n) for i, n, c in rows]
+    assert_all_readers_agree(lh, spark, duck, name, expected, columns=list(columns))
+    lh.write(spark.createDataFrame([(100, "new", "FR")], COLUMNS), name, mode="append")
+    expected.append(("FR", 100, "new"))
+    lh.write(spark.createDataFrame([(0, "changed", "DE"), (101, "merged", "US")], COLUMNS), name, mode="merge", merge=MergeOptions(keys=["id"]))
+    expected = [r for r in expected if r[1] != 0] + [("DE", 0, "changed"), ("US", 101, "merged")]
+    assert assert_all_readers_agree(lh, spark, duck, name, sorted(expected, key=repr), columns=list(columns))
+    compacted = lh.maintain(name, "compaction", spark=spark, compaction_min_input_files=2)
+    assert compacted["committed"], compacted
+    assert assert_all_readers_agree(lh, spark, duck, name, sorted(expected, key=repr), columns=list(columns))
+    deep = lh.verify(name, deep=True)
+    assert deep["agree"], deep["differences"]
+
+
+# ---------------------------------------------------------------- Parquet datasets
+
+
+@pytest.mark.smoke
+def test_a_hive_partitioned_pyarrow_dataset_is_imported_in_both_formats_over_its_files(lh, spark, duck, tmp_path):
+    root = tmp_path / "events"
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    pq.write_to_dataset(data, str(root), partition_cols=["country"])
+    before = tree_digest(root)
+
+    report = lh.import_table("imp.events", str(root))
+
+    assert report["source_format"] == "parquet" and report["files"] == 2 and report["rows"] == 12
+    table = lh.load("imp.events")
+    assert table.location().rstrip("/").endswith("/events")
+    assert [f.name for f in table.schema().fields] == ["id", "name", "country"]
+    assert {r: d for r, d in tree_digest(root).items() if r in before} == before  # no data file rewritten
+    # Java Iceberg reads the files (no field ids) through the name mapping, the partition column from the folders.
+    java = rows_of(java_iceberg.read_metadata(spark, table.metadata_location).collect(), ["country", "id", "name"])
+    assert java == sorted(((c, i, n) for i, n, c in rows), key=repr)
+    still_agrees_after_writes(lh, spark, duck, "imp.events", rows)
+
+
+def test_a_flat_spark_written_dataset_is_imported(lh, spark, duck, tmp_path):
+    root = tmp_path / "flat"
+    rows = source_rows(8)
+    spark.createDataFrame(rows, COLUMNS).coalesce(2).write.parquet(str(root))  # Spark leaves _SUCCESS and .crc files
+
+    report = lh.import_table("imp.flat", str(root))
+
+    assert report["source_format"] == "parquet" and report["rows"] == 8
+    still_agrees_after_writes(lh, spark, duck, "imp.flat", rows)
+
+
+def test_a_spark_partitioned_dataset_is_imported(lh, spark, duck, tmp_path):
+    root = tmp_path / "sparkparts"
+    rows = source_rows(8)
+    spark.createDataFrame(rows, COLUMNS).write.partitionBy("country").parquet(str(root))
+
+    lh.import_table("imp.sparkparts", str(root))
+
+    assert lh.load("imp.sparkparts").spec().fields[0].name == "country"
+    still_agrees_after_writes(lh, spark, duck, "imp.sparkparts", rows)
+
+
+def test_files_whose_types_disagree_are_refused_naming_file_and_column_and_nothing_changes(lh, tmp_path):
+    root = tmp_path / "mixed"
+    root.mkdir()
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}), root / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([3], pa.int32()), "name": ["c"]}), root / "b.parquet")
+    before = tree_digest(root)
+
+    with pytest.raises(ImportRefused, match=r"imp\.mixed: column 'id' is int32 in b\.parquet but int64 in a\.parquet.*Nothing was imported"):
+        lh.import_table("imp.mixed", str(root))
+
+    assert tree_digest(root) == before
+    assert "imp.mixed" not in lh.table_names()
+
+
+# ---------------------------------------------------------------- Delta tables
+
+
+def test_a_partitioned_delta_rs_table_gets_an_iceberg_side_over_the_same_files(lh, spark, duck, tmp_path):
+    root = str(tmp_path / "delta_events")
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    write_deltalake(root, data.slice(0, 6), partition_by=["country"])
+    write_deltalake(root, data.slice(6), mode="append", partition_by=["country"])
+    files_before = set(DeltaTable(root).file_uris())
+
+    report = lh.import_table("imp.delta_events", root)
+
+    # The source's versions 0 and 1 stay; ours follow: 2 sets the statistics policy, 3 records the Iceberg snapshot as mirrored.
+    assert report["source_format"] == "delta" and report["rows"] == 12 and report["delta_version"] == DeltaTable(root).version() == 3
+    assert [h.get("lakehouse.operation") for h in sorted(DeltaTable(root).history(), key=lambda h: h["version"])] == [None, None, "schema-change", "adopt-delta"]
+    table = lh.load("imp.delta_events")
+    assert {f.file_path for f in table.scan().plan_files() for f in [f.file]} == {u if u.startswith("file:") else f"file://{u}" for u in files_before}
+    assert lh.delta_lag("imp.delta_events") == 0
+    still_agrees_after_writes(lh, spark, duck, "imp.delta_events", rows)
+
+
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def inline_deletion_vector(rows: list[int]) -> dict:
+    """A Delta `deletionVector` descriptor stored inline, as the Delta protocol serialises it: the magic number, a
+    64-bit RoaringBitmapArray of one portable 32-bit Roaring bitmap (one array container), Z85-encoded."""
+    import struct
+
+    portable = struct.pack("<II", 12346, 1) + struct.pack("<HH", 0, len(rows) - 1) + struct.pack("<I", 16) + b"".join(struct.pack("<H", r) for r in rows)
+    raw = struct.pack("<i", 1681511377) + struct.pack("<q", 1) + struct.pack("<i", 0) + portable
+    padded = raw + b"\0" * (-len(raw) % 4)
+    text = []
+    for i in range(0, len(padded), 4):
+        v, chunk = int.from_bytes(padded[i : i + 4], "big"), []
+        for _ in range(5):
+            chunk.append(_Z85[v % 85])
+            v //= 85
+        text += reversed(chunk)
+    return {"storageType": "i", "pathOrInlineDv": "".join(text), "sizeInBytes": len(raw), "cardinality": len(rows)}
+
+
+def test_a_delta_table_with_deletion_vectors_is_refused_and_left_as_it_was(lh, tmp_path):
+    # No engine here writes deletion vectors (delta-rs 1.6.6 cannot; no Delta Lake jars for Spark): the commit a Delta
+    # Lake DELETE makes (protocol feature, the file re-added with an inline deletion vector) is written by hand onto a
+    # delta-rs table, and delta-rs's own kernel decodes it (row 1 deleted) before the import looks at it.
+    root = tmp_path / "dv"
+    write_deltalake(str(root), pa.table({"id": [1, 2, 3]}))
+    log0 = [json.loads(line) for line in (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()]
+    add = next(a["add"] for a in log0 if "add" in a)
+    commit = [
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}},
+        {"remove": {"path": add["path"], "deletionTimestamp": 1, "dataChange": True}},
+        {"add": {**add, "dataChange": True, "deletionVector": inline_deletion_vector([1])}},
+        {"commitInfo": {"operation": "DELETE", "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0"}},
+    ]
+    (root / "_delta_log" / "00000000000000000001.json").write_text("\n".join(json.dumps(a) for a in commit) + "\n")
+    assert pa.table(DeltaTable(str(root)).deletion_vectors()).column("selection_vector").to_pylist() == [[True, False, True]]
+    before = tree_digest(root)
+
+    with pytest.raises(ImportRefused, match=r"imp\.dv: 1 live file\(s\) of the Delta table .* carry deletion vectors.*REORG TABLE"):
+        lh.import_table("imp.dv", str(root))
+
+    assert tree_digest(root) == before
+    assert "imp.dv" not in lh.table_names()
+
+
+# ---------------------------------------------------------------- Iceberg tables
+
+
+def test_a_pyiceberg_table_in_the_catalog_is_managed_in_place(lh, spark, duck):
+    lh.catalog.create_namespace("ext")
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    table = lh.catalog.create_table("ext.people", schema=data.schema)
+    table.append(data.slice(0, 5))
+    table.append(data.slice(5))
+    metadata_before = table.refresh().metadata_location
+
+    report = lh.import_table("ext.people")
+
+    assert report["source_format"] == "iceberg" and report["registered"] is False and report["rows"] == 12
+    assert lh.load("ext.people").metadata_location == metadata_before  # Iceberg untouched: only a Delta log was added
+    assert DeltaTable(lh.load("ext.people").location()).version() == 1  # version 0 the schema, version 1 the live files
+    still_agrees_after_writes(lh, spark, duck, "ext.people", rows)
+
+
+def test_an_iceberg_partition_transform_delta_cannot_express_is_refused_and_the_source_is_unchanged(lh, tmp_path):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import BinaryType, LongType, NestedField
+
+    lh.catalog.create_namespace("ext")
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "key", BinaryType()))
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="key"))
+    table = lh.catalog.create_table("ext.blobs", schema=schema, partition_spec=spec, location=str(tmp_path / "blobs"))
+    table.append(pa.table({"id": pa.array([1], pa.int64()), "key": pa.array([b"k"], pa.binary())}))
+    before = tree_digest(tmp_path / "blobs")
+
+    with pytest.raises(ImportRefused, match=r"ext\.blobs cannot be imported: .*identity partition on binary column 'key'.*Nothing was changed"):
+        lh.import_table("ext.blobs")
+
+    assert tree_digest(tmp_path / "blobs") == before
+
+
+@pytest.mark.java_iceberg
+def test_a_java_iceberg_hadoop_table_with_position_deletes_is_refused_then_imported_with_apply_deletes(lh, spark, duck, tmp_path):
+    name = f"{java_iceberg.CATALOG}.jimp.orders"
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(
+        f"CREATE TABLE {name} (id bigint, name string, country string) USING iceberg PARTITIONED BY (country) "
+        "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')"
+    )
+    rows = source_rows()
+    spark.createDataFrame(rows, COLUMNS).writeTo(name).append()
+    spark.sql(f"DELETE FROM {name} WHERE id IN (2, 3)")  # merge-on-read: position delete files
+    warehouse = spark.conf.get(f"spark.sql.catalog.{java_iceberg.CATALOG}.warehouse")
+    root = os.path.join(warehouse[len("file:"):] if warehouse.startswith("file:") else warehouse, "jimp", "orders")
+    before = tree_digest(root)
+
+    with pytest.raises(ImportRefused, match=r"jimp\.orders cannot be imported: .*position-delete file.*--apply-deletes.*Nothing was changed"):
+        lh.import_table("jimp.orders", root)
+    assert tree_digest(root) == before
+    assert "jimp.orders" not in lh.table_names()
+
+    report = lh.import_table("jimp.orders", root, apply_deletes=True, spark=spark)
+
+    assert report["registered"] is True and report["apply_deletes"]["rows_deleted"] == 2
+    kept = [r for r in rows if r[0] not in (2, 3)]
+    still_agrees_after_writes(lh, spark, duck, "jimp.orders", kept)
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_lakehouse_import_on_the_command_line_and_its_refusal(lh, tmp_path, warehouse):
+    from .test_cli import run
+
+    root = tmp_path / "cli_delta"
+    write_deltalake(str(root), pa.table({"id": [1, 2], "country": ["DE", "US"]}), partition_by=["country"])
+
+    out = run("import", "cli.imported", str(root), "--json", warehouse=warehouse)
+
+    report = json.loads(out.stdout)
+    assert report["source_format"] == "delta" and report["rows"] == 2 and report["files"] == 2
+    assert "cli.imported" in lh.table_names() and lh.verify("cli.imported")["agree"]
+    again = run("import", "cli.imported", str(root), warehouse=warehouse, check=False)
+    assert again.returncode != 0 and "cli.imported already exists" in again.stderr

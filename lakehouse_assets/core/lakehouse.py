@@ -51,6 +51,7 @@ from .table.context import TableContext
 from .write import alter as alter_
 from .write import publish as publish_
 from .write import table_write, transaction
+from .write.change_data import write_change_data
 
 __all__ = ["Lakehouse", "MergeOptions", "Slice", "TableOptions", "Window", "WriteResult"]
 
@@ -83,6 +84,7 @@ class Lakehouse:
             warehouse=warehouse,
             storage=storage,
             delta_configuration={**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})},
+            change_data=write_change_data,
         )
         # Tables without the property `lakehouse.delta.foreign-commits` follow this ("refuse" or "adopt").
         self.foreign_delta_default = foreign_delta.policy_of({}, foreign_delta_commits or foreign_delta.REFUSE)

@@ -258,7 +258,7 @@ def commit_schema(
     info = {"timestamp": int(time.time() * 1000), "operation": operation, "operationParameters": {}, "clientVersion": CLIENT,
             SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, **(commit_info or {})}
     body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in ({"commitInfo": info}, {"metaData": metadata_action})) + "\n"
-    _put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
+    put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
     return version
 
 
@@ -294,7 +294,7 @@ def create_table(
     info = {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {"mode": "ErrorIfExists"}, "clientVersion": CLIENT}
     actions = ({"commitInfo": info}, {"protocol": PROTOCOL}, {"metaData": metadata_action})
     body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in actions) + "\n"
-    _put_if_absent(root_uri, storage, f"_delta_log/{0:020d}.json", body.encode())
+    put_if_absent(root_uri, storage, f"_delta_log/{0:020d}.json", body.encode())
 
 
 def _id_of(schema: Schema, name: str) -> int | None:
@@ -322,7 +322,7 @@ def _ids(f: NestedField):
         yield from _ids(t.value_field)
 
 
-def _put_if_absent(root_uri: str, storage: StorageConfig, path: str, data: bytes) -> None:
+def put_if_absent(root_uri: str, storage: StorageConfig, path: str, data: bytes) -> None:
     """Create `path` under the table root only if nothing is there (local file systems, S3, GCS and Azure alike)."""
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError

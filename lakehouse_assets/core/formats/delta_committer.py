@@ -39,7 +39,7 @@ from .delta_refusals import (
     schema_refusals,
 )
 from .delta_schema_evolution import evolve_schema, schema_differs
-from .delta_snapshot_commit import commit_change, commit_full_diff
+from .delta_snapshot_commit import ChangeData, commit_change, commit_full_diff
 from .snapshot_changes import SnapshotChange, snapshot_change
 
 log = logging.getLogger(__name__)
@@ -48,10 +48,11 @@ log = logging.getLogger(__name__)
 class DeltaMirror:
     """Brings the Delta log at the table root up to an Iceberg snapshot."""
 
-    def __init__(self, root_uri: str, storage: StorageConfig, configuration: dict[str, str] | None = None):
+    def __init__(self, root_uri: str, storage: StorageConfig, configuration: dict[str, str] | None = None, change_data: ChangeData | None = None):
         self.root_uri = root_uri
         self.storage = storage
         self.configuration = configuration or {}
+        self.change_data = change_data  # writes a rewrite's change data files (None: commits carry none)
         # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the
         # log replays its last checkpoint (every live file), so one load per write instead of two.
         self._loaded: DeltaTable | None = None
@@ -124,7 +125,9 @@ class DeltaMirror:
                     refuse_unless_whole(table, delta, target, self.root_uri, f"snapshot {snap.snapshot_id}: " + "; ".join(refusals))
                     commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target)
                     break
-                landed = commit_change(self.root_uri, self.storage, self.configuration, table, delta, change, reload=i < len(chain) - 1)
+                landed = commit_change(
+                    self.root_uri, self.storage, self.configuration, table, delta, change, reload=i < len(chain) - 1, change_data=self.change_data
+                )
         current = table.current_snapshot()
         at_current = target is not None and current is not None and target.snapshot_id == current.snapshot_id
         if landed is not None:

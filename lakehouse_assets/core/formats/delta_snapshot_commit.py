@@ -10,6 +10,7 @@ commit that makes the file sets equal.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -24,12 +25,15 @@ from ..properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import StatisticsPolicy
 from ..schema.type_mapping import delta_schema
-from . import delta_column_mapping, history
+from . import delta_cdc_commit, delta_column_mapping, history
 from .delta_actions import RemovedFile, add_action, remove_action
 from .delta_refusals import misnamed_refusals, refusal_message
 from .delta_schema_evolution import changed_types, declare_statistics, evolve_schema
 from .iceberg_committer import live_data_files
 from .snapshot_changes import SnapshotChange
+
+# Writes the rows a snapshot changed as Delta change data files; returns their `cdc` actions (core/write/change_data.py).
+ChangeData = Callable[[Table, SnapshotChange, str, StorageConfig], list[dict]]
 
 
 def commit_change(
@@ -41,11 +45,13 @@ def commit_change(
     change: SnapshotChange,
     raw_removes: list[RemovedFile] | None = None,
     reload: bool = True,
+    change_data: ChangeData | None = None,
 ) -> int | None:
     """One Delta commit with the snapshot's adds and removes, tagged with its sequence number.
 
-    Returns the version it landed as when `reload` is False and `delta` was therefore not brought up to it
-    (None when `delta` includes the commit)."""
+    When the table's change data feed is on and the snapshot replaced or deleted rows, `change_data` writes the
+    rows it changed and the commit carries them as `cdc` files (delta_cdc_commit). Returns the version it landed
+    as when `reload` is False and `delta` was therefore not brought up to it (None when `delta` includes the commit)."""
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
     names = delta_column_mapping.file_names(table, schema)
@@ -67,6 +73,13 @@ def commit_change(
         return None
     evolve_schema(root_uri, storage, delta, table, schema, snap)
     declare_statistics(root_uri, storage, delta, snap, policy)
+    if change_data is not None and change.data_change and change.removes and not raw_removes and delta_cdc_commit.feed_enabled(delta):
+        cdc = change_data(table, change, root_uri, storage)
+        version = delta_cdc_commit.commit(root_uri, storage, delta, actions, cdc, snap.sequence_number, metadata)
+        if reload:
+            delta.update_incremental()
+            return None
+        return version
     version = delta.version() + 1  # max_commit_retries=0: this version, or a CommitFailedError
     delta.create_write_transaction(
         actions,

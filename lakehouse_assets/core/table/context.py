@@ -17,6 +17,7 @@ from pyiceberg.table import Table
 
 from ..errors import TableNotFound
 from ..formats.delta_committer import DeltaMirror
+from ..formats.delta_snapshot_commit import ChangeData
 from ..io.storage import StorageConfig, normalize_uri
 from . import tables
 from .catalog import missing_table_hint
@@ -28,6 +29,7 @@ class TableContext:
     warehouse: str  # the stored form of the warehouse URI
     storage: StorageConfig
     delta_configuration: Mapping[str, str] = field(default_factory=dict)  # new Delta tables' configuration
+    change_data: ChangeData | None = None  # writes the Delta change data files of a rewrite (core/write/change_data.py)
 
     def load(self, identifier: str) -> Table:
         try:
@@ -45,7 +47,7 @@ class TableContext:
         return sorted(names)
 
     def mirror(self, table: Table) -> DeltaMirror:
-        return DeltaMirror(normalize_uri(table.location()), self.storage, dict(self.delta_configuration))
+        return DeltaMirror(normalize_uri(table.location()), self.storage, dict(self.delta_configuration), self.change_data)
 
     def delta_enabled(self, table: Table) -> bool:
         return tables.delta_enabled(table)

@@ -138,19 +138,6 @@ def test_another_engines_delete_files_delete_rows_and_applying_them_changes_noth
     assert not list(spark.sparkContext._jsc.getPersistentRDDs().values())  # reading changes leaves nothing cached
 
 
-def test_delta_readers_get_the_change_feeds_own_error(lh, spark):
-    """The mirror writes no Delta change data (delta-rs's Python API cannot write `cdc` files), so the change feed
-    stays disabled and delta-rs says so, instead of deriving wrong changes from copy-on-write rewrites."""
-    t = "chg.cdf"
-    lh.write(people(spark, [(1, "a", "US")]), t)
-    with pytest.raises(Exception, match=r"does not have change data enabled"):
-        DeltaTable(lh.load(t).location()).load_cdf(starting_version=0).read_all()
-    with pytest.raises(SpecError, match=r"Table chg\.cdf2: table property delta\.enableChangeDataFeed=true .*Lakehouse\.changes"):
-        from lakehouse_assets import TableOptions
-
-        lh.write(people(spark, [(1, "a", "US")]), "chg.cdf2", table=TableOptions(properties={"delta.enableChangeDataFeed": "true"}))
-
-
 def test_cli_changes(lh, spark, warehouse):
     t = "chg.cli"
     first = lh.write(people(spark, [(1, "a", "US")]), t)

@@ -5,6 +5,7 @@ row for row."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
 from lakehouse_assets import MergeOptions, Slice
@@ -42,3 +43,94 @@ def test_merge_feed_is_exact(lh, spark):
             (1, "n1", "US", "update_preimage", first.delta_version + 1), (1, "new1", "US", "update_postimage", first.delta_version + 1),
             (3, "n3", "US", "delete", first.delta_version + 1), (200, "n200", "DE", "insert", first.delta_version + 1),
         ]
+
+
+def test_every_write_mode_and_maintenance_operation_feeds_exactly_its_changes(lh, spark, duck):
+    t = "cdf.modes"
+    first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(8)]), t, partition_by=["country"])
+    delta = DeltaTable(lh.load(t).location())
+    assert delta.metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    assert delta_feed(lh, t, 0) == lakehouse_changes(lh, t, None)  # the first write's rows, all inserts
+
+    appended = lh.write(people(spark, [(20, "n20", "US")]), t)  # an append: its added file reads as inserts
+    window = Slice(values={"country": ["DE"]})
+    lh.write(people(spark, [(0, "n0", "DE"), (2, "two", "DE"), (12, "n12", "DE")]), t, mode="overwrite", window=window)
+    lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(1, 10)]), t, mode="overwrite")
+    lh.write(people(spark, [(30, "n30", "US")]), t)
+    compacted = lh.maintain(t, "compaction", spark=spark, compaction_min_input_files=2)
+    assert compacted["committed"], compacted
+    rolled = lh.rollback(t, snapshot_id=appended.iceberg_snapshot_id)
+    changes = assert_feed_equals_changes(lh, t, first)
+    assert {c[3] for c in changes} == {"insert", "delete"}  # an overwrite reports a changed row as a delete and an insert
+    # Only the rows that differ between the table before the rollback and at its target.
+    v = rolled.delta_version
+    assert [c for c in changes if c[4] == v] == [
+        (0, "n0", "DE", "insert", v), (8, "n8", "DE", "delete", v), (9, "n9", "US", "delete", v), (20, "n20", "US", "insert", v),
+        (30, "n30", "US", "delete", v),
+    ]
+    # The cdc files are never read as data: every reader of both formats sees the table's rows.
+    from .conftest import assert_all_readers_agree
+
+    assert_all_readers_agree(lh, spark, duck, t)
+
+
+def test_a_table_without_the_feed_gets_it_through_upgrade_and_until_then_delta_rs_infers_changes_from_whole_files(warehouse, spark):
+    """Pinned: delta-rs 1.6.6 refuses `load_cdf` from version 0 of a table without the feed, and from version 1 on reads
+    every add and remove action as inserted and deleted rows. Fails when delta-rs starts refusing (docs/changes.md)."""
+    from lakehouse_assets import Lakehouse
+
+    lh = Lakehouse(warehouse=warehouse, delta_configuration={"delta.enableChangeDataFeed": "false"})
+    t = "cdf.off"
+    first = lh.write(people(spark, [(i, f"n{i}", "US") for i in range(100)]), t)
+    lh.write(people(spark, [(i, f"new{i}", "US") for i in range(5)]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    with pytest.raises(Exception, match=r"(?i)change data (not enabled|enabled)"):
+        DeltaTable(lh.load(t).location()).load_cdf(starting_version=0).read_all()
+    inferred = delta_feed(lh, t, first.delta_version + 1)
+    assert sorted({c[3] for c in inferred}) == ["delete", "insert"] and len(inferred) == 200  # the whole rewritten file, twice
+    assert len(lakehouse_changes(lh, t, first.iceberg_snapshot_id)) == 10  # the truth: 5 pre- and 5 post-images
+
+    upgraded = lh.upgrade(t)
+    assert upgraded["change_data_feed_enabled"] and upgraded["upgraded"]
+    assert lh.upgrade(t)["change_data_feed_enabled"] is False  # idempotent
+    before = lh.write(people(spark, [(99, "n99", "US")]), t)
+    merged = lh.write(people(spark, [(7, "seven", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    v = merged.delta_version
+    assert cdc_file_rows(lh, t, v) == lakehouse_changes(lh, t, before.iceberg_snapshot_id) == [
+        (7, "n7", "US", "update_preimage", v), (7, "seven", "US", "update_postimage", v),
+    ]
+    # Pinned: delta-rs 1.6.6 reads no change feed of a column-mapped table (upgrade turned column mapping on too).
+    with pytest.raises(Exception, match=r"Column mapping is not supported for read operation 'CHANGE DATA FEED scans'"):
+        delta_feed(lh, t, before.delta_version + 1)
+
+
+def cdc_file_rows(lh, t, version: int) -> list[tuple]:
+    """The rows of version `version`'s cdc files, read from the Delta log and the files themselves (physical column
+    names mapped back to the table's), as `lakehouse_changes` gives them."""
+    import json
+    import os
+
+    import pyarrow.parquet as pq
+
+    root = lh.load(t).location().removeprefix("file://")
+    actions = [json.loads(line) for line in open(os.path.join(root, "_delta_log", f"{version:020d}.json"))]
+    schema = json.loads(next(a["metaData"]["schemaString"] for a in _log_since(root, version) if "metaData" in a))
+    logical = {f["metadata"].get("delta.columnMapping.physicalName", f["name"]): f["name"] for f in schema["fields"]}
+    rows = []
+    for a in actions:
+        if "cdc" in a:
+            table = pq.read_table(os.path.join(root, a["cdc"]["path"]))
+            for r in table.to_pylist():
+                r = {logical.get(k, k): v for k, v in r.items()}
+                rows.append((*(r[c] for c in COLUMNS), r["_change_type"], version))
+    return sorted(rows)
+
+
+def _log_since(root: str, version: int):
+    """The actions of versions `version` down to 0, newest first (the latest metaData first)."""
+    import json
+    import os
+
+    for v in range(version, -1, -1):
+        path = os.path.join(root, "_delta_log", f"{v:020d}.json")
+        if os.path.exists(path):
+            yield from (json.loads(line) for line in open(path))

@@ -204,9 +204,10 @@ class Lakehouse:
         return result
 
     def upgrade(self, identifier: str) -> dict[str, Any]:
-        """Turn Delta column mapping on for a Delta-mirrored table, so renames and drops work in both formats.
+        """Turn Delta column mapping on for a Delta-mirrored table, so renames and drops work in both formats, and its
+        Delta change data feed (a table created before the feed was the default).
 
-        Metadata only: one Delta version and one Iceberg property update; no data file is read or rewritten.
+        Metadata only: a Delta version each and one Iceberg property update; no data file is read or rewritten.
         Idempotent. See core/write/alter.py, `upgrade_table`."""
         table = self.load(identifier)
         return alter_.upgrade_table(table, identifier, self.mirror(table) if self.delta_enabled(table) else None)

@@ -22,13 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
-from ..formats import history
+from ..formats import delta_column_mapping, history
 from ..formats.delta_values import partition_value
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import StorageConfig, join_uri
 from ..read.changes import CHANGE_TYPE, snapshot_changed_rows
 from ..schema.spec import delta_partition_columns
-from ..schema.type_mapping import iceberg_to_spark_schema
+from ..schema.type_mapping import arrow_file_schema, conform_batch, iceberg_to_spark_schema
 from ..spark.session import active_session
 from ..table.evolution import column_names_moved
 
@@ -48,13 +48,19 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
     by_id = history.snapshots_by_id(table)
     parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
     rows = snapshot_changed_rows(spark, ".".join(table.name()), table, storage, change, parent, spark_schema)
-    partitions = tuple((c, schema.find_type(c)) for c in delta_partition_columns(table.spec(), schema))
-    writer = ChangeDataWriter(root_uri, uuid.uuid4().hex, storage, partitions)
+    # As the data files: Iceberg field ids, and under column mapping the columns' physical names (the keys of partitionValues too).
+    names = delta_column_mapping.file_names(table, schema)
+    partitions = tuple(
+        (c, (names or {}).get(schema.find_field(c).field_id, c), schema.find_type(c)) for c in delta_partition_columns(table.spec(), schema)
+    )
+    file_schema = arrow_file_schema(schema, names).append(pa.field(CHANGE_TYPE, pa.string(), nullable=False))
+    input_names = (*(f.name for f in schema.fields), CHANGE_TYPE) if names else None
+    writer = ChangeDataWriter(root_uri, uuid.uuid4().hex, storage, partitions, file_schema, input_names)
     files = []
     if rows is not None:
         files = [r.asDict() for r in rows.mapInArrow(writer, "path string, size long, partition_values string").collect()]
     if not files:
-        files = [writer.empty_file(spark_schema, {c: None for c, _ in partitions})]
+        files = [writer.empty_file({key: None for _, key, _ in partitions})]
     return [
         {"path": f["path"], "partitionValues": json.loads(f["partition_values"]), "size": f["size"], "dataChange": False}
         for f in files
@@ -68,7 +74,9 @@ class ChangeDataWriter:
     root_uri: str
     write_id: str
     storage: StorageConfig
-    partitions: tuple  # (column, Iceberg type) of each Delta partition column
+    partitions: tuple  # (column, its key in partitionValues, Iceberg type) of each Delta partition column
+    file_schema: pa.Schema
+    input_names: tuple[str, ...] | None  # the rows' name of each file column, when the files use physical names
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -85,8 +93,8 @@ class ChangeDataWriter:
                         if isinstance(fs, pa.fs.LocalFileSystem):
                             fs.create_dir(f"{root}/{CHANGE_DATA_DIR}", recursive=True)
                         stream = fs.open_output_stream(f"{root}/{rel}")
-                        open_files[values] = (rel, stream, pq.ParquetWriter(stream, part.schema, compression="zstd"))
-                    open_files[values][2].write_batch(part)
+                        open_files[values] = (rel, stream, pq.ParquetWriter(stream, self.file_schema, compression="zstd"))
+                    open_files[values][2].write_batch(conform_batch(part, self.file_schema, self.input_names))
             out = []
             for values, (rel, stream, writer) in open_files.items():
                 writer.close()
@@ -108,20 +116,18 @@ class ChangeDataWriter:
             return []
         if not self.partitions:
             return [((), batch)]
-        names = [c for c, _ in self.partitions]
+        names = [c for c, _, _ in self.partitions]
         table = pa.Table.from_batches([batch])
         keys = table.select(names).to_pylist()
         out: dict[tuple, list[int]] = {}
         for i, k in enumerate(keys):
-            values = tuple((c, partition_value(c, t, k[c])) for c, t in self.partitions)
+            values = tuple((key, partition_value(c, t, k[c])) for c, key, t in self.partitions)
             out.setdefault(values, []).append(i)
         return [(values, batch.take(pa.array(idx))) for values, idx in out.items()]
 
-    def empty_file(self, spark_schema, partition_values: dict) -> dict:
+    def empty_file(self, partition_values: dict) -> dict:
         """On the driver: a cdc file without rows (a version that removed files and changed no row)."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        schema = to_arrow_schema(spark_schema).append(pa.field(CHANGE_TYPE, pa.string()))
+        schema = self.file_schema
         rel = f"{CHANGE_DATA_DIR}/cdc-{self.write_id}-empty.zstd.parquet"
         fs, root = self.storage.filesystem(join_uri(self.root_uri, rel))
         if isinstance(fs, pa.fs.LocalFileSystem):

@@ -134,3 +134,55 @@ def _log_since(root: str, version: int):
         path = os.path.join(root, "_delta_log", f"{v:020d}.json")
         if os.path.exists(path):
             yield from (json.loads(line) for line in open(path))
+
+
+_KILLED_MERGE = """
+import os, sys
+from lakehouse_assets import Lakehouse, MergeOptions
+from lakehouse_assets.core.formats import delta_cdc_commit
+from lakehouse_assets.core.spark.session import spark_session
+
+def killed(root_uri, storage, path, data):
+    assert os.listdir(os.path.join(root_uri.removeprefix("file://"), "_change_data"))  # the cdc files are written
+    os._exit(9)  # the process dies before the Delta commit file exists
+
+delta_cdc_commit.put_if_absent = killed
+spark = spark_session({"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+batch = spark.createDataFrame([(1, "new1", "US")], "id long, name string, country string")
+Lakehouse(sys.argv[1]).write(batch, "cdf.killed", mode="merge", merge=MergeOptions(keys=["id"]))
+"""
+
+
+def test_a_kill_between_the_cdc_files_and_the_commit_leaves_no_visible_change(lh, spark, warehouse):
+    """A real process, killed after its executors wrote the merge's cdc files and before the Delta commit file exists."""
+    import os
+    import subprocess
+    import sys
+
+    t = "cdf.killed"
+    first = lh.write(people(spark, [(i, f"n{i}", "US") for i in range(10)]), t)
+    with open(os.path.join(warehouse, "killed.log"), "w+") as out:  # a file, not a pipe: the dead driver's JVM may outlive it briefly
+        done = subprocess.run([sys.executable, "-c", _KILLED_MERGE, warehouse], stdout=out, stderr=out, timeout=900)
+        out.seek(0)
+        assert done.returncode == 9, out.read()[-3000:]
+    root = lh.load(t).location().removeprefix("file://")
+    delta = DeltaTable(root)
+    assert delta.version() == first.delta_version  # Iceberg has the merge, Delta nothing of it
+    assert os.listdir(os.path.join(root, "_change_data"))  # written, referenced by no version
+    assert referenced_cdc_files(root) == set()
+    assert sorted(pa.table(delta.to_pyarrow_table()).column("name").to_pylist()) == sorted(f"n{i}" for i in range(10))
+
+    repaired = lh.repair(t)
+    assert repaired["delta_version"] == first.delta_version + 1, repaired
+    assert assert_feed_equals_changes(lh, t, first) == [
+        (1, "n1", "US", "update_preimage", first.delta_version + 1), (1, "new1", "US", "update_postimage", first.delta_version + 1),
+    ]
+    assert all(os.path.exists(os.path.join(root, p)) for p in referenced_cdc_files(root))
+
+
+def referenced_cdc_files(root: str) -> set[str]:
+    import json
+    import os
+
+    log = os.path.join(root, "_delta_log")
+    return {json.loads(line)["cdc"]["path"] for name in os.listdir(log) if name.endswith(".json") for line in open(os.path.join(log, name)) if '"cdc"' in line}

@@ -186,3 +186,25 @@ def referenced_cdc_files(root: str) -> set[str]:
 
     log = os.path.join(root, "_delta_log")
     return {json.loads(line)["cdc"]["path"] for name in os.listdir(log) if name.endswith(".json") for line in open(os.path.join(log, name)) if '"cdc"' in line}
+
+
+def test_verify_deep_checks_the_change_data_files_against_the_iceberg_changes(lh, spark):
+    import os
+
+    import pyarrow.parquet as pq
+
+    t = "cdf.verified"
+    lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(20)]), t, partition_by=["country"])
+    merged = lh.write(people(spark, [(1, "new1", "US"), (40, "n40", "DE")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    report = lh.verify(t, deep=True)
+    assert report["agree"], report["differences"]
+    assert report["content"]["change_data"] == {"version": merged.delta_version, "cdc_files": 2, "cdc_rows": 3}
+    # A cdc file that says another row changed is found.
+    root = lh.load(t).location().removeprefix("file://")
+    path = os.path.join(root, sorted(referenced_cdc_files(root))[0])
+    rows = pq.read_table(path)
+    pq.write_table(rows.set_column(rows.schema.get_field_index("name"), "name", pa.array(["wrong"] * rows.num_rows)), path)
+    report = lh.verify(t, deep=True)
+    assert not report["agree"] and any("change data files of Delta version" in d for d in report["differences"]), report["differences"]
+    os.remove(path)
+    assert any("missing change data file" in d for d in lh.verify(t, deep=True)["differences"])

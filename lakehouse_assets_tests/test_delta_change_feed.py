@@ -10,6 +10,8 @@ from deltalake import DeltaTable
 
 from lakehouse_assets import MergeOptions, Slice
 
+from .servers import backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+
 COLUMNS = ["id", "name", "country"]
 
 
@@ -19,7 +21,9 @@ def people(spark, rows):
 
 def delta_feed(lh, t, starting_version: int) -> list[tuple]:
     """`load_cdf` from `starting_version` on: (columns..., _change_type, _commit_version), sorted."""
-    table = pa.table(DeltaTable(lh.load(t).location()).load_cdf(starting_version=starting_version).read_all())
+    root = lh.load(t).location()
+    delta = DeltaTable(root, storage_options=lh.storage.delta_options(root))
+    table = pa.table(delta.load_cdf(starting_version=starting_version).read_all())
     return sorted(tuple(r[c] for c in [*COLUMNS, "_change_type", "_commit_version"]) for r in table.to_pylist())
 
 
@@ -208,3 +212,16 @@ def test_verify_deep_checks_the_change_data_files_against_the_iceberg_changes(lh
     assert not report["agree"] and any("change data files of Delta version" in d for d in report["differences"]), report["differences"]
     os.remove(path)
     assert any("missing change data file" in d for d in lh.verify(t, deep=True)["differences"])
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
+def test_the_feed_on_s3(backend, spark):
+    """On an S3 warehouse (SeaweedFS): the executors write the cdc files to the bucket and the commit is created there
+    put-if-absent; load_cdf equals Lakehouse.changes for a partitioned merge and a window overwrite."""
+    lh = backend.lakehouse()
+    t = f"{backend.namespace()}.people"
+    first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(20)]), t, partition_by=["country"])
+    lh.write(people(spark, [(1, "new1", "US"), (40, "n40", "DE")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    lh.write(people(spark, [(0, "n0", "DE"), (2, "two", "DE")]), t, mode="overwrite", window=Slice(values={"country": ["DE"]}))
+    changes = assert_feed_equals_changes(lh, t, first)
+    assert (1, "new1", "US", "update_postimage", first.delta_version + 1) in changes and len(changes) == 3 + 11

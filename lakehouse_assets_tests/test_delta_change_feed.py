@@ -225,3 +225,25 @@ def test_the_feed_on_s3(backend, spark):
     lh.write(people(spark, [(0, "n0", "DE"), (2, "two", "DE")]), t, mode="overwrite", window=Slice(values={"country": ["DE"]}))
     changes = assert_feed_equals_changes(lh, t, first)
     assert (1, "new1", "US", "update_postimage", first.delta_version + 1) in changes and len(changes) == 3 + 11
+
+
+def test_applying_another_engines_deletes_and_publishing_a_branch_feed_exactly(lh, spark):
+    from . import foreign_writer as fw
+
+    t = "cdf.foreign"
+    first = lh.write(people(spark, [(i, f"n{i}", "US") for i in range(6)]), t)
+    table = lh.load(t)
+    fw.commit_deletes(table, [fw.position_deletes(table, fw.data_files(table)[0], [1])])  # another engine deletes id 1
+    # Delta cannot express the delete file: the next Delta version jumps to the table with the deletes applied, and
+    # its cdc files hold the one deleted row (not every row of the rewritten file).
+    lh.repair(t, apply_deletes=True, spark=spark)
+    assert delta_feed(lh, t, first.delta_version + 1) == lakehouse_changes(lh, t, first.iceberg_snapshot_id) == [
+        (1, "n1", "US", "delete", first.delta_version + 1)
+    ]
+
+    before = lh.write(people(spark, [(9, "n9", "US")]), t)
+    lh.write(people(spark, [(2, "two", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]), branch="dev")
+    lh.write(people(spark, [(20, "n20", "US")]), t)  # main moves on: publishing re-applies the branch's merge
+    lh.publish(t, "dev")
+    changes = assert_feed_equals_changes(lh, t, before)
+    assert [c[:4] for c in changes if c[0] == 2] == [(2, "n2", "US", "update_preimage"), (2, "two", "US", "update_postimage")]

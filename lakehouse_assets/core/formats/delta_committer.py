@@ -115,7 +115,7 @@ class DeltaMirror:
         landed = None  # the Delta version of the last commit made here, when the loaded log does not include it yet
         if chain is None:
             refuse_unless_whole(table, delta, target, self.root_uri, "the snapshots Delta lags behind were expired")
-            commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target)
+            commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target, self.change_data)
         else:
             for i, snap in enumerate(chain):
                 change = known.get(snap.snapshot_id) or snapshot_change(table, snap)
@@ -123,7 +123,7 @@ class DeltaMirror:
                     # No exact Delta commit for this snapshot (another engine wrote it). If the table is whole
                     # again at the target (deletes applied, ...), one commit jumps there; else refuse, loudly.
                     refuse_unless_whole(table, delta, target, self.root_uri, f"snapshot {snap.snapshot_id}: " + "; ".join(refusals))
-                    commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target)
+                    commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target, self.change_data)
                     break
                 landed = commit_change(
                     self.root_uri, self.storage, self.configuration, table, delta, change, reload=i < len(chain) - 1, change_data=self.change_data

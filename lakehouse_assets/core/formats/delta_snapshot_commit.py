@@ -20,7 +20,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from ..errors import MirrorRefused
-from ..io.storage import StorageConfig, delta_path, relative_to
+from ..io.storage import StorageConfig, delta_path, join_uri, relative_to
 from ..properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import StatisticsPolicy
@@ -33,7 +33,8 @@ from .iceberg_committer import live_data_files
 from .snapshot_changes import SnapshotChange
 
 # Writes the rows a snapshot changed as Delta change data files; returns their `cdc` actions (core/write/change_data.py).
-ChangeData = Callable[[Table, SnapshotChange, str, StorageConfig], list[dict]]
+# The last argument: the URIs of files known only from the Delta log that the commit removes (commit_full_diff).
+ChangeData = Callable[[Table, SnapshotChange, str, StorageConfig, list[str]], list[dict]]
 
 
 def commit_change(
@@ -73,8 +74,8 @@ def commit_change(
         return None
     evolve_schema(root_uri, storage, delta, table, schema, snap)
     declare_statistics(root_uri, storage, delta, snap, policy)
-    if change_data is not None and change.data_change and change.removes and not raw_removes and delta_cdc_commit.feed_enabled(delta):
-        cdc = change_data(table, change, root_uri, storage)
+    if change_data is not None and change.data_change and (change.removes or raw_removes) and delta_cdc_commit.feed_enabled(delta):
+        cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
         version = delta_cdc_commit.commit(root_uri, storage, delta, actions, cdc, snap.sequence_number, metadata)
         if reload:
             delta.update_incremental()
@@ -131,7 +132,10 @@ def _replace_with_wider_types(
     delta.update_incremental()
 
 
-def commit_full_diff(root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable, target: Snapshot) -> None:
+def commit_full_diff(
+    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable, target: Snapshot,
+    change_data: ChangeData | None = None,
+) -> None:
     """Delta is older than the retained Iceberg history: one commit that makes the file sets equal."""
     iceberg_files = {relative_to(root_uri, f.file_path): f for f in live_data_files(table, target.snapshot_id)}
     delta_files = {delta_path(a["path"]): a for a in pa.table(delta.get_add_actions(flatten=True)).to_pylist()}
@@ -145,4 +149,4 @@ def commit_full_diff(root_uri: str, storage: StorageConfig, configuration: dict[
     ]
     summary = history.summary(target)
     summary[SummaryKeys.OPERATION] = Operation.REPAIR
-    commit_change(root_uri, storage, configuration, table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes)
+    commit_change(root_uri, storage, configuration, table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes, change_data=change_data)

@@ -155,6 +155,19 @@ def snapshot_changed_rows(spark, identifier: str, table: Table, storage: Storage
     return _net_changes(removed, added, keys)
 
 
+def rows_changed_between(spark, removed: list[str], added: list[str], spark_schema, storage: StorageConfig, cast_files: bool):
+    """The rows of the files `removed` that are not in the files `added` (deletes) and the other way round (inserts):
+    the change between two file sets, e.g. a Delta commit that brings a lagging log to the current snapshot at once."""
+    from pyspark.sql import functions as F
+
+    def rows(uris):
+        return read_parquet_files(spark, uris, spark_schema, storage, cast_files=cast_files) if uris else spark.createDataFrame([], spark_schema)
+
+    if not removed:
+        return rows(added).withColumn(CHANGE_TYPE, F.lit(INSERT))
+    return _net_changes(rows(removed), rows(added), [])
+
+
 def _keeps_rows(snap: Snapshot) -> bool:
     """A compaction (or another engine's replace): files rewritten with the same rows."""
     return history.summary(snap).get(SummaryKeys.OPERATION) == Operation.COMPACTION or bool(snap.summary and snap.summary.operation == IcebergOperation.REPLACE)

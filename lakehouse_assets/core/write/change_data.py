@@ -26,28 +26,33 @@ from ..formats import delta_column_mapping, history
 from ..formats.delta_values import partition_value
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import StorageConfig, join_uri
-from ..read.changes import CHANGE_TYPE, snapshot_changed_rows
+from ..read.changes import CHANGE_TYPE, rows_changed_between, snapshot_changed_rows
 from ..schema.spec import delta_partition_columns
 from ..schema.type_mapping import arrow_file_schema, conform_batch, iceberg_to_spark_schema
 from ..spark.session import active_session
-from ..table.evolution import column_names_moved
+from ..table.evolution import column_names_moved, types_were_widened
 
 CHANGE_DATA_DIR = "_change_data"
 _FILE_ROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string())])
 
 
-def write_change_data(table: Table, change: SnapshotChange, root_uri: str, storage: StorageConfig) -> list[dict]:
+def write_change_data(table: Table, change: SnapshotChange, root_uri: str, storage: StorageConfig, removed_uris: list[str] | None = None) -> list[dict]:
     """The `cdc` actions (Delta JSON) of the files holding the rows `change` changed, written under `root_uri`.
 
-    An empty list is never returned for a change that removed files: a version whose rows did not change gets
-    one empty file, so readers of the feed take that version from its cdc files (none), not its add/remove actions."""
+    `removed_uris`: the commit brings a lagging Delta log to `change.snapshot` at once (files known only from the
+    Delta log leave, `change.adds` come in): its rows are the difference of the two file sets.
+    An empty list is never returned: a version whose rows did not change gets one empty file, so readers of the
+    feed take that version from its cdc files (none), not its add/remove actions."""
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
     spark = active_session()
     spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
-    by_id = history.snapshots_by_id(table)
-    parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
-    rows = snapshot_changed_rows(spark, ".".join(table.name()), table, storage, change, parent, spark_schema)
+    if removed_uris:
+        rows = rows_changed_between(spark, removed_uris, [f.file_path for f in change.adds], spark_schema, storage, types_were_widened(table))
+    else:
+        by_id = history.snapshots_by_id(table)
+        parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        rows = snapshot_changed_rows(spark, ".".join(table.name()), table, storage, change, parent, spark_schema)
     # As the data files: Iceberg field ids, and under column mapping the columns' physical names (the keys of partitionValues too).
     names = delta_column_mapping.file_names(table, schema)
     partitions = tuple(

@@ -96,6 +96,8 @@ def test_a_table_without_the_feed_gets_it_through_upgrade_and_until_then_delta_r
     upgraded = lh.upgrade(t)
     assert upgraded["change_data_feed_enabled"] and upgraded["upgraded"]
     assert lh.upgrade(t)["change_data_feed_enabled"] is False  # idempotent
+    protocol = DeltaTable(lh.load(t).location()).protocol()
+    assert protocol.min_writer_version == 7 and {"columnMapping", "changeDataFeed"} <= set(protocol.writer_features)
     before = lh.write(people(spark, [(99, "n99", "US")]), t)
     merged = lh.write(people(spark, [(7, "seven", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
     v = merged.delta_version
@@ -247,3 +249,19 @@ def test_applying_another_engines_deletes_and_publishing_a_branch_feed_exactly(l
     lh.publish(t, "dev")
     changes = assert_feed_equals_changes(lh, t, before)
     assert [c[:4] for c in changes if c[0] == 2] == [(2, "n2", "US", "update_preimage"), (2, "two", "US", "update_postimage")]
+
+
+def test_a_column_mapped_table_declares_the_feed_and_writes_cdc_files_by_physical_name(lh, spark):
+    from lakehouse_assets import TableOptions
+
+    t = "cdf.mapped"
+    first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(10)]), t, partition_by=["country"],
+                     table=TableOptions(properties={"delta.columnMapping.mode": "name"}))
+    protocol = DeltaTable(lh.load(t).location()).protocol()
+    assert {"columnMapping", "changeDataFeed"} <= set(protocol.writer_features)
+    merged = lh.write(people(spark, [(1, "new1", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    v = merged.delta_version
+    assert cdc_file_rows(lh, t, v) == lakehouse_changes(lh, t, first.iceberg_snapshot_id) == [
+        (1, "n1", "US", "update_preimage", v), (1, "new1", "US", "update_postimage", v),
+    ]
+    assert lh.verify(t, deep=True)["agree"]

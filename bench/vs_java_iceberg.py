@@ -10,7 +10,8 @@ MERGE/UPDATE/DELETE and zstd like ours. Spark's own Parquet writer (zstd) is a s
 Workloads (`--only a,b` to pick):
   write_day, write_day_bucket, write_unpartitioned   new table per rep; also Spark write.parquet / partitionBy
   merge_cdc       CDC batch (~0.1% of keys updated/deleted + new keys) in 2 of 32 identity partitions,
-                  vs Java MERGE INTO and vs our own full overwrite of the same table
+                  vs Java MERGE INTO, vs our own full overwrite of the same table, and vs the same merge with
+                  the Delta change data feed off (what writing the merge's cdc files costs)
   merge_all       a batch whose keys hit every file (vs Java MERGE INTO)
   compaction      40 small appends into a day-partitioned table, then ours vs rewrite_data_files (binpack)
   read_pruned, read_full   one day of 14 / full scan + group by: Lakehouse.read(row_filter=day) vs
@@ -23,7 +24,8 @@ Workloads (`--only a,b` to pick):
                   `write.metadata.metrics.max-inferred-column-defaults=1000` on both sides; Delta indexes the same)
   changes_cdc     Lakehouse.changes of a merge_cdc-like merge (~0.1% of keys) vs a full scan of the same table
                   (both read every value): reading the change costs what the merge's files cost, not the table;
-                  and vs Java Iceberg's create_changelog_view of the same table and range (same rows)
+                  and vs Java Iceberg's create_changelog_view of the same table and range (same rows), and
+                  delta-rs's load_cdf of the Delta version (same rows, from its cdc files)
   write_partitioning  2,000,000-row-style writes of inputs in 2, 8, 64 and 200 partitions (as pipelines hand them
                   over), unpartitioned and day-partitioned, adaptive execution on and off, on the project's session
                   and (a subprocess) on a plain `SparkSession.builder` session: ours vs Java `writeTo().create()`,
@@ -129,6 +131,8 @@ class Bench:
         else:
             self.spark = spark_session(conf)
         self.lh = Lakehouse(os.path.join(self.root, "ours"))
+        # The same tables without Delta's change data feed: what the feed's cdc files cost a merge.
+        self.lh_no_feed = Lakehouse(os.path.join(self.root, "ours-no-feed"), delta_configuration={"delta.enableChangeDataFeed": "false"})
         self.spark.sql("CREATE NAMESPACE IF NOT EXISTS java.b")
         self.seq = 0
         self.rows: list[Row] = []
@@ -282,25 +286,33 @@ class Bench:
             f"WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT ({', '.join(cols)}) VALUES ({', '.join('s.' + c for c in cols)})"
         )
         cow = {"write.merge.mode": "copy-on-write", "write.update.mode": "copy-on-write", "write.delete.mode": "copy-on-write"}
-        ours, java, full = Side("ours"), Side("java MERGE INTO"), Side("our full overwrite")
+        ours, java, full, no_feed = Side("ours"), Side("java MERGE INTO"), Side("our full overwrite"), Side("ours, Delta change feed off")
         detail = ""
+        feed = workload == "merge_cdc"  # also against the same merge on a table without the Delta change data feed
         # The first rep is a warm-up for both sides (the JVM compiles each side's MERGE path on first use), as for reads.
         for rep in range(-1, self.args.reps):
             o_name, j_name, f_name = self.name(workload), self.name(workload), self.name(workload)
             self.lh.write(df, f"b.{o_name}", partition_by=["region"])
             self.lh.write(df, f"b.{f_name}", partition_by=["region"])
             self.java_create(j_name, df, [F.col("region")], cow)
-            res = self.alternate(rep, {
+            sides = {
                 "ours": lambda o_name=o_name: self.lh.write(batch, f"b.{o_name}", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op")),
                 "java": lambda j_name=j_name: self.spark.sql(merge_sql.format(t=j_name)).collect(),
                 "full": lambda f_name=f_name: self.lh.write(df, f"b.{f_name}", mode="overwrite"),
-            })
+            }
+            if feed:
+                self.lh_no_feed.write(df, f"b.{o_name}", partition_by=["region"])
+                sides["no_feed"] = lambda o_name=o_name: self.lh_no_feed.write(
+                    batch, f"b.{o_name}", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
+            res = self.alternate(rep, sides)
             if rep < 0:
                 print(f"  {workload} warm-up: ours {res['ours'][0]:.2f}s java {res['java'][0]:.2f}s full overwrite {res['full'][0]:.2f}s", flush=True)
                 continue
             ours.times.append(res["ours"][0])
             java.times.append(res["java"][0])
             full.times.append(res["full"][0])
+            if feed:
+                no_feed.times.append(res["no_feed"][0])
             r = res["ours"][1]
             ours.files, ours.bytes = r.files_added, r.bytes_written
             s = self.spark.sql(f"SELECT summary FROM java.b.{j_name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()["summary"]
@@ -315,9 +327,10 @@ class Bench:
                     f"batch {n_batch} rows; ours rewrote {summ['lakehouse.merge.rewritten-files']} of {summ['lakehouse.merge.live-files']} files "
                     f"(candidates {summ['lakehouse.merge.candidate-files']}), java removed {s.get('deleted-data-files')} added {s.get('added-data-files')}"
                 )
-            print(f"  {workload} rep {rep + 1}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s full overwrite {full.times[-1]:.2f}s", flush=True)
+            print(f"  {workload} rep {rep + 1}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s full overwrite {full.times[-1]:.2f}s"
+                  + (f" ours with the Delta feed off {no_feed.times[-1]:.2f}s" if feed else ""), flush=True)
         batch.unpersist()
-        self.report(Row(workload, ours, [java, full], detail))
+        self.report(Row(workload, ours, [java, full, *([no_feed] if feed else [])], detail))
 
     def changes_cdc(self):
         """The changes of a ~0.1% merge (2 of 32 partitions rewritten) vs a full scan of the table, both counted."""
@@ -326,8 +339,15 @@ class Bench:
         self.lh.write(df, name, partition_by=["region"])
         before = self.lh.load(name).current_snapshot().snapshot_id
         changed = df.filter(((F.col("id") % 2048) < 2) & F.col("region").isin(0, 1)).withColumn("amount", F.col("amount") + 1)
-        self.lh.write(changed, name, mode="merge", merge=MergeOptions(keys=["id"]))
-        ours, full, java = Side("ours"), Side("full scan"), Side("java create_changelog_view")
+        merged_version = self.lh.write(changed, name, mode="merge", merge=MergeOptions(keys=["id"])).delta_version
+        ours, full, java, cdf = Side("ours"), Side("full scan"), Side("java create_changelog_view"), Side("delta-rs load_cdf")
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        delta_root = self.lh.load(name).location()
+
+        def load_cdf():  # the Delta side's feed of the same merge, every value read into Arrow
+            return pa.table(DeltaTable(delta_root).load_cdf(starting_version=merged_version).read_all()).num_rows
         # Java Iceberg reads the same table through its JdbcCatalog over our SQLite catalog (the Spark catalog
         # must carry the lakehouse's catalog name). Its changelog drops carry-over rows and, with the merge key
         # as identifier column, pairs updates: the rows ours gives.
@@ -346,16 +366,18 @@ class Bench:
                 "ours": lambda: every_value(self.lh.changes(name, before, spark=self.spark)),
                 "full": lambda: every_value(self.lh.read(self.spark, name)),
                 "java": lambda: self.spark.sql(changelog).collect() and every_value(self.spark.table("bench_changelog")),
+                "cdf": load_cdf,
             })
-            assert res["ours"][1] == res["java"][1], (res["ours"][1], res["java"][1])
+            assert res["ours"][1] == res["java"][1] == res["cdf"][1], (res["ours"][1], res["java"][1], res["cdf"][1])
             if rep < 0:
                 continue
             ours.times.append(res["ours"][0])
             full.times.append(res["full"][0])
             java.times.append(res["java"][0])
+            cdf.times.append(res["cdf"][0])
             print(f"  changes_cdc rep {rep + 1}: changes {ours.times[-1]:.2f}s ({res['ours'][1]} rows) full scan {full.times[-1]:.2f}s "
-                  f"({res['full'][1]} rows) java changelog {java.times[-1]:.2f}s ({res['java'][1]} rows)", flush=True)
-        self.report(Row("changes_cdc", ours, [full, java], f"{n:,}-row table, merge of {changed.count()} keys"))
+                  f"({res['full'][1]} rows) java changelog {java.times[-1]:.2f}s ({res['java'][1]} rows) load_cdf {cdf.times[-1]:.2f}s", flush=True)
+        self.report(Row("changes_cdc", ours, [full, java, cdf], f"{n:,}-row table, merge of {changed.count()} keys"))
 
     def compaction(self):
         F, df = self.F, self.df

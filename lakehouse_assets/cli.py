@@ -272,12 +272,15 @@ def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], as_
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def upgrade(ctx, table: str, as_json: bool) -> None:
-    """Turn Delta column mapping on, so that renames and drops work in both formats (metadata only; idempotent)."""
+    """Turn Delta column mapping and the change data feed on, so that renames and drops work in both formats and
+    Delta's change feed is exact (metadata only; idempotent)."""
     result = _lakehouse(ctx).upgrade(table)
 
     def render(r):
+        if r.get("change_data_feed_enabled"):
+            click.echo(f"{r['table']}: Delta change data feed on (from the next change on)")
         if not r["upgraded"]:
-            click.echo(f"{r['table']}: nothing to do: {r['reason']}")
+            click.echo(f"{r['table']}: {'column mapping: ' if r.get('change_data_feed_enabled') else ''}nothing to do: {r['reason']}")
             return
         click.echo(f"{r['table']}: Delta column mapping on (Delta version {r['delta_version']}, no data file rewritten)")
         click.echo(f"  physical names: {', '.join(f'{c}={p}' for c, p in r['physical_names'].items())}")

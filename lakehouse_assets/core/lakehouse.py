@@ -45,6 +45,7 @@ from .table.context import TableContext
 from .write import alter as alter_
 from .write import publish as publish_
 from .write import table_write
+from .write.change_data import write_change_data
 
 __all__ = ["Lakehouse", "MergeOptions", "Slice", "TableOptions", "Window", "WriteResult"]
 
@@ -77,6 +78,7 @@ class Lakehouse:
             storage=storage,
             delta_configuration={**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})},
             delta_glue=GlueDeltaRegistration.of(delta_glue),  # every table's Delta side registered in Glue (delta_glue.py)
+            change_data=write_change_data,
         )
         # Tables without the property `lakehouse.delta.foreign-commits` follow this ("refuse" or "adopt").
         self.foreign_delta_default = foreign_delta.policy_of({}, foreign_delta_commits or foreign_delta.REFUSE)
@@ -168,9 +170,10 @@ class Lakehouse:
         return alter_.alter_columns(self.context, identifier, rename, drop)
 
     def upgrade(self, identifier: str) -> dict[str, Any]:
-        """Turn Delta column mapping on for a Delta-mirrored table, so renames and drops work in both formats.
+        """Turn Delta column mapping on for a Delta-mirrored table, so renames and drops work in both formats, and its
+        Delta change data feed (a table created before the feed was the default).
 
-        Metadata only: one Delta version and one Iceberg property update; no data file is read or rewritten.
+        Metadata only: a Delta version each and one Iceberg property update; no data file is read or rewritten.
         Idempotent."""
         return alter_.upgrade_columns(self.context, identifier)
 

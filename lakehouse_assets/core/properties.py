@@ -12,7 +12,8 @@ from __future__ import annotations
 
 METADATA_FOLDER = "_iceberg"  # `_`-prefixed: Delta's vacuum and Iceberg's orphan cleanup both skip it
 DELTA_APP_ID = "lakehouse-iceberg"  # Delta txn app id; its version is the last mirrored Iceberg sequence number
-DEFAULT_DELTA_CONFIGURATION = {"delta.checkpointInterval": "10"}
+# New Delta tables keep a change data feed: the mirror writes the cdc files of every rewrite (core/write/change_data.py).
+DEFAULT_DELTA_CONFIGURATION = {"delta.checkpointInterval": "10", "delta.enableChangeDataFeed": "true"}
 
 
 class TableProperties:

@@ -257,13 +257,27 @@ def commit_schema(
     # `lakehouse.operation` marks the version as the mirror's own (foreign_delta.py counts untagged versions as another engine's).
     info = {"timestamp": int(time.time() * 1000), "operation": operation, "operationParameters": {}, "clientVersion": CLIENT,
             SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, **(commit_info or {})}
-    body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in ({"commitInfo": info}, {"metaData": metadata_action})) + "\n"
-    _put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
+    actions: list[dict] = [{"commitInfo": info}, {"metaData": metadata_action}]
+    protocol = delta.protocol()
+    writer_features = list(protocol.writer_features or [])
+    if _feed_on(settings) and protocol.min_writer_version >= 7 and CHANGE_DATA_FEED_FEATURE not in writer_features:
+        # delta-rs drops the change data feed's (legacy, writer version 4) feature when it moves the table to writer version 7.
+        actions.insert(1, {"protocol": {"minReaderVersion": protocol.min_reader_version, "minWriterVersion": protocol.min_writer_version,
+                                        "readerFeatures": list(protocol.reader_features or []), "writerFeatures": [*writer_features, CHANGE_DATA_FEED_FEATURE]}})
+    body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in actions) + "\n"
+    put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
     return version
 
 
 # What delta-rs itself declares when it adds the feature to a table (`alter.add_feature(ColumnMapping)`).
 PROTOCOL = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["columnMapping"], "writerFeatures": ["columnMapping"]}
+
+
+CHANGE_DATA_FEED_FEATURE = "changeDataFeed"
+
+
+def _feed_on(settings: Mapping[str, str]) -> bool:
+    return str(settings.get("delta.enableChangeDataFeed", "false")).lower() == "true"
 
 
 def create_table(
@@ -292,9 +306,10 @@ def create_table(
         "createdTime": now,
     }
     info = {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {"mode": "ErrorIfExists"}, "clientVersion": CLIENT}
-    actions = ({"commitInfo": info}, {"protocol": PROTOCOL}, {"metaData": metadata_action})
+    protocol = {**PROTOCOL, "writerFeatures": [*PROTOCOL["writerFeatures"], *([CHANGE_DATA_FEED_FEATURE] if _feed_on(settings) else [])]}
+    actions = ({"commitInfo": info}, {"protocol": protocol}, {"metaData": metadata_action})
     body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in actions) + "\n"
-    _put_if_absent(root_uri, storage, f"_delta_log/{0:020d}.json", body.encode())
+    put_if_absent(root_uri, storage, f"_delta_log/{0:020d}.json", body.encode())
 
 
 def _id_of(schema: Schema, name: str) -> int | None:
@@ -322,7 +337,7 @@ def _ids(f: NestedField):
         yield from _ids(t.value_field)
 
 
-def _put_if_absent(root_uri: str, storage: StorageConfig, path: str, data: bytes) -> None:
+def put_if_absent(root_uri: str, storage: StorageConfig, path: str, data: bytes) -> None:
     """Create `path` under the table root only if nothing is there (local file systems, S3, GCS and Azure alike)."""
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError

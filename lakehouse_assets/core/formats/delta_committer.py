@@ -40,7 +40,7 @@ from .delta_refusals import (
     schema_refusals,
 )
 from .delta_schema_evolution import evolve_schema, schema_differs
-from .delta_snapshot_commit import commit_change, commit_full_diff
+from .delta_snapshot_commit import ChangeData, commit_change, commit_full_diff
 from .snapshot_changes import SnapshotChange, snapshot_change
 
 log = logging.getLogger(__name__)
@@ -49,13 +49,21 @@ log = logging.getLogger(__name__)
 class DeltaMirror:
     """Brings the Delta log at the table root up to an Iceberg snapshot."""
 
-    def __init__(self, root_uri: str, storage: StorageConfig, configuration: dict[str, str] | None = None, glue: GlueEntry | None = None):
+    def __init__(
+        self,
+        root_uri: str,
+        storage: StorageConfig,
+        configuration: dict[str, str] | None = None,
+        glue: GlueEntry | None = None,
+        change_data: ChangeData | None = None,
+    ):
         self.root_uri = root_uri
         self.storage = storage
         self.configuration = configuration or {}
         # The Glue table the Delta side is registered as (delta_glue.py), kept in sync after each sync; and why it is not, if not.
         self.glue = glue
         self.glue_warning: str | None = None
+        self.change_data = change_data  # writes a rewrite's change data files (None: commits carry none)
         # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the
         # log replays its last checkpoint (every live file), so one load per write instead of two.
         self._loaded: DeltaTable | None = None
@@ -118,7 +126,7 @@ class DeltaMirror:
         landed = None  # the Delta version of the last commit made here, when the loaded log does not include it yet
         if chain is None:
             refuse_unless_whole(table, delta, target, self.root_uri, "the snapshots Delta lags behind were expired")
-            commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target)
+            commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target, self.change_data)
         else:
             for i, snap in enumerate(chain):
                 change = known.get(snap.snapshot_id) or snapshot_change(table, snap)
@@ -126,9 +134,11 @@ class DeltaMirror:
                     # No exact Delta commit for this snapshot (another engine wrote it). If the table is whole
                     # again at the target (deletes applied, ...), one commit jumps there; else refuse, loudly.
                     refuse_unless_whole(table, delta, target, self.root_uri, f"snapshot {snap.snapshot_id}: " + "; ".join(refusals))
-                    commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target)
+                    commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target, self.change_data)
                     break
-                landed = commit_change(self.root_uri, self.storage, self.configuration, table, delta, change, reload=i < len(chain) - 1)
+                landed = commit_change(
+                    self.root_uri, self.storage, self.configuration, table, delta, change, reload=i < len(chain) - 1, change_data=self.change_data
+                )
         current = table.current_snapshot()
         at_current = target is not None and current is not None and target.snapshot_id == current.snapshot_id
         if landed is not None:

@@ -10,6 +10,7 @@ commit that makes the file sets equal.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -19,17 +20,21 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from ..errors import MirrorRefused
-from ..io.storage import StorageConfig, delta_path, relative_to
+from ..io.storage import StorageConfig, delta_path, join_uri, relative_to
 from ..properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import StatisticsPolicy
 from ..schema.type_mapping import delta_schema
-from . import delta_column_mapping, history
+from . import delta_cdc_commit, delta_column_mapping, history
 from .delta_actions import RemovedFile, add_action, remove_action
 from .delta_refusals import misnamed_refusals, refusal_message
 from .delta_schema_evolution import changed_types, declare_statistics, evolve_schema
 from .iceberg_committer import live_data_files
 from .snapshot_changes import SnapshotChange
+
+# Writes the rows a snapshot changed as Delta change data files; returns their `cdc` actions (core/write/change_data.py).
+# The last argument: the URIs of files known only from the Delta log that the commit removes (commit_full_diff).
+ChangeData = Callable[[Table, SnapshotChange, str, StorageConfig, list[str]], list[dict]]
 
 
 def commit_change(
@@ -41,11 +46,13 @@ def commit_change(
     change: SnapshotChange,
     raw_removes: list[RemovedFile] | None = None,
     reload: bool = True,
+    change_data: ChangeData | None = None,
 ) -> int | None:
     """One Delta commit with the snapshot's adds and removes, tagged with its sequence number.
 
-    Returns the version it landed as when `reload` is False and `delta` was therefore not brought up to it
-    (None when `delta` includes the commit)."""
+    When the table's change data feed is on and the snapshot replaced or deleted rows, `change_data` writes the
+    rows it changed and the commit carries them as `cdc` files (delta_cdc_commit). Returns the version it landed
+    as when `reload` is False and `delta` was therefore not brought up to it (None when `delta` includes the commit)."""
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
     names = delta_column_mapping.file_names(table, schema)
@@ -67,6 +74,13 @@ def commit_change(
         return None
     evolve_schema(root_uri, storage, delta, table, schema, snap)
     declare_statistics(root_uri, storage, delta, snap, policy)
+    if change_data is not None and change.data_change and (change.removes or raw_removes) and delta_cdc_commit.feed_enabled(delta):
+        cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
+        version = delta_cdc_commit.commit(root_uri, storage, delta, actions, cdc, snap.sequence_number, metadata)
+        if reload:
+            delta.update_incremental()
+            return None
+        return version
     version = delta.version() + 1  # max_commit_retries=0: this version, or a CommitFailedError
     delta.create_write_transaction(
         actions,
@@ -118,7 +132,10 @@ def _replace_with_wider_types(
     delta.update_incremental()
 
 
-def commit_full_diff(root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable, target: Snapshot) -> None:
+def commit_full_diff(
+    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable, target: Snapshot,
+    change_data: ChangeData | None = None,
+) -> None:
     """Delta is older than the retained Iceberg history: one commit that makes the file sets equal."""
     iceberg_files = {relative_to(root_uri, f.file_path): f for f in live_data_files(table, target.snapshot_id)}
     delta_files = {delta_path(a["path"]): a for a in pa.table(delta.get_add_actions(flatten=True)).to_pylist()}
@@ -132,4 +149,4 @@ def commit_full_diff(root_uri: str, storage: StorageConfig, configuration: dict[
     ]
     summary = history.summary(target)
     summary[SummaryKeys.OPERATION] = Operation.REPAIR
-    commit_change(root_uri, storage, configuration, table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes)
+    commit_change(root_uri, storage, configuration, table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes, change_data=change_data)

@@ -13,7 +13,8 @@ Metadata only (always; the `formats_agree` asset check and `lakehouse verify`):
 Content (`deep=True`: `lakehouse verify TABLE --deep`, the maintenance operation `verify_deep`): DuckDB
 reads both formats on this machine (streaming aggregates, no rows collected) and compares the row count
 per Delta partition value and, for tables up to `deep_hash_max_rows` rows, an order-independent hash of
-all rows.
+all rows; and the change data files of the Delta version that mirrors the current snapshot against the rows
+that snapshot changed (`change_data_check.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..io.storage import delta_path, normalize_uri, relative_to
 from ..schema.spec import delta_partition_columns
 from ..schema.statistics import delta_indexed_columns
 from ..schema.type_mapping import delta_schema
+from .change_data_check import change_data_differences
 
 DEEP_HASH_MAX_ROWS = 5_000_000
 MAX_LISTED = 3  # examples per kind of difference
@@ -86,6 +88,10 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         deep_report = _content_differences(table, mirror, report["iceberg_rows"], deep_hash_max_rows)
         report["content"] = deep_report["content"]
         differences += deep_report["differences"]
+        checked, cdc_differences = change_data_differences(table, mirror, delta)
+        if checked:
+            report["content"]["change_data"] = checked
+        differences += cdc_differences
     report["columns"] = _schema_columns(pa.schema(delta_schema(table.schema()).to_arrow()))
     report["differences"] = differences
     report["agree"] = not differences

@@ -28,7 +28,7 @@ from pyiceberg.table.snapshots import Snapshot
 from ..errors import RetentionError, SpecError
 from ..formats import history
 from ..formats.deletes import TableFiles, applies, has_delete_files, table_files
-from ..formats.snapshot_changes import snapshot_change
+from ..formats.snapshot_changes import SnapshotChange, snapshot_change
 from ..io.storage import StorageConfig
 from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import iceberg_to_spark_schema
@@ -149,12 +149,19 @@ def read_changes(spark, identifier: str, table: Table, storage: StorageConfig, s
 
 def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConfig, snap: Snapshot, parent: Snapshot | None, spark_schema):
     """The rows one snapshot changed, with their change type (None: it changed none)."""
+    if _keeps_rows(snap):
+        return None  # read no manifests
+    return snapshot_changed_rows(spark, identifier, table, storage, snapshot_change(table, snap), parent, spark_schema)
+
+
+def snapshot_changed_rows(spark, identifier: str, table: Table, storage: StorageConfig, change: SnapshotChange, parent: Snapshot | None, spark_schema):
+    """The rows one snapshot's file changes (`change`) changed, with their change type (None: it changed none).
+    What the Delta mirror writes as the version's change data files (core/write/change_data.py)."""
     from pyspark.sql import functions as F
 
-    summary = history.summary(snap)
-    if summary.get(SummaryKeys.OPERATION) == Operation.COMPACTION or (snap.summary and snap.summary.operation == IcebergOperation.REPLACE):
-        return None  # files rewritten with the same rows
-    change = snapshot_change(table, snap)
+    snap, summary = change.snapshot, history.summary(change.snapshot)
+    if _keeps_rows(snap):
+        return None
     if has_delete_files(table, snap) or (parent is not None and has_delete_files(table, parent)):
         # Rows are visible through other engines' delete files: compare what readers saw before and after.
         removed, added = _visible_rows_around(spark, identifier, table, storage, snap, parent, change, spark_schema)
@@ -170,6 +177,24 @@ def _snapshot_changes(spark, identifier: str, table: Table, storage: StorageConf
             return removed.withColumn(CHANGE_TYPE, F.lit(DELETE))
     keys = [k for k in summary.get(SummaryKeys.MERGE_KEYS, "").split(",") if k and k in spark_schema.fieldNames()]
     return _net_changes(removed, added, keys)
+
+
+def rows_changed_between(spark, removed: list[str], added: list[str], spark_schema, storage: StorageConfig, cast_files: bool):
+    """The rows of the files `removed` that are not in the files `added` (deletes) and the other way round (inserts):
+    the change between two file sets, e.g. a Delta commit that brings a lagging log to the current snapshot at once."""
+    from pyspark.sql import functions as F
+
+    def rows(uris):
+        return read_parquet_files(spark, uris, spark_schema, storage, cast_files=cast_files) if uris else spark.createDataFrame([], spark_schema)
+
+    if not removed:
+        return rows(added).withColumn(CHANGE_TYPE, F.lit(INSERT))
+    return _net_changes(rows(removed), rows(added), [])
+
+
+def _keeps_rows(snap: Snapshot) -> bool:
+    """A compaction (or another engine's replace): files rewritten with the same rows."""
+    return history.summary(snap).get(SummaryKeys.OPERATION) == Operation.COMPACTION or bool(snap.summary and snap.summary.operation == IcebergOperation.REPLACE)
 
 
 def _visible_rows_around(spark, identifier: str, table: Table, storage: StorageConfig, snap: Snapshot, parent: Snapshot | None, change, spark_schema):

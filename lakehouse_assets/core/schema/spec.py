@@ -55,9 +55,6 @@ def parse_identifier(identifier: str) -> tuple[str, str]:
 _TRANSFORM_RE = re.compile(r"^\s*(?P<fn>[a-z]+)\s*\(\s*(?P<args>[^)]*)\)\s*$")
 
 
-DELTA_CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
-
-
 @dataclass(frozen=True)
 class PartitionTerm:
     """One parsed partition term such as `bucket(16, user_id)`."""
@@ -219,13 +216,6 @@ class TableSpec:
         unknown = set(self.formats) - set(ALL_FORMATS)
         if unknown:
             raise SpecError(f"Table {self.identifier}: unknown formats {sorted(unknown)}; choose from {list(ALL_FORMATS)}.")
-        if "delta" in self.formats and str(self.properties.get(DELTA_CHANGE_DATA_FEED, "false")).lower() == "true":
-            # delta-rs writes no `cdc` files for the mirror's commits: readers of the feed would take whole rewritten files as changes.
-            raise SpecError(
-                f"Table {self.identifier}: table property {DELTA_CHANGE_DATA_FEED}=true cannot be honoured: the Delta mirror writes no "
-                "change data, so Delta's change feed would report every row of a rewritten file as changed. Read changes with "
-                "Lakehouse.changes (or `lakehouse changes TABLE`), exact for both formats, and remove the property."
-            )
         if self.target_file_size <= 0:
             raise SpecError(f"Table {self.identifier}: target_file_size must be positive, got {self.target_file_size}.")
         for term in self.partition_by:

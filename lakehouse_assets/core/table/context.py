@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 from ..errors import TableNotFound
 from ..formats import delta_glue
 from ..formats.delta_committer import DeltaMirror
+from ..formats.delta_snapshot_commit import ChangeData
 from ..io.storage import StorageConfig, normalize_uri
 from . import tables
 from .catalog import missing_table_hint
@@ -30,6 +31,7 @@ class TableContext:
     storage: StorageConfig
     delta_configuration: Mapping[str, str] = field(default_factory=dict)  # new Delta tables' configuration
     delta_glue: delta_glue.GlueDeltaRegistration | None = None  # register every table's Delta side in Glue
+    change_data: ChangeData | None = None  # writes the Delta change data files of a rewrite (core/write/change_data.py)
 
     def load(self, identifier: str) -> Table:
         try:
@@ -48,7 +50,7 @@ class TableContext:
 
     def mirror(self, table: Table) -> DeltaMirror:
         glue = delta_glue.entry_for(table, self.delta_glue, self.catalog)
-        return DeltaMirror(normalize_uri(table.location()), self.storage, dict(self.delta_configuration), glue)
+        return DeltaMirror(normalize_uri(table.location()), self.storage, dict(self.delta_configuration), glue=glue, change_data=self.change_data)
 
     def delta_enabled(self, table: Table) -> bool:
         return tables.delta_enabled(table)

@@ -19,11 +19,12 @@ import logging
 from typing import Any, Mapping, Sequence
 
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
+from deltalake.transaction import CommitProperties
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from ..errors import CommitConflict, MirrorRefused, SchemaError, SpecError
-from ..formats import delta_column_mapping
+from ..formats import delta_cdc_commit, delta_column_mapping
 from ..formats.delta_committer import DeltaMirror
 from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import check_column_names
@@ -145,14 +146,17 @@ def _validate(table: Table, identifier: str, rename: dict[str, str], drop: list[
 
 
 def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, attempts: int = 3) -> dict[str, Any]:
-    """Turn Delta column mapping on for a Delta-mirrored table, metadata only: one Delta version (protocol and
+    """Turn the Delta change data feed and column mapping on for a Delta-mirrored table, metadata only: the feed's
+    table property (its own version, when it is off), then for column mapping one Delta version (protocol and
     metaData: each column's Iceberg field id, and its name in the existing files as its physical name) and one
     Iceberg property update. Idempotent. A rename another engine made on the Iceberg side, which Delta could
     not follow, lands in the same Delta version."""
     if mirror is None:
         return {"table": identifier, "upgraded": False, "reason": "the table is Iceberg-only: renames and drops need no upgrade"}
+    feed = _enable_change_data_feed(mirror)
     if delta_column_mapping.enabled(table.properties):
-        return {"table": identifier, "upgraded": False, "reason": "column mapping is already on", "delta_version": sync_delta(mirror, table)}
+        return {"table": identifier, "upgraded": False, "reason": "column mapping is already on", "delta_version": sync_delta(mirror, table),
+                "change_data_feed_enabled": feed}
     for attempt in range(attempts):
         try:
             sync_delta(mirror, table)
@@ -177,8 +181,21 @@ def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, att
             table = table.refresh()
             continue
         return {"table": identifier, "upgraded": True, "delta_version": version, "physical_names": {schema.find_column_name(i): n for i, n in names.items()},
-                "data_files_rewritten": 0}
+                "data_files_rewritten": 0, "change_data_feed_enabled": feed}
     raise AssertionError("unreachable")
+
+
+def _enable_change_data_feed(mirror: DeltaMirror) -> bool:
+    """Turn the Delta change data feed on (a metadata-only version through delta-rs), so that every rewrite from the
+    next one on carries its change data files. True when this call turned it on."""
+    delta = mirror.load()
+    if delta is None or delta_cdc_commit.feed_enabled(delta):
+        return False
+    delta.alter.set_table_properties(
+        {delta_cdc_commit.CHANGE_DATA_FEED: "true"},
+        commit_properties=CommitProperties(custom_metadata={SummaryKeys.OPERATION: Operation.DELTA_CONFIGURATION}),
+    )
+    return True
 
 
 def _schema_of_the_files(table: Table, identifier: str, mirror: DeltaMirror, delta) -> Any:

@@ -1,0 +1,143 @@
+"""Delta change data files: the rows one mirrored snapshot changed, as Parquet under the Delta root's `_change_data/`.
+
+A Delta version that replaces or deletes rows (a merge, an overwrite, a rollback...) must carry `cdc` files, or
+Delta's change feed reads every row of a rewritten file as changed. The rows are exactly those
+`Lakehouse.changes` returns for the snapshot (core/read/changes.py): computed from the files the snapshot
+removed and added alone, so the mirror can write them in any later process (`repair`, a lagging Delta), and the
+cost follows the change, not the table. Spark executors write the files (one per task and Delta partition, the
+partition columns kept in the rows as in the data files); the driver receives one small row per file.
+
+The files are not visible until the Delta commit that references them lands (core/formats/delta_cdc_commit.py):
+a failed commit deletes them, and a killed process leaves unreferenced files that no reader opens.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.table import Table
+
+from ..formats import delta_column_mapping, history
+from ..formats.delta_values import partition_value
+from ..formats.snapshot_changes import SnapshotChange
+from ..io.storage import StorageConfig, join_uri
+from ..read.changes import CHANGE_TYPE, rows_changed_between, snapshot_changed_rows
+from ..schema.spec import delta_partition_columns
+from ..schema.type_mapping import arrow_file_schema, conform_batch, iceberg_to_spark_schema
+from ..spark.session import active_session
+from ..table.evolution import column_names_moved, types_were_widened
+
+CHANGE_DATA_DIR = "_change_data"
+_FILE_ROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string())])
+
+
+def write_change_data(table: Table, change: SnapshotChange, root_uri: str, storage: StorageConfig, removed_uris: list[str] | None = None) -> list[dict]:
+    """The `cdc` actions (Delta JSON) of the files holding the rows `change` changed, written under `root_uri`.
+
+    `removed_uris`: the commit brings a lagging Delta log to `change.snapshot` at once (files known only from the
+    Delta log leave, `change.adds` come in): its rows are the difference of the two file sets.
+    An empty list is never returned: a version whose rows did not change gets one empty file, so readers of the
+    feed take that version from its cdc files (none), not its add/remove actions."""
+    snap = change.snapshot
+    schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
+    spark = active_session()
+    spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
+    if removed_uris:
+        rows = rows_changed_between(spark, removed_uris, [f.file_path for f in change.adds], spark_schema, storage, types_were_widened(table))
+    else:
+        by_id = history.snapshots_by_id(table)
+        parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        rows = snapshot_changed_rows(spark, ".".join(table.name()), table, storage, change, parent, spark_schema)
+    # As the data files: Iceberg field ids, and under column mapping the columns' physical names (the keys of partitionValues too).
+    names = delta_column_mapping.file_names(table, schema)
+    partitions = tuple(
+        (c, (names or {}).get(schema.find_field(c).field_id, c), schema.find_type(c)) for c in delta_partition_columns(table.spec(), schema)
+    )
+    file_schema = arrow_file_schema(schema, names).append(pa.field(CHANGE_TYPE, pa.string(), nullable=False))
+    input_names = (*(f.name for f in schema.fields), CHANGE_TYPE) if names else None
+    writer = ChangeDataWriter(root_uri, uuid.uuid4().hex, storage, partitions, file_schema, input_names)
+    files = []
+    if rows is not None:
+        files = [r.asDict() for r in rows.mapInArrow(writer, "path string, size long, partition_values string").collect()]
+    if not files:
+        files = [writer.empty_file({key: None for _, key, _ in partitions})]
+    return [
+        {"path": f["path"], "partitionValues": json.loads(f["partition_values"]), "size": f["size"], "dataChange": False}
+        for f in files
+    ]
+
+
+@dataclass
+class ChangeDataWriter:
+    """The mapInArrow function that writes a task's changed rows: one Parquet file per Delta partition."""
+
+    root_uri: str
+    write_id: str
+    storage: StorageConfig
+    partitions: tuple  # (column, its key in partitionValues, Iceberg type) of each Delta partition column
+    file_schema: pa.Schema
+    input_names: tuple[str, ...] | None  # the rows' name of each file column, when the files use physical names
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        attempt = ctx.taskAttemptId() if ctx else 0
+        fs, root = self.storage.filesystem(self.root_uri)
+        open_files: dict[tuple, tuple] = {}  # partition values -> (relative path, stream, writer)
+        try:
+            for batch in batches:
+                for values, part in self._groups(batch):
+                    if values not in open_files:
+                        rel = f"{CHANGE_DATA_DIR}/cdc-{self.write_id}-{attempt:05d}-{len(open_files):05d}.zstd.parquet"
+                        if isinstance(fs, pa.fs.LocalFileSystem):
+                            fs.create_dir(f"{root}/{CHANGE_DATA_DIR}", recursive=True)
+                        stream = fs.open_output_stream(f"{root}/{rel}")
+                        open_files[values] = (rel, stream, pq.ParquetWriter(stream, self.file_schema, compression="zstd"))
+                    open_files[values][2].write_batch(conform_batch(part, self.file_schema, self.input_names))
+            out = []
+            for values, (rel, stream, writer) in open_files.items():
+                writer.close()
+                out.append({"path": rel, "size": stream.tell(), "partition_values": json.dumps(dict(values))})
+                stream.close()
+        except Exception:
+            for rel, stream, _ in open_files.values():  # Spark retries the task: its files go
+                try:
+                    stream.close()
+                    fs.delete_file(f"{root}/{rel}")
+                except OSError:
+                    pass
+            raise
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=_FILE_ROW)
+
+    def _groups(self, batch: pa.RecordBatch) -> list[tuple[tuple, pa.RecordBatch]]:
+        if batch.num_rows == 0:
+            return []
+        if not self.partitions:
+            return [((), batch)]
+        names = [c for c, _, _ in self.partitions]
+        table = pa.Table.from_batches([batch])
+        keys = table.select(names).to_pylist()
+        out: dict[tuple, list[int]] = {}
+        for i, k in enumerate(keys):
+            values = tuple((key, partition_value(c, t, k[c])) for c, key, t in self.partitions)
+            out.setdefault(values, []).append(i)
+        return [(values, batch.take(pa.array(idx))) for values, idx in out.items()]
+
+    def empty_file(self, partition_values: dict) -> dict:
+        """On the driver: a cdc file without rows (a version that removed files and changed no row)."""
+        schema = self.file_schema
+        rel = f"{CHANGE_DATA_DIR}/cdc-{self.write_id}-empty.zstd.parquet"
+        fs, root = self.storage.filesystem(join_uri(self.root_uri, rel))
+        if isinstance(fs, pa.fs.LocalFileSystem):
+            fs.create_dir(root.rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(root) as stream:
+            pq.write_table(schema.empty_table(), stream, compression="zstd")
+            size = stream.tell()
+        return {"path": rel, "size": size, "partition_values": json.dumps(partition_values)}

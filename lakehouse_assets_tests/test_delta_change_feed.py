@@ -1,0 +1,273 @@
+"""The Delta change data feed: every mirrored version that replaces or deletes rows carries `cdc` files with exactly
+the rows `Lakehouse.changes` returns for its Iceberg snapshot, so `DeltaTable.load_cdf` and `Lakehouse.changes` agree
+row for row."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from lakehouse_assets import MergeOptions, Slice
+
+from .servers import backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+
+COLUMNS = ["id", "name", "country"]
+
+
+def people(spark, rows):
+    return spark.createDataFrame(rows, "id long, name string, country string").coalesce(1)
+
+
+def delta_feed(lh, t, starting_version: int) -> list[tuple]:
+    """`load_cdf` from `starting_version` on: (columns..., _change_type, _commit_version), sorted."""
+    root = lh.load(t).location()
+    delta = DeltaTable(root, storage_options=lh.storage.delta_options(root))
+    table = pa.table(delta.load_cdf(starting_version=starting_version).read_all())
+    return sorted(tuple(r[c] for c in [*COLUMNS, "_change_type", "_commit_version"]) for r in table.to_pylist())
+
+
+def lakehouse_changes(lh, t, since_snapshot: int | None) -> list[tuple]:
+    return sorted(tuple(r[c] for c in [*COLUMNS, "_change_type", "_commit_version"]) for r in lh.changes(t, since_snapshot).collect())
+
+
+def assert_feed_equals_changes(lh, t, since) -> list[tuple]:
+    """`since`: the WriteResult after which both feeds are read."""
+    expected = lakehouse_changes(lh, t, since.iceberg_snapshot_id)
+    assert delta_feed(lh, t, since.delta_version + 1) == expected
+    return expected
+
+
+def test_merge_feed_is_exact(lh, spark):
+    for t, partition_by in (("cdf.flat", None), ("cdf.parts", ["country"])):
+        first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(100)]), t, partition_by=partition_by)
+        batch = spark.createDataFrame([(1, "new1", "US", "u"), (3, None, "US", "D"), (200, "n200", "DE", "i")], "id long, name string, country string, op string")
+        lh.write(batch, t, mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
+        assert assert_feed_equals_changes(lh, t, first) == [
+            (1, "n1", "US", "update_preimage", first.delta_version + 1), (1, "new1", "US", "update_postimage", first.delta_version + 1),
+            (3, "n3", "US", "delete", first.delta_version + 1), (200, "n200", "DE", "insert", first.delta_version + 1),
+        ]
+
+
+def test_every_write_mode_and_maintenance_operation_feeds_exactly_its_changes(lh, spark, duck):
+    t = "cdf.modes"
+    first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(8)]), t, partition_by=["country"])
+    delta = DeltaTable(lh.load(t).location())
+    assert delta.metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    assert delta_feed(lh, t, 0) == lakehouse_changes(lh, t, None)  # the first write's rows, all inserts
+
+    appended = lh.write(people(spark, [(20, "n20", "US")]), t)  # an append: its added file reads as inserts
+    window = Slice(values={"country": ["DE"]})
+    lh.write(people(spark, [(0, "n0", "DE"), (2, "two", "DE"), (12, "n12", "DE")]), t, mode="overwrite", window=window)
+    lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(1, 10)]), t, mode="overwrite")
+    lh.write(people(spark, [(30, "n30", "US")]), t)
+    compacted = lh.maintain(t, "compaction", spark=spark, compaction_min_input_files=2)
+    assert compacted["committed"], compacted
+    rolled = lh.rollback(t, snapshot_id=appended.iceberg_snapshot_id)
+    changes = assert_feed_equals_changes(lh, t, first)
+    assert {c[3] for c in changes} == {"insert", "delete"}  # an overwrite reports a changed row as a delete and an insert
+    # Only the rows that differ between the table before the rollback and at its target.
+    v = rolled.delta_version
+    assert [c for c in changes if c[4] == v] == [
+        (0, "n0", "DE", "insert", v), (8, "n8", "DE", "delete", v), (9, "n9", "US", "delete", v), (20, "n20", "US", "insert", v),
+        (30, "n30", "US", "delete", v),
+    ]
+    # The cdc files are never read as data: every reader of both formats sees the table's rows.
+    import polars as pl
+
+    from . import sail_reader
+    from .conftest import assert_all_readers_agree, rows_of
+
+    rows = assert_all_readers_agree(lh, spark, duck, t)  # DuckDB delta_scan, delta-rs and the Spark reader of both formats
+    root = lh.load(t).location()
+    assert rows_of(pl.read_delta(root).to_dicts(), sorted(COLUMNS)) == rows
+    assert sail_reader.read_delta(root, sorted(COLUMNS)) == rows
+
+
+def test_a_table_without_the_feed_gets_it_through_upgrade_and_until_then_delta_rs_infers_changes_from_whole_files(warehouse, spark):
+    """Pinned: delta-rs 1.6.6 refuses `load_cdf` from version 0 of a table without the feed, and from version 1 on reads
+    every add and remove action as inserted and deleted rows. Fails when delta-rs starts refusing (docs/changes.md)."""
+    from lakehouse_assets import Lakehouse
+
+    lh = Lakehouse(warehouse=warehouse, delta_configuration={"delta.enableChangeDataFeed": "false"})
+    t = "cdf.off"
+    first = lh.write(people(spark, [(i, f"n{i}", "US") for i in range(100)]), t)
+    lh.write(people(spark, [(i, f"new{i}", "US") for i in range(5)]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    with pytest.raises(Exception, match=r"(?i)change data (not enabled|enabled)"):
+        DeltaTable(lh.load(t).location()).load_cdf(starting_version=0).read_all()
+    inferred = delta_feed(lh, t, first.delta_version + 1)
+    assert sorted({c[3] for c in inferred}) == ["delete", "insert"] and len(inferred) == 200  # the whole rewritten file, twice
+    assert len(lakehouse_changes(lh, t, first.iceberg_snapshot_id)) == 10  # the truth: 5 pre- and 5 post-images
+
+    upgraded = lh.upgrade(t)
+    assert upgraded["change_data_feed_enabled"] and upgraded["upgraded"]
+    assert lh.upgrade(t)["change_data_feed_enabled"] is False  # idempotent
+    protocol = DeltaTable(lh.load(t).location()).protocol()
+    assert protocol.min_writer_version == 7 and {"columnMapping", "changeDataFeed"} <= set(protocol.writer_features)
+    before = lh.write(people(spark, [(99, "n99", "US")]), t)
+    merged = lh.write(people(spark, [(7, "seven", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    v = merged.delta_version
+    assert cdc_file_rows(lh, t, v) == lakehouse_changes(lh, t, before.iceberg_snapshot_id) == [
+        (7, "n7", "US", "update_preimage", v), (7, "seven", "US", "update_postimage", v),
+    ]
+    # Pinned: delta-rs 1.6.6 reads no change feed of a column-mapped table (upgrade turned column mapping on too).
+    with pytest.raises(Exception, match=r"Column mapping is not supported for read operation 'CHANGE DATA FEED scans'"):
+        delta_feed(lh, t, before.delta_version + 1)
+
+
+def cdc_file_rows(lh, t, version: int) -> list[tuple]:
+    """The rows of version `version`'s cdc files, read from the Delta log and the files themselves (physical column
+    names mapped back to the table's), as `lakehouse_changes` gives them."""
+    import json
+    import os
+
+    import pyarrow.parquet as pq
+
+    root = lh.load(t).location().removeprefix("file://")
+    actions = [json.loads(line) for line in open(os.path.join(root, "_delta_log", f"{version:020d}.json"))]
+    schema = json.loads(next(a["metaData"]["schemaString"] for a in _log_since(root, version) if "metaData" in a))
+    logical = {f["metadata"].get("delta.columnMapping.physicalName", f["name"]): f["name"] for f in schema["fields"]}
+    rows = []
+    for a in actions:
+        if "cdc" in a:
+            table = pq.read_table(os.path.join(root, a["cdc"]["path"]))
+            for r in table.to_pylist():
+                r = {logical.get(k, k): v for k, v in r.items()}
+                rows.append((*(r[c] for c in COLUMNS), r["_change_type"], version))
+    return sorted(rows)
+
+
+def _log_since(root: str, version: int):
+    """The actions of versions `version` down to 0, newest first (the latest metaData first)."""
+    import json
+    import os
+
+    for v in range(version, -1, -1):
+        path = os.path.join(root, "_delta_log", f"{v:020d}.json")
+        if os.path.exists(path):
+            yield from (json.loads(line) for line in open(path))
+
+
+_KILLED_MERGE = """
+import os, sys
+from lakehouse_assets import Lakehouse, MergeOptions
+from lakehouse_assets.core.formats import delta_cdc_commit
+from lakehouse_assets.core.spark.session import spark_session
+
+def killed(root_uri, storage, path, data):
+    assert os.listdir(os.path.join(root_uri.removeprefix("file://"), "_change_data"))  # the cdc files are written
+    os._exit(9)  # the process dies before the Delta commit file exists
+
+delta_cdc_commit.put_if_absent = killed
+spark = spark_session({"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+batch = spark.createDataFrame([(1, "new1", "US")], "id long, name string, country string")
+Lakehouse(sys.argv[1]).write(batch, "cdf.killed", mode="merge", merge=MergeOptions(keys=["id"]))
+"""
+
+
+def test_a_kill_between_the_cdc_files_and_the_commit_leaves_no_visible_change(lh, spark, warehouse):
+    """A real process, killed after its executors wrote the merge's cdc files and before the Delta commit file exists."""
+    import os
+    import subprocess
+    import sys
+
+    t = "cdf.killed"
+    first = lh.write(people(spark, [(i, f"n{i}", "US") for i in range(10)]), t)
+    with open(os.path.join(warehouse, "killed.log"), "w+") as out:  # a file, not a pipe: the dead driver's JVM may outlive it briefly
+        done = subprocess.run([sys.executable, "-c", _KILLED_MERGE, warehouse], stdout=out, stderr=out, timeout=900)
+        out.seek(0)
+        assert done.returncode == 9, out.read()[-3000:]
+    root = lh.load(t).location().removeprefix("file://")
+    delta = DeltaTable(root)
+    assert delta.version() == first.delta_version  # Iceberg has the merge, Delta nothing of it
+    assert os.listdir(os.path.join(root, "_change_data"))  # written, referenced by no version
+    assert referenced_cdc_files(root) == set()
+    assert sorted(pa.table(delta.to_pyarrow_table()).column("name").to_pylist()) == sorted(f"n{i}" for i in range(10))
+
+    repaired = lh.repair(t)
+    assert repaired["delta_version"] == first.delta_version + 1, repaired
+    assert assert_feed_equals_changes(lh, t, first) == [
+        (1, "n1", "US", "update_preimage", first.delta_version + 1), (1, "new1", "US", "update_postimage", first.delta_version + 1),
+    ]
+    assert all(os.path.exists(os.path.join(root, p)) for p in referenced_cdc_files(root))
+
+
+def referenced_cdc_files(root: str) -> set[str]:
+    import json
+    import os
+
+    log = os.path.join(root, "_delta_log")
+    return {json.loads(line)["cdc"]["path"] for name in os.listdir(log) if name.endswith(".json") for line in open(os.path.join(log, name)) if '"cdc"' in line}
+
+
+def test_verify_deep_checks_the_change_data_files_against_the_iceberg_changes(lh, spark):
+    import os
+
+    import pyarrow.parquet as pq
+
+    t = "cdf.verified"
+    lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(20)]), t, partition_by=["country"])
+    merged = lh.write(people(spark, [(1, "new1", "US"), (40, "n40", "DE")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    report = lh.verify(t, deep=True)
+    assert report["agree"], report["differences"]
+    assert report["content"]["change_data"] == {"version": merged.delta_version, "cdc_files": 2, "cdc_rows": 3}
+    # A cdc file that says another row changed is found.
+    root = lh.load(t).location().removeprefix("file://")
+    path = os.path.join(root, sorted(referenced_cdc_files(root))[0])
+    rows = pq.read_table(path)
+    pq.write_table(rows.set_column(rows.schema.get_field_index("name"), "name", pa.array(["wrong"] * rows.num_rows)), path)
+    report = lh.verify(t, deep=True)
+    assert not report["agree"] and any("change data files of Delta version" in d for d in report["differences"]), report["differences"]
+    os.remove(path)
+    assert any("missing change data file" in d for d in lh.verify(t, deep=True)["differences"])
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
+def test_the_feed_on_s3(backend, spark):
+    """On an S3 warehouse (SeaweedFS): the executors write the cdc files to the bucket and the commit is created there
+    put-if-absent; load_cdf equals Lakehouse.changes for a partitioned merge and a window overwrite."""
+    lh = backend.lakehouse()
+    t = f"{backend.namespace()}.people"
+    first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(20)]), t, partition_by=["country"])
+    lh.write(people(spark, [(1, "new1", "US"), (40, "n40", "DE")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    lh.write(people(spark, [(0, "n0", "DE"), (2, "two", "DE")]), t, mode="overwrite", window=Slice(values={"country": ["DE"]}))
+    changes = assert_feed_equals_changes(lh, t, first)
+    assert (1, "new1", "US", "update_postimage", first.delta_version + 1) in changes and len(changes) == 3 + 11
+
+
+def test_applying_another_engines_deletes_and_publishing_a_branch_feed_exactly(lh, spark):
+    from . import foreign_writer as fw
+
+    t = "cdf.foreign"
+    first = lh.write(people(spark, [(i, f"n{i}", "US") for i in range(6)]), t)
+    table = lh.load(t)
+    fw.commit_deletes(table, [fw.position_deletes(table, fw.data_files(table)[0], [1])])  # another engine deletes id 1
+    # Delta cannot express the delete file: the next Delta version jumps to the table with the deletes applied, and
+    # its cdc files hold the one deleted row (not every row of the rewritten file).
+    lh.repair(t, apply_deletes=True, spark=spark)
+    assert delta_feed(lh, t, first.delta_version + 1) == lakehouse_changes(lh, t, first.iceberg_snapshot_id) == [
+        (1, "n1", "US", "delete", first.delta_version + 1)
+    ]
+
+    before = lh.write(people(spark, [(9, "n9", "US")]), t)
+    lh.write(people(spark, [(2, "two", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]), branch="dev")
+    lh.write(people(spark, [(20, "n20", "US")]), t)  # main moves on: publishing re-applies the branch's merge
+    lh.publish(t, "dev")
+    changes = assert_feed_equals_changes(lh, t, before)
+    assert [c[:4] for c in changes if c[0] == 2] == [(2, "n2", "US", "update_preimage"), (2, "two", "US", "update_postimage")]
+
+
+def test_a_column_mapped_table_declares_the_feed_and_writes_cdc_files_by_physical_name(lh, spark):
+    from lakehouse_assets import TableOptions
+
+    t = "cdf.mapped"
+    first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(10)]), t, partition_by=["country"],
+                     table=TableOptions(properties={"delta.columnMapping.mode": "name"}))
+    protocol = DeltaTable(lh.load(t).location()).protocol()
+    assert {"columnMapping", "changeDataFeed"} <= set(protocol.writer_features)
+    merged = lh.write(people(spark, [(1, "new1", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    v = merged.delta_version
+    assert cdc_file_rows(lh, t, v) == lakehouse_changes(lh, t, first.iceberg_snapshot_id) == [
+        (1, "n1", "US", "update_preimage", v), (1, "new1", "US", "update_postimage", v),
+    ]
+    assert lh.verify(t, deep=True)["agree"]

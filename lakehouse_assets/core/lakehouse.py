@@ -51,6 +51,7 @@ from .table.context import TableContext
 from .write import alter as alter_
 from .write import publish as publish_
 from .write import table_write, transaction
+from .write.stream import StreamWriter
 
 __all__ = ["Lakehouse", "MergeOptions", "Slice", "TableOptions", "Window", "WriteResult"]
 
@@ -159,6 +160,10 @@ class Lakehouse:
         request = self._request(identifier, mode, partition_by, merge, window, write_id, table or TableOptions(), writer, snapshot_properties)
         request = dataclasses.replace(request, branch=branches_.target_branch(identifier, branch))
         return table_write.write(self.context, df, request, foreign_default=self.foreign_delta_default, spark=spark)
+
+    def stream_writer(self, identifier: str, mode: Literal["append", "overwrite", "merge"] = "append", **options) -> "StreamWriter":
+        """A `foreachBatch` sink writing each micro-batch exactly once to both formats (core/write/stream.py)."""
+        return StreamWriter(self, identifier, mode, **options)
 
     def _request(self, identifier, mode, partition_by, merge, window, write_id, table: TableOptions, writer, snapshot_properties=None) -> WriteRequest:
         if mode == "merge" and merge is None:

@@ -76,7 +76,7 @@ def commit_change(
         commit_properties=CommitProperties(
             custom_metadata=metadata,
             max_commit_retries=0,
-            app_transactions=[Transaction(DELTA_APP_ID, snap.sequence_number)],
+            app_transactions=app_transactions(snap, change.summary),
         ),
         post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
     )
@@ -111,11 +111,21 @@ def _replace_with_wider_types(
         commit_properties=CommitProperties(
             custom_metadata={**metadata, DeltaCommitKeys.REPLACED_FOR: "type-widening"},
             max_commit_retries=0,
-            app_transactions=[Transaction(DELTA_APP_ID, snap.sequence_number)],
+            app_transactions=app_transactions(snap, metadata),
         ),
         post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
     )
     delta.update_incremental()
+
+
+def app_transactions(snap: Snapshot, summary: dict[str, str]) -> list[Transaction]:
+    """The commit's Delta `txn` actions: the mirror's own (version = the snapshot's sequence number) and, for a
+    streaming micro-batch, the query's (appId = the query id, version = the batch id), as Spark's Delta sink writes it."""
+    out = [Transaction(DELTA_APP_ID, snap.sequence_number)]
+    query_id, batch_id = summary.get(SummaryKeys.STREAM_QUERY_ID), summary.get(SummaryKeys.STREAM_BATCH_ID)
+    if query_id and batch_id is not None:
+        out.append(Transaction(query_id, int(batch_id)))
+    return out
 
 
 def commit_full_diff(root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable, target: Snapshot) -> None:

@@ -39,3 +39,15 @@ def cache_figures(cache_builder) -> tuple[int, int]:
     if is_spark3():
         return int(cache_builder.rowCountStats().value()), int(cache_builder.sizeInBytesStats().value())
     return int(cache_builder.materializedRowCount()), int(cache_builder.materializedSizeInBytes())
+
+
+def streaming_query_id(spark) -> str | None:
+    """The id of the streaming query whose micro-batch runs on this thread (inside `foreachBatch`), else None.
+
+    Spark sets it as the local property `sql.streaming.queryId` on the stream's thread; the id is kept in the
+    query's checkpoint, so it is the same after a restart. Spark Connect has no SparkContext: None."""
+    try:
+        sc = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext on the client
+        return None
+    return sc.getLocalProperty("sql.streaming.queryId") or None

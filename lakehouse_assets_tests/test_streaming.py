@@ -129,7 +129,9 @@ def test_a_replayed_batch_after_the_iceberg_commit_catches_delta_up_and_commits_
 def test_merge_stream_upserts_and_deletes_per_batch(lh, spark, duck, tmp_path):
     landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
     land(landing, "0.json", rows(0, 6))
-    land(landing, "1.json", [{"id": 1, "name": "one", "amount": 11, "op": "u"}, {"id": 2, "name": None, "amount": None, "op": "d"}, {"id": 9, "name": "n9", "amount": 90, "op": "u"}])
+    land(
+        landing, "1.json", [{"id": 1, "name": "one", "amount": 11, "op": "u"}, {"id": 2, "name": None, "amount": None, "op": "d"}, {"id": 9, "name": "n9", "amount": 90, "op": "u"}]
+    )
     land(landing, "2.json", [{"id": 9, "name": None, "amount": None, "op": "d"}, {"id": 3, "name": "three", "amount": 33, "op": "u"}])
     sink = lh.stream_writer("db.customers", "merge", merge=MergeOptions(keys="id", operation_column="op"))
     run_stream(spark, landing, checkpoint, sink)

@@ -46,6 +46,7 @@ from .write import alter as alter_
 from .write import publish as publish_
 from .write import table_write
 from .write.change_data import write_change_data
+from .write.stream import StreamWriter
 
 __all__ = ["Lakehouse", "MergeOptions", "Slice", "TableOptions", "Window", "WriteResult"]
 
@@ -157,6 +158,11 @@ class Lakehouse:
             table=table, writer=writer, snapshot_properties=snapshot_properties, branch=branch,
         )
         return table_write.write(self.context, df, request, foreign_default=self.foreign_delta_default, spark=spark)
+
+    def stream_writer(self, identifier: str, mode: Literal["append", "overwrite", "merge"] = "append", **options) -> "StreamWriter":
+        """A `foreachBatch` sink writing each micro-batch exactly once to both formats (core/write/stream.py)."""
+        return StreamWriter(self, identifier, mode, **options)
+
 
     # ------------------------------------------------------------ schema operations
 

@@ -70,6 +70,9 @@ class SummaryKeys:
     PUBLISHED_SNAPSHOT = "lakehouse.published.snapshot-id"
     # + an upstream table's name: the upstream snapshot whose changes this commit's data includes (incremental inputs)
     CONSUMED_PREFIX = "lakehouse.consumed."
+    # A streaming micro-batch (core/write/stream.py): the query's id and the batch id, also the Delta `txn` (appId, version)
+    STREAM_QUERY_ID = "lakehouse.stream.query-id"
+    STREAM_BATCH_ID = "lakehouse.stream.batch-id"
     PREFIX = "lakehouse."  # summary keys with this prefix are copied into the mirroring Delta commitInfo
 
 

@@ -16,10 +16,9 @@ import time
 from typing import Mapping
 
 from deltalake import DeltaTable
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction, Transaction
 
 from ..io.storage import StorageConfig, delete_files, join_uri
-from ..properties import DELTA_APP_ID
 from .delta_column_mapping import CLIENT, put_if_absent
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
@@ -37,16 +36,16 @@ def commit(
     delta: DeltaTable,
     actions: list[AddAction | RemoveAction],
     cdc: list[dict],
-    sequence_number: int,
+    transactions: list[Transaction],
     metadata: Mapping[str, str],
 ) -> int:
-    """Commit `actions` and the `cdc` actions as version `delta.version() + 1`, tagged with the mirror's txn
-    (`sequence_number`). Returns that version. On any failure the cdc files are deleted (nothing referenced them)."""
+    """Commit `actions` and the `cdc` actions as version `delta.version() + 1`, with the `txn` actions of
+    `transactions` (the mirror's own, and a streaming micro-batch's). Returns that version. On any failure the cdc files are deleted (nothing referenced them)."""
     version = delta.version() + 1
     now = int(time.time() * 1000)
     info = {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Append"}, "clientVersion": CLIENT,
             "isBlindAppend": False, **metadata}
-    lines = [{"commitInfo": info}, {"txn": {"appId": DELTA_APP_ID, "version": sequence_number, "lastUpdated": now}}]
+    lines = [{"commitInfo": info}] + [{"txn": {"appId": t.app_id, "version": t.version, "lastUpdated": now}} for t in transactions]
     lines += [_action_json(a) for a in actions]
     lines += [{"cdc": c} for c in cdc]
     body = "".join(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines)

@@ -76,7 +76,7 @@ def commit_change(
     declare_statistics(root_uri, storage, delta, snap, policy)
     if change_data is not None and change.data_change and (change.removes or raw_removes) and delta_cdc_commit.feed_enabled(delta):
         cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
-        version = delta_cdc_commit.commit(root_uri, storage, delta, actions, cdc, snap.sequence_number, metadata)
+        version = delta_cdc_commit.commit(root_uri, storage, delta, actions, cdc, app_transactions(snap, change.summary), metadata)
         if reload:
             delta.update_incremental()
             return None
@@ -90,7 +90,7 @@ def commit_change(
         commit_properties=CommitProperties(
             custom_metadata=metadata,
             max_commit_retries=0,
-            app_transactions=[Transaction(DELTA_APP_ID, snap.sequence_number)],
+            app_transactions=app_transactions(snap, change.summary),
         ),
         post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
     )
@@ -125,11 +125,21 @@ def _replace_with_wider_types(
         commit_properties=CommitProperties(
             custom_metadata={**metadata, DeltaCommitKeys.REPLACED_FOR: "type-widening"},
             max_commit_retries=0,
-            app_transactions=[Transaction(DELTA_APP_ID, snap.sequence_number)],
+            app_transactions=app_transactions(snap, metadata),
         ),
         post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
     )
     delta.update_incremental()
+
+
+def app_transactions(snap: Snapshot, summary: dict[str, str]) -> list[Transaction]:
+    """The commit's Delta `txn` actions: the mirror's own (version = the snapshot's sequence number) and, for a
+    streaming micro-batch, the query's (appId = the query id, version = the batch id), as Spark's Delta sink writes it."""
+    out = [Transaction(DELTA_APP_ID, snap.sequence_number)]
+    query_id, batch_id = summary.get(SummaryKeys.STREAM_QUERY_ID), summary.get(SummaryKeys.STREAM_BATCH_ID)
+    if query_id and batch_id is not None:
+        out.append(Transaction(query_id, int(batch_id)))
+    return out
 
 
 def commit_full_diff(

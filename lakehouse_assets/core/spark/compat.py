@@ -65,3 +65,15 @@ def default_parallelism(spark) -> int:
         return max(1, int(spark.sparkContext.defaultParallelism))
     except Exception:
         return max(1, int(spark.conf.get("spark.sql.shuffle.partitions", "8")))
+
+
+def streaming_query_id(spark) -> str | None:
+    """The id of the streaming query whose micro-batch runs on this thread (inside `foreachBatch`), else None.
+
+    Spark sets it as the local property `sql.streaming.queryId` on the stream's thread; the id is kept in the
+    query's checkpoint, so it is the same after a restart. Spark Connect has no SparkContext: None."""
+    try:
+        sc = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext on the client
+        return None
+    return sc.getLocalProperty("sql.streaming.queryId") or None

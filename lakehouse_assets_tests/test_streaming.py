@@ -1,0 +1,183 @@
+"""The streaming sink: Structured Streaming micro-batches written exactly once to both formats.
+
+Each test runs real `availableNow` queries over a landing folder of JSON files; a replay is Spark's own (the
+checkpoint's last commit entry removed, as when the process dies before writing it)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+import pytest
+from deltalake import DeltaTable
+
+from lakehouse_assets import MergeOptions, Window
+
+from .conftest import assert_all_readers_agree
+
+SCHEMA = "id long, name string, amount long, op string"
+
+
+_T0, _landed = 1_700_000_000, 0
+
+
+def land(folder, name: str, rows: list[dict]) -> None:
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.tmp")
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    # Spark's file source takes files in modification-time order: files landed in one test get increasing times.
+    global _landed
+    _landed += 1
+    os.utime(tmp, (_T0 + _landed, _T0 + _landed))
+    os.replace(tmp, os.path.join(folder, name))  # a file appears whole, as an upload does
+
+
+def run_stream(spark, landing, checkpoint, sink, *, schema: str = SCHEMA, files_per_batch: int = 1, select=None):
+    """One `availableNow` run of a query over `landing`; returns the query (its id, its progress)."""
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_batch).option("mode", "FAILFAST").json(str(landing))
+    if select is not None:
+        df = select(df)
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    return query
+
+
+def forget_last_batch(checkpoint) -> int:
+    """Remove the checkpoint's last commit entry, as when the process dies after the sink and before Spark records the batch."""
+    commits = os.path.join(str(checkpoint), "commits")
+    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    os.remove(os.path.join(commits, str(last)))
+    crc = os.path.join(commits, f".{last}.crc")
+    if os.path.exists(crc):
+        os.remove(crc)
+    return last
+
+
+def rows(n0: int, n: int, op: str = "u") -> list[dict]:
+    return [{"id": i, "name": f"n{i}", "amount": i * 10, "op": op} for i in range(n0, n0 + n)]
+
+
+def expected(rs: list[dict]) -> list[tuple]:
+    return [tuple(r[c] for c in sorted(r)) for r in rs]  # the readers' rows: columns by name
+
+
+@pytest.mark.smoke
+def test_append_stream_records_query_and_batch_in_both_formats_and_a_replay_commits_nothing(lh, spark, duck, tmp_path):
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    all_rows = []
+    for i in range(3):
+        land(landing, f"part-{i}.json", rows(i * 10, 10))
+        all_rows += rows(i * 10, 10)
+    sink = lh.stream_writer("db.events")
+    query = run_stream(spark, landing, checkpoint, sink)
+    assert [r.rows_written for r in sink.results] == [10, 10, 10]
+    assert_all_readers_agree(lh, spark, duck, "db.events", expected(all_rows))
+    delta = DeltaTable(lh.table_location("db.events"))
+    assert delta.transaction_version(str(query.id)) == 2  # Delta's txn: appId = the query id, version = the batch id
+    table = lh.load("db.events")
+    summary = table.current_snapshot().summary.additional_properties
+    assert (summary["lakehouse.stream.query-id"], summary["lakehouse.stream.batch-id"]) == (str(query.id), "2")
+
+    # Spark replays the last batch (its end was never recorded): nothing is committed again, in either format.
+    version, snapshots = delta.version(), len(table.metadata.snapshots)
+    assert forget_last_batch(checkpoint) == 2
+    replay = lh.stream_writer("db.events")
+    run_stream(spark, landing, checkpoint, replay)
+    assert [r.duplicate_of_earlier_write for r in replay.results] == [True]
+    assert len(lh.load("db.events").metadata.snapshots) == snapshots
+    assert DeltaTable(lh.table_location("db.events")).version() == version
+
+    # New files after the restart: exactly those land, as batch 3.
+    land(landing, "part-3.json", rows(30, 5))
+    more = lh.stream_writer("db.events")
+    run_stream(spark, landing, checkpoint, more)
+    assert [r.rows_written for r in more.results] == [5]
+    assert_all_readers_agree(lh, spark, duck, "db.events", expected(all_rows + rows(30, 5)))
+    assert DeltaTable(lh.table_location("db.events")).transaction_version(str(query.id)) == 3
+    assert lh.verify("db.events", deep=True)["agree"]
+
+
+def test_a_replayed_batch_after_the_iceberg_commit_catches_delta_up_and_commits_nothing_twice(lh, spark, duck, tmp_path):
+    from lakehouse_assets.core.write import transaction
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "a.json", rows(0, 4))
+    land(landing, "b.json", rows(4, 4))
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.ev"))
+    # The next batch commits to Iceberg and the process "dies" before the Delta commit (the mirror never runs).
+    land(landing, "c.json", rows(8, 4))
+    original = transaction.mirror_to_delta
+    transaction.mirror_to_delta = lambda *a, **k: None
+    try:
+        run_stream(spark, landing, checkpoint, lh.stream_writer("db.ev"))
+    finally:
+        transaction.mirror_to_delta = original
+    assert lh.delta_lag("db.ev") == 1
+    forget_last_batch(checkpoint)
+    replay = lh.stream_writer("db.ev")
+    run_stream(spark, landing, checkpoint, replay)
+    assert [r.duplicate_of_earlier_write for r in replay.results] == [True]
+    assert lh.delta_lag("db.ev") == 0
+    assert_all_readers_agree(lh, spark, duck, "db.ev", expected(rows(0, 12)))
+
+
+def test_merge_stream_upserts_and_deletes_per_batch(lh, spark, duck, tmp_path):
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", rows(0, 6))
+    land(
+        landing, "1.json", [{"id": 1, "name": "one", "amount": 11, "op": "u"}, {"id": 2, "name": None, "amount": None, "op": "d"}, {"id": 9, "name": "n9", "amount": 90, "op": "u"}]
+    )
+    land(landing, "2.json", [{"id": 9, "name": None, "amount": None, "op": "d"}, {"id": 3, "name": "three", "amount": 33, "op": "u"}])
+    sink = lh.stream_writer("db.customers", "merge", merge=MergeOptions(keys="id", operation_column="op"))
+    run_stream(spark, landing, checkpoint, sink)
+    assert len(sink.results) == 3
+    want = {r["id"]: r for r in rows(0, 6)}
+    want[1] = {"id": 1, "name": "one", "amount": 11, "op": "u"}
+    want[3] = {"id": 3, "name": "three", "amount": 33, "op": "u"}
+    del want[2]
+    want = [{k: v for k, v in r.items() if k != "op"} for r in want.values()]  # the operation column is not stored
+    assert_all_readers_agree(lh, spark, duck, "db.customers", expected(want))
+    forget_last_batch(checkpoint)
+    replay = lh.stream_writer("db.customers", "merge", merge=MergeOptions(keys="id", operation_column="op"))
+    run_stream(spark, landing, checkpoint, replay)
+    assert [r.duplicate_of_earlier_write for r in replay.results] == [True]
+    assert_all_readers_agree(lh, spark, duck, "db.customers", expected(want))
+
+
+def test_overwrite_stream_replaces_the_window_each_batch_holds(lh, spark, duck, tmp_path):
+    from pyspark.sql import functions as F
+
+    def day_of(df, batch_id):
+        first = df.agg(F.min("day")).first()[0]  # one value: the batch's day (metadata-sized, not table rows)
+        return Window("day", first, first + dt.timedelta(days=1))
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    schema = "id long, name string, amount long, op string, day date"
+    land(landing, "0.json", [{**r, "day": "2024-01-01"} for r in rows(0, 3)])
+    land(landing, "1.json", [{**r, "day": "2024-01-02"} for r in rows(3, 3)])
+    land(landing, "2.json", [{**r, "day": "2024-01-01"} for r in rows(10, 2)])  # day 1 again: replaces it
+    sink = lh.stream_writer("db.daily", "overwrite", window=day_of, partition_by=["day"])
+    run_stream(spark, landing, checkpoint, sink, schema=schema)
+    got = sorted((r["id"], str(r["day"])) for r in lh.read(spark, "db.daily").collect())
+    assert got == [(3, "2024-01-02"), (4, "2024-01-02"), (5, "2024-01-02"), (10, "2024-01-01"), (11, "2024-01-01")]
+    assert_all_readers_agree(lh, spark, duck, "db.daily")
+
+
+def test_writer_outside_a_stream_needs_a_query_id_and_is_idempotent_with_one(lh, spark):
+    from lakehouse_assets.core.errors import SpecError
+
+    df = spark.createDataFrame([(1, "a", 1, "u")], SCHEMA)
+    with pytest.raises(SpecError, match="query_id="):
+        lh.stream_writer("db.t")(df, 0)
+    sink = lh.stream_writer("db.t", query_id="nightly-load")
+    assert not sink(df, 0).duplicate_of_earlier_write
+    assert sink(df, 0).duplicate_of_earlier_write
+    assert sink(df, 1).rows_written == 1
+    assert lh.read(spark, "db.t").count() == 2
+    with pytest.raises(SpecError, match="window= is for mode='overwrite'"):
+        lh.stream_writer("db.t", window=Window("day", dt.date(2024, 1, 1), dt.date(2024, 1, 2)))

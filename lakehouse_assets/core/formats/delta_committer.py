@@ -55,6 +55,7 @@ class DeltaMirror:
         self.configuration = configuration or {}
         # The Glue table the Delta side is registered as (delta_glue.py), kept in sync after each sync; and why it is not, if not.
         self.glue = glue
+        self.glue_action: str | None = None  # what the last sync did to it: created, updated, unchanged, failed
         self.glue_warning: str | None = None
         # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the
         # log replays its last checkpoint (every live file), so one load per write instead of two.

@@ -139,3 +139,29 @@ def test_the_dagster_resource_takes_the_registration(aws, tmp_path):
 
     resource = LakehouseResource(warehouse=str(tmp_path / "warehouse"), delta_glue={"database": "analytics", "name_suffix": "_dl"})
     assert resource.get().context.delta_glue == GlueDeltaRegistration(database="analytics", name_suffix="_dl")
+
+
+def test_the_cli_takes_the_registration_from_the_environment(aws, spark, tmp_path, monkeypatch):
+    """LAKEHOUSE_DELTA_GLUE (JSON) configures every process, the CLI's `verify` and `repair` included."""
+    import json
+
+    from click.testing import CliRunner
+
+    from lakehouse_assets.cli import cli
+
+    backend, glue = aws
+    ns = backend.namespace()
+    warehouse = str(tmp_path / "warehouse")
+    monkeypatch.setenv("LAKEHOUSE_DELTA_GLUE", json.dumps({"database": f"{ns}_athena", "name_suffix": "_cli"}))
+    Lakehouse(warehouse).write(spark.range(2), f"{ns}.visits")
+    glue.delete_table(DatabaseName=f"{ns}_athena", Name="visits_cli")
+    verified = CliRunner().invoke(cli, ["--warehouse", warehouse, "verify", f"{ns}.visits", "--json"])
+    assert f"Glue entry {ns}_athena.visits_cli for the Delta side is missing" in verified.output
+    repaired = CliRunner().invoke(cli, ["--warehouse", warehouse, "repair", f"{ns}.visits", "--json"])
+    assert repaired.exit_code == 0, repaired.output
+    assert json.loads(repaired.output)["delta_glue_action"] == "created"
+    assert _columns(_entry(glue, f"{ns}_athena", "visits_cli")) == [("id", "bigint")]
+
+    monkeypatch.setenv("LAKEHOUSE_DELTA_GLUE", "_delta")
+    with pytest.raises(Exception, match="LAKEHOUSE_DELTA_GLUE='_delta' is not a Glue registration"):
+        Lakehouse(warehouse)

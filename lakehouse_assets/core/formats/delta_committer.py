@@ -62,6 +62,7 @@ class DeltaMirror:
         self.configuration = configuration or {}
         # The Glue table the Delta side is registered as (delta_glue.py), kept in sync after each sync; and why it is not, if not.
         self.glue = glue
+        self.glue_action: str | None = None  # what the last sync did to it: created, updated, unchanged, failed
         self.glue_warning: str | None = None
         self.change_data = change_data  # writes a rewrite's change data files (None: commits carry none)
         # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the

@@ -15,10 +15,11 @@ something else (the Iceberg table itself, say) is never overwritten.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pyiceberg.catalog import Catalog
@@ -26,12 +27,14 @@ from pyiceberg.catalog.glue import _IcebergSchemaToGlueType  # pyiceberg's own I
 from pyiceberg.schema import visit
 from pyiceberg.table import Table
 
+from ..errors import CatalogError
 from ..properties import TableProperties
 
 log = logging.getLogger("lakehouse")
 
 OWNER_PARAMETER = "lakehouse.iceberg-table"  # which Iceberg table this Glue entry is the Delta side of
 NO_REGISTRATION = "none"
+ENV_VARIABLE = "LAKEHOUSE_DELTA_GLUE"  # the registration as JSON, for processes configured by environment (the CLI)
 PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
 PARQUET_INPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
 PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
@@ -58,7 +61,17 @@ class GlueDeltaRegistration:
 
     @classmethod
     def of(cls, value: "GlueDeltaRegistration | dict | None") -> "GlueDeltaRegistration | None":
-        """From the settings a resource or the CLI holds (a dict of the fields above)."""
+        """From the settings a resource holds (a dict of the fields above); with none, from `LAKEHOUSE_DELTA_GLUE`
+        (the same dict as JSON, e.g. `{"name_suffix": "_delta"}`), which is how the CLI and every process get it."""
+        if value is None and (env := os.environ.get(ENV_VARIABLE, "").strip()):
+            try:
+                value = json.loads(env)
+                return cls(**value)
+            except (ValueError, TypeError) as e:
+                raise CatalogError(
+                    f"{ENV_VARIABLE}={env!r} is not a Glue registration ({e}): give a JSON object of the fields "
+                    f"{', '.join(f.name for f in fields(cls))}, e.g. {{\"name_suffix\": \"_delta\"}}."
+                ) from e
         return value if value is None or isinstance(value, cls) else cls(**value)
 
     def client(self, catalog: Catalog | None):
@@ -155,16 +168,26 @@ def differences(entry: GlueEntry, table: Table, root_uri: str) -> list[str]:
     return out
 
 
-_synced: set[tuple] = set()  # (client, database, name, table input) already in Glue, per process
+_synced: dict[tuple, str] = {}  # (registration, catalog, database, name) -> the table input Glue holds, per process
 _synced_lock = threading.Lock()
 
 
-def keep_in_sync(entry: GlueEntry, table: Table, root_uri: str, *, force: bool = False) -> str:
+def _memo_key(entry: GlueEntry) -> tuple:
+    return (entry.registration, id(entry.catalog), entry.database, entry.name)
+
+
+def forget(entry: GlueEntry) -> None:
+    """The next `keep_in_sync` asks Glue again (repair: the entry may have been deleted or edited since)."""
+    with _synced_lock:
+        _synced.pop(_memo_key(entry), None)
+
+
+def keep_in_sync(entry: GlueEntry, table: Table, root_uri: str) -> str:
     """Create or update the Glue entry; returns what was done ("created", "updated", "unchanged").
     Raises when Glue refuses or the name belongs to another table (the caller warns; the write stands)."""
     wanted = table_input(entry, table, root_uri)
-    key = (entry.registration, id(entry.catalog), entry.database, entry.name, repr(wanted))
-    if not force and key in _synced:
+    key, fingerprint = _memo_key(entry), repr(wanted)
+    if _synced.get(key) == fingerprint:
         return "unchanged"
     current = _get(entry)
     if current is None:
@@ -180,7 +203,7 @@ def keep_in_sync(entry: GlueEntry, table: Table, root_uri: str, *, force: bool =
         entry.client.update_table(DatabaseName=entry.database, TableInput=wanted, **entry._ids())
         action = "updated"
     with _synced_lock:
-        _synced.add(key)
+        _synced[key] = fingerprint
     if action != "unchanged":
         log.info("Table %s: Glue entry %s of its Delta side %s", entry.identifier, entry.qualified, action)
     return action

@@ -55,17 +55,17 @@ def repair_table(
             "reason": foreign_delta.explain(identifier, foreign),
             "delta_foreign_versions": [v.to_dict() for v in foreign],
         }
+    if mirror.glue is not None:
+        delta_glue.forget(mirror.glue)  # ask Glue itself: the entry may have been deleted or edited since this process synced it
     version = transaction.sync_delta(mirror, table)
-    glue = _register_in_glue(mirror, table)
+    glue = _glue_report(mirror)
     repaired = version != before_version or glue.get("delta_glue_action") in ("created", "updated")
     return {**out, "delta_version_before": before_version, "delta_version": version, **glue, "repaired": repaired}
 
 
-def _register_in_glue(mirror, table) -> dict[str, Any]:
-    """The Glue entry of the Delta side registered again, asked of Glue even when this process synced it before."""
+def _glue_report(mirror) -> dict[str, Any]:
+    """What the sync did to the Glue entry of the Delta side, and why it failed if it did."""
     if mirror.glue is None:
         return {}
-    try:
-        return {"delta_glue_table": mirror.glue.qualified, "delta_glue_action": delta_glue.keep_in_sync(mirror.glue, table, mirror.root_uri, force=True)}
-    except Exception as e:  # noqa: BLE001 - reported, as every other reason repair could not finish
-        return {"delta_glue_table": mirror.glue.qualified, "delta_glue_action": "failed", "reason": delta_glue.sync_warning(mirror.glue, e)}
+    report = {"delta_glue_table": mirror.glue.qualified, "delta_glue_action": mirror.glue_action}
+    return {**report, "reason": mirror.glue_warning} if mirror.glue_warning else report

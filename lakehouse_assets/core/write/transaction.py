@@ -185,10 +185,9 @@ def sync_delta(mirror: DeltaMirror, table: Table, known: dict[int, SnapshotChang
     version = _sync_delta_log(mirror, table, known)
     if mirror.glue is not None:
         try:
-            delta_glue.keep_in_sync(mirror.glue, table, mirror.root_uri)
-            mirror.glue_warning = None
+            mirror.glue_action, mirror.glue_warning = delta_glue.keep_in_sync(mirror.glue, table, mirror.root_uri), None
         except Exception as e:  # noqa: BLE001 - Iceberg first: the commit stands, verify reports the entry, repair re-syncs
-            mirror.glue_warning = delta_glue.sync_warning(mirror.glue, e)
+            mirror.glue_action, mirror.glue_warning = "failed", delta_glue.sync_warning(mirror.glue, e)
             log.warning(mirror.glue_warning)
     return version
 

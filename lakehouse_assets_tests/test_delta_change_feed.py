@@ -245,9 +245,9 @@ def test_applying_another_engines_deletes_and_publishing_a_branch_feed_exactly(l
     # Delta cannot express the delete file: the next Delta version jumps to the table with the deletes applied, and
     # its cdc files hold the one deleted row (not every row of the rewritten file).
     lh.repair(t, apply_deletes=True, spark=spark)
-    assert delta_feed(lh, t, first.delta_version + 1) == lakehouse_changes(lh, t, first.iceberg_snapshot_id) == [
-        (1, "n1", "US", "delete", first.delta_version + 1)
-    ]
+    assert delta_feed(lh, t, first.delta_version + 1) == [(1, "n1", "US", "delete", first.delta_version + 1)]
+    # Iceberg has it as the delete file's snapshot, which no Delta version mirrors alone (applying it changed nothing).
+    assert lakehouse_changes(lh, t, first.iceberg_snapshot_id) == [(1, "n1", "US", "delete", None)]
 
     before = lh.write(people(spark, [(9, "n9", "US")]), t)
     lh.write(people(spark, [(2, "two", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]), branch="dev")

@@ -33,6 +33,7 @@ from ..spark.session import active_session
 from ..table.evolution import column_names_moved, types_were_widened
 
 CHANGE_DATA_DIR = "_change_data"
+CHANGE_BYTES_PER_TASK = 256 * 1024 * 1024
 _FILE_ROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string())])
 
 
@@ -63,7 +64,11 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
     writer = ChangeDataWriter(root_uri, uuid.uuid4().hex, storage, partitions, file_schema, input_names)
     files = []
     if rows is not None:
-        files = [r.asDict() for r in rows.mapInArrow(writer, "path string, size long, partition_values string").collect()]
+        # As many Python tasks as the change is large (a task per CHANGE_BYTES_PER_TASK of the files read), not one per
+        # shuffle partition: a Python task's fixed cost would otherwise make a small merge's feed cost more than the merge.
+        read = sum(f.file_size_in_bytes for f in change.adds) + sum(f.file_size_in_bytes for f in change.removes)
+        tasks = max(1, min(spark.sparkContext.defaultParallelism, -(-read // CHANGE_BYTES_PER_TASK)))
+        files = [r.asDict() for r in rows.coalesce(tasks).mapInArrow(writer, "path string, size long, partition_values string").collect()]
     if not files:
         files = [writer.empty_file({key: None for _, key, _ in partitions})]
     return [

@@ -96,7 +96,7 @@ def user_env(tmp_path_factory):
 
 
 def assert_is_the_installed_wheel(user_env):
-    location = run([user_env["py"], "-c", "import lakehouse_assets, sys; print(lakehouse_assets.__file__)"], env=user_env["env"]).strip()
+    location = run([user_env["py"], "-c", "import lakehouse_assets, sys; print(lakehouse_assets.__file__)"], cwd=user_env["venv"], env=user_env["env"]).strip()
     assert location.startswith(str(user_env["venv"])), f"the project imports lakehouse_assets from {location}, not from its own venv"
 
 

@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+# A new environment, a project and four Spark runs in subprocesses: minutes each on a busy 2-core machine.
+pytestmark = pytest.mark.timeout(2700)
+
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
@@ -96,7 +99,7 @@ def user_env(tmp_path_factory):
 
 
 def assert_is_the_installed_wheel(user_env):
-    location = run([user_env["py"], "-c", "import lakehouse_assets, sys; print(lakehouse_assets.__file__)"], env=user_env["env"]).strip()
+    location = run([user_env["py"], "-c", "import lakehouse_assets, sys; print(lakehouse_assets.__file__)"], cwd=user_env["venv"], env=user_env["env"]).strip()
     assert location.startswith(str(user_env["venv"])), f"the project imports lakehouse_assets from {location}, not from its own venv"
 
 

@@ -72,9 +72,6 @@ def test_a_hive_partitioned_pyarrow_dataset_is_imported_in_both_formats_over_its
     assert table.location().rstrip("/").endswith("/events")
     assert [f.name for f in table.schema().fields] == ["id", "name", "country"]
     assert {r: d for r, d in tree_digest(root).items() if r in before} == before  # no data file rewritten
-    # Java Iceberg reads the files (no field ids) through the name mapping, the partition column from the folders.
-    java = rows_of(java_iceberg.read_metadata(spark, table.metadata_location).collect(), ["country", "id", "name"])
-    assert java == sorted(((c, i, n) for i, n, c in rows), key=repr)
     still_agrees_after_writes(lh, spark, duck, "imp.events", rows)
 
 
@@ -246,6 +243,21 @@ def test_a_java_iceberg_hadoop_table_with_position_deletes_is_refused_then_impor
     assert report["registered"] is True and report["apply_deletes"]["rows_deleted"] == 2
     kept = [r for r in rows if r[0] not in (2, 3)]
     still_agrees_after_writes(lh, spark, duck, "jimp.orders", kept)
+
+
+@pytest.mark.java_iceberg
+def test_java_iceberg_reads_imported_files_without_field_ids_or_partition_columns(lh, spark, tmp_path):
+    """Hive-style Parquet files and delta-rs files carry no Iceberg field ids and leave the partition column out: Java
+    Iceberg reads them through the name mapping and the identity partition values, like every other Iceberg reader."""
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    pq.write_to_dataset(data, str(tmp_path / "hive"), partition_cols=["country"])
+    write_deltalake(str(tmp_path / "delta"), data, partition_by=["country"])
+    expected = sorted(((c, i, n) for i, n, c in rows), key=repr)
+    for name, folder in (("imp.java_hive", "hive"), ("imp.java_delta", "delta")):
+        lh.import_table(name, str(tmp_path / folder))
+        java = java_iceberg.read_metadata(spark, lh.load(name).metadata_location).collect()
+        assert rows_of(java, ["country", "id", "name"]) == expected, name
 
 
 # ---------------------------------------------------------------- the command line

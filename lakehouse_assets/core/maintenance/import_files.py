@@ -8,6 +8,10 @@ log or from Hive-style `key=value/` folders. Such files carry no Iceberg field i
 columns; identity partition columns the files leave out are filled from the partition values
 (core/formats/partition_constants.py).
 
+A column-mapped Delta table keeps its mapping, in this project's convention (core/formats/delta_column_mapping.py): the
+Delta column ids are the Iceberg field ids, the first Iceberg schema names the columns by their physical names (what
+the files hold) and a rename in the same import gives them their Delta names.
+
 A Delta source keeps its log: one Delta version of ours records the snapshot as mirrored (later writes mirror on top).
 A Parquet dataset gets a new Delta log: version 0 (schema) and version 1 (the files).
 """

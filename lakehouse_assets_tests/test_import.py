@@ -72,9 +72,6 @@ def test_a_hive_partitioned_pyarrow_dataset_is_imported_in_both_formats_over_its
     assert table.location().rstrip("/").endswith("/events")
     assert [f.name for f in table.schema().fields] == ["id", "name", "country"]
     assert {r: d for r, d in tree_digest(root).items() if r in before} == before  # no data file rewritten
-    # Java Iceberg reads the files (no field ids) through the name mapping, the partition column from the folders.
-    java = rows_of(java_iceberg.read_metadata(spark, table.metadata_location).collect(), ["country", "id", "name"])
-    assert java == sorted(((c, i, n) for i, n, c in rows), key=repr)
     still_agrees_after_writes(lh, spark, duck, "imp.events", rows)
 
 
@@ -182,6 +179,70 @@ def test_a_delta_table_with_deletion_vectors_is_refused_and_left_as_it_was(lh, t
     assert "imp.dv" not in lh.table_names()
 
 
+_SAIL_COLUMN_MAPPED = """
+import sys
+from pysail.spark import SparkConnectServer
+server = SparkConnectServer(ip="127.0.0.1", port=0)
+server.start(background=True)
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote("sc://127.0.0.1:%d" % server.listening_address[1]).getOrCreate()
+df = spark.createDataFrame([(1, "a", "DE"), (2, "b", "US")], "id long, name string, country string")
+df.write.format("delta").option("delta.columnMapping.mode", "name").save(sys.argv[1])
+spark.stop()
+server.stop()
+"""
+
+
+def test_a_column_mapped_delta_table_written_by_sail_is_imported_under_its_physical_names(lh, spark, duck, tmp_path):
+    # Sail (pysail) creates column-mapped Delta tables (delta-rs 1.6.6 refuses to): files name columns `col-<uuid>`.
+    # Unpartitioned: DuckDB's delta_scan (1.5.5) reads the partition column of a partitioned Sail-written column-mapped
+    # table as NULL even before any import (its partitionValues are keyed by physical name, as the protocol says).
+    import subprocess
+    import sys
+
+    root = tmp_path / "mapped"
+    done = subprocess.run([sys.executable, "-c", _SAIL_COLUMN_MAPPED, str(root)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert DeltaTable(str(root)).metadata().configuration["delta.columnMapping.mode"] == "name"
+
+    lh.import_table("imp.mapped", str(root))
+
+    table = lh.load("imp.mapped")
+    assert [f.name for f in table.schema().fields] == ["id", "name", "country"]
+    expected = [("DE", 1, "a"), ("US", 2, "b")]
+    assert mapped_rows_everywhere(lh, spark, duck, "imp.mapped") == sorted(expected, key=repr)
+    lh.write(spark.createDataFrame([(3, "c", "FR")], COLUMNS), "imp.mapped", mode="append")
+    lh.write(spark.createDataFrame([(1, "changed", "DE")], COLUMNS), "imp.mapped", mode="merge", merge=MergeOptions(keys=["id"]))
+    lh.maintain("imp.mapped", "compaction", spark=spark, compaction_min_input_files=2)
+    expected = [("DE", 1, "changed"), ("US", 2, "b"), ("FR", 3, "c")]
+    assert mapped_rows_everywhere(lh, spark, duck, "imp.mapped") == sorted(expected, key=repr)
+
+
+def mapped_rows_everywhere(lh, spark, duck, name, columns=("country", "id", "name")) -> list[tuple]:
+    """A column-mapped table's rows through the readers that support Delta column mapping here (delta-rs's QueryBuilder,
+    DuckDB's delta_scan; delta-rs's pyarrow reader refuses the reader feature) and every Iceberg reader; all agree."""
+    from deltalake.query import QueryBuilder
+
+    from lakehouse_assets.core.read import duckdb_readers
+
+    table, cols = lh.load(name), list(columns)
+    sql = ", ".join(f'"{c}"' for c in cols)
+    found = {
+        "pyiceberg": rows_of(table.scan().to_arrow().to_pylist(), cols),
+        "spark_iceberg": rows_of(lh.read(spark, name).collect(), cols),
+        "spark_delta": rows_of(lh.read(spark, name, delta_version=DeltaTable(table.location()).version()).collect(), cols),
+        "delta_rs_sql": rows_of(pa.table(QueryBuilder().register("t", DeltaTable(table.location())).execute(f"SELECT {sql} FROM t").read_all()).to_pylist(), cols),
+    }
+    for fmt, scan in (("iceberg", duckdb_readers.iceberg_scan_sql(table.metadata_location)), ("delta", duckdb_readers.delta_scan_sql(table.location()))):
+        res = duck.execute(f"SELECT {sql} FROM {scan}")
+        found[f"duckdb_{fmt}"] = rows_of([dict(zip([d[0] for d in res.description], r)) for r in res.fetchall()], cols)
+    reference = found["pyiceberg"]
+    assert all(rows == reference for rows in found.values()), found
+    deep = lh.verify(name, deep=True)
+    assert deep["agree"], deep["differences"]
+    return reference
+
+
 # ---------------------------------------------------------------- Iceberg tables
 
 
@@ -246,6 +307,21 @@ def test_a_java_iceberg_hadoop_table_with_position_deletes_is_refused_then_impor
     assert report["registered"] is True and report["apply_deletes"]["rows_deleted"] == 2
     kept = [r for r in rows if r[0] not in (2, 3)]
     still_agrees_after_writes(lh, spark, duck, "jimp.orders", kept)
+
+
+@pytest.mark.java_iceberg
+def test_java_iceberg_reads_imported_files_without_field_ids_or_partition_columns(lh, spark, tmp_path):
+    """Hive-style Parquet files and delta-rs files carry no Iceberg field ids and leave the partition column out: Java
+    Iceberg reads them through the name mapping and the identity partition values, like every other Iceberg reader."""
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    pq.write_to_dataset(data, str(tmp_path / "hive"), partition_cols=["country"])
+    write_deltalake(str(tmp_path / "delta"), data, partition_by=["country"])
+    expected = sorted(((c, i, n) for i, n, c in rows), key=repr)
+    for name, folder in (("imp.java_hive", "hive"), ("imp.java_delta", "delta")):
+        lh.import_table(name, str(tmp_path / folder))
+        java = java_iceberg.read_metadata(spark, lh.load(name).metadata_location).collect()
+        assert rows_of(java, ["country", "id", "name"]) == expected, name
 
 
 # ---------------------------------------------------------------- the command line

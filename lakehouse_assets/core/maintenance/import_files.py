@@ -8,6 +8,10 @@ log or from Hive-style `key=value/` folders. Such files carry no Iceberg field i
 columns; identity partition columns the files leave out are filled from the partition values
 (core/formats/partition_constants.py).
 
+A column-mapped Delta table keeps its mapping, in this project's convention (core/formats/delta_column_mapping.py): the
+Delta column ids are the Iceberg field ids, the first Iceberg schema names the columns by their physical names (what
+the files hold) and a rename in the same import gives them their Delta names.
+
 A Delta source keeps its log: one Delta version of ours records the snapshot as mirrored (later writes mirror on top).
 A Parquet dataset gets a new Delta log: version 0 (schema) and version 1 (the files).
 """
@@ -19,11 +23,11 @@ from typing import Any
 from urllib.parse import unquote
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.schema import Schema, assign_fresh_schema_ids
+from pyiceberg.schema import INITIAL_SCHEMA_ID, Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table
 
 from ..errors import ImportRefused
-from ..formats import partition_constants
+from ..formats import delta_column_mapping, partition_constants
 from ..formats.delta_adoption import NAME_MAPPING, FooterReader, name_mapping
 from ..io.storage import join_uri
 from ..properties import METADATA_FOLDER, Operation, SummaryKeys, TableProperties
@@ -44,6 +48,7 @@ class ExistingFiles:
     arrow_schema: Any
     partition_columns: list[str]
     files: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    physical: dict[str, tuple[int, str]] = field(default_factory=dict)  # Delta column mapping: name -> (id, physical name)
 
 
 def iceberg_schema(arrow_schema) -> Schema:
@@ -54,8 +59,14 @@ def iceberg_schema(arrow_schema) -> Schema:
 def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFiles, source: str) -> Table:
     """The Iceberg table at `existing.root_uri` and its one snapshot holding `existing.files`. Raises ImportRefused
     (nothing created) when the partition columns have no Delta form."""
-    schema = iceberg_schema(existing.arrow_schema)
-    spec = build_partition_spec(identifier, schema, existing.partition_columns)
+    mapped = existing.physical
+    arrow = existing.arrow_schema
+    if mapped:  # the first schema names the columns as the files do; a rename then gives them their Delta names
+        import pyarrow as pa
+
+        arrow = pa.schema([f.with_name(mapped[f.name][1]) for f in arrow])
+    schema = iceberg_schema(arrow)
+    spec = _identity_spec(schema, [mapped[c][1] for c in existing.partition_columns]) if mapped else build_partition_spec(identifier, schema, existing.partition_columns)
     check_delta_partitioning(identifier, schema, spec)
     ensure_namespace(ctx.catalog, identifier.rsplit(".", 1)[0])
     properties = {
@@ -63,10 +74,15 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
         TableProperties.METADATA_PATH: join_uri(existing.root_uri, METADATA_FOLDER),
         TableProperties.FORMATS: ",".join(ALL_FORMATS),
     }
+    if mapped:
+        properties.update({delta_column_mapping.MODE: "name", delta_column_mapping.SCHEMA_ID_PROPERTY: str(INITIAL_SCHEMA_ID)})
     table = ctx.catalog.create_table(identifier, schema=schema, location=existing.root_uri, partition_spec=spec, properties=properties)
+    if mapped:
+        table = _rename_to_delta_names(ctx, identifier, table, existing, source)
     try:
         schema, metadata = table.schema(), table.metadata
-        reader = FooterReader(identifier, [], table, schema, metadata, {})
+        physical = {f.field_id: existing.physical[f.name][1] for f in schema.fields} if existing.physical else {}
+        reader = FooterReader(identifier, [], table, schema, metadata, physical)
         adds = [reader.data_file(join_uri(existing.root_uri, path), path, {"size_bytes": size, "partition": values}) for path, size, values in existing.files]
         if reader.view_typed:
             path, columns = next(iter(sorted(reader.view_typed.items())))
@@ -76,7 +92,7 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
                 "those files with the engine that wrote them (e.g. an OPTIMIZE or compaction), then import again."
             )
         with table.transaction() as tx:
-            marks = {NAME_MAPPING: name_mapping(schema, {})}
+            marks = {NAME_MAPPING: name_mapping(schema, physical)}
             if reader.lacking_partition_columns:
                 marks[partition_constants.FILES_WITHOUT_PARTITION_COLUMNS] = "true"
             tx.set_properties(marks)
@@ -88,6 +104,37 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
         drop_created(ctx, identifier, existing.root_uri)
         raise
     return ctx.load(identifier)
+
+
+def _identity_spec(schema: Schema, columns: list[str]):
+    """Identity partitions on `columns` (physical names such as `col-<uuid>`, which partition terms cannot spell)."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    fields = [PartitionField(schema.find_field(c).field_id, 1000 + i, IdentityTransform(), c) for i, c in enumerate(columns)]
+    return PartitionSpec(*fields)
+
+
+def _rename_to_delta_names(ctx: TableContext, identifier: str, table: Table, existing: ExistingFiles, source: str) -> Table:
+    """A column-mapped Delta table's columns under their Delta names, each with the Delta column id as its Iceberg field id
+    (the convention of core/formats/delta_column_mapping.py); refused when the ids differ."""
+    try:
+        ids = {f.name: f.field_id for f in table.schema().fields}
+        wrong = [n for n, (i, p) in existing.physical.items() if ids.get(p) != i]
+        if wrong:
+            raise ImportRefused(
+                f"Table {identifier}: the column-mapped Delta table at {source} numbers column(s) {wrong} differently from the order "
+                "Iceberg assigns field ids (columns were dropped or reordered, or the table has nested columns). Nothing was "
+                "imported. Rewrite it as a new table through the lakehouse."
+            )
+        with table.update_schema() as update:
+            for name, (_, physical) in existing.physical.items():
+                if name != physical:
+                    update.rename_column(physical, name)
+    except BaseException:
+        drop_created(ctx, identifier, existing.root_uri)
+        raise
+    return table.refresh()
 
 
 IMPORTED_FROM = "lakehouse.imported-from"  # the snapshot summary key naming what an import brought in
@@ -199,7 +246,6 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
     """A Delta table's live files at its current version, refused (nothing changed) where Iceberg cannot hold them as they are."""
     import pyarrow as pa
 
-    from ..formats import delta_column_mapping
     from ..formats.delta_adoption import files_with_deletion_vectors, live_files
 
     try:
@@ -213,12 +259,6 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
             "imported. Purge them with the engine that wrote them (Delta Lake on Spark or Databricks: `REORG TABLE ... APPLY (PURGE)`), "
             "which rewrites the files without vectors, then import again."
         )
-    if delta_column_mapping.is_mapped(delta):
-        raise ImportRefused(
-            f"Table {identifier}: the Delta table at {root_uri} uses column mapping (its files name columns by physical names). "
-            "Importing a column-mapped Delta table is not supported; nothing was imported. Rewrite it without column mapping "
-            "(e.g. read it and write a new table through the lakehouse)."
-        )
     live = live_files(delta)
     outside = [p for p in live if "://" in p or p.startswith(("/", ".."))]
     if outside:
@@ -228,6 +268,9 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
         )
     arrow_schema = pa.schema(delta.schema().to_arrow())
     existing = ExistingFiles(root_uri, arrow_schema, list(delta.metadata().partition_columns))
+    if delta_column_mapping.is_mapped(delta):
+        by_physical = {p: i for i, p in delta_column_mapping.physical_names(delta).items()}
+        existing.physical = {name: (by_physical[p], p) for p, name in delta_column_mapping.logical_names(delta).items()}
     for path, row in sorted(live.items()):
         existing.files.append((path, int(row["size_bytes"]), dict(row.get("partition") or {})))
     return existing

@@ -181,3 +181,34 @@ def test_writer_outside_a_stream_needs_a_query_id_and_is_idempotent_with_one(lh,
     assert lh.read(spark, "db.t").count() == 2
     with pytest.raises(SpecError, match="window= is for mode='overwrite'"):
         lh.stream_writer("db.t", window=Window("day", dt.date(2024, 1, 1), dt.date(2024, 1, 2)))
+
+
+def test_dagster_streaming_asset_ingests_each_new_file_once_per_run_and_is_safe_to_retry(lh, spark, duck, dagster_resources, warehouse, tmp_path):
+    from dagster import materialize
+
+    from lakehouse_assets.dagster.streaming import streaming_ingest_asset
+
+    from .conftest import materialization_metadata
+
+    landed = streaming_ingest_asset("orders", key_prefix=["shop"], table="shop.orders", landing="{warehouse}/_landing/orders", schema=SCHEMA, max_files_per_batch=2)
+    landing = os.path.join(warehouse, "_landing", "orders")
+    resources = {k: dagster_resources[k] for k in ("lakehouse", "pyspark")}
+
+    def run():
+        result = materialize([landed], resources=resources)
+        assert result.success
+        return materialization_metadata(result, ["shop", "orders"])
+
+    for i in range(3):
+        land(landing, f"{i}.json", rows(i * 10, 10))
+    first = run()
+    assert (first["batches_committed"], first["batches_replayed"], first["dagster/row_count"]) == (2, 0, 30)
+    assert first["source_offsets"] == {"end_offsets": [{"logOffset": 0}, {"logOffset": 1}]}
+    land(landing, "3.json", rows(30, 7))  # lands between two runs: the second run ingests exactly this file
+    second = run()
+    assert (second["batches_committed"], second["dagster/row_count"], second["source_offsets"]) == (1, 7, {"end_offsets": [{"logOffset": 2}]})
+    # A retry of a run that died after its commit and before the checkpoint recorded it: nothing lands twice.
+    forget_last_batch(os.path.join(warehouse, "_checkpoints", "shop.orders"))
+    retry = run()
+    assert (retry["batches_committed"], retry["batches_replayed"], retry["dagster/row_count"]) == (0, 1, 0)
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", expected(rows(0, 37)))

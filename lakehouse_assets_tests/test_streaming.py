@@ -212,3 +212,45 @@ def test_dagster_streaming_asset_ingests_each_new_file_once_per_run_and_is_safe_
     retry = run()
     assert (retry["batches_committed"], retry["batches_replayed"], retry["dagster/row_count"]) == (0, 1, 0)
     assert_all_readers_agree(lh, spark, duck, "shop.orders", expected(rows(0, 37)))
+
+
+def test_a_malformed_file_stops_the_stream_naming_it_and_the_fixed_file_lands_once(lh, spark, duck, tmp_path):
+    from lakehouse_assets.core.errors import WriteError
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", rows(0, 3))
+    land(landing, "1.json", rows(3, 3))
+    (landing / "1.json").write_text('{"id": 3, "name": "n3", "amount": 30, "op": "u"}\n{"id": 4, "name": broken\n')
+    with pytest.raises(Exception) as caught:
+        run_stream(spark, landing, checkpoint, lh.stream_writer("db.landed"))
+    message = str(caught.value)
+    assert "db.landed, stream" in message and "batch 1: " in message and "Malformed records" in message, message
+    assert f"{WriteError.__name__}: " in message and "restart the query from its checkpoint" in message, message
+    before = lh.load("db.landed").current_snapshot().snapshot_id
+    assert lh.read(spark, "db.landed").count() == 3  # batch 0 only: nothing of batch 1 in either format
+    land(landing, "1.json", rows(3, 3))  # the fix: the file replaced by a good one
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.landed"))
+    assert lh.load("db.landed").current_snapshot().snapshot_id != before
+    assert_all_readers_agree(lh, spark, duck, "db.landed", expected(rows(0, 6)))
+
+
+def test_a_schema_change_mid_stream_and_repeated_merge_keys_stop_the_batch_with_the_fix(lh, spark, duck, tmp_path):
+    from pyspark.sql import functions as F
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", rows(0, 3))
+    merge = MergeOptions(keys="id", operation_column="op")
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=merge))
+    land(landing, "1.json", rows(3, 2) + rows(3, 1))  # key 3 twice in one batch
+    with pytest.raises(Exception, match=r"(?s)db\.m, stream .*batch 1: .*(duplicate|more than once|repeat).*restart the query"):
+        run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=merge))
+    assert lh.read(spark, "db.m").count() == 3
+    # The keys fixed (the last row of a key wins), but the query restarted with amount as a string: the table's is a long.
+    fixed = MergeOptions(keys="id", operation_column="op", order_by="amount")
+    as_text = lambda df: df.withColumn("amount", F.concat(F.col("amount").cast("string"), F.lit(" EUR")))  # noqa: E731
+    with pytest.raises(Exception, match=r"(?s)db\.m, stream .*batch 1.*amount.*restart the query"):
+        run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=fixed), select=as_text)
+    assert lh.read(spark, "db.m").count() == 3
+    # Both fixed: the batch lands once.
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=fixed))
+    assert_all_readers_agree(lh, spark, duck, "db.m", [(r["amount"], r["id"], r["name"]) for r in rows(0, 5)])

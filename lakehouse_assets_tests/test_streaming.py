@@ -255,3 +255,35 @@ def test_a_schema_change_mid_stream_and_repeated_merge_keys_stop_the_batch_with_
     run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=fixed))
     want = [(r["amount"], r["id"], r["name"]) for r in rows(0, 5) if r["id"] != 3] + [(31, 3, "n3b")]  # order_by amount: the last row of key 3
     assert_all_readers_agree(lh, spark, duck, "db.m", want)
+
+
+def test_maintenance_runs_while_a_stream_of_small_batches_writes_and_compaction_bounds_the_files(lh, spark, duck, tmp_path):
+    import time
+
+    from lakehouse_assets.core.formats.iceberg_committer import live_data_files
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", rows(0, 5))
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.small"))  # the table exists before maintenance starts
+    for i in range(1, 9):
+        land(landing, f"{i}.json", rows(i * 5, 5))
+    sink = lh.stream_writer("db.small")
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(landing))
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    rounds = 0
+    try:
+        while query.isActive or rounds == 0:
+            # By hand, as the schedule would: compaction, snapshot expiry, orphan cleanup, Delta checkpoints.
+            report = lh.maintain("db.small", "full_maintenance", spark=spark, snapshot_retention_days=0)  # expires every older snapshot
+            assert report, report
+            rounds += 1
+            time.sleep(0.2)
+        query.awaitTermination()
+    finally:
+        query.stop()
+    assert len(sink.results) == 8 and rounds >= 1
+    assert_all_readers_agree(lh, spark, duck, "db.small", expected(rows(0, 45)))
+    assert lh.verify("db.small", deep=True)["agree"]
+    lh.maintain("db.small", "compaction", spark=spark)
+    assert len(live_data_files(lh.load("db.small"))) == 1  # nine small batches, one file after compaction
+    assert_all_readers_agree(lh, spark, duck, "db.small", expected(rows(0, 45)))

@@ -92,8 +92,7 @@ class StreamWriter:
                 raise type(e)(self._message(query_id, batch_id, df, e)) from e
             except Exception as e:  # noqa: BLE001 - Spark's own error reading the batch's input (a malformed file)
                 raise WriteError(
-                    f"{self._context(query_id, batch_id, df)}reading or writing the batch failed: {_first_line(e)}. Nothing of this "
-                    "batch was committed in either format." + RESTART
+                    f"{self._context(query_id, batch_id, df)}reading or writing the batch failed: {_first_line(e)}. Nothing of this batch was committed in either format." + RESTART
                 ) from e
         self.results.append(result)
         return result

@@ -156,9 +156,10 @@ def stream_landed_orders(lh, instance, say) -> bool:
     from dagster import materialize
 
     from .dagster.demo_assets import landed_orders
+    from .dagster.streaming import local_folder
     from .definitions import lakehouse, pyspark
 
-    folder, ok, total = os.path.join(lh.warehouse, "_landing", "orders"), True, 0
+    folder, ok, total = os.path.join(local_folder(lh.warehouse), "_landing", "orders"), True, 0
     for run, (first, files) in enumerate([(0, 3), (3, 2)], 1):
         land_orders(folder, first, files)
         result = materialize([landed_orders], instance=instance, resources={"lakehouse": lakehouse, "pyspark": pyspark}, raise_on_error=False)

@@ -54,8 +54,8 @@ def streaming_ingest_asset(
         spark = pyspark.spark_session
         location = checkpoint or os.path.join(lh.warehouse, "_checkpoints", table)
         source = landing.format(warehouse=lh.warehouse)
-        if "://" not in source:
-            os.makedirs(source, exist_ok=True)  # an empty landing folder is a run with nothing to ingest
+        if (folder := local_folder(source)) is not None:
+            os.makedirs(folder, exist_ok=True)  # an empty landing folder is a run with nothing to ingest
         sink = lh.stream_writer(table, mode, merge=merge, partition_by=partition_by, writer={"dagster_run_id": context.run_id})
         reader = spark.readStream.format(file_format).schema(schema).options(**dict(reader_options or {}))
         if max_files_per_batch:
@@ -70,6 +70,13 @@ def streaming_ingest_asset(
         return MaterializeResult(metadata=run_metadata(str(query.id), location, sink.results, progress))
 
     return _ingest
+
+
+def local_folder(uri: str) -> str | None:
+    """The local path of a plain path or a file:// URI (None: an object store)."""
+    if uri.startswith("file://"):
+        return uri[len("file://"):]
+    return None if "://" in uri else uri
 
 
 def run_metadata(query_id: str, checkpoint: str, results: list, progress: list[dict[str, Any]]) -> dict[str, Any]:

@@ -159,9 +159,12 @@ def stream_landed_orders(lh, instance, say) -> bool:
     from .dagster.streaming import local_folder
     from .definitions import lakehouse, pyspark
 
-    folder, ok, total = os.path.join(local_folder(lh.warehouse), "_landing", "orders"), True, 0
-    for run, (first, files) in enumerate([(0, 3), (3, 2)], 1):
-        land_orders(folder, first, files)
+    folder, ok = os.path.join(local_folder(lh.warehouse), "_landing", "orders"), True
+    landed = len([n for n in os.listdir(folder) if n.endswith(".json")]) if os.path.isdir(folder) else 0  # an earlier demo's
+    total = landed * 500
+    for run, files in enumerate([3, 2], 1):
+        land_orders(folder, landed, files)
+        landed += files
         result = materialize([landed_orders], instance=instance, resources={"lakehouse": lakehouse, "pyspark": pyspark}, raise_on_error=False)
         md = result.asset_materializations_for_node(landed_orders.op.name)[0].metadata if result.success else {}
         rows = md["dagster/row_count"].value if md else 0

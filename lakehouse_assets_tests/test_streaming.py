@@ -181,3 +181,109 @@ def test_writer_outside_a_stream_needs_a_query_id_and_is_idempotent_with_one(lh,
     assert lh.read(spark, "db.t").count() == 2
     with pytest.raises(SpecError, match="window= is for mode='overwrite'"):
         lh.stream_writer("db.t", window=Window("day", dt.date(2024, 1, 1), dt.date(2024, 1, 2)))
+
+
+def test_dagster_streaming_asset_ingests_each_new_file_once_per_run_and_is_safe_to_retry(lh, spark, duck, dagster_resources, warehouse, tmp_path):
+    from dagster import materialize
+
+    from lakehouse_assets.dagster.streaming import streaming_ingest_asset
+
+    from .conftest import materialization_metadata
+
+    landed = streaming_ingest_asset("orders", key_prefix=["shop"], table="shop.orders", landing="{warehouse}/_landing/orders", schema=SCHEMA, max_files_per_batch=2)
+    landing = os.path.join(warehouse, "_landing", "orders")
+    resources = {k: dagster_resources[k] for k in ("lakehouse", "pyspark")}
+
+    def run():
+        result = materialize([landed], resources=resources)
+        assert result.success
+        return materialization_metadata(result, ["shop", "orders"])
+
+    for i in range(3):
+        land(landing, f"{i}.json", rows(i * 10, 10))
+    first = run()
+    assert (first["batches_committed"], first["batches_replayed"], first["dagster/row_count"]) == (2, 0, 30)
+    assert first["source_offsets"] == {"end_offsets": [{"logOffset": 0}, {"logOffset": 1}]}
+    land(landing, "3.json", rows(30, 7))  # lands between two runs: the second run ingests exactly this file
+    second = run()
+    assert (second["batches_committed"], second["dagster/row_count"], second["source_offsets"]) == (1, 7, {"end_offsets": [{"logOffset": 2}]})
+    # A retry of a run that died after its commit and before the checkpoint recorded it: nothing lands twice.
+    forget_last_batch(os.path.join(warehouse, "_checkpoints", "shop.orders"))
+    retry = run()
+    assert (retry["batches_committed"], retry["batches_replayed"], retry["dagster/row_count"]) == (0, 1, 0)
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", expected(rows(0, 37)))
+
+
+def test_a_malformed_file_stops_the_stream_naming_it_and_the_fixed_file_lands_once(lh, spark, duck, tmp_path):
+    from lakehouse_assets.core.errors import WriteError
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", rows(0, 3))
+    land(landing, "1.json", rows(3, 3))
+    (landing / "1.json").write_text('{"id": 3, "name": "n3", "amount": 30, "op": "u"}\n{"id": 4, "name": broken\n')
+    with pytest.raises(Exception) as caught:
+        run_stream(spark, landing, checkpoint, lh.stream_writer("db.landed"))
+    message = str(caught.value)
+    assert "db.landed, stream" in message and "batch 1: " in message and "Malformed records" in message, message
+    assert f"{WriteError.__name__}: " in message and "restart the query from its checkpoint" in message, message
+    before = lh.load("db.landed").current_snapshot().snapshot_id
+    assert lh.read(spark, "db.landed").count() == 3  # batch 0 only: nothing of batch 1 in either format
+    land(landing, "1.json", rows(3, 3))  # the fix: the file replaced by a good one
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.landed"))
+    assert lh.load("db.landed").current_snapshot().snapshot_id != before
+    assert_all_readers_agree(lh, spark, duck, "db.landed", expected(rows(0, 6)))
+
+
+def test_a_schema_change_mid_stream_and_repeated_merge_keys_stop_the_batch_with_the_fix(lh, spark, duck, tmp_path):
+    from pyspark.sql import functions as F
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", rows(0, 3))
+    merge = MergeOptions(keys="id", operation_column="op")
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=merge))
+    land(landing, "1.json", rows(3, 2) + [{"id": 3, "name": "n3b", "amount": 31, "op": "u"}])  # key 3 twice in one batch
+    with pytest.raises(Exception, match=r"(?s)db\.m, stream .*batch 1: .*(duplicate|more than once|repeat).*restart the query"):
+        run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=merge))
+    assert lh.read(spark, "db.m").count() == 3
+    # The keys fixed (the last row of a key wins), but the query restarted with amount as a string: the table's is a long.
+    fixed = MergeOptions(keys="id", operation_column="op", order_by="amount")
+    as_text = lambda df: df.withColumn("amount", F.concat(F.col("amount").cast("string"), F.lit(" EUR")))  # noqa: E731
+    with pytest.raises(Exception, match=r"(?s)db\.m, stream .*batch 1.*amount.*restart the query"):
+        run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=fixed), select=as_text)
+    assert lh.read(spark, "db.m").count() == 3
+    # Both fixed: the batch lands once.
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.m", "merge", merge=fixed))
+    want = [(r["amount"], r["id"], r["name"]) for r in rows(0, 5) if r["id"] != 3] + [(31, 3, "n3b")]  # order_by amount: the last row of key 3
+    assert_all_readers_agree(lh, spark, duck, "db.m", want)
+
+
+def test_maintenance_runs_while_a_stream_of_small_batches_writes_and_compaction_bounds_the_files(lh, spark, duck, tmp_path):
+    import time
+
+    from lakehouse_assets.core.formats.iceberg_committer import live_data_files
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", rows(0, 5))
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.small"))  # the table exists before maintenance starts
+    for i in range(1, 9):
+        land(landing, f"{i}.json", rows(i * 5, 5))
+    sink = lh.stream_writer("db.small")
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(landing))
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    rounds = 0
+    try:
+        while query.isActive or rounds == 0:
+            # By hand, as the schedule would: compaction, snapshot expiry, orphan cleanup, Delta checkpoints.
+            report = lh.maintain("db.small", "full_maintenance", spark=spark, snapshot_retention_days=0)  # expires every older snapshot
+            assert report, report
+            rounds += 1
+            time.sleep(0.2)
+        query.awaitTermination()
+    finally:
+        query.stop()
+    assert len(sink.results) == 8 and rounds >= 1
+    assert_all_readers_agree(lh, spark, duck, "db.small", expected(rows(0, 45)))
+    assert lh.verify("db.small", deep=True)["agree"]
+    lh.maintain("db.small", "compaction", spark=spark)
+    assert len(live_data_files(lh.load("db.small"))) == 1  # nine small batches, one file after compaction
+    assert_all_readers_agree(lh, spark, duck, "db.small", expected(rows(0, 45)))

@@ -62,7 +62,9 @@ def test_merge_stream_killed_mid_batch_lands_the_changes_once(tmp_path, spark, d
 
     landing = tmp_path / "landing"
     land(landing, "0.json", rows(0, 5))
-    land(landing, "1.json", [{"id": 1, "name": "one", "amount": 11, "op": "u"}, {"id": 2, "name": None, "amount": None, "op": "d"}, {"id": 5, "name": "n5", "amount": 50, "op": "u"}])
+    land(
+        landing, "1.json", [{"id": 1, "name": "one", "amount": 11, "op": "u"}, {"id": 2, "name": None, "amount": None, "op": "d"}, {"id": 5, "name": "n5", "amount": 50, "op": "u"}]
+    )
     land(landing, "2.json", [{"id": 5, "name": "five", "amount": 55, "op": "u"}])
     kill_and_restart(tmp_path, "db.customers", "merge", phase)
     monkeypatch.delenv("LAKEHOUSE_CATALOG", raising=False)

@@ -26,6 +26,7 @@ from dagster_pyspark import PySparkResource
 
 from .audit import publish_asset
 from .resources import LakehouseResource
+from .streaming import streaming_ingest_asset
 
 DEMO_START = "2024-01-01"
 daily = DailyPartitionsDefinition(start_date=DEMO_START, end_date="2024-03-01")
@@ -237,4 +238,16 @@ def payments_amounts_positive(payments) -> AssetCheckResult:
 
 payments_published = publish_asset(payments, group_name=GROUP)
 
-demo_assets = [events, customers, customer_changes, daily_user_activity, country_revenue, payments]
+# Orders exported as JSON files into a landing folder, streamed in (availableNow): each run ingests the new files once.
+ORDER_SCHEMA = "order_id long, customer_id long, amount decimal(10,2), ordered_at timestamp"
+landed_orders = streaming_ingest_asset(
+    "landed_orders",
+    key_prefix=["demo"],
+    group_name=GROUP,
+    table="demo.landed_orders",
+    landing="{warehouse}/_landing/orders",
+    schema=ORDER_SCHEMA,
+    max_files_per_batch=2,
+)
+
+demo_assets = [events, customers, customer_changes, daily_user_activity, country_revenue, payments, landed_orders]

@@ -33,6 +33,11 @@ log = logging.getLogger("lakehouse")
 
 CONFLICT_ATTEMPTS = 5  # a batch that lost a race with another commit (e.g. compaction) is planned again this often
 MODES = ("append", "merge", "overwrite")
+RESTART = (
+    " The stream stopped at this batch and nothing of it was committed in either format: fix the cause (repair or replace the"
+    " input file, cast the column, dedupe the keys or give MergeOptions(order_by=...)), then restart the query from its"
+    " checkpoint: Spark runs this batch again."
+)
 
 
 @dataclass
@@ -80,16 +85,14 @@ class StreamWriter:
             except CommitConflict as e:
                 # Another commit (compaction, another writer) changed the files this batch planned against: plan again.
                 if attempt == CONFLICT_ATTEMPTS:
-                    raise type(e)(self._context(query_id, batch_id, df) + str(e)) from e
+                    raise type(e)(self._message(query_id, batch_id, df, e)) from e
                 log.info("Table %s: stream batch %s lost a race (attempt %d), planning it again: %s", self.identifier, batch_id, attempt, e)
                 time.sleep(0.1 * attempt)
             except LakehouseError as e:
-                raise type(e)(self._context(query_id, batch_id, df) + str(e)) from e
+                raise type(e)(self._message(query_id, batch_id, df, e)) from e
             except Exception as e:  # noqa: BLE001 - Spark's own error reading the batch's input (a malformed file)
                 raise WriteError(
-                    f"{self._context(query_id, batch_id, df)}reading or writing the batch failed: {_first_line(e)}. Nothing of this "
-                    "batch was committed in either format. Fix or move away the input file, then restart the query from its "
-                    "checkpoint: Spark runs this batch again."
+                    f"{self._context(query_id, batch_id, df)}reading or writing the batch failed: {_first_line(e)}. Nothing of this batch was committed in either format." + RESTART
                 ) from e
         self.results.append(result)
         return result
@@ -127,9 +130,12 @@ class StreamWriter:
         return result
 
     def _context(self, query_id: str, batch_id: int, df) -> str:
-        files = _input_files(df)
-        shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
-        return f"Table {self.identifier}, stream {query_id}, batch {batch_id}" + (f" (input files: {shown})" if files else "") + ": "
+        # foreachBatch hands the batch over as an RDD-backed DataFrame: the files it came from are not known here.
+        return f"Table {self.identifier}, stream {query_id}, batch {batch_id}: "
+
+    def _message(self, query_id: str, batch_id: int, df, e: BaseException) -> str:
+        inner = str(e).removeprefix(f"Table {self.identifier}: ")
+        return self._context(query_id, batch_id, df) + inner + RESTART
 
 
 def last_committed_batch(table: Table, query_id: str, mirror=None) -> tuple[int | None, int | None]:
@@ -142,13 +148,6 @@ def last_committed_batch(table: Table, query_id: str, mirror=None) -> tuple[int 
     delta = mirror.load() if mirror is not None else None
     version = delta.transaction_version(query_id) if delta is not None else None
     return version, None
-
-
-def _input_files(df) -> list[str]:
-    try:
-        return list(df.inputFiles())
-    except Exception:  # noqa: BLE001 - a source without files (a queue, a rate source)
-        return []
 
 
 def _first_line(e: BaseException, limit: int = 600) -> str:

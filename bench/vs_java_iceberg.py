@@ -24,6 +24,8 @@ Workloads (`--only a,b` to pick):
   changes_cdc     Lakehouse.changes of a merge_cdc-like merge (~0.1% of keys) vs a full scan of the same table
                   (both read every value): reading the change costs what the merge's files cost, not the table;
                   and vs Java Iceberg's create_changelog_view of the same table and range (same rows)
+  stream          100 micro-batches of 10,000 rows (one landing file each, availableNow) through our stream sink
+                  vs Java Iceberg's `writeStream.format("iceberg")`: rows/s and median batch latency (bench/streaming.py)
   scale_write     ours only: `--rows` rows straight from spark.range (not cached) into a day-partitioned
                   table; prints the Python driver's peak RSS, to compare across sizes (run alone)
 
@@ -55,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "read_after_commit", "commit_latency",
-    "write_wide", "changes_cdc",
+    "write_wide", "changes_cdc", "stream",
 )
 WIDE_COLUMNS = 1000
 WIDE_PROPERTIES = {"write.metadata.metrics.max-inferred-column-defaults": str(WIDE_COLUMNS)}
@@ -499,6 +501,10 @@ class Bench:
                 self.write_wide()
             elif w == "changes_cdc":
                 self.changes_cdc()
+            elif w == "stream":
+                from streaming import stream_workload  # bench/streaming.py
+
+                stream_workload(self, Side, Row)
             else:
                 raise SystemExit(f"unknown workload {w}; choose from {', '.join(WORKLOADS)}")
         self.summary()

@@ -30,6 +30,8 @@ Workloads (`--only a,b` to pick):
                   over), unpartitioned and day-partitioned, adaptive execution on and off, on the project's session
                   and (a subprocess) on a plain `SparkSession.builder` session: ours vs Java `writeTo().create()`,
                   with the files each side wrote
+  stream          100 micro-batches of 10,000 rows (one landing file each, availableNow) through our stream sink
+                  vs Java Iceberg's `writeStream.format("iceberg")`: rows/s and median batch latency (bench/streaming.py)
   scale_write     ours only: `--rows` rows straight from spark.range (not cached) into a day-partitioned
                   table; prints the Python driver's peak RSS, to compare across sizes (run alone)
 
@@ -61,7 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "read_after_commit", "commit_latency",
-    "write_wide", "changes_cdc", "write_partitioning",
+    "write_wide", "changes_cdc", "write_partitioning", "stream",
 )
 INPUT_PARTITIONS = (2, 8, 64, 200)
 WIDE_COLUMNS = 1000
@@ -580,6 +582,10 @@ class Bench:
                 self.changes_cdc()
             elif w == "write_partitioning":
                 self.write_partitioning()
+            elif w == "stream":
+                from streaming import stream_workload  # bench/streaming.py
+
+                stream_workload(self, Side, Row)
             else:
                 raise SystemExit(f"unknown workload {w}; choose from {', '.join(WORKLOADS)}")
         self.summary()

@@ -12,7 +12,7 @@ import os
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse_assets import MergeOptions, Window
+from lakehouse_assets import MergeOptions, TableOptions, Window
 
 from .conftest import assert_all_readers_agree
 
@@ -287,3 +287,21 @@ def test_maintenance_runs_while_a_stream_of_small_batches_writes_and_compaction_
     lh.maintain("db.small", "compaction", spark=spark)
     assert len(live_data_files(lh.load("db.small"))) == 1  # nine small batches, one file after compaction
     assert_all_readers_agree(lh, spark, duck, "db.small", expected(rows(0, 45)))
+
+
+def test_two_hundred_small_batches_then_scheduled_maintenance_leave_bounded_files_and_snapshots(lh, spark, tmp_path):
+    from lakehouse_assets.core.formats.iceberg_committer import live_data_files
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    for i in range(200):
+        land(landing, f"{i:03d}.json", rows(i * 2, 2))
+    sink = lh.stream_writer("db.trickle", table=TableOptions(properties={"lakehouse.small-writes.commits": "0"}))
+    run_stream(spark, landing, checkpoint, sink)
+    table = lh.load("db.trickle")
+    assert len(sink.results) == 200 and len(live_data_files(table)) == 200
+    # What the maintenance schedule runs (full_maintenance), with a retention of 0 days and at least 2 snapshots kept.
+    lh.maintain("db.trickle", "full_maintenance", spark=spark, snapshot_retention_days=0, min_snapshots_to_keep=2)
+    table = lh.load("db.trickle")
+    assert len(live_data_files(table)) == 1 and len(table.metadata.snapshots) == 2
+    assert lh.read(spark, "db.trickle").count() == 400
+    assert lh.verify("db.trickle", deep=True)["agree"]

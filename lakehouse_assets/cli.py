@@ -269,12 +269,14 @@ def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], as_
 
 @cli.command()
 @click.argument("table")
+@click.option("--no-column-mapping", "no_column_mapping", is_flag=True,
+              help="Turn the change data feed on alone: delta-rs's pyarrow reader and Polars refuse column-mapped tables.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def upgrade(ctx, table: str, as_json: bool) -> None:
-    """Turn Delta column mapping and the change data feed on, so that renames and drops work in both formats and
-    Delta's change feed is exact (metadata only; idempotent)."""
-    result = _lakehouse(ctx).upgrade(table)
+def upgrade(ctx, table: str, no_column_mapping: bool, as_json: bool) -> None:
+    """Turn the Delta change data feed and Delta column mapping on, so that Delta's change feed is exact and renames
+    and drops work in both formats (metadata only; idempotent)."""
+    result = _lakehouse(ctx).upgrade(table, column_mapping=not no_column_mapping)
 
     def render(r):
         if r.get("change_data_feed_enabled"):

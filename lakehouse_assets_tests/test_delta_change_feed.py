@@ -118,6 +118,31 @@ def test_a_table_without_the_feed_gets_it_through_upgrade_and_until_then_delta_r
         delta_feed(lh, t, before.delta_version + 1)
 
 
+def test_upgrade_without_column_mapping_turns_the_feed_on_alone_and_delta_rs_reads_it(warehouse, spark):
+    """`upgrade(column_mapping=False)` (`lakehouse upgrade --no-column-mapping`): the feed without column mapping, which
+    delta-rs's change feed reader, its pyarrow reader and Polars refuse. The next merge's feed is exact in delta-rs."""
+    import polars as pl
+
+    from lakehouse_assets import Lakehouse
+
+    lh = Lakehouse(warehouse=warehouse, delta_configuration={"delta.enableChangeDataFeed": "false"})
+    t = "cdf.feed_only"
+    lh.write(people(spark, [(i, f"n{i}", "US") for i in range(20)]), t)
+    upgraded = lh.upgrade(t, column_mapping=False)
+    assert upgraded["change_data_feed_enabled"] and not upgraded["upgraded"]
+    root = lh.load(t).location()
+    protocol = DeltaTable(root).protocol()
+    assert "columnMapping" not in set(protocol.writer_features or []) and protocol.min_reader_version == 1
+    before = lh.write(people(spark, [(99, "n99", "US")]), t)
+    lh.write(people(spark, [(7, "seven", "US"), (8, "eight", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    v = before.delta_version + 1
+    assert assert_feed_equals_changes(lh, t, before) == sorted([
+        (7, "n7", "US", "update_preimage", v), (7, "seven", "US", "update_postimage", v),
+        (8, "n8", "US", "update_preimage", v), (8, "eight", "US", "update_postimage", v),
+    ])
+    assert pl.read_delta(root).height == 21 and DeltaTable(root).to_pyarrow_table().num_rows == 21
+
+
 def cdc_file_rows(lh, t, version: int) -> list[tuple]:
     """The rows of version `version`'s cdc files, read from the Delta log and the files themselves (physical column
     names mapped back to the table's), as `lakehouse_changes` gives them."""

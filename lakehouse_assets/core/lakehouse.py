@@ -175,13 +175,14 @@ class Lakehouse:
         """
         return alter_.alter_columns(self.context, identifier, rename, drop)
 
-    def upgrade(self, identifier: str) -> dict[str, Any]:
-        """Turn Delta column mapping on for a Delta-mirrored table, so renames and drops work in both formats, and its
-        Delta change data feed (a table created before the feed was the default).
+    def upgrade(self, identifier: str, *, column_mapping: bool = True) -> dict[str, Any]:
+        """Turn the Delta change data feed on for a Delta-mirrored table (one created before the feed was the default)
+        and, unless `column_mapping=False`, Delta column mapping, so renames and drops work in both formats
+        (delta-rs's pyarrow reader and Polars refuse column-mapped tables).
 
         Metadata only: a Delta version each and one Iceberg property update; no data file is read or rewritten.
         Idempotent."""
-        return alter_.upgrade_columns(self.context, identifier)
+        return alter_.upgrade_columns(self.context, identifier, column_mapping=column_mapping)
 
     # ------------------------------------------------------------ reads
 

@@ -56,10 +56,10 @@ def alter_columns(ctx: TableContext, identifier: str, rename: Mapping[str, str] 
     return result
 
 
-def upgrade_columns(ctx: TableContext, identifier: str) -> dict[str, Any]:
+def upgrade_columns(ctx: TableContext, identifier: str, column_mapping: bool = True) -> dict[str, Any]:
     """`upgrade_table` of a table by name (the Delta side only when the table mirrors to Delta)."""
     table = ctx.load(identifier)
-    return upgrade_table(table, identifier, ctx.mirror(table) if ctx.delta_enabled(table) else None)
+    return upgrade_table(table, identifier, ctx.mirror(table) if ctx.delta_enabled(table) else None, column_mapping=column_mapping)
 
 
 def alter_table(table: Table, identifier: str, rename: Mapping[str, str] | None = None, drop: Sequence[str] | None = None) -> dict[str, Any]:
@@ -145,15 +145,18 @@ def _validate(table: Table, identifier: str, rename: dict[str, str], drop: list[
 # ---------------------------------------------------------------- upgrade to Delta column mapping
 
 
-def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, attempts: int = 3) -> dict[str, Any]:
+def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, attempts: int = 3, column_mapping: bool = True) -> dict[str, Any]:
     """Turn the Delta change data feed and column mapping on for a Delta-mirrored table, metadata only: the feed's
     table property (its own version, when it is off), then for column mapping one Delta version (protocol and
     metaData: each column's Iceberg field id, and its name in the existing files as its physical name) and one
     Iceberg property update. Idempotent. A rename another engine made on the Iceberg side, which Delta could
-    not follow, lands in the same Delta version."""
+    not follow, lands in the same Delta version. `column_mapping=False` turns the feed on alone: delta-rs's
+    pyarrow reader, Polars and delta-rs's change feed reader refuse column-mapped tables."""
     if mirror is None:
         return {"table": identifier, "upgraded": False, "reason": "the table is Iceberg-only: renames and drops need no upgrade"}
     feed = _enable_change_data_feed(mirror)
+    if not column_mapping:
+        return {"table": identifier, "upgraded": False, "reason": "column mapping not asked for", "change_data_feed_enabled": feed}
     if delta_column_mapping.enabled(table.properties):
         return {"table": identifier, "upgraded": False, "reason": "column mapping is already on", "delta_version": sync_delta(mirror, table),
                 "change_data_feed_enabled": feed}

@@ -29,7 +29,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: setup system-deps demo test smoke lint dev bench docs clean
+.PHONY: setup system-deps demo test smoke connect lint dev bench docs clean
 
 setup: system-deps $(STAMP) $(AZURITE) $(DAGSTER_HOME)/dagster.yaml
 
@@ -62,6 +62,11 @@ test: setup lint
 # rollback, the Dagster runs and a standalone Spark cluster.
 smoke: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "smoke and not java_iceberg" $(PYTEST_ARGS)
+
+# The smoke subset on a Spark Connect session: the suite starts a Spark Connect server in its own process
+# (lakehouse_assets_tests/connect_server.py) and the `spark` fixture and the Dagster resource talk to it. Spark 4 only.
+connect: setup
+	LAKEHOUSE_TEST_SPARK=connect $(PY) -m pytest -q -p no:cacheprovider -m "smoke and not java_iceberg" $(PYTEST_ARGS)
 
 # The architecture contracts ([tool.importlinter] in pyproject.toml: a Dagster-free core, no cycles,
 # layers from the entry points down to storage and errors) and the linter.

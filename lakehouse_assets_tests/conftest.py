@@ -16,11 +16,51 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 
+# LAKEHOUSE_TEST_SPARK=connect (`make connect SPARK=4`): the `spark` fixture is a Spark Connect session to a server
+# the suite starts in a process of its own, and every Spark session the project makes (the Dagster resource's too)
+# goes there. Tests that use no Spark session from the fixture are deselected: they would only repeat the classic run.
+CONNECT = os.environ.get("LAKEHOUSE_TEST_SPARK", "classic") == "connect"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not CONNECT:
+        return
+    deselected = [item for item in items if "spark" not in getattr(item, "fixturenames", ())]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if "spark" in getattr(item, "fixturenames", ())]
+
+
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
+def connect_server(tmp_path_factory):
+    """A Spark Connect server in its own process (connect_server.py), stopped by its PID at the end."""
+    from .connect_server import ConnectServer, available
+
+    if not available():
+        raise RuntimeError("LAKEHOUSE_TEST_SPARK=connect needs PySpark 4 (its package bundles the Spark Connect server): run `make connect SPARK=4`")
+    server = ConnectServer(str(tmp_path_factory.mktemp("spark-connect")), conf={"spark.sql.shuffle.partitions": "4"})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(request, tmp_path_factory):
     from lakehouse_assets.core.spark.session import spark_session
 
     from . import java_iceberg
+
+    if CONNECT:
+        server = request.getfixturevalue("connect_server")
+        os.environ["LAKEHOUSE_SPARK_REMOTE"] = server.url  # every session the project makes, the Dagster resource's too
+        session = spark_session({"spark.sql.shuffle.partitions": "4"})
+        session.client._session_hooks.append(_ExecutionCounter())  # what `spark_jobs` counts on Connect
+        yield session
+        session.stop()
+        os.environ.pop("LAKEHOUSE_SPARK_REMOTE", None)
+        return
 
     # Java Iceberg's jars ride along so any test can read a table with the reference implementation
     # (`java_iceberg.read_metadata`); the project's own code uses no jars. Spark 3.5 only (java_iceberg.available).
@@ -28,6 +68,24 @@ def spark(tmp_path_factory):
     session = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests", **java})
     yield session
     session.stop()
+
+
+class _ExecutionCounter:
+    """A Spark Connect session hook counting the plans the client sends the server to execute."""
+
+    executed = 0
+
+    def on_execute_plan(self, request):
+        type(self).executed += 1
+        return request
+
+
+def spark_jobs(spark) -> int:
+    """How many Spark jobs `spark` has started so far. A Connect client cannot see the server's jobs: every job
+    it causes comes from a plan it sent to execute, so there it counts those (a check that none started is as strict)."""
+    if CONNECT:
+        return _ExecutionCounter.executed
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
 
 @pytest.fixture

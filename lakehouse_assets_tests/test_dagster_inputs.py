@@ -19,6 +19,8 @@ from pyspark.sql import DataFrame as SparkDataFrame
 from lakehouse_assets import Lakehouse
 from lakehouse_assets.core.errors import SpecError
 
+from .conftest import spark_jobs
+
 SEEN: dict[str, object] = {}
 
 
@@ -54,11 +56,6 @@ def _rows(value) -> list[tuple]:
     return sorted(zip(value["id"].to_pylist(), value["amount"].to_pylist()))
 
 
-def _spark_jobs(spark) -> int:
-    tracker = spark.sparkContext.statusTracker()
-    return len(tracker.getJobIdsForGroup(None))
-
-
 @pytest.mark.parametrize(
     "annotation,kind",
     [(pa.Table, pa.Table), (pd.DataFrame, pd.DataFrame), (pl.DataFrame, pl.DataFrame), (pl.LazyFrame, pl.LazyFrame), (SparkDataFrame, SparkDataFrame)],
@@ -69,7 +66,7 @@ def test_each_input_type_reads_the_projection_and_filter(dagster_resources, spar
     assert materialize([orders], resources=dagster_resources).success
     name = f"narrow_{kind.__module__.split('.')[0]}_{kind.__name__.lower()}"
     down = _downstream(name, annotation, NARROW)
-    jobs = _spark_jobs(spark)
+    jobs = spark_jobs(spark)
     assert materialize([orders, down], selection=[down], resources=dagster_resources).success
     value = SEEN[name]
     assert isinstance(value, kind)
@@ -77,9 +74,9 @@ def test_each_input_type_reads_the_projection_and_filter(dagster_resources, spar
     columns = value.collect_schema().names() if isinstance(value, pl.LazyFrame) else value.column_names if isinstance(value, pa.Table) else list(value.columns)
     assert columns == ["id", "amount"]
     if kind is SparkDataFrame:
-        assert _spark_jobs(spark) > jobs  # the tracker sees Spark jobs (this input's collect above)
+        assert spark_jobs(spark) > jobs  # the tracker sees Spark jobs (this input's collect above)
     else:
-        assert _spark_jobs(spark) == jobs, "a non-Spark input started a Spark job"
+        assert spark_jobs(spark) == jobs, "a non-Spark input started a Spark job"
 
 
 def test_time_travel_inputs_by_snapshot_time_and_run(dagster_resources, spark, warehouse):
@@ -112,11 +109,11 @@ def test_partitioned_input_reads_its_partition_without_spark(dagster_resources, 
 
     for day in ("2024-01-01", "2024-01-02"):
         assert materialize([visits], partition_key=day, resources=dagster_resources).success
-    jobs = _spark_jobs(spark)
+    jobs = spark_jobs(spark)
     assert materialize([visits, visit_count], selection=[visit_count], partition_key="2024-01-02", resources=dagster_resources).success
     ts = SEEN["visit_count"]["ts"].to_pylist()
     assert len(ts) == 5 and {t.date() for t in ts} == {dt.date(2024, 1, 2)}
-    assert _spark_jobs(spark) == jobs
+    assert spark_jobs(spark) == jobs
 
 
 def test_polars_output_is_written(dagster_resources, warehouse):

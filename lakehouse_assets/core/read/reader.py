@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from ..io.storage import StorageConfig
 from ..memo import ByImmutableFiles
+from ..spark.compat import default_parallelism, is_connect
 
 
 @dataclass
@@ -152,7 +153,7 @@ def read_parquet_files(
         # Our files (and any Iceberg/Delta writer's) hold proleptic-Gregorian dates and timestamps; without
         # these options Spark refuses values before 1582 / 1900 in files it did not write itself
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
-        df = _relation(spark, spark_schema, uris)
+        df = _relation(spark, spark_schema, uris) if not is_connect(spark) else _connect_parquet(spark, spark_schema, uris)
         if path_column:
             from pyspark.sql import functions as F
 
@@ -164,7 +165,7 @@ def read_parquet_files(
     from ..spark.compat import arrow_schema as to_arrow_schema
 
     reader = ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column, constants or None)
-    return map_paths(spark, uris, reader, out_schema, tasks=min(len(uris), spark.sparkContext.defaultParallelism * 4))
+    return map_paths(spark, uris, reader, out_schema, tasks=min(len(uris), default_parallelism(spark) * 4))
 
 
 def map_paths(spark, uris: list[str], fn, schema, tasks: int):
@@ -242,6 +243,15 @@ def _relation(spark, spark_schema, uris: list[str]):
     return made.dataframe(spark._jsparkSession.baseRelationToDataFrame(made.relation), spark)
 
 
+_REBASE_OPTIONS = {"datetimeRebaseMode": "CORRECTED", "int96RebaseMode": "CORRECTED"}
+
+
+def _connect_parquet(spark, spark_schema, uris: list[str]):
+    """`spark.read.schema(spark_schema).parquet(*uris)` with the rebase options, on a Spark Connect session: the
+    plan travels to the server, which resolves the files when it runs it (no JVM objects here to reuse)."""
+    return spark.read.schema(spark_schema).options(**_REBASE_OPTIONS).parquet(*uris)
+
+
 def _parquet(spark, reader, uris: list[str]):
     """`reader.parquet(*uris)` in one py4j round trip for one file and a fixed number for many. PySpark converts
     the paths to a Java list one round trip per path (py4j's ListConverter): 560 of them for a compaction of 560
@@ -270,7 +280,9 @@ def _configured_reader(spark, spark_schema):
     def make():
         reader = spark.read
         jreader = reader._jreader.schema(spark._jsparkSession.parseDataType(schema_json))
-        reader._jreader = jreader.option("datetimeRebaseMode", "CORRECTED").option("int96RebaseMode", "CORRECTED")
+        for key, value in _REBASE_OPTIONS.items():
+            jreader = jreader.option(key, value)
+        reader._jreader = jreader
         return reader
 
     return _per_session(_JVM_OBJECTS, spark, ("reader", schema_json), make)

@@ -43,7 +43,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from ..spark.compat import column_of_expression
+from ..spark.compat import murmur3_column
 
 MICROS_PER_DAY = 86_400_000_000
 MICROS_PER_HOUR = 3_600_000_000
@@ -58,13 +58,8 @@ def _floor_div(col, divisor: int):
 
 
 def _murmur3(col):
-    """Spark's Murmur3Hash with Iceberg's seed 0 (the public `hash()` fixes seed 42)."""
-    from pyspark.sql import SparkSession
-
-    def murmur3(jvm, expr):
-        return jvm.org.apache.spark.sql.catalyst.expressions.Murmur3Hash(jvm.PythonUtils.toSeq([expr]), 0)
-
-    return column_of_expression(SparkSession.getActiveSession(), murmur3, col)
+    """Spark's Murmur3Hash with Iceberg's seed 0 (the public `hash()` fixes seed 42), or None (a Connect session)."""
+    return murmur3_column(col, 0)
 
 
 def _as_long(col, source_type):
@@ -138,9 +133,10 @@ def transform_column(col, transform, source_type):
         return None
     if isinstance(transform, BucketTransform):
         value = _as_long(col, source_type)
-        if value is None:
+        hashed = _murmur3(value) if value is not None else None
+        if hashed is None:
             return None
-        bucket = F.pmod(_murmur3(value).bitwiseAND(F.lit(0x7FFFFFFF)), F.lit(transform.num_buckets))
+        bucket = F.pmod(hashed.bitwiseAND(F.lit(0x7FFFFFFF)), F.lit(transform.num_buckets))
         return F.when(col.isNull(), F.lit(None)).otherwise(bucket).cast("int")
     return None
 

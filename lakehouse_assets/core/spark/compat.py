@@ -1,6 +1,22 @@
-"""What differs between Spark 3.5 and Spark 4, in one place: the rest of the code runs unchanged on both."""
+"""What differs between Spark lines and between kinds of session, in one place: the rest of the code runs unchanged.
+
+Spark 3.5 and Spark 4; and a classic session (PySpark drives a JVM in this process through py4j) or a Spark Connect
+session (`SparkSession.builder.remote(...)`, Databricks Connect, `spark.api.mode=connect`, `pyspark-client`: no JVM
+here, only the DataFrame API over gRPC). Where a classic session offers something faster through its JVM, the
+classic path keeps it; a Connect session gets a path through the DataFrame API alone. Every JVM access of the
+project lives in this module or behind `is_connect` (the reader's relations).
+"""
 
 from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+log = logging.getLogger("lakehouse")
 
 
 def is_spark3() -> bool:
@@ -41,30 +57,166 @@ def cache_figures(cache_builder) -> tuple[int, int]:
     return int(cache_builder.materializedRowCount()), int(cache_builder.materializedSizeInBytes())
 
 
-_UNKNOWN_SIZE = (1 << 63) - 1  # spark.sql.defaultSizeInBytes: what Spark states for a plan it cannot size
+def is_connect(spark_or_df) -> bool:
+    """Whether a session (or a DataFrame's session) talks Spark Connect: no JVM in this process."""
+    return type(spark_or_df).__module__.startswith("pyspark.sql.connect.")
 
 
-def plan_size_bytes(df) -> int | None:
-    """Spark's estimate of `df`'s size in bytes (the statistics of its optimized plan: files' sizes for a scan,
-    the measured size of a filled cache, row count times row width for generated rows), or None when Spark
-    has none: a plan it cannot size, or a session without the JVM's plan at hand (Spark Connect)."""
-    jdf = getattr(df, "_jdf", None)  # a Spark Connect DataFrame has no JVM handle
-    if jdf is None:
+def murmur3_column(col, seed: int):
+    """Spark's Murmur3Hash of `col` with `seed` (the public `hash()` fixes seed 42), or None where no Column can
+    be built for it: Spark Connect has no way to name a Catalyst expression PySpark does not expose (callers then
+    compute the value in Python on the executors, with pyiceberg's transform)."""
+    from pyspark.sql import SparkSession
+
+    if is_connect(col):
         return None
-    try:
-        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))  # a Scala BigInt (py4j may give an int)
-    except Exception:  # a plan Spark cannot analyze raises later, in the write itself, with its own message
-        return None
-    return size if 0 <= size < _UNKNOWN_SIZE else None
+
+    def murmur3(jvm, expr):
+        return jvm.org.apache.spark.sql.catalyst.expressions.Murmur3Hash(jvm.PythonUtils.toSeq([expr]), seed)
+
+    return column_of_expression(SparkSession.getActiveSession(), murmur3, col)
+
+
+_PARALLELISM: dict[str, int] = {}  # a Connect session's id -> its server's default parallelism
+_PARALLELISM_LOCK = threading.Lock()
 
 
 def default_parallelism(spark) -> int:
-    """The cores Spark runs tasks on (SparkContext.defaultParallelism); on Spark Connect, which has no
-    SparkContext, the session's shuffle partitions."""
+    """How many tasks the cluster runs at once by default (SparkContext.defaultParallelism).
+
+    A Connect session has no SparkContext: `spark.default.parallelism` if the server sets it, else the number of
+    tasks the server splits a range into by default (what it gives any leaf without a count of its own), found
+    by one small job the first time a session asks."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    key = spark.session_id
+    with _PARALLELISM_LOCK:
+        if key in _PARALLELISM:
+            return _PARALLELISM[key]
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured:
+        found = int(configured)
+    else:
+        from pyspark.sql import functions as F
+
+        tasks = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("task"))
+        found = int(tasks.agg(F.max("task")).first()[0]) + 1
+    with _PARALLELISM_LOCK:
+        _PARALLELISM[key] = found
+    return found
+
+
+def collect_arrow(df) -> list:
+    """`df`'s rows on the driver as Arrow record batches (PySpark's own Arrow collect, the one `toPandas` uses)."""
+    if is_connect(df):
+        return df.toArrow().to_batches()
+    return df._collect_as_arrow()
+
+
+def filled_cache_figures(df) -> tuple[int, int] | None:
+    """(rows, bytes) of the filled Spark cache `df` reads through projections only, or None (not cached, not
+    filled, or not knowable: a Connect session cannot see the server's cache figures without a job)."""
+    if is_connect(df):
+        return None
+    try:  # Spark internals (InMemoryRelation / CachedRDDBuilder); any change falls back to the Spark path
+        plan = df._jdf.queryExecution().optimizedPlan()
+        while plan.getClass().getSimpleName() == "Project":
+            plan = plan.child()
+        if plan.getClass().getSimpleName() != "InMemoryRelation":
+            return None
+        cache = plan.cacheBuilder()
+        if not cache.isCachedColumnBuffersLoaded():
+            return None
+        return cache_figures(cache)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def plan_size_bytes(df) -> int | None:
+    """The optimizer's size estimate of `df`'s output in bytes (what Spark's cost-based decisions use), or None.
+
+    Classic: the optimized plan's statistics through the JVM. Connect: the same statistics, from the server's
+    `explain(mode="cost")` text of the DataFrame."""
     try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:
-        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions", "8")))
+        if not is_connect(df):
+            return _known(int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString()))
+        text = df._explain_string(mode="cost")
+    except Exception:  # noqa: BLE001 - an estimate: callers have a default
+        return None
+    m = re.search(r"Statistics\(sizeInBytes=([0-9.]+)\s*([KMGTPE]i)?B", text)
+    if not m:
+        return None
+    return _known(int(float(m.group(1)) * 1024 ** " KMGTPE".index((m.group(2) or " ")[0])))
+
+
+_UNKNOWN_SIZE = (1 << 63) - 1  # spark.sql.defaultSizeInBytes: what Spark states for a plan it cannot size
+
+
+def _known(size: int) -> int | None:
+    return size if 0 <= size < _UNKNOWN_SIZE else None
+
+
+_JOB_GROUP = "spark.jobGroup.id"  # what SparkContext.setJobGroup sets
+
+
+@contextmanager
+def tagged_jobs(spark, tag: str) -> Iterator[None]:
+    """Every Spark job this thread starts inside the block carries `tag`, so `stop_tagged_jobs` can stop them:
+    a job group on a classic session (the previous one is restored), an operation tag on a Connect session."""
+    if is_connect(spark):
+        spark.addTag(tag)
+        try:
+            yield
+        finally:
+            spark.removeTag(tag)
+        return
+    sc = spark.sparkContext
+    previous_group = sc.getLocalProperty(_JOB_GROUP)
+    sc.setLocalProperty(_JOB_GROUP, tag)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty(_JOB_GROUP, previous_group)
+
+
+def stop_tagged_jobs(spark, tag: str, timeout_s: float = 60.0) -> bool:
+    """Cancel what is left of the jobs tagged `tag` (`tagged_jobs`) and wait until none of their tasks runs.
+
+    When a job fails its other tasks are still running (Spark kills them asynchronously). A classic session
+    watches them end through the status tracker and returns True. A Connect session interrupts the tagged
+    operations but cannot see tasks: it returns False, and the caller waits for them to stop another way
+    (`python_task_kill_seconds`)."""
+    if is_connect(spark):
+        try:
+            spark.interruptTag(tag)
+        except Exception as e:  # noqa: BLE001 - the job already failed; the caller still cleans up
+            log.warning("cannot interrupt the operations tagged %s: %s", tag, e)
+        return False
+    sc = spark.sparkContext
+    sc.cancelJobGroup(tag)
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = 0
+        for job_id in tracker.getJobIdsForGroup(tag):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                running += stage.numActiveTasks if stage is not None else 0
+        if not running:
+            return True
+        time.sleep(0.05)
+    log.warning("tasks of the jobs %s still run after %.0f s", tag, timeout_s)
+    return True
+
+
+def python_task_kill_seconds(spark) -> float:
+    """How long Spark lets a cancelled task's Python worker run before it kills it (`spark.python.task.killTimeout`)."""
+    raw = str(spark.conf.get("spark.python.task.killTimeout", "2s") or "2s").strip().lower()
+    m = re.fullmatch(r"([0-9.]+)\s*(ms|s|m|min)?", raw)
+    if not m:
+        return 2.0
+    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0}[m.group(2)]
 
 
 def streaming_query_id(spark) -> str | None:

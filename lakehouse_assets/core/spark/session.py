@@ -1,7 +1,9 @@
 """The project's Spark settings and session, shared by the Dagster resource, the CLI, bench scripts and tests.
 
 Local defaults, then `LAKEHOUSE_SPARK_CONF` (a JSON object of Spark settings), `LAKEHOUSE_SPARK_MASTER`,
-then explicit overrides: the same code runs against a cluster.
+`LAKEHOUSE_SPARK_REMOTE` (a Spark Connect URL, `sc://host:port`), then explicit overrides: the same code runs
+against a cluster, or a Spark Connect server. A Connect session gets the session settings (`spark.sql.*`) only:
+the rest belongs to the server, which was configured when it started.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import json
 import os
 import sys
 from typing import Any, Optional
+
+from .compat import is_connect
 
 DEFAULT_SPARK_CONFIG: dict[str, Any] = {
     "spark.master": "local[2]",
@@ -34,7 +38,11 @@ def spark_config(overrides: Optional[dict[str, Any]] = None) -> dict[str, Any]:
             raise ValueError(f"LAKEHOUSE_SPARK_CONF must be a JSON object of Spark settings: {e}") from None
     if master := os.environ.get("LAKEHOUSE_SPARK_MASTER"):
         config["spark.master"] = master
+    if remote := os.environ.get("LAKEHOUSE_SPARK_REMOTE"):
+        config["spark.remote"] = remote
     config.update(overrides or {})
+    if config.get("spark.remote"):
+        return {k: v for k, v in config.items() if k == "spark.remote" or k.startswith("spark.sql.")}
     return config
 
 
@@ -54,7 +62,8 @@ def spark_session(overrides: Optional[dict[str, Any]] = None):
     for key, value in spark_config(overrides).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    if not is_connect(session):  # a Connect server's log is the server's
+        session.sparkContext.setLogLevel("ERROR")
     return session
 
 

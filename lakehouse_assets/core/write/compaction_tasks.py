@@ -19,6 +19,7 @@ from pyiceberg.manifest import DataFile
 
 from ..model import FileChanges
 from ..read.reader import ParquetFileReader, path_batches
+from ..spark.compat import default_parallelism
 from .target import WriteTarget
 
 # Tasks per core: bins are dealt round-robin, largest first, so a few tasks per core even out unequal bins.
@@ -44,7 +45,7 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     if not bins:
         return []
     bins.sort(key=lambda kb: sum(f.file_size_in_bytes for f in kb[1]), reverse=True)
-    tasks = min(len(bins), spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
+    tasks = min(len(bins), default_parallelism(spark) * TASKS_PER_CORE)
     write_id = uuid.uuid4().hex[:16]
     writer = target.file_writer(settings, write_id)
     reader = target.row_reader()

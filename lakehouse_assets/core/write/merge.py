@@ -40,6 +40,7 @@ from ..model import FileChanges, MergeOptions
 from ..properties import SummaryKeys
 from ..read.reader import file_uris
 from ..schema.type_mapping import iceberg_to_spark_schema
+from ..spark.compat import collect_arrow, filled_cache_figures
 from . import merge_tasks
 from .target import WriteTarget
 
@@ -181,7 +182,7 @@ def _keys_on_driver(df, keys: Sequence[str], cached_rows: int | None, whole: boo
         return None
     collected = df if whole else df.select(*keys)  # (a select of every column costs py4j round trips, ~30 ms)
     try:
-        batches = collected._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
+        batches = collect_arrow(collected)  # PySpark's Arrow collect (toPandas uses it)
     except AttributeError:  # a private API: if it goes, the Spark road remains
         return None
     values = pa.Table.from_batches(batches) if batches else pa.Table.from_batches([], _arrow_schema(collected.schema))
@@ -216,21 +217,8 @@ def _filled_cache_rows(df) -> int | None:
 def _filled_cache(df) -> tuple[int, int] | None:
     """(rows, bytes) of the cache `df` reads (through projections only) if it is filled and at most
     SMALL_BATCH_BYTES (a CDC batch the caller cached and counted, or one the merge's own check filled); else None."""
-    from ..spark.compat import cache_figures
-
-    try:  # Spark internals (InMemoryRelation / CachedRDDBuilder); any change falls back to the Spark path
-        plan = df._jdf.queryExecution().optimizedPlan()
-        while plan.getClass().getSimpleName() == "Project":
-            plan = plan.child()
-        if plan.getClass().getSimpleName() != "InMemoryRelation":
-            return None
-        cache = plan.cacheBuilder()
-        if not cache.isCachedColumnBuffersLoaded():
-            return None
-        rows, size = cache_figures(cache)
-        return (rows, size) if size <= SMALL_BATCH_BYTES else None
-    except Exception:  # noqa: BLE001
-        return None
+    cached = filled_cache_figures(df)
+    return cached if cached is not None and cached[1] <= SMALL_BATCH_BYTES else None
 
 
 def _checks_of(values: pa.Table, keys: Sequence[str]) -> tuple[dict, pa.Table]:

@@ -21,6 +21,7 @@ from ..errors import InputError
 from ..model import FileChanges
 from ..read.reader import ParquetFileReader, map_paths, path_batches
 from ..schema.type_mapping import SPARK_FIELD_ID_KEY
+from ..spark.compat import collect_arrow, default_parallelism
 from .target import WriteTarget
 
 # A small batch's upserts of at most this much Arrow travel with the tasks of its one-job rewrite, each
@@ -40,7 +41,7 @@ def files_holding(spark, target: "WriteTarget", files: list[DataFile], values: p
 
     holder = _KeyHolder(*_key_reader(target, values))
     schema = StructType([StructField("path", StringType(), False)])
-    hits = map_paths(spark, [f.file_path for f in files], holder, schema, tasks=min(len(files), spark.sparkContext.defaultParallelism))
+    hits = map_paths(spark, [f.file_path for f in files], holder, schema, tasks=min(len(files), default_parallelism(spark)))
     return {r[0] for r in hits.collect()}
 
 
@@ -150,7 +151,7 @@ def rewrite_in_one_job(
     groups = _task_groups(spec, keyer, candidates, upserts_by_key)
     if not groups:
         return []
-    tasks = min(len(groups), spark.sparkContext.defaultParallelism)
+    tasks = min(len(groups), default_parallelism(spark))
     write_id = uuid.uuid4().hex[:16]
     writer = target.file_writer(settings, write_id)
     spark_schema = target.spark_schema()
@@ -183,7 +184,7 @@ def _upserts_by_partition(target: "WriteTarget", spec, keyer, settings: dict, up
             value_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
             to_collect = to_collect.select("*", *[e.alias(k) for e, k in zip(exprs, value_columns)])
         try:
-            collected = to_collect._collect_as_arrow()  # PySpark's Arrow collect (toPandas uses it)
+            collected = collect_arrow(to_collect)  # PySpark's Arrow collect (toPandas uses it)
         except AttributeError:  # a private API: if it goes, the shuffled rewrite remains
             return None
         except Exception as e:  # e.g. a partition value refused by its Spark expression: one line, as the writer's

@@ -98,18 +98,16 @@ def run_write_job(mapped, write_id: str, *, storage: StorageConfig, root_uri: st
     return one small row per file (never table rows). If any task fails, every file of the write is
     removed before the error (one line, naming the table and the executor's cause, which stays the
     `__cause__`) reaches the caller."""
-    sc = mapped.sparkSession.sparkContext
-    group = f"lakehouse-write-{write_id}"
-    previous_group = sc.getLocalProperty(_JOB_GROUP)
-    sc.setLocalProperty(_JOB_GROUP, group)  # this write's jobs, to wait for their tasks if it fails
+    from ..spark.compat import tagged_jobs
+
+    spark = mapped.sparkSession
+    tag = f"lakehouse-write-{write_id}"
     try:
-        return mapped.collect()
+        with tagged_jobs(spark, tag):  # this write's jobs, to stop their tasks if it fails
+            return mapped.collect()
     except Exception as e:
-        _stop_tasks(sc, group)
-        remove_written_files(storage, root_uri, write_id)
+        _stop_tasks_and_remove_files(spark, tag, storage, root_uri, write_id)
         raise executor_error(table_name, storage, root_uri, e) from e
-    finally:
-        sc.setLocalProperty(_JOB_GROUP, previous_group)
 
 
 def written_files(rows) -> list[WrittenFile]:
@@ -167,46 +165,51 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
     )
 
 
-_JOB_GROUP = "spark.jobGroup.id"  # what SparkContext.setJobGroup sets
+def _stop_tasks_and_remove_files(spark, tag: str, storage: StorageConfig, root_uri: str, write_id: str) -> None:
+    """Stop what still runs of a failed write's jobs, then remove every file it wrote. When a job fails, its other
+    tasks are still running (Spark kills them asynchronously): one of them could open a file after the driver swept
+    the write's files, and a killed Python worker cannot remove it.
 
-
-def _stop_tasks(sc, group: str, timeout_s: float = 60.0) -> None:
-    """Cancel what is left of a failed write's jobs and wait until none of their tasks runs. When a job
-    fails, its other tasks are still running (Spark kills them asynchronously): one of them could open
-    a file after the driver swept the write's files, and a killed Python worker cannot remove it."""
+    A classic session sees the tasks end. A Connect session cannot see tasks: its tasks are interrupted, and the
+    write's files are swept until Spark has surely killed every Python worker of the job (its kill timeout, plus a
+    margin) and a sweep finds nothing left."""
     import time
 
-    sc.cancelJobGroup(group)
-    tracker = sc.statusTracker()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        running = 0
-        for job_id in tracker.getJobIdsForGroup(group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job is not None else ():
-                stage = tracker.getStageInfo(stage_id)
-                running += stage.numActiveTasks if stage is not None else 0
-        if not running:
+    from ..spark.compat import python_task_kill_seconds, stop_tagged_jobs
+
+    if stop_tagged_jobs(spark, tag):
+        remove_written_files(storage, root_uri, write_id)
+        return
+    settle_until = time.monotonic() + python_task_kill_seconds(spark) + _CONNECT_KILL_MARGIN_S
+    deadline = settle_until + 60.0
+    while True:
+        found = remove_written_files(storage, root_uri, write_id)
+        now = time.monotonic()
+        if (now >= settle_until and not found) or now >= deadline:
             return
-        time.sleep(0.05)
-    log.warning("tasks of the failed write %s still run after %.0f s; removing its files now", group, timeout_s)
+        time.sleep(0.25)
 
 
-def remove_written_files(storage: StorageConfig, root_uri: str, write_id: str) -> None:
+_CONNECT_KILL_MARGIN_S = 2.0  # past the kill timeout: the executor's monitor checks a killed task once a timeout
+
+
+def remove_written_files(storage: StorageConfig, root_uri: str, write_id: str) -> int:
     """Delete every file of one write (its names start with the write id) under `<root>/data/`: what the
-    finished tasks of a failed job wrote, and what killed tasks could not clean up themselves."""
+    finished tasks of a failed job wrote, and what killed tasks could not clean up themselves. Returns how many
+    it found."""
     fs, root = storage.filesystem(join_uri(root_uri, "data"))
     try:
         found = fs.get_file_info(pa.fs.FileSelector(root, recursive=True, allow_not_found=True))
     except OSError as e:  # the storage error itself (e.g. access denied) is what the caller reports
         log.warning("cannot list %s to remove a failed write's files: %s", root, e)
-        return
-    for info in found:
-        if info.type == pa.fs.FileType.File and info.base_name.startswith(f"{write_id}-"):
-            try:
-                fs.delete_file(info.path)
-            except OSError as e:
-                log.warning("cannot remove %s of a failed write: %s", info.path, e)
+        return 0
+    mine = [info for info in found if info.type == pa.fs.FileType.File and info.base_name.startswith(f"{write_id}-")]
+    for info in mine:
+        try:
+            fs.delete_file(info.path)
+        except OSError as e:
+            log.warning("cannot remove %s of a failed write: %s", info.path, e)
+    return len(mine)
 
 
 def executor_error(table_name: str, storage: StorageConfig, root_uri: str, error: BaseException) -> Exception:

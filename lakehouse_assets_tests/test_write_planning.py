@@ -65,3 +65,12 @@ def test_a_data_frame_without_a_jvm_plan_is_written_by_every_core(spark):
 
     assert plan_size_bytes(NoJvmPlan()) is None
     assert write_tasks(NoJvmPlan(), SMALL_TARGET) == spark.sparkContext.defaultParallelism
+
+
+def test_an_input_the_caller_coalesced_keeps_its_fewer_tasks(lh, spark):
+    """Spark folds `coalesce(1).coalesce(n)` into `coalesce(n)`: the writer never coalesces to more partitions than
+    the input has, so a caller's `coalesce(1)` of an input of unknown size still writes one file."""
+    df = spark.createDataFrame([(i, f"n{i}") for i in range(50)], "id long, name string").repartition(2).coalesce(1)
+    assert plan_size_bytes(df) is None or write_tasks(df, SMALL_TARGET) >= 1
+    assert lh.write(df, "t.coalesced").files_added == 1
+    assert lh.write(df.repartition(3, "id"), "t.coalesced").files_added <= 3  # no more files than input partitions

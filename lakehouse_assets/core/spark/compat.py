@@ -132,6 +132,16 @@ def filled_cache_figures(df) -> tuple[int, int] | None:
         return None
 
 
+def num_partitions(df) -> int | None:
+    """How many partitions (tasks) `df`'s plan has, or None where that is not known without running it (Connect)."""
+    if is_connect(df):
+        return None
+    try:
+        return int(df.rdd.getNumPartitions())  # plans, runs no job
+    except Exception:  # noqa: BLE001 - an estimate: callers have a default
+        return None
+
+
 def plan_size_bytes(df) -> int | None:
     """The optimizer's size estimate of `df`'s output in bytes (what Spark's cost-based decisions use), or None.
 
@@ -139,7 +149,7 @@ def plan_size_bytes(df) -> int | None:
     `explain(mode="cost")` text of the DataFrame."""
     try:
         if not is_connect(df):
-            return _known(int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString()))
+            return _known(int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())))  # a Scala BigInt, or an int from py4j
         text = df._explain_string(mode="cost")
     except Exception:  # noqa: BLE001 - an estimate: callers have a default
         return None

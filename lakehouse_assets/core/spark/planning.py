@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .compat import default_parallelism, plan_size_bytes
+from .compat import default_parallelism, num_partitions, plan_size_bytes
 
 TASKS_PER_CORE = 4  # at most; more only adds per-task overhead, since each task writes many files if it must
 SPLIT_BYTES = 16 * 1024 * 1024  # data smaller than this per core is written by fewer tasks (one below 16 MiB)
@@ -28,3 +28,10 @@ def write_tasks(df, target_file_size: int) -> int:
     by_size = math.ceil(size / max(1, target_file_size))
     spread = min(cores, math.ceil(size / SPLIT_BYTES))
     return max(1, min(most, max(by_size, spread)))
+
+
+def at_most(df, tasks: int):
+    """`df` in at most `tasks` partitions, without a shuffle. Never more than it has: Spark folds two coalesces
+    into the outer one, so `coalesce(n)` of a DataFrame the caller coalesced to fewer would undo the caller's."""
+    current = num_partitions(df)
+    return df if current is not None and current <= tasks else df.coalesce(tasks)

@@ -30,6 +30,7 @@ from ..read.changes import CHANGE_TYPE, rows_changed_between, snapshot_changed_r
 from ..schema.spec import delta_partition_columns
 from ..schema.type_mapping import arrow_file_schema, conform_batch, iceberg_to_spark_schema
 from ..spark.compat import default_parallelism
+from ..spark.planning import at_most
 from ..spark.session import active_session
 from ..table.evolution import column_names_moved, types_were_widened
 
@@ -69,7 +70,7 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
         # shuffle partition: a Python task's fixed cost would otherwise make a small merge's feed cost more than the merge.
         read = sum(f.file_size_in_bytes for f in change.adds) + sum(f.file_size_in_bytes for f in change.removes)
         tasks = max(1, min(default_parallelism(spark), -(-read // CHANGE_BYTES_PER_TASK)))
-        files = [r.asDict() for r in rows.coalesce(tasks).mapInArrow(writer, "path string, size long, partition_values string").collect()]
+        files = [r.asDict() for r in at_most(rows, tasks).mapInArrow(writer, "path string, size long, partition_values string").collect()]
     if not files:
         files = [writer.empty_file({key: None for _, key, _ in partitions})]
     return [

@@ -24,7 +24,7 @@ from ..errors import InputError, WriteError
 from ..io.storage import StorageConfig, join_uri
 from ..model import WrittenFile
 from ..schema.type_mapping import arrow_file_schema
-from ..spark.planning import write_tasks
+from ..spark.planning import at_most, write_tasks
 from .parquet_files import FILE_ROW_FIELDS, FileWriter
 from .partition_keys import PARTITION_KEY_COLUMN, PARTITION_VALUE_PREFIX, PartitionKeyer, decode_partition_value
 
@@ -69,10 +69,10 @@ def write_files(
             df = df.repartition(tasks, *key_columns)  # each key in one task; the writer fans out by key (no sort)
         else:
             keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
-            keyed = df.coalesce(tasks).mapInArrow(keyer, keyed_schema)  # the Python pass in as many tasks as the write
+            keyed = at_most(df, tasks).mapInArrow(keyer, keyed_schema)  # the Python pass in as many tasks as the write
             df = keyed.repartition(tasks, F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
     else:
-        df = df.coalesce(tasks)  # no shuffle; fewer partitions only (an input with fewer keeps its own)
+        df = at_most(df, tasks)  # no shuffle; fewer partitions only (an input with fewer keeps its own)
     writer = FileWriter(
         root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level,
         key_columns=key_columns, keyer=keyer if key_columns else None, input_names=_input_names(schema, file_names),

@@ -59,9 +59,10 @@ def test_daemon_launches_compaction_repair_and_scheduled_maintenance_by_itself(s
     root = Path(tempfile.mkdtemp(prefix="lakehouse-daemon-"))
     warehouse = root / "warehouse"
     lh = Lakehouse(str(warehouse))
-    # Many small files: 16 Spark tasks write 16 files in one commit (all far below the 128 MB target).
-    small = spark.range(0, 1600, numPartitions=16).select("id", (F.col("id") % 7).alias("k"))
-    lh.write(small, "ops.small_files")
+    # Many small files: 16 small appends (a write plans its own tasks from the data's size, so one write of this
+    # little data is one file), all far below the 128 MB target.
+    for part in range(16):
+        lh.write(spark.range(part * 100, (part + 1) * 100).select("id", (F.col("id") % 7).alias("k")), "ops.small_files")
     # A lagging Delta log: the second write's Delta commit fails (its log is unreadable while it runs).
     rows = spark.range(0, 100).select("id", F.lit("x").alias("v"))
     lh.write(rows, "ops.lagging")

@@ -45,9 +45,8 @@ def change_data_differences(table: Table, mirror: DeltaMirror, delta) -> tuple[d
     feed = con.execute(
         f"SELECT count(*), coalesce(sum(hash({text})::HUGEINT * CASE WHEN _change_type IN {_REMOVES_ROW} THEN -1 ELSE 1 END), 0) FROM {cdc_src}"
     ).fetchone()
-    aliased = ", ".join(f'"{c}"::VARCHAR AS "{c}"' for c in columns)
-    sides = [f"SELECT {aliased}, -1 AS s FROM {_parquet([f.file_path for f in change.removes])}" if change.removes else None,
-             f"SELECT {aliased}, 1 AS s FROM {_parquet([f.file_path for f in change.adds])}" if change.adds else None]
+    sides = [_side(con, [f.file_path for f in change.removes], columns, -1) if change.removes else None,
+             _side(con, [f.file_path for f in change.adds], columns, 1) if change.adds else None]
     both = " UNION ALL ".join(s for s in sides if s)
     names = ", ".join(f'"{c}"' for c in columns)
     truth = con.execute(
@@ -73,6 +72,15 @@ def _cdc_actions(mirror: DeltaMirror, version: int) -> list[dict]:
 def _exists(mirror: DeltaMirror, uri: str) -> bool:
     fs, path = mirror.storage.filesystem(uri)
     return fs.get_file_info(path).type == pafs.FileType.File
+
+
+def _side(con, uris: list[str], columns: list[str], sign: int) -> str:
+    """The rows of `uris` as text columns `columns`, each row signed: files written before a column was added lack
+    it, and their rows hold NULL there (as every reader of the table sees them)."""
+    src = _parquet(uris)
+    present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+    cols = ", ".join(f'"{c}"::VARCHAR AS "{c}"' if c in present else f'NULL::VARCHAR AS "{c}"' for c in columns)
+    return f"SELECT {cols}, {sign} AS s FROM {src}"
 
 
 def _parquet(uris: list[str]) -> str:

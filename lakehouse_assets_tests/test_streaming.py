@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from lakehouse_assets import MergeOptions, TableOptions, Window
 
-from .conftest import assert_all_readers_agree
+from .conftest import CONNECT, assert_all_readers_agree
 
 SCHEMA = "id long, name string, amount long, op string"
 
@@ -66,6 +66,16 @@ def expected(rs: list[dict]) -> list[tuple]:
     return [tuple(r[c] for c in sorted(r)) for r in rs]  # the readers' rows: columns by name
 
 
+def stream_batches(lh, identifier: str) -> list[tuple[str, str, int]]:
+    """(query id, batch id, rows added) of each stream batch the table's Iceberg snapshots record, oldest first."""
+    out = []
+    for snapshot in lh.load(identifier).metadata.snapshots:
+        summary = snapshot.summary.additional_properties
+        if "lakehouse.stream.batch-id" in summary:
+            out.append((summary["lakehouse.stream.query-id"], summary["lakehouse.stream.batch-id"], int(summary["added-records"])))
+    return out
+
+
 @pytest.mark.smoke
 def test_append_stream_records_query_and_batch_in_both_formats_and_a_replay_commits_nothing(lh, spark, duck, tmp_path):
     landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
@@ -73,32 +83,38 @@ def test_append_stream_records_query_and_batch_in_both_formats_and_a_replay_comm
     for i in range(3):
         land(landing, f"part-{i}.json", rows(i * 10, 10))
         all_rows += rows(i * 10, 10)
-    sink = lh.stream_writer("db.events")
+    # On Spark Connect the sink runs in the server's Python process (a pickled copy): it cannot see the query's
+    # id, so it is given the stream's name, and what it returns stays there (the tables tell what it did).
+    name = "events-stream" if CONNECT else None
+    sink = lh.stream_writer("db.events", query_id=name)
     query = run_stream(spark, landing, checkpoint, sink)
-    assert [r.rows_written for r in sink.results] == [10, 10, 10]
+    stream_id = name or str(query.id)
+    assert stream_batches(lh, "db.events") == [(stream_id, "0", 10), (stream_id, "1", 10), (stream_id, "2", 10)]
+    if not CONNECT:
+        assert [r.rows_written for r in sink.results] == [10, 10, 10]
     assert_all_readers_agree(lh, spark, duck, "db.events", expected(all_rows))
     delta = DeltaTable(lh.table_location("db.events"))
-    assert delta.transaction_version(str(query.id)) == 2  # Delta's txn: appId = the query id, version = the batch id
-    table = lh.load("db.events")
-    summary = table.current_snapshot().summary.additional_properties
-    assert (summary["lakehouse.stream.query-id"], summary["lakehouse.stream.batch-id"]) == (str(query.id), "2")
+    assert delta.transaction_version(stream_id) == 2  # Delta's txn: appId = the stream's id, version = the batch id
 
     # Spark replays the last batch (its end was never recorded): nothing is committed again, in either format.
-    version, snapshots = delta.version(), len(table.metadata.snapshots)
+    version, snapshots = delta.version(), len(lh.load("db.events").metadata.snapshots)
     assert forget_last_batch(checkpoint) == 2
-    replay = lh.stream_writer("db.events")
+    replay = lh.stream_writer("db.events", query_id=name)
     run_stream(spark, landing, checkpoint, replay)
-    assert [r.duplicate_of_earlier_write for r in replay.results] == [True]
+    if not CONNECT:
+        assert [r.duplicate_of_earlier_write for r in replay.results] == [True]
     assert len(lh.load("db.events").metadata.snapshots) == snapshots
     assert DeltaTable(lh.table_location("db.events")).version() == version
 
     # New files after the restart: exactly those land, as batch 3.
     land(landing, "part-3.json", rows(30, 5))
-    more = lh.stream_writer("db.events")
+    more = lh.stream_writer("db.events", query_id=name)
     run_stream(spark, landing, checkpoint, more)
-    assert [r.rows_written for r in more.results] == [5]
+    assert stream_batches(lh, "db.events")[3:] == [(stream_id, "3", 5)]
+    if not CONNECT:
+        assert [r.rows_written for r in more.results] == [5]
     assert_all_readers_agree(lh, spark, duck, "db.events", expected(all_rows + rows(30, 5)))
-    assert DeltaTable(lh.table_location("db.events")).transaction_version(str(query.id)) == 3
+    assert DeltaTable(lh.table_location("db.events")).transaction_version(stream_id) == 3
     assert lh.verify("db.events", deep=True)["agree"]
 
 
@@ -305,3 +321,17 @@ def test_two_hundred_small_batches_then_scheduled_maintenance_leave_bounded_file
     assert len(live_data_files(table)) == 1 and len(table.metadata.snapshots) == 2
     assert lh.read(spark, "db.trickle").count() == 400
     assert lh.verify("db.trickle", deep=True)["agree"]
+
+
+def test_a_lakehouse_pickles_as_its_arguments_and_the_copy_opens_the_same_catalog(tmp_path):
+    """What a Spark Connect server's Python process receives of a sink: a Lakehouse made again, not a connection."""
+    import pickle
+
+    from lakehouse_assets import Lakehouse
+
+    lh = Lakehouse(str(tmp_path / "warehouse"), delta_configuration={"delta.logRetentionDuration": "interval 7 days"})
+    lh.catalog.create_namespace("db")
+    copy = pickle.loads(pickle.dumps(lh.stream_writer("db.events", query_id="events-stream"))).lakehouse
+    assert copy is not lh and copy.warehouse == lh.warehouse and copy.catalog is not lh.catalog
+    assert ("db",) in copy.catalog.list_namespaces()
+    assert copy.delta_configuration["delta.logRetentionDuration"] == "interval 7 days"

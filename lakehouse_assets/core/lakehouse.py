@@ -69,7 +69,12 @@ class Lakehouse:
         foreign_delta_commits: str | None = None,
         delta_glue: GlueDeltaRegistration | dict | None = None,
     ):
+        # What a pickled copy is made again from (a Spark Connect stream's sink runs in the server's Python process).
         warehouse = warehouse or os.environ.get("LAKEHOUSE_WAREHOUSE") or "./warehouse"
+        self._arguments = dict(
+            warehouse=warehouse, catalog_name=catalog_name, catalog_properties=catalog_properties, storage=storage,
+            delta_configuration=delta_configuration, foreign_delta_commits=foreign_delta_commits, delta_glue=delta_glue,
+        )
         # The stored form of the URI (e.g. Azure's container@account) and the storage settings it implies.
         warehouse, storage = (storage or StorageConfig.from_env()).for_warehouse(warehouse)
         # What the commit pipeline, maintenance and repair receive instead of the facade.
@@ -83,6 +88,10 @@ class Lakehouse:
         )
         # Tables without the property `lakehouse.delta.foreign-commits` follow this ("refuse" or "adopt").
         self.foreign_delta_default = foreign_delta.policy_of({}, foreign_delta_commits or foreign_delta.REFUSE)
+
+    def __reduce__(self):
+        """Pickled as the arguments it was made with: the copy opens its own catalog (a connection does not travel)."""
+        return (_made_from, (self._arguments,))
 
     # ------------------------------------------------------------ tables
 
@@ -351,3 +360,7 @@ class Lakehouse:
         return repair_table(
             self.context, identifier, apply_deletes=apply_deletes, adopt_delta=adopt_delta, revert_delta=revert_delta, rewrite_files=rewrite_files, spark=spark
         )
+
+
+def _made_from(arguments: dict[str, Any]) -> Lakehouse:
+    return Lakehouse(**arguments)

@@ -115,6 +115,8 @@ def _shuffled_input(spark, target: WriteTarget, removes: list[DataFile], total_b
     """The files' rows as a DataFrame for the writer (which shuffles a partitioned table's rows by key)."""
     df = target.read(spark, removes)
     if not target.table.spec().fields:
-        # Unpartitioned: one output per target size.
-        df = df.coalesce(max(1, math.ceil(total_bytes / settings.target_bytes)))
+        # Unpartitioned: one output per target size. A shuffle, not a coalesce: the writer coalesces to the tasks it
+        # plans from the size estimate, and Spark collapses a coalesce over a coalesce into the outer one (it would
+        # undo this count), while a coalesce over a shuffle keeps the smaller of the two.
+        df = df.repartition(max(1, math.ceil(total_bytes / settings.target_bytes)))
     return df

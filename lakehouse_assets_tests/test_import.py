@@ -97,6 +97,24 @@ def test_a_spark_partitioned_dataset_is_imported(lh, spark, duck, tmp_path):
     still_agrees_after_writes(lh, spark, duck, "imp.sparkparts", rows)
 
 
+def test_orphan_cleanup_keeps_the_foreign_files_of_imported_spark_and_delta_rs_tables(lh, spark, duck, tmp_path):
+    """`_SUCCESS`, Spark's `.part-*.crc` and the Delta log of an imported source survive full maintenance with grace 0."""
+    rows = source_rows(8)
+    spark.createDataFrame(rows, COLUMNS).write.partitionBy("country").parquet(str(tmp_path / "sp"))
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    write_deltalake(str(tmp_path / "dl"), data, partition_by=["country"])
+    expected = sorted(((c, i, n) for i, n, c in rows), key=repr)
+    for name, folder in (("imp.orph_sp", "sp"), ("imp.orph_dl", "dl")):
+        before = set(tree_digest(tmp_path / folder))
+        lh.import_table(name, str(tmp_path / folder))
+        lh.maintain(name, "full_maintenance", spark=spark, orphan_grace_hours=0, snapshot_retention_days=3650, min_snapshots_to_keep=100)
+        assert before <= set(tree_digest(tmp_path / folder)), name
+        assert assert_all_readers_agree(lh, spark, duck, name, expected, columns=["country", "id", "name"])
+        deep = lh.verify(name, deep=True)
+        assert deep["agree"], deep["differences"]
+    assert any(p.endswith(".crc") for p in tree_digest(tmp_path / "sp")) and "_SUCCESS" in tree_digest(tmp_path / "sp")
+
+
 def test_files_whose_types_disagree_are_refused_naming_file_and_column_and_nothing_changes(lh, tmp_path):
     root = tmp_path / "mixed"
     root.mkdir()

@@ -97,6 +97,24 @@ def test_a_spark_partitioned_dataset_is_imported(lh, spark, duck, tmp_path):
     still_agrees_after_writes(lh, spark, duck, "imp.sparkparts", rows)
 
 
+def test_orphan_cleanup_keeps_the_foreign_files_of_imported_spark_and_delta_rs_tables(lh, spark, duck, tmp_path):
+    """`_SUCCESS`, Spark's `.part-*.crc` and the Delta log of an imported source survive full maintenance with grace 0."""
+    rows = source_rows(8)
+    spark.createDataFrame(rows, COLUMNS).write.partitionBy("country").parquet(str(tmp_path / "sp"))
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    write_deltalake(str(tmp_path / "dl"), data, partition_by=["country"])
+    expected = sorted(((c, i, n) for i, n, c in rows), key=repr)
+    for name, folder in (("imp.orph_sp", "sp"), ("imp.orph_dl", "dl")):
+        before = set(tree_digest(tmp_path / folder))
+        lh.import_table(name, str(tmp_path / folder))
+        lh.maintain(name, "full_maintenance", spark=spark, orphan_grace_hours=0, snapshot_retention_days=3650, min_snapshots_to_keep=100)
+        assert before <= set(tree_digest(tmp_path / folder)), name
+        assert assert_all_readers_agree(lh, spark, duck, name, expected, columns=["country", "id", "name"])
+        deep = lh.verify(name, deep=True)
+        assert deep["agree"], deep["differences"]
+    assert any(p.endswith(".crc") for p in tree_digest(tmp_path / "sp")) and "_SUCCESS" in tree_digest(tmp_path / "sp")
+
+
 def test_files_whose_types_disagree_are_refused_naming_file_and_column_and_nothing_changes(lh, tmp_path):
     root = tmp_path / "mixed"
     root.mkdir()
@@ -322,6 +340,44 @@ def test_java_iceberg_reads_imported_files_without_field_ids_or_partition_column
         lh.import_table(name, str(tmp_path / folder))
         java = java_iceberg.read_metadata(spark, lh.load(name).metadata_location).collect()
         assert rows_of(java, ["country", "id", "name"]) == expected, name
+
+
+@pytest.mark.java_iceberg
+def test_orphan_cleanup_after_an_import_keeps_the_pre_import_metadata_retained_snapshots_need(lh, spark, duck):
+    """A Java Hadoop table keeps its manifests, manifest lists and `version-hint.text` under `metadata/`. Once our
+    commits roll the imported metadata JSON out of the metadata log, orphan cleanup must still keep every manifest
+    list and manifest a retained snapshot references: the pre-import snapshots stay readable."""
+    name = f"{java_iceberg.CATALOG}.jimp.kept"
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(f"CREATE TABLE {name} (id bigint, name string, country string) USING iceberg PARTITIONED BY (country)")
+    rows = source_rows()
+    spark.createDataFrame(rows[:6], COLUMNS).writeTo(name).append()
+    spark.createDataFrame(rows[6:], COLUMNS).writeTo(name).append()
+    warehouse = spark.conf.get(f"spark.sql.catalog.{java_iceberg.CATALOG}.warehouse")
+    root = os.path.join(warehouse[len("file:"):] if warehouse.startswith("file:") else warehouse, "jimp", "kept")
+    lh.import_table("jimp.kept", root)
+    with lh.load("jimp.kept").transaction() as tx:  # roll the imported metadata JSON out of the log quickly
+        tx.set_properties({"write.metadata.previous-versions-max": "1"})
+    expected = [(c, i, n) for i, n, c in rows]
+    for i in range(3):
+        lh.write(spark.createDataFrame([(200 + i, f"w{i}", "FR")], COLUMNS), "jimp.kept", mode="append")
+        expected.append(("FR", 200 + i, f"w{i}"))
+    table = lh.load("jimp.kept")
+    first = min(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
+    needed = {s.manifest_list for s in table.metadata.snapshots} | {m.manifest_path for s in table.metadata.snapshots for m in s.manifests(table.io)}
+    assert any("/jimp/kept/metadata/" in u for u in needed)  # the pre-import metadata is referenced
+
+    lh.maintain("jimp.kept", "full_maintenance", spark=spark, orphan_grace_hours=0, snapshot_retention_days=3650, min_snapshots_to_keep=100)
+
+    table = lh.load("jimp.kept")
+    assert first.snapshot_id in {s.snapshot_id for s in table.metadata.snapshots}
+    missing = [u for u in needed if not os.path.exists(u[len("file:"):] if u.startswith("file:") else u)]
+    assert missing == []
+    assert sorted(table.scan(snapshot_id=first.snapshot_id).to_arrow().column("id").to_pylist()) == list(range(6))
+    assert assert_all_readers_agree(lh, spark, duck, "jimp.kept", sorted(expected, key=repr), columns=["country", "id", "name"])
+    deep = lh.verify("jimp.kept", deep=True)
+    assert deep["agree"], deep["differences"]
+    assert java_iceberg.read_metadata(spark, table.metadata_location).count() == len(expected)
 
 
 # ---------------------------------------------------------------- the command line

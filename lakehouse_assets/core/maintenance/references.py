@@ -108,6 +108,25 @@ def metadata_dirs(root: str, table: Table) -> set[str]:
     return out
 
 
+def metadata_files(root: str, table: Table) -> set[str]:
+    """Relative paths of the Iceberg metadata every retained snapshot needs, computed rather than
+    guessed by folder: the metadata JSONs of the log, each snapshot's manifest list and manifests, and
+    a Hadoop catalog's `version-hint.text` next to them (an imported table keeps its pre-import
+    metadata where its writer put it, which the metadata log may no longer name)."""
+    uris = {table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)}
+    for snap in table.metadata.snapshots:
+        uris.add(snap.manifest_list)
+        uris |= {m.manifest_path for m in snap.manifests(table.io)}
+    uris |= {u.rsplit("/", 1)[0] + "/version-hint.text" for u in list(uris)}
+    out = set()
+    for uri in uris:
+        try:
+            out.add(relative_to(root, normalize_uri(uri)))
+        except ValueError:
+            continue  # outside the table root: never listed anyway
+    return out
+
+
 def is_catalog_metadata(relative: str, dirs: set[str]) -> bool:
     # Iceberg metadata (JSON, manifest lists, manifests) is never an orphan, wherever the catalog put it.
     return relative.endswith(".metadata.json") or any(relative.startswith(d) for d in dirs if d != "/")

@@ -25,6 +25,7 @@ from .references import (
     is_protected_path,
     list_files,
     metadata_dirs,
+    metadata_files,
     mtime_ms,
     now_ms,
     referenced_files,
@@ -118,6 +119,7 @@ def orphan_cleanup(ctx: TableContext, identifier: str, settings: MaintenanceSett
     listed = list_files(ctx, root)
     referenced = referenced_files(ctx, ctx.load(identifier))
     meta_dirs = metadata_dirs(root, table)
+    referenced |= metadata_files(root, ctx.load(identifier))
     orphans, young = [], 0
     for info in listed:
         rel = info.path[len(prefix):] if info.path.startswith(prefix) else None

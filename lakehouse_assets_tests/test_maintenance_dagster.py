@@ -87,11 +87,12 @@ def test_nightly_schedule_requests_full_maintenance_of_every_table():
 
 
 def test_compaction_sensor_requests_compaction_past_the_threshold(lh, spark, resource):
-    lh.write(batch(spark, 0), "dm.few")  # two small files from one write: below the thresholds
+    # Small writes are planned into one task, so partitioning by `g` is what gives each write two files.
+    lh.write(batch(spark, 0), "dm.few", partition_by=["g"])  # two small files from one write: below the thresholds
     with build_sensor_context(resources={"lakehouse": resource}) as context:
         assert isinstance(compaction_sensor(context), SkipReason)
     for start in range(10, 70, 10):  # six writes of two files: 12 small files, 100% of the table
-        lh.write(batch(spark, start), "dm.many")
+        lh.write(batch(spark, start), "dm.many", partition_by=["g"])
     with build_sensor_context(resources={"lakehouse": resource}) as context:
         requests = compaction_sensor(context)
     tables = {r.run_config["ops"][OP_NAME]["config"]["tables"][0]: r for r in requests}

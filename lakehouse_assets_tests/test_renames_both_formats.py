@@ -146,9 +146,10 @@ def test_new_tables_get_column_mapping_from_the_table_property_or_the_resource(l
     lh.write(spark.sql("SELECT id, concat('s', id) AS s, id AS extra FROM range(4, 6)"), t)
     lh.alter(t, rename={"s": "label"})
     lh.write(spark.sql("SELECT id, concat('m', id) AS label, id AS extra FROM range(3, 7)"), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    lh.write(spark.sql("SELECT 7 AS id, 'a7' AS label, 7 AS extra"), t)  # a second small file beside the merge's
     compacted = lh.maintain(t, "compaction", spark=spark)
     assert compacted["files_rewritten"] > 0, compacted
-    expected = [(0, "s0", None), (1, "s1", None), (2, "s2", None), *[(i, f"m{i}", i) for i in range(3, 7)]]
+    expected = [(0, "s0", None), (1, "s1", None), (2, "s2", None), *[(i, f"m{i}", i) for i in range(3, 7)], (7, "a7", 7)]
     assert_readers(lh, spark, duck, t, ["id", "label", "extra"], expected)
 
 

@@ -277,6 +277,64 @@ def test_rows_outside_the_slice_are_refused_and_nothing_is_committed(dagster_res
     assert lh.tables() == before
 
 
+# ------------------------------------------------------------------ merge into a partition's slice
+
+# What each day's run of the merged asset returns: (id, ts hour, amount, op); op "D" deletes the key.
+ORDERS: dict[str, list[tuple]] = {}
+
+
+def _orders_asset(partition_by):
+    metadata = {"partition_expr": "ts", "write_mode": "merge", "merge_keys": ["id"], "merge_operation_column": "op", "merge_delete_values": ["D"]}
+    if partition_by:
+        metadata["partition_by"] = partition_by
+
+    @asset(key_prefix=["p"], name="orders", partitions_def=days, metadata=metadata)
+    def orders(context: AssetExecutionContext, pyspark: PySparkResource):
+        base = dt.datetime.fromisoformat(context.partition_key).replace(tzinfo=UTC)
+        rows = [(i, base + dt.timedelta(hours=h), a, op) for i, h, a, op in ORDERS[context.partition_key]]
+        return pyspark.spark_session.createDataFrame(rows, "id string, ts timestamp, amount long, op string")
+
+    return orders
+
+
+@pytest.mark.parametrize("partition_by", [["day(ts)"], None], ids=["day-partitioned", "unpartitioned-compacted"])
+def test_a_partitioned_asset_merges_its_rows_by_key_into_its_slice_only(dagster_resources, warehouse, spark, duck, partition_by):
+    """Key `a` exists on both days: the merge of 2024-01-02 updates, deletes and inserts there and never touches 2024-01-03.
+    Unpartitioned and compacted, one file holds both days: the merge matches that file row by row inside the slice."""
+    from lakehouse_assets import Lakehouse
+
+    lh = Lakehouse(warehouse)
+    orders = _orders_asset(partition_by)
+    ORDERS.update({"2024-01-02": [("a", 1, 1, "U"), ("b", 2, 2, "U"), ("c", 3, 3, "U")], "2024-01-03": [("a", 1, 10, "U"), ("d", 2, 11, "U")]})
+    for day in ORDERS:
+        assert materialize([orders], resources=dagster_resources, partition_key=day).success
+    if partition_by is None:
+        assert lh.maintain("p.orders", "compaction", spark=spark)["files_added"] == 1
+    ORDERS["2024-01-02"] = [("a", 4, 5, "U"), ("c", 3, 3, "D"), ("e", 5, 6, "U")]
+    result = materialize([orders], resources=dagster_resources, partition_key="2024-01-02")
+    assert result.success
+    md = _metadata(result, ["p", "orders"])
+    assert md["write_mode"] == "merge" and md["partition_slice"] == "ts in [2024-01-02 00:00:00+00:00, 2024-01-03 00:00:00+00:00)"
+
+    def row(i, day, h, amount):  # columns sorted: amount, id, ts
+        return (amount, i, dt.datetime(2024, 1, day, h).isoformat())
+
+    expected = [row("a", 2, 4, 5), row("b", 2, 2, 2), row("e", 2, 5, 6), row("a", 3, 1, 10), row("d", 3, 2, 11)]
+    assert_all_readers_agree(lh, spark, duck, "p.orders", expected)
+    assert lh.history("p.orders")[0]["operation"] == "merge"
+    # The same partition again (a retry, a re-run) leaves the same rows.
+    assert materialize([orders], resources=dagster_resources, partition_key="2024-01-02").success
+    assert_all_readers_agree(lh, spark, duck, "p.orders", expected)
+    # An upsert outside the slice is refused naming it; nothing is committed.
+    ORDERS["2024-01-02"] = [("f", 30, 7, "U")]  # hour 30: the next day
+    before = lh.load("p.orders").current_snapshot().snapshot_id
+    failed = materialize([orders], resources=dagster_resources, partition_key="2024-01-02", raise_on_error=False)
+    error = str([e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"][0].event_specific_data.error)
+    assert "Table p.orders: the merge into partition slice ts in [2024-01-02 00:00:00+00:00, 2024-01-03 00:00:00+00:00) has rows outside it" in error
+    assert "ts=2024-01-03 06:00:00" in error and "nothing was committed" in error
+    assert lh.load("p.orders").current_snapshot().snapshot_id == before
+
+
 # ------------------------------------------------------------------ partition mappings on load_input
 
 

@@ -6,8 +6,8 @@ used. Then:
 
 - a project made by `create-dagster project` scaffolds `lakehouse_assets.LakehouseComponent` with
   `dg scaffold defs`, configures it in `defs.yaml`, passes `dg check defs`, lists the checks, jobs, schedule
-  and sensors, and materializes its own day-partitioned table and its own table merged by a key with
-  `dg launch`; the formats_agree checks pass and both formats read back the rows;
+  and sensors, and materializes its own day-partitioned table merged by a key (twice: the second run
+  updates and adds orders) and its own unpartitioned merged table with `dg launch`; the formats_agree checks pass and both formats read back the rows;
 - a plain `Definitions` project merges `lakehouse_definitions(...)` and does the same with `dagster`.
 
 Resolving the dependency set from the package index takes minutes here, so the wheels it resolves to are
@@ -35,6 +35,7 @@ VENV_BIN = Path(sys.executable).parent
 
 ORDERS = '''
 import datetime as dt
+import os
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
@@ -42,10 +43,16 @@ from dagster_pyspark import PySparkResource
 daily = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 
 
-@dg.asset(key=["sales", "orders"], partitions_def=daily, metadata={"partition_by": ["day(order_time)"], "partition_expr": "order_time"})
+@dg.asset(
+    key=["sales", "orders"],
+    partitions_def=daily,
+    metadata={"partition_by": ["day(order_time)"], "partition_expr": "order_time", "write_mode": "merge", "merge_keys": ["order_id"]},
+)
 def orders(context: dg.AssetExecutionContext, pyspark: PySparkResource):
     day = dt.datetime.fromisoformat(context.partition_key).replace(tzinfo=dt.timezone.utc)
-    rows = [(i, f"c{i % 3}", day + dt.timedelta(hours=i), 10.0 * i) for i in range(6)]
+    # The day's orders as the source has them: a later run sees orders 3-5 changed and orders 6-7 new.
+    ids, scale = (range(6), 10.0) if os.environ.get("SHOP_ORDERS_BATCH", "1") == "1" else (range(3, 8), 100.0)
+    rows = [(i, f"c{i % 3}", day + dt.timedelta(hours=i), scale * i) for i in ids]
     return pyspark.spark_session.createDataFrame(rows, "order_id long, customer_id string, order_time timestamp, amount double")
 
 
@@ -138,8 +145,9 @@ def project_env(user_env, tmp_path: Path, **extra) -> dict[str, str]:
 
 def assert_tables(warehouse: Path, duck):
     iceberg, delta = read_both_formats(warehouse, "sales.orders", duck)
-    assert [r[0] for r in iceberg] == list(range(6)) and [r["order_id"] for r in delta] == list(range(6))
-    assert sum(r[3] for r in iceberg) == sum(r["amount"] for r in delta) == 150.0
+    # Merged by order_id: orders 0-2 from the first run, 3-7 from the second.
+    assert [r[0] for r in iceberg] == list(range(8)) and [r["order_id"] for r in delta] == list(range(8))
+    assert sum(r[3] for r in iceberg) == sum(r["amount"] for r in delta) == 10.0 * (0 + 1 + 2) + 100.0 * (3 + 4 + 5 + 6 + 7)
     iceberg, delta = read_both_formats(warehouse, "sales.customers", duck)
     assert iceberg == [(r["customer_id"], r["name"]) for r in delta] == [("c0", "Ada"), ("c1", "Grace"), ("c2", "Edsger")]
 
@@ -187,6 +195,7 @@ def test_dg_project_with_the_lakehouse_component(user_env, tmp_path, duck):
     assert sorted(s["name"] for s in listed["sensors"]) == ["lakehouse_compaction_sensor", "lakehouse_delta_lag_sensor", "lakehouse_foreign_commits_sensor"]
 
     run([dg, "launch", "--assets", "sales/orders", "--partition", "2024-01-02"], cwd=project, env=env)
+    run([dg, "launch", "--assets", "sales/orders", "--partition", "2024-01-02"], cwd=project, env={**env, "SHOP_ORDERS_BATCH": "2"})
     run([dg, "launch", "--assets", "sales/customers"], cwd=project, env=env)
     assert check_statuses(Path(env["DAGSTER_HOME"]), ["sales/orders", "sales/customers"]) == {"sales/orders": "SUCCEEDED", "sales/customers": "SUCCEEDED"}
     assert_tables(project / "warehouse", duck)
@@ -222,6 +231,7 @@ def test_plain_definitions_project_with_the_factory(user_env, tmp_path, duck):
     assert schedules.strip() == "[('lakehouse_nightly_maintenance', '15 1 * * *')] ['lakehouse_delta_lag_sensor', 'lakehouse_foreign_commits_sensor']"
 
     run([dagster, "asset", "materialize", *target, "--select", "sales/orders", "--partition", "2024-01-02"], cwd=project, env=env)
+    run([dagster, "asset", "materialize", *target, "--select", "sales/orders", "--partition", "2024-01-02"], cwd=project, env={**env, "SHOP_ORDERS_BATCH": "2"})
     run([dagster, "asset", "materialize", *target, "--select", "sales/customers"], cwd=project, env=env)
     assert check_statuses(Path(env["DAGSTER_HOME"]), ["sales/orders", "sales/customers"]) == {"sales/orders": "SUCCEEDED", "sales/customers": "SUCCEEDED"}
     assert_tables(project / "warehouse", duck)

@@ -174,13 +174,13 @@ class WriteRequest:
         identifier = self.spec.identifier
         if self.mode not in MODES:
             raise SpecError(f"Table {identifier}: unknown write mode {self.mode!r}; use 'append', 'overwrite' or 'merge'.")
-        if self.window is not None and self.mode != Operation.OVERWRITE:
-            raise SpecError(f"Table {identifier}: a partition window or slice can only be overwritten (mode='overwrite').")
+        if self.window is not None and self.mode not in (Operation.OVERWRITE, Operation.MERGE):
+            raise SpecError(f"Table {identifier}: a partition window or slice is overwritten (mode='overwrite') or merged into (mode='merge'), not appended to.")
 
     def summary(self) -> dict[str, str]:
         """The snapshot-summary keys every write records (copied into the Delta commitInfo)."""
         out = {
-            SummaryKeys.OPERATION: Operation.OVERWRITE_WINDOW if self.window is not None else self.mode,
+            SummaryKeys.OPERATION: Operation.OVERWRITE_WINDOW if self.window is not None and self.merge is None else self.mode,
             SummaryKeys.WRITER: json.dumps(self.writer or {}, sort_keys=True),
         }
         if self.write_id is not None:

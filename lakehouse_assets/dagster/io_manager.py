@@ -69,8 +69,8 @@ DEFAULT_NAMESPACE = "default"
 class WriteMode(Enum):
     """What a materialization does to its table (asset metadata `write_mode`), as in dagster-iceberg.
 
-    A partitioned asset always replaces its partition's slice: `append` and `overwrite` both mean
-    "overwrite the slice" there, and `merge` is refused.
+    A partitioned asset writes its partition's slice: `append` and `overwrite` both mean "overwrite the
+    slice" there, and `merge` merges the partition's rows by key into the slice (rows outside it never change).
     """
 
     append = "append"
@@ -244,10 +244,9 @@ class LakehouseIOManager(ConfigurableIOManager):
         mode = WriteMode.from_metadata(asset, metadata.get("write_mode"))
         part = None
         if context.has_asset_partitions:
-            if mode is WriteMode.merge:
-                raise SpecError(f"Asset {asset}: write_mode 'merge' is not supported on a partitioned asset; a partition overwrites its slice.")
             part = partition_slice(asset, context.asset_partitions_def, context.asset_partition_keys, metadata.get("partition_expr"))
-            mode = WriteMode.overwrite  # a partition replaces its own slice: re-runs are idempotent
+            if mode is not WriteMode.merge:
+                mode = WriteMode.overwrite  # a partition replaces its own slice: re-runs are idempotent
         label = _partition_label(context)
         kwargs: dict[str, Any] = dict(
             partition_by=metadata.get("partition_by") or None,

@@ -18,6 +18,8 @@
    no shuffle, no second job); any other batch is rewritten in Spark (an anti-join, then `write_files`,
    which shuffles by partition). Files without a matched key are never opened for writing and stay
    live as they are.
+A merge given a window (a Dagster partition's slice) writes only upserts inside it and matches only rows inside
+it; files straddling its edges are matched row by row in Spark.
 The commit pipeline commits removes (matched files) + adds (the rewrite) as ONE Iceberg overwrite snapshot,
 which the Delta mirror turns into ONE Delta commit (remove + add).
 """
@@ -40,6 +42,7 @@ from ..model import FileChanges, MergeOptions
 from ..properties import SummaryKeys
 from ..read.reader import file_uris
 from ..schema.type_mapping import iceberg_to_spark_schema
+from ..schema.window import Slice, files_inside
 from ..spark.compat import collect_arrow, filled_cache_figures
 from . import merge_tasks
 from .target import WriteTarget
@@ -273,11 +276,15 @@ def _literal(v):
     return v.isoformat() if isinstance(v, dt.date) else v  # pyiceberg binds ISO strings to date columns
 
 
-def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOptions, changes: "FileChanges") -> MergeStats:
+def plan(
+    spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOptions, changes: "FileChanges", window: Slice | None = None
+) -> MergeStats:
     """Write the merged files into `changes` (adds, removes = matched files); returns the pruning stats.
 
     `target.schema` is the table's schema, evolved if the batch adds columns; existing files may hold
-    narrower types (`target.cast_files`).
+    narrower types (`target.cast_files`). With a `window` (a partitioned asset merging its partition), the
+    batch's upserts must lie inside it and only the table's rows inside it are matched: rows outside it
+    are never changed, whatever their keys.
     """
     from pyspark.sql import functions as F
 
@@ -290,10 +297,16 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     existing_columns = {f.name for f in table.schema().fields}
     # A key column the table does not have yet is null in every existing row: nothing can match.
     # An empty batch matches nothing (its key filter would be AlwaysTrue: every file a candidate).
+    if window is not None:
+        _check_inside(target.identifier, batch, window)
     if table.current_snapshot() is not None and set(keys) <= existing_columns and key_stats.distinct_keys:
         stats.live_files = _live_file_count(table)
-        candidates = live_data_files(table, row_filter=_key_filter(batch, keys, key_stats))
+        row_filter = _key_filter(batch, keys, key_stats)
+        candidates = live_data_files(table, row_filter=row_filter if window is None else And(row_filter, window.expression(table)))
     stats.candidate_files = len(candidates)
+    # Files that hold rows on both sides of the window are matched row by row in Spark, the window applied.
+    straddling = window is not None and bool(files_inside(table, window, candidates)[1])
+    inside = (lambda df: F.coalesce(window.spark_filter(df.schema), F.lit(False))) if straddling else None
     matched: list[DataFile] = []
     # A small batch's keys: from the check (a cached batch), or now from the cache the check filled (one tiny
     # job, which the shorter matching repays). A deduplicated batch is a window over the input, not a projection
@@ -302,25 +315,30 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     def upserts():
         return _conform(batch.filter(~F.col(_DELETE)), spark_schema)
 
-    if values is not None:
+    if values is not None and not straddling:
         on_driver = _upserts_of(key_stats.rows, batch.schema, spark_schema) if key_stats.rows is not None else None
         rewritten = merge_tasks.rewrite_in_one_job(spark, target, candidates, values, upserts, changes, upserts_on_driver=on_driver)
         if rewritten is not None:
             stats.matched_files = len(rewritten)
             changes.removes += rewritten
             return stats
-    if candidates and values is not None:
+    if candidates and values is not None and not straddling:
         holding = merge_tasks.files_holding(spark, target, candidates, values)
         matched = [f for f in candidates if f.file_path in holding]
     elif candidates:
         by_uri = {f.file_path: f for f in candidates}
         existing = target.read(spark, candidates, path_column=_PATH)
+        existing = existing.filter(inside(existing)) if inside else existing
         hits = existing.select(*keys, _PATH).join(batch_keys, keys, "left_semi")
         spelled = [r[0] for r in hits.select(_PATH).distinct().collect()]  # file paths only
         matched = [by_uri[u] for u in file_uris(spelled, list(by_uri))]
     stats.matched_files = len(matched)
     if matched:
-        kept = target.read(spark, matched).join(batch_keys, keys, "left_anti")
+        rows = target.read(spark, matched)
+        if inside:
+            kept = rows.filter(~inside(rows)).unionByName(rows.filter(inside(rows)).join(batch_keys, keys, "left_anti"))
+        else:
+            kept = rows.join(batch_keys, keys, "left_anti")
         merged = kept.unionByName(upserts())
     else:
         merged = upserts()
@@ -330,6 +348,21 @@ def plan(spark, target: "WriteTarget", batch, key_stats: KeyStats, opts: MergeOp
     target.write(merged, changes)
     changes.removes += matched
     return stats
+
+
+def _check_inside(identifier: str, batch, window: Slice) -> None:
+    """A partition's merge writes inside its slice: an upsert outside it would land in another partition's rows.
+    Delete rows only name keys, so they are not checked."""
+    from pyspark.sql import functions as F
+
+    upserts = batch.filter(~F.col(_DELETE))
+    outside = upserts.filter(window.outside_filter(upserts.schema)).select(*window.columns).limit(5).collect()
+    if outside:
+        examples = "; ".join(", ".join(f"{c}={r[c]}" for c in window.columns) for r in outside)
+        raise InputError(
+            f"Table {identifier}: the merge into partition slice {window.describe()} has rows outside it (or null in "
+            f"{', '.join(window.columns)}), e.g. {examples}. Filter the DataFrame to the partition's slice; nothing was committed."
+        )
 
 
 def _conform(df, spark_schema):

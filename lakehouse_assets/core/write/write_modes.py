@@ -5,7 +5,7 @@
     overwrite_window    the new files (all rows inside the window or slice, see window.py); live files
                         wholly inside it removed; files straddling its edges rewritten without its rows
     merge               see merge.py (`merge.plan`): matched files rewritten without the batch's keys,
-                        plus the batch's upserts
+                        plus the batch's upserts; with a window, only rows inside it are matched
     widen               added to another plan when a column type widens on a Delta-mirrored table
 
 Every plan records each file it writes in `FileChanges.created` as soon as it exists, so whoever
@@ -31,7 +31,7 @@ def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *
         what = "A merge" if request.merge is not None else "A window overwrite" if request.window is not None else "Widening a column"
         refuse_delete_files(target.table, what)
     if request.merge is not None:
-        stats = merge_.plan(df.sparkSession, target, df, key_stats, request.merge, changes)
+        stats = merge_.plan(df.sparkSession, target, df, key_stats, request.merge, changes, window=request.window)
         extra = merge_.summary_properties(stats, request.merge)
     elif request.window is not None:
         overwrite_window(target, df, request.window, changes)

@@ -208,7 +208,8 @@ def repair(ctx, table: str, as_json: bool, apply_deletes: bool, rewrite_files: b
 @click.option(
     "--apply-deletes",
     is_flag=True,
-    help="An Iceberg source with other engines' delete files: first rewrite the data files they remove rows from (Spark), as `repair --apply-deletes` does.",
+    help="Apply row-level deletes first: an Iceberg source's delete files (Spark rewrites the data files they remove rows from, as "
+    "`repair --apply-deletes` does), a Delta source's deletion vectors (delta-rs rewrites the files that carry them).",
 )
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context

@@ -217,7 +217,13 @@ def read_everywhere(
         # DuckDB's delta_scan reads the latest version.
         out["duckdb_delta"] = duck_rows(f"SELECT {cols} FROM {duckdb_readers.delta_scan_sql(root)}")
     delta = DeltaTable(local_root, version=delta_version, storage_options=delta_options)
-    out["delta_rs"] = rows_of(pa.table(delta.to_pyarrow_table()).to_pylist(), columns)
+    if "deletionVectors" in (delta.protocol().reader_features or []):
+        # delta-rs's pyarrow reader refuses the feature (even with no vector left); its DataFusion reader supports it.
+        from deltalake import QueryBuilder
+
+        out["delta_rs"] = rows_of(pa.table(QueryBuilder().register("t", delta).execute("SELECT * FROM t").read_all()).to_pylist(), columns)
+    else:
+        out["delta_rs"] = rows_of(pa.table(delta.to_pyarrow_table()).to_pylist(), columns)
     out["spark_delta"] = rows_of(lh.read(spark, identifier, delta_version=delta_version).collect(), columns)
     return out
 

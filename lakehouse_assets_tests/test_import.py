@@ -197,6 +197,40 @@ def test_a_delta_table_with_deletion_vectors_is_refused_and_left_as_it_was(lh, t
     assert "imp.dv" not in lh.table_names()
 
 
+def test_deletion_vectors_are_purged_by_an_import_that_applies_deletes(lh, spark, duck, tmp_path):
+    """With apply_deletes, delta-rs first rewrites the file that carries a vector (a Delta version that changes no row):
+    Iceberg then holds that rewritten file and the untouched file of the other partition, and no deleted row."""
+    root = tmp_path / "dv_partitioned"
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    write_deltalake(str(root), data, partition_by=["country"])
+    adds = [a["add"] for a in map(json.loads, (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()) if "add" in a]
+    (de,) = [a for a in adds if a["partitionValues"] == {"country": "DE"}]
+    (us,) = [a for a in adds if a["partitionValues"] == {"country": "US"}]
+    assert pq.read_table(root / de["path"]).column("id").to_pylist()[1:3] == [2, 4]
+    commit = [
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}},
+        {"remove": {"path": de["path"], "partitionValues": de["partitionValues"], "deletionTimestamp": 1, "dataChange": True}},
+        {"add": {**de, "dataChange": True, "deletionVector": inline_deletion_vector([1, 2])}},  # deletes ids 2 and 4
+        {"commitInfo": {"operation": "DELETE", "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0"}},
+    ]
+    (root / "_delta_log" / "00000000000000000001.json").write_text("\n".join(json.dumps(a) for a in commit) + "\n")
+    before = tree_digest(root)
+    with pytest.raises(ImportRefused, match=r"imp\.dv_partitioned: 1 live file\(s\) .* carry deletion vectors.*apply_deletes=True.*--apply-deletes"):
+        lh.import_table("imp.dv_partitioned", str(root))
+    assert tree_digest(root) == before
+
+    report = lh.import_table("imp.dv_partitioned", str(root), apply_deletes=True)
+
+    assert report["deletion_vectors_purged"] == 1 and report["rows"] == 10
+    optimize = [h for h in DeltaTable(str(root)).history() if h["version"] == 2][0]
+    assert optimize["operation"] == "OPTIMIZE" and optimize["operationMetrics"]["numFilesRemoved"] == 1
+    live = {os.path.relpath(t.file.file_path.removeprefix("file://"), root) for t in lh.load("imp.dv_partitioned").scan().plan_files()}
+    assert us["path"] in live and de["path"] not in live and len(live) == 2
+    assert pa.table(DeltaTable(str(root)).deletion_vectors()).num_rows == 0
+    still_agrees_after_writes(lh, spark, duck, "imp.dv_partitioned", [r for r in rows if r[0] not in (2, 4)])
+
+
 _SAIL_COLUMN_MAPPED = """
 import sys
 from pysail.spark import SparkConnectServer

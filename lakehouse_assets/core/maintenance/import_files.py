@@ -13,6 +13,8 @@ Delta column ids are the Iceberg field ids, the first Iceberg schema names the c
 the files hold) and a rename in the same import gives them their Delta names.
 
 A Delta source keeps its log: one Delta version of ours records the snapshot as mirrored (later writes mirror on top).
+Files with deletion vectors are refused, or on request (`purge_deletion_vectors`) first rewritten by delta-rs without
+the rows their vectors delete: a Delta version that changes no row, as Delta Lake's `REORG TABLE ... APPLY (PURGE)`.
 A Parquet dataset gets a new Delta log: version 0 (schema) and version 1 (the files).
 """
 
@@ -256,8 +258,9 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
         raise ImportRefused(
             f"Table {identifier}: {len(with_vectors)} live file(s) of the Delta table at {root_uri} carry deletion vectors (rows deleted "
             f"by marking them, the file left as it was), e.g. {with_vectors[:3]}. Iceberg would read those rows as live. Nothing was "
-            "imported. Purge them with the engine that wrote them (Delta Lake on Spark or Databricks: `REORG TABLE ... APPLY (PURGE)`), "
-            "which rewrites the files without vectors, then import again."
+            "imported. Import with apply_deletes=True (`lakehouse import --apply-deletes`) to rewrite those files without the deleted "
+            "rows first, or purge them with the engine that wrote them (Delta Lake on Spark or Databricks: "
+            "`REORG TABLE ... APPLY (PURGE)`), then import again."
         )
     live = live_files(delta)
     outside = [p for p in live if "://" in p or p.startswith(("/", ".."))]
@@ -274,3 +277,43 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
     for path, row in sorted(live.items()):
         existing.files.append((path, int(row["size_bytes"]), dict(row.get("partition") or {})))
     return existing
+
+
+def purge_deletion_vectors(identifier: str, delta) -> int:
+    """Rewrite the live files that carry deletion vectors without the rows the vectors delete; returns how many.
+
+    delta-rs's optimize reads through the vectors and commits removes that carry them, in one Delta version with
+    `dataChange=false`. Its compaction leaves a lone file alone, its Z-order rewrites every file of the partitions it
+    is given: so Z-order, on only the partitions that hold vectors (on the whole table when unpartitioned or when a
+    partition value is null). It runs in this process, like the rest of delta-rs.
+    """
+    from ..formats.delta_adoption import files_with_deletion_vectors, live_files
+    from ..io.storage import relative_to
+
+    with_vectors = files_with_deletion_vectors(delta)
+    if not with_vectors:
+        return 0
+    if delta_column_mapping.is_mapped(delta):
+        raise ImportRefused(
+            f"Table {identifier}: the Delta table uses column mapping, which delta-rs does not rewrite. Nothing was imported. Purge its "
+            "deletion vectors with the engine that wrote them (`REORG TABLE ... APPLY (PURGE)`), then import again."
+        )
+    partition_columns = list(delta.metadata().partition_columns)
+    order_by = [f.name for f in delta.schema().fields if f.name not in partition_columns and isinstance(f.type, _primitive_type())]
+    if not order_by:
+        raise ImportRefused(f"Table {identifier}: no primitive column outside the partition columns to rewrite the files by. Nothing was imported.")
+    live = live_files(delta)
+    partitions = {tuple(sorted((live[relative_to(delta.table_uri, uri)].get("partition") or {}).items())) for uri in with_vectors}
+    if not partition_columns or any(v is None for p in partitions for _, v in p):
+        partitions = {()}
+    for partition in sorted(partitions, key=repr):
+        filters = [(column, "=", str(value)) for column, value in partition] or None
+        delta.optimize.z_order(order_by[:1], partition_filters=filters)
+        delta.update_incremental()
+    return len(with_vectors)
+
+
+def _primitive_type():
+    from deltalake.schema import PrimitiveType
+
+    return PrimitiveType

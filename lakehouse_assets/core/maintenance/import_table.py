@@ -9,7 +9,8 @@ What `source` is decides the way in (`source_kind`):
   through it. Its Delta log is created at the table location: version 0 (schema), version 1 (its live files). Other
   engines' delete files are applied first with `apply_deletes=True` (as `repair --apply-deletes` does), else refused;
   so are partition evolution, files outside the location and identity partitions Delta cannot express.
-* a folder with `_delta_log/`: the Iceberg table is created over the Delta table's live files (core/maintenance/import_files.py).
+* a folder with `_delta_log/`: the Iceberg table is created over the Delta table's live files (core/maintenance/import_files.py);
+  files with deletion vectors are first rewritten without their deleted rows with `apply_deletes=True`, else refused.
 * any other folder: a Parquet dataset, flat or Hive-partitioned, registered in both formats over the same files.
 
 A refused import changes nothing; an import that fails midway undoes what it created (catalog entry, `_iceberg/`,
@@ -47,6 +48,7 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
         from deltalake import DeltaTable
 
         delta = DeltaTable(location, storage_options=ctx.storage.delta_options(location))
+        purged = import_files.purge_deletion_vectors(identifier, delta) if apply_deletes else 0
         existing = import_files.delta_files(identifier, delta, location)
         table = import_files.create_over_files(ctx, identifier, existing, location)
         try:
@@ -56,7 +58,7 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
             import_files.drop_created(ctx, identifier, location)
             raise
         delta.update_incremental()
-        return _report(identifier, kind, location, ctx.load(identifier), delta.version(), len(existing.files))
+        return {**_report(identifier, kind, location, ctx.load(identifier), delta.version(), len(existing.files)), "deletion_vectors_purged": purged}
     existing = import_files.parquet_dataset(ctx, identifier, location)
     _refuse_if_present(ctx, identifier, location, "_delta_log", "a Delta log")
     table = import_files.create_over_files(ctx, identifier, existing, location)

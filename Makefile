@@ -86,7 +86,9 @@ bench: setup
 	$(MAKE) setup SPARK=4
 	.venv/bin/python bench/spark_lines.py $(LINES_ARGS) --out .venv/bench-lines.json
 	.venv-spark4/bin/python bench/spark_lines.py $(LINES_ARGS) --out .venv-spark4/bench-lines.json
-	{ printf '\n## Our timings on each Spark line\n\n'; .venv/bin/python bench/spark_lines.py --compare .venv/bench-lines.json .venv-spark4/bench-lines.json; } >> docs/performance.md
+	.venv-spark4/bin/python bench/spark_lines.py $(LINES_ARGS) --connect --out .venv-spark4/bench-lines-connect.json
+	{ printf '\n## Our timings on each Spark line, classic and Spark Connect\n\n'; \
+	  .venv/bin/python bench/spark_lines.py --compare .venv/bench-lines.json .venv-spark4/bench-lines.json .venv-spark4/bench-lines-connect.json; } >> docs/performance.md
 
 # The documentation site (MkDocs, Material theme); --strict fails on any warning. `make test` builds it too
 # (lakehouse_assets_tests/test_docs.py).

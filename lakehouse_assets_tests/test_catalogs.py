@@ -167,3 +167,29 @@ def test_maintenance_on_every_backend(backend, spark):
     assert fs.get_file_info(path).is_file
     assert metadata_before  # the previous metadata may be expired, the current one must exist
     assert_all_readers_agree(lh, spark, duck, ident, expected(0, 40), duck_formats=backend.duck_formats)
+
+
+def test_import_of_a_pyiceberg_table_in_place_on_every_backend(backend, spark):
+    """A table another engine (pyiceberg) created and wrote in the backend's catalog and storage is managed in place:
+    its Iceberg metadata stays as it is, a Delta log is added over its live files, and a merge keeps both agreeing."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    lh = backend.lakehouse()
+    duck = duckdb_readers.connect(lh.storage)
+    namespace = backend.namespace()
+    ident = f"{namespace}.foreign"
+    lh.catalog.create_namespace(namespace)
+    table = lh.catalog.create_table(ident, schema=pa.schema([("id", pa.int64()), ("name", pa.string())]))
+    table.append(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}))
+    before = table.refresh().metadata_location
+
+    report = lh.import_table(ident)
+
+    assert report["source_format"] == "iceberg" and report["rows"] == 3 and report["delta_version"] == 1
+    assert lh.load(ident).metadata_location == before
+    location = lh.load(ident).location()
+    assert DeltaTable(location, storage_options=lh.storage.delta_options(location)).version() == 1
+    lh.write(spark.createDataFrame([(2, "changed"), (4, "d")], "id long, name string"), ident, mode="merge", merge=MergeOptions(keys=["id"]))
+    want = [(1, "a"), (2, "changed"), (3, "c"), (4, "d")]
+    assert_all_readers_agree(lh, spark, duck, ident, want, duck_formats=backend.duck_formats)

@@ -86,10 +86,15 @@ def source_kind(ctx: TableContext, source: str | None) -> tuple[str, str | None]
 
 
 def _exists(ctx: TableContext, uri: str) -> bool:
-    from pyarrow.fs import FileType
+    """Whether the folder `uri` holds anything. Listed, not HEAD-requested: some object stores answer a HEAD of a
+    missing key with 403 instead of 404 (SeaweedFS with its Iceberg REST catalog's credentials)."""
+    from pyarrow.fs import FileSelector
 
     fs, path = ctx.storage.filesystem(uri)
-    return fs.get_file_info(path).type != FileType.NotFound
+    try:
+        return bool(fs.get_file_info(FileSelector(path, allow_not_found=True)))
+    except NotADirectoryError:
+        return True
 
 
 def _hadoop_metadata(ctx: TableContext, root: str) -> str | None:

@@ -300,3 +300,38 @@ def test_a_column_mapped_table_declares_the_feed_and_writes_cdc_files_by_physica
         (1, "n1", "US", "update_preimage", v), (1, "new1", "US", "update_postimage", v),
     ]
     assert lh.verify(t, deep=True)["agree"]
+
+
+def test_another_engines_iceberg_commits_are_mirrored_with_their_exact_feed(lh, spark):
+    """pyiceberg, as another engine, deletes a row (copy-on-write: its file rewritten), overwrites one and appends one;
+    the next write mirrors those snapshots to Delta, whose feed then holds exactly those rows, as `changes` does."""
+    from pyiceberg.expressions import EqualTo
+
+    t = "cdf.foreign_commits"
+    first = lh.write(people(spark, [(i, f"n{i}", "US") for i in range(6)]), t)
+    table = lh.load(t)
+    schema = table.schema().as_arrow()
+    table.delete(EqualTo("id", 3))
+    table.overwrite(pa.Table.from_pylist([{"id": 4, "name": "four", "country": "US"}], schema=schema), overwrite_filter=EqualTo("id", 4))
+    table.append(pa.Table.from_pylist([{"id": 7, "name": "n7", "country": "US"}], schema=schema))
+    later = lh.write(people(spark, [(8, "n8", "US")]), t)
+    assert not later.delta_lagging
+    changes = assert_feed_equals_changes(lh, t, first)
+    assert sorted(c[:4] for c in changes) == [
+        (3, "n3", "US", "delete"), (4, "four", "US", "insert"), (4, "n4", "US", "delete"), (7, "n7", "US", "insert"), (8, "n8", "US", "insert"),
+    ]
+
+
+def test_publishing_a_branch_merge_onto_a_moved_main_feeds_exactly_the_merge(lh, spark):
+    """Main moved after the branch forked (it emptied another partition, gaining no file the merge was planned without):
+    the publish re-applies the branch's merge on main, and that Delta version carries exactly its changed rows."""
+    t = "cdf.reapply"
+    lh.write(people(spark, [(0, "n0", "US"), (1, "n1", "US"), (4, "n4", "DE")]), t, partition_by=["country"])
+    lh.write(people(spark, [(1, "one", "US"), (10, "n10", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]), branch="dev")
+    moved = lh.write(people(spark, []), t, mode="overwrite", window=Slice(values={"country": ["DE"]}))  # main moves on
+    published = lh.publish(t, "dev")
+    assert published.published == "re-applied" and published.delta_version == moved.delta_version + 1
+    v = published.delta_version
+    assert assert_feed_equals_changes(lh, t, moved) == [
+        (1, "n1", "US", "update_preimage", v), (1, "one", "US", "update_postimage", v), (10, "n10", "US", "insert", v),
+    ]

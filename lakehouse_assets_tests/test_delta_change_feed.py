@@ -335,3 +335,26 @@ def test_publishing_a_branch_merge_onto_a_moved_main_feeds_exactly_the_merge(lh,
     assert assert_feed_equals_changes(lh, t, moved) == [
         (1, "n1", "US", "update_preimage", v), (1, "one", "US", "update_postimage", v), (10, "n10", "US", "insert", v),
     ]
+
+
+def test_orphan_cleanup_removes_the_change_data_of_versions_past_retention_only(lh, spark):
+    """As Delta's vacuum: once snapshot expiry moved the retention boundary past a version, its cdc files go with the
+    orphan cleanup; the retained versions' cdc files stay, and their feed still reads."""
+    import os
+
+    t = "cdf.retention"
+    lh.write(people(spark, [(i, f"n{i}", "US") for i in range(6)]), t)
+    lh.write(people(spark, [(1, "one", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    old = set(os.listdir(os.path.join(lh.load(t).location().removeprefix("file://"), "_change_data")))
+    last = lh.write(people(spark, [(2, "two", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    root = lh.load(t).location().removeprefix("file://")
+    kept = set(os.listdir(os.path.join(root, "_change_data"))) - old
+    assert old and kept
+    assert lh.maintain(t, "orphan_cleanup", orphan_grace_hours=0)["files_removed"] == 0  # every version is still retained
+    lh.maintain(t, "snapshot_expiry", snapshot_retention_days=0, min_snapshots_to_keep=1)
+    cleaned = lh.maintain(t, "orphan_cleanup", orphan_grace_hours=0)
+    assert sorted(cleaned["orphan_paths"]) == sorted(f"_change_data/{n}" for n in old) and cleaned["files_removed"] == len(old)
+    assert set(os.listdir(os.path.join(root, "_change_data"))) == kept
+    assert delta_feed(lh, t, last.delta_version) == [(2, "n2", "US", "update_preimage", last.delta_version), (2, "two", "US", "update_postimage", last.delta_version)]
+    deep = lh.verify(t, deep=True)
+    assert deep["agree"], deep["differences"]

@@ -25,6 +25,18 @@ CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 _CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 
 
+def cdc_actions(storage: StorageConfig, root_uri: str, version: int) -> list[dict] | None:
+    """The `cdc` actions of one Delta version, read from its commit file (delta-rs exposes none of them);
+    None when the commit file is gone (cleaned up after a checkpoint)."""
+    fs, path = storage.filesystem(join_uri(root_uri, f"_delta_log/{version:020d}.json"))
+    try:
+        with fs.open_input_stream(path) as f:
+            lines = f.read().decode().splitlines()
+    except FileNotFoundError:
+        return None
+    return [a["cdc"] for a in map(json.loads, filter(None, lines)) if "cdc" in a]
+
+
 def feed_enabled(delta: DeltaTable) -> bool:
     """Whether the table's change data feed is on: its data-changing rewrites then carry cdc files."""
     return str((delta.metadata().configuration or {}).get(CHANGE_DATA_FEED, "false")).lower() == "true"

@@ -16,9 +16,11 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from ..formats import history
+from ..formats.delta_cdc_commit import cdc_actions
 from ..io.storage import delta_path, join_uri, normalize_uri, relative_to
 from ..properties import TableProperties
 from ..table.context import TableContext
+from ..write.change_data import CHANGE_DATA_DIR
 
 RETENTION_MIN_TIMESTAMP = TableProperties.RETENTION_MIN_TIMESTAMP
 RETENTION_DELTA_MIN_VERSION = TableProperties.RETENTION_DELTA_MIN_VERSION
@@ -92,7 +94,29 @@ def referenced_files(ctx: TableContext, table: Table, retained: Retained | None 
 def is_protected_path(relative: str) -> bool:
     # `_`/`.`-prefixed folders and files hold the Delta log, Iceberg metadata (`_iceberg/`) and
     # tool state: never orphans (the same rule as Delta's vacuum and Iceberg's orphan removal).
-    return any(part.startswith(("_", ".")) for part in relative.split("/"))
+    # Change data files are the exception, as in Delta's vacuum: `change_data_files` says which are retained.
+    return not is_change_data(relative) and any(part.startswith(("_", ".")) for part in relative.split("/"))
+
+
+def is_change_data(relative: str) -> bool:
+    return relative.startswith(CHANGE_DATA_DIR + "/") and not any(part.startswith(".") for part in relative.split("/"))
+
+
+def change_data_files(ctx: TableContext, table: Table, retained: Retained | None = None) -> set[str] | None:
+    """Relative paths of the change data files the retained Delta versions' `cdc` actions name; None (keep them
+    all) when a retained version's commit file cannot be read. A version past the retention boundary cannot be
+    read, so neither can its change feed: its files may go, as Delta's vacuum removes them."""
+    retained = retained or retained_now(ctx, table)
+    if retained.delta_min_version is None:
+        return set()
+    mirror = ctx.mirror(table)
+    out: set[str] = set()
+    for version in range(retained.delta_min_version, retained.delta_current_version + 1):
+        actions = cdc_actions(mirror.storage, mirror.root_uri, version)
+        if actions is None:
+            return None
+        out |= {delta_path(a["path"]) for a in actions}
+    return out
 
 
 def metadata_dirs(root: str, table: Table) -> set[str]:

@@ -20,8 +20,10 @@ from .references import (
     RETENTION_DELTA_MIN_VERSION,
     RETENTION_MIN_TIMESTAMP,
     Retained,
+    change_data_files,
     delete_relative,
     is_catalog_metadata,
+    is_change_data,
     is_protected_path,
     list_files,
     metadata_dirs,
@@ -117,13 +119,17 @@ def orphan_cleanup(ctx: TableContext, identifier: str, settings: MaintenanceSett
     grace_cutoff = now_ms() - int(settings.orphan_grace_hours * 3600 * 1000)
     # List first, then read what is referenced: a file committed in between is then seen as referenced.
     listed = list_files(ctx, root)
-    referenced = referenced_files(ctx, ctx.load(identifier))
+    current = ctx.load(identifier)
+    referenced = referenced_files(ctx, current)
     meta_dirs = metadata_dirs(root, table)
-    referenced |= metadata_files(root, ctx.load(identifier))
+    referenced |= metadata_files(root, current)
+    change_data = change_data_files(ctx, current)
     orphans, young = [], 0
     for info in listed:
         rel = info.path[len(prefix):] if info.path.startswith(prefix) else None
         if rel is None or is_protected_path(rel) or rel in referenced or is_catalog_metadata(rel, meta_dirs):
+            continue
+        if is_change_data(rel) and (change_data is None or rel in change_data):
             continue
         mtime = mtime_ms(info)
         if mtime is None or mtime > grace_cutoff:

@@ -335,3 +335,28 @@ def test_a_lakehouse_pickles_as_its_arguments_and_the_copy_opens_the_same_catalo
     assert copy is not lh and copy.warehouse == lh.warehouse and copy.catalog is not lh.catalog
     assert ("db",) in copy.catalog.list_namespaces()
     assert copy.delta_configuration["delta.logRetentionDuration"] == "interval 7 days"
+
+
+def test_the_dagster_asset_names_the_malformed_file_and_lands_it_once_when_fixed(lh, spark, duck, dagster_resources, warehouse):
+    from dagster import materialize
+
+    from lakehouse_assets.dagster.streaming import streaming_ingest_asset
+
+    landed = streaming_ingest_asset("returns", key_prefix=["shop"], table="shop.returns", landing="{warehouse}/_landing/returns", schema=SCHEMA, max_files_per_batch=1)
+    landing = os.path.join(warehouse, "_landing", "returns")
+    resources = {k: dagster_resources[k] for k in ("lakehouse", "pyspark")}
+    land(landing, "0.json", rows(0, 3))
+    assert materialize([landed], resources=resources).success
+    land(landing, "1.json", rows(3, 2))
+    with open(os.path.join(landing, "1.json"), "w") as f:
+        f.write('{"id": 3, "name": "n3", "amount": 30, "op": "u"}\n{"id": 4, "name": broken\n')
+    before = lh.load("shop.returns").current_snapshot().snapshot_id
+    failed = materialize([landed], resources=resources, raise_on_error=False)
+    assert not failed.success
+    error = str([e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"][0].event_specific_data.error)
+    assert "Table shop.returns: batch 1 of the stream over" in error and "1.json (" in error and "Malformed records" in error, error
+    assert "0.json" not in error and "Nothing of batch 1 was committed in either format" in error, error
+    assert lh.load("shop.returns").current_snapshot().snapshot_id == before
+    land(landing, "1.json", rows(3, 2))  # the fix
+    assert materialize([landed], resources=resources).success
+    assert_all_readers_agree(lh, spark, duck, "shop.returns", expected(rows(0, 5)))

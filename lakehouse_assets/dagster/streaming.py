@@ -11,10 +11,11 @@ import json
 import os
 from typing import Any, Mapping, Sequence
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
 from dagster_pyspark import PySparkResource
 
 from ..core.model import MergeOptions
+from ..core.spark import checkpoint as checkpoints
 from .resources import LakehouseResource
 
 
@@ -40,7 +41,10 @@ def streaming_ingest_asset(
     `landing`: a folder or URI; `{warehouse}` in it stands for the lakehouse resource's warehouse.
     `schema`: the files' schema as a DDL string (a stream never infers one). `checkpoint`: the query's checkpoint
     folder (default: `<warehouse>/_checkpoints/<table>`), which holds what was ingested: keep it with the table.
-    `max_files_per_batch`: files per micro-batch (default: all new files in one batch)."""
+    `max_files_per_batch`: files per micro-batch (default: all new files in one batch). `reader_options`: the file
+    source's options; JSON and CSV files are read with `mode=FAILFAST` unless they say otherwise, so a malformed
+    record stops the run (naming its file) instead of landing as nulls."""
+    options = {**({"mode": "FAILFAST"} if file_format in PARSED_FORMATS else {}), **dict(reader_options or {})}
 
     @asset(
         name=name,
@@ -57,12 +61,17 @@ def streaming_ingest_asset(
         if (folder := local_folder(source)) is not None:
             os.makedirs(folder, exist_ok=True)  # an empty landing folder is a run with nothing to ingest
         sink = lh.stream_writer(table, mode, merge=merge, partition_by=partition_by, writer={"dagster_run_id": context.run_id})
-        reader = spark.readStream.format(file_format).schema(schema).options(**dict(reader_options or {}))
+        reader = spark.readStream.format(file_format).schema(schema).options(**options)
         if max_files_per_batch:
             reader = reader.option("maxFilesPerTrigger", max_files_per_batch)
         query = reader.load(source).writeStream.foreachBatch(sink).option("checkpointLocation", location).trigger(availableNow=True).start()
         try:
             query.awaitTermination()
+        except Exception as e:
+            named = _named_files(e, lh, spark, location, source, table, file_format, schema, options)
+            if named is None:
+                raise
+            raise named from e
         finally:
             query.stop()
         progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
@@ -70,6 +79,26 @@ def streaming_ingest_asset(
         return MaterializeResult(metadata=run_metadata(str(query.id), location, sink.results, progress))
 
     return _ingest
+
+
+PARSED_FORMATS = ("json", "csv", "xml")  # formats whose reader takes a parse `mode`
+
+
+def _named_files(error: Exception, lh, spark, location: str, source: str, table: str, file_format: str, schema: str, options) -> Failure | None:
+    """The failure naming the files of the failed batch that cannot be read (None: no such file, the error stands)."""
+    batch = checkpoints.failed_batch(error)
+    files = checkpoints.batch_files(lh.storage.filesystem, location, batch) if batch is not None else []
+    bad = checkpoints.unreadable_files(spark, files, file_format, schema, options) if files else {}
+    if not bad:
+        return None
+    listed = "; ".join(f"{path} ({reason})" for path, reason in bad.items())
+    return Failure(
+        description=(
+            f"Table {table}: batch {batch} of the stream over {source} stopped on {len(bad)} file(s) that cannot be read as "
+            f"{file_format} with the schema {schema!r}: {listed}. Nothing of batch {batch} was committed in either format. Replace "
+            "or fix the file(s) (or remove them from the landing folder), then materialize again: the run resumes at that batch."
+        )
+    )
 
 
 def local_folder(uri: str) -> str | None:

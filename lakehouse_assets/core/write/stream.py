@@ -26,6 +26,7 @@ from ..formats import history
 from ..model import MergeOptions, TableOptions, WriteResult
 from ..properties import SummaryKeys
 from ..schema.window import Slice, Window
+from ..spark.checkpoint import error_summary
 from ..spark.compat import streaming_query_id
 from . import transaction
 
@@ -92,7 +93,7 @@ class StreamWriter:
                 raise type(e)(self._message(query_id, batch_id, df, e)) from e
             except Exception as e:  # noqa: BLE001 - Spark's own error reading the batch's input (a malformed file)
                 raise WriteError(
-                    f"{self._context(query_id, batch_id, df)}reading or writing the batch failed: {_first_line(e)}. Nothing of this batch was committed in either format." + RESTART
+                    f"{self._context(query_id, batch_id, df)}reading or writing the batch failed: {error_summary(e)}. Nothing of this batch was committed in either format." + RESTART
                 ) from e
         self.results.append(result)
         return result
@@ -149,7 +150,3 @@ def last_committed_batch(table: Table, query_id: str, mirror=None) -> tuple[int 
     version = delta.transaction_version(query_id) if delta is not None else None
     return version, None
 
-
-def _first_line(e: BaseException, limit: int = 600) -> str:
-    text = " ".join(str(e).strip().split("\n")[0].split()) or type(e).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -60,7 +60,7 @@ def main() -> None:
     args = p.parse_args()
     port = free_port()
     os.environ["LAKEHOUSE_SPARK_CONF"] = json.dumps({"spark.ui.enabled": "true", "spark.ui.port": str(port)})
-    ns = argparse.Namespace(rows=args.rows, reps=1, only="", commits=0, compaction_appends=20, driver_memory="4g", shuffle_partitions=8, tmp=args.tmp, keep=False)
+    ns = argparse.Namespace(rows=args.rows, reps=1, only="", commits=0, compaction_appends=20, driver_memory="4g", shuffle_partitions=8, tmp=args.tmp, keep=False, plain_session=False)
     b = Bench(ns)
     spark, lh, df = b.spark, b.lh, b.df
     ui = f"http://127.0.0.1:{port}"

@@ -275,13 +275,15 @@ def _fail_on(value):
     return check
 
 
+@pytest.mark.smoke  # a planted executor failure, on a classic and on a Spark Connect session (`make connect`)
 def test_a_task_error_is_one_line_naming_the_table_and_leaves_no_files(lh, spark):
     before = lh.write(spark.range(10).select("id", (F.col("id") % 4).alias("g")), "edge.task_error", partition_by=["g"])
     files_before = files_under(lh, "edge.task_error")
-    # Eight input partitions; the one holding id 77 fails after the other tasks may have written their files.
+    # Eight input partitions written by eight tasks (a tiny target file size makes even these rows worth splitting):
+    # the one holding id 77 fails while the others write their files, which the failed write must stop and remove.
     bad = spark.range(0, 80, 1, 8).mapInArrow(_fail_on(77), "id long").select("id", (F.col("id") % 4).alias("g"))
     with pytest.raises(WriteError) as info:
-        lh.write(bad, "edge.task_error")
+        lh.write(bad, "edge.task_error", table=TableOptions(target_file_size=64))
     message = str(info.value)
     assert len(message.splitlines()) == 1 and len(message) < 400, message
     assert message.startswith("Table edge.task_error:") and "ValueError: boom at id 77" in message

@@ -103,6 +103,7 @@ def test_a_dropped_name_written_again_is_a_new_column_that_never_reads_old_value
     assert_iceberg_readers(lh, spark, duck, t, ["id", "b", "note", "a"], expected)
 
 
+@pytest.mark.smoke
 def test_merge_window_overwrite_widening_and_compaction_after_a_rename(lh, spark, duck):
     from lakehouse_assets import Window
 

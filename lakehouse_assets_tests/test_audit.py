@@ -47,6 +47,7 @@ def _check_metadata(result) -> dict:
     return {k: v.value for k, v in evaluation.metadata.items()} | {"passed": evaluation.passed}
 
 
+@pytest.mark.smoke
 def test_a_passing_audit_publishes_and_a_failing_one_leaves_both_formats_untouched(dagster_resources, warehouse, spark, duck):
     lh = Lakehouse(warehouse)
     instance = DagsterInstance.ephemeral()

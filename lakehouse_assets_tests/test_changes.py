@@ -23,6 +23,7 @@ def changed(df) -> list[tuple]:
     return sorted((r["id"], r["name"], r["country"], r["_change_type"]) for r in df.collect())
 
 
+@pytest.mark.smoke
 def test_append_merge_overwrite_and_compaction_change_exactly_their_rows(lh, spark):
     t = "chg.people"
     first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(6)]), t, partition_by=["country"])

@@ -38,6 +38,7 @@ def assert_feed_equals_changes(lh, t, since) -> list[tuple]:
     return expected
 
 
+@pytest.mark.smoke
 def test_merge_feed_is_exact(lh, spark):
     for t, partition_by in (("cdf.flat", None), ("cdf.parts", ["country"])):
         first = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(100)]), t, partition_by=partition_by)

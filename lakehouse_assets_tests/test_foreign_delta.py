@@ -304,6 +304,7 @@ def test_policy_refuse_then_revert_undoes_each_foreign_change(lh, spark, duck, c
     assert_time_travel_before(lh, spark, duck, name, snapshot, mirrored, original)
 
 
+@pytest.mark.smoke
 def test_adopting_a_partitioned_foreign_delete_rewrites_only_the_files_pyiceberg_cannot_read(lh, spark, duck):
     """delta-rs's DELETE rewrites the files holding matches (view types declared, partition column left out): adopt
     rewrites exactly those, with their partition values, and swaps them in on the Delta side too (rows unchanged);

@@ -36,6 +36,7 @@ def _consumed(result) -> dict:
     return event.materialization.metadata["lakehouse/consumed_snapshots"].value
 
 
+@pytest.mark.smoke
 def test_each_change_reaches_the_downstream_once_across_failures_retries_and_reruns(dagster_resources, spark, warehouse):
     lh = Lakehouse(warehouse)
     instance = DagsterInstance.ephemeral()

@@ -241,6 +241,7 @@ def test_orphan_cleanup_removes_only_old_unreferenced_files(lh, spark, duck):
     assert_every_retained_version_intact(lh, spark, duck, "m.orphans", expected)
 
 
+@pytest.mark.smoke
 def test_every_operation_keeps_every_referenced_file(lh, spark, duck):
     """Aggressive settings, each operation in turn: what is retained always reads the same everywhere."""
     expected = make_history(lh, spark, "m.each")
@@ -283,6 +284,7 @@ def test_checkpoint_and_metadata_cleanup_bound_the_logs(lh, spark, duck):
     assert_all_readers_agree(lh, spark, duck, "m.logs", expected_rows(spark, [(0, 120), (500, 10)]))
 
 
+@pytest.mark.smoke
 def test_repair_of_a_lagging_delta_log(lh, spark, duck):
     first = lh.write(batch(spark, 0), "m.lag")
     with unreadable_delta_log(root_path(lh, "m.lag")):

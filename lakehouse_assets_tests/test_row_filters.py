@@ -108,6 +108,7 @@ def test_an_expression_row_filter_filters_rows_like_its_sql(filtered_table, spar
         assert ours == sorted(lh.load("f.rows").scan(row_filter=expr).to_arrow().column("id").to_pylist())
 
 
+@pytest.mark.smoke
 def test_an_expression_row_filter_on_time_travel_and_delta_reads(filtered_table, spark):
     lh = filtered_table
     table = lh.load("f.rows")

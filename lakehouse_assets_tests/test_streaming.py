@@ -199,6 +199,7 @@ def test_writer_outside_a_stream_needs_a_query_id_and_is_idempotent_with_one(lh,
         lh.stream_writer("db.t", window=Window("day", dt.date(2024, 1, 1), dt.date(2024, 1, 2)))
 
 
+@pytest.mark.smoke  # on Spark Connect the sink runs in the server's Python process (`make connect`)
 def test_dagster_streaming_asset_ingests_each_new_file_once_per_run_and_is_safe_to_retry(lh, spark, duck, dagster_resources, warehouse, tmp_path):
     from dagster import materialize
 
@@ -218,7 +219,8 @@ def test_dagster_streaming_asset_ingests_each_new_file_once_per_run_and_is_safe_
     for i in range(3):
         land(landing, f"{i}.json", rows(i * 10, 10))
     first = run()
-    assert (first["batches_committed"], first["batches_replayed"], first["dagster/row_count"]) == (2, 0, 30)
+    assert (first["batches_committed"], first["dagster/row_count"]) == (2, 30)
+    assert first["batches_replayed"] == 0 if not CONNECT else "batches_replayed" not in first
     assert first["source_offsets"] == {"end_offsets": [{"logOffset": 0}, {"logOffset": 1}]}
     land(landing, "3.json", rows(30, 7))  # lands between two runs: the second run ingests exactly this file
     second = run()
@@ -226,7 +228,9 @@ def test_dagster_streaming_asset_ingests_each_new_file_once_per_run_and_is_safe_
     # A retry of a run that died after its commit and before the checkpoint recorded it: nothing lands twice.
     forget_last_batch(os.path.join(warehouse, "_checkpoints", "shop.orders"))
     retry = run()
-    assert (retry["batches_committed"], retry["batches_replayed"], retry["dagster/row_count"]) == (0, 1, 0)
+    assert (retry["batches_committed"], retry["dagster/row_count"]) == (0, 0)
+    # Replays are counted where the sink runs in the run's own process; a Connect server's sink skips them unseen.
+    assert retry["batches_replayed"] == 1 if not CONNECT else "batches_replayed" not in retry
     assert_all_readers_agree(lh, spark, duck, "shop.orders", expected(rows(0, 37)))
 
 

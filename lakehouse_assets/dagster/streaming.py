@@ -16,6 +16,7 @@ from dagster_pyspark import PySparkResource
 
 from ..core.model import MergeOptions
 from ..core.spark import checkpoint as checkpoints
+from ..core.spark.compat import is_connect
 from .resources import LakehouseResource
 
 
@@ -60,7 +61,9 @@ def streaming_ingest_asset(
         source = landing.format(warehouse=lh.warehouse)
         if (folder := local_folder(source)) is not None:
             os.makedirs(folder, exist_ok=True)  # an empty landing folder is a run with nothing to ingest
-        sink = lh.stream_writer(table, mode, merge=merge, partition_by=partition_by, writer={"dagster_run_id": context.run_id})
+        # The query's id, fixed in its checkpoint before its first start: a sink on Spark Connect cannot ask for it.
+        stream_id = checkpoints.query_id(lh.storage.filesystem, location)
+        sink = lh.stream_writer(table, mode, merge=merge, partition_by=partition_by, query_id=stream_id, writer={"dagster_run_id": context.run_id})
         reader = spark.readStream.format(file_format).schema(schema).options(**options)
         if max_files_per_batch:
             reader = reader.option("maxFilesPerTrigger", max_files_per_batch)
@@ -75,8 +78,12 @@ def streaming_ingest_asset(
         finally:
             query.stop()
         progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
-        context.log.info("stream %s into %s: %d batch(es) committed", query.id, table, len(sink.results))
-        return MaterializeResult(metadata=run_metadata(str(query.id), location, sink.results, progress))
+        if is_connect(spark):  # the sink ran in the Connect server's Python process: what this run committed, from the table
+            metadata = connect_run_metadata(stream_id, location, _commits_of_run(lh, table, context.run_id), progress)
+        else:
+            metadata = run_metadata(stream_id, location, sink.results, progress)
+        context.log.info("stream %s into %s: %s batch(es) committed", stream_id, table, metadata["batches_committed"].value)
+        return MaterializeResult(metadata=metadata)
 
     return _ingest
 
@@ -101,6 +108,40 @@ def _named_files(error: Exception, lh, spark, location: str, source: str, table:
     )
 
 
+def _commits_of_run(lh, table: str, run_id: str) -> list[dict[str, Any]]:
+    """The table's commits written by Dagster run `run_id`, newest first (none if the table does not exist yet)."""
+    from ..core.errors import TableNotFound
+
+    try:
+        return [c for c in lh.history(table) if c["writer"].get("dagster_run_id") == run_id]
+    except TableNotFound:
+        return []
+
+
+def connect_run_metadata(query_id: str, checkpoint: str, commits: list[dict[str, Any]], progress: list[dict[str, Any]]) -> dict[str, Any]:
+    """`run_metadata` from the run's commits (newest first), for a sink that ran in another process: the rows are those
+    the commits added (for a merge, the rewritten files' rows too), and batches it skipped as replays are not known."""
+    last = commits[0] if commits else None
+    return {
+        "stream_query_id": MetadataValue.text(query_id),
+        "checkpoint": MetadataValue.path(checkpoint),
+        "batches_committed": MetadataValue.int(len(commits)),
+        "dagster/row_count": MetadataValue.int(sum(c["rows_added"] for c in commits)),
+        "rows_removed": MetadataValue.int(sum(c["rows_removed"] for c in commits)),
+        "files_added": MetadataValue.int(sum(c["files_added"] for c in commits)),
+        "source_offsets": MetadataValue.json({"end_offsets": end_offsets(progress)}),
+        "iceberg_snapshot_id": MetadataValue.int(last["iceberg_snapshot_id"]) if last else MetadataValue.null(),
+        "delta_version": MetadataValue.int(last["delta_version"]) if last and last["delta_version"] is not None else MetadataValue.null(),
+        "delta_lagging": MetadataValue.bool(last is not None and last["delta_version"] is None),
+    }
+
+
+def end_offsets(progress: list[dict[str, Any]]) -> list[Any]:
+    """Each batch's source end offsets from the query's progress (a Connect client gets them as JSON text)."""
+    offsets = [s.get("endOffset") for p in progress for s in p.get("sources", [])]
+    return [json.loads(o) if isinstance(o, str) else o for o in offsets if o is not None]
+
+
 def local_folder(uri: str) -> str | None:
     """The local path of a plain path or a file:// URI (None: an object store)."""
     if uri.startswith("file://"):
@@ -112,7 +153,6 @@ def run_metadata(query_id: str, checkpoint: str, results: list, progress: list[d
     """What one run committed: the batches (new and replayed), rows, the snapshot and Delta version, the source offsets."""
     committed = [r for r in results if not r.duplicate_of_earlier_write]
     last = results[-1] if results else None
-    offsets = [s.get("endOffset") for p in progress for s in p.get("sources", [])]
     return {
         "stream_query_id": MetadataValue.text(query_id),
         "checkpoint": MetadataValue.path(checkpoint),
@@ -121,7 +161,7 @@ def run_metadata(query_id: str, checkpoint: str, results: list, progress: list[d
         "dagster/row_count": MetadataValue.int(sum(r.rows_written for r in committed)),
         "rows_removed": MetadataValue.int(sum(r.rows_removed for r in committed)),
         "files_added": MetadataValue.int(sum(r.files_added for r in committed)),
-        "source_offsets": MetadataValue.json({"end_offsets": [o for o in offsets if o is not None]}),
+        "source_offsets": MetadataValue.json({"end_offsets": end_offsets(progress)}),
         "iceberg_snapshot_id": MetadataValue.int(last.iceberg_snapshot_id) if last and last.iceberg_snapshot_id is not None else MetadataValue.null(),
         "delta_version": MetadataValue.int(last.delta_version) if last and last.delta_version is not None else MetadataValue.null(),
         "delta_lagging": MetadataValue.bool(any(r.delta_lagging for r in results)),

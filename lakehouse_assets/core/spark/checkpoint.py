@@ -1,4 +1,8 @@
-"""What a Structured Streaming file source read in one micro-batch, and which of those files cannot be read.
+"""A Structured Streaming query's checkpoint: the query's id, and what a file source read in one micro-batch.
+
+The query's id lives in the checkpoint's `metadata` file (`{"id": "<uuid>"}`, Spark's StreamMetadata), written at the
+query's first start and read at every restart. A sink on a Spark Connect session runs in the server's Python process
+and cannot ask for it, so `query_id` fixes it before the first start: Spark then adopts it, and the sink is told it.
 
 A batch that fails on a malformed file stops with Spark's parse error, which names no file, and foreachBatch hands
 the sink an RDD-backed DataFrame that knows none either. The query's checkpoint does: the file source logs each
@@ -11,10 +15,27 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Callable, Mapping
 
 _BATCH = re.compile(r"\bbatch (\d+): ")
 _ERROR_CONDITION = re.compile(r"\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\][^\n]*")  # "[MALFORMED_RECORD_IN_PARSING...] Malformed..."
+
+
+def query_id(filesystem: Callable, checkpoint: str) -> str:
+    """The id of the query whose checkpoint is `checkpoint`: from its `metadata` file, written now (a new id) if the
+    query never ran. `filesystem(uri)` gives the pyarrow file system and path of a URI (`StorageConfig.filesystem`)."""
+    fs, path = filesystem(checkpoint.rstrip("/") + "/metadata")
+    try:
+        with fs.open_input_stream(path) as f:
+            return json.loads(f.read().decode())["id"]
+    except FileNotFoundError:
+        pass
+    new = str(uuid.uuid4())
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as f:
+        f.write(json.dumps({"id": new}).encode() + b"\n")
+    return new
 
 
 def failed_batch(error: BaseException) -> int | None:

@@ -8,6 +8,8 @@ is ours / theirs from this run. Java Iceberg comes from PyPI (lakehouse_assets_t
 MERGE/UPDATE/DELETE and zstd like ours. Spark's own Parquet writer (zstd) is a second baseline for writes.
 
 Workloads (`--only a,b` to pick):
+  (inputs)        every workload's DataFrame arrives in 3 partitions per core (Spark's tuning advice: 2-3 tasks
+                  per core), not one per core; write_partitioning varies it from 2 to 200
   write_day, write_day_bucket, write_unpartitioned   new table per rep; also Spark write.parquet / partitionBy
   merge_cdc       CDC batch (~0.1% of keys updated/deleted + new keys) in 2 of 32 identity partitions,
                   vs Java MERGE INTO, vs our own full overwrite of the same table, and vs the same merge with
@@ -66,6 +68,7 @@ WORKLOADS = (
     "write_wide", "changes_cdc", "write_partitioning", "stream",
 )
 INPUT_PARTITIONS = (2, 8, 64, 200)
+PARTITIONS_PER_CORE = 3  # how the other workloads' inputs arrive
 WIDE_COLUMNS = 1000
 WIDE_PROPERTIES = {"write.metadata.metrics.max-inferred-column-defaults": str(WIDE_COLUMNS)}
 SCALE = "scale_write"  # not in WORKLOADS: run alone, since it measures the driver process's peak memory
@@ -150,7 +153,7 @@ class Bench:
 
     def events(self, lo: int, hi: int, partitions: int | None = None):
         F = self.F
-        return self.spark.range(lo, hi, numPartitions=partitions or self.spark.sparkContext.defaultParallelism).select(
+        return self.spark.range(lo, hi, numPartitions=partitions or PARTITIONS_PER_CORE * self.spark.sparkContext.defaultParallelism).select(
             F.col("id"),
             ((F.col("id") * 7919) % 100_000).alias("user_id"),
             (F.lit("2024-01-01").cast("timestamp") + F.make_interval(secs=((F.col("id") * 104_729) % (DAYS * 86_400)).cast("int"))).alias("event_time"),
@@ -241,7 +244,7 @@ class Bench:
             kind = i % 3
             v = (F.col("id") * (i + 7)) % 10_007
             cols.append((v if kind == 0 else (v / 7.0) if kind == 1 else F.concat(F.lit(f"v{i}_"), v.cast("string"))).alias(f"c{i}"))
-        df = self.spark.range(0, self.args.wide_rows, numPartitions=self.spark.sparkContext.defaultParallelism).select(*cols).cache()
+        df = self.spark.range(0, self.args.wide_rows, numPartitions=PARTITIONS_PER_CORE * self.spark.sparkContext.defaultParallelism).select(*cols).cache()
         df.count()
         ours, java, plain = Side("ours"), Side("java"), Side("spark parquet")
         for rep in range(self.args.reps):

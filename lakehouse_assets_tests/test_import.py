@@ -315,6 +315,29 @@ def test_a_pyiceberg_table_in_the_catalog_is_managed_in_place(lh, spark, duck):
     still_agrees_after_writes(lh, spark, duck, "ext.people", rows)
 
 
+def test_an_iceberg_table_with_equality_deletes_is_refused_then_imported_with_apply_deletes(lh, spark, duck):
+    """Equality deletes (as Flink and Trino write them) delete every row whose columns match: refused by name, then
+    applied (every row of id 3 and every row named n5 goes) and imported."""
+    from . import foreign_writer as fw
+
+    lh.catalog.create_namespace("eq")
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    table = lh.catalog.create_table("eq.people", schema=data.schema)
+    table.append(data)
+    fw.commit_deletes(table, [fw.equality_deletes(table, pa.table({"id": pa.array([3], pa.int64())})), fw.equality_deletes(table, pa.table({"name": ["n5"]}))])
+    before = table.refresh().metadata_location
+    with pytest.raises(ImportRefused, match=r"eq\.people cannot be imported: 2 equality-delete file\(s\) are live.*apply_deletes=True"):
+        lh.import_table("eq.people")
+    assert lh.load("eq.people").metadata_location == before
+
+    report = lh.import_table("eq.people", apply_deletes=True, spark=spark)
+
+    assert report["apply_deletes"]["delete_files"] == 2 and report["rows"] == 10
+    assert fw.delete_files(lh.load("eq.people")) == []
+    still_agrees_after_writes(lh, spark, duck, "eq.people", [r for r in rows if r[0] not in (3, 5)])
+
+
 def test_an_iceberg_partition_transform_delta_cannot_express_is_refused_and_the_source_is_unchanged(lh, tmp_path):
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema

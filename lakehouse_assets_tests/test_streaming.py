@@ -364,3 +364,38 @@ def test_the_dagster_asset_names_the_malformed_file_and_lands_it_once_when_fixed
     land(landing, "1.json", rows(3, 2))  # the fix
     assert materialize([landed], resources=resources).success
     assert_all_readers_agree(lh, spark, duck, "shop.returns", expected(rows(0, 5)))
+
+
+def test_a_merge_batch_that_loses_to_a_compaction_is_planned_again_and_lands_once(lh, spark, duck, tmp_path, monkeypatch, caplog):
+    """Compaction commits between a merge batch's planning and its commit (as the schedule's would, mid-stream): the
+    batch's commit conflicts (the file it rewrote is gone), the sink plans it again against the compacted file, and the
+    batch lands once, in both formats."""
+    import logging
+
+    from lakehouse_assets.core.write import write_modes
+
+    for start in (0, 3, 6):
+        lh.write(spark.createDataFrame([(i, f"n{i}", i * 10) for i in range(start, start + 3)], "id long, name string, amount long"), "db.race")
+    from lakehouse_assets.core.formats.iceberg_committer import live_data_files
+
+    live_before = len(live_data_files(lh.load("db.race")))
+    real_plan, compactions = write_modes.plan, []
+
+    def plan_then_compaction(*args, **kwargs):
+        out = real_plan(*args, **kwargs)
+        if not compactions:  # once: the batch's first attempt
+            compactions.append(lh.maintain("db.race", "compaction", spark=spark, compaction_min_input_files=2))
+        return out
+
+    monkeypatch.setattr(write_modes, "plan", plan_then_compaction)
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", [{"id": 4, "name": "four", "amount": 44, "op": "u"}, {"id": 20, "name": "n20", "amount": 200, "op": "u"}])
+    sink = lh.stream_writer("db.race", "merge", merge=MergeOptions(keys="id", operation_column="op"))
+    with caplog.at_level(logging.INFO, logger="lakehouse"):
+        run_stream(spark, landing, checkpoint, sink)
+    assert compactions[0]["committed"] and compactions[0]["files_rewritten"] == live_before >= 3
+    assert "stream batch 0 lost a race (attempt 1), planning it again" in caplog.text
+    assert len(sink.results) == 1 and not sink.results[0].duplicate_of_earlier_write
+    assert [h["operation"] for h in lh.history("db.race")][:2] == ["merge", "compaction"]
+    want = [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(9) if i != 4] + [{"id": 4, "name": "four", "amount": 44}, {"id": 20, "name": "n20", "amount": 200}]
+    assert_all_readers_agree(lh, spark, duck, "db.race", expected(want))

@@ -18,6 +18,14 @@ endif
 CONSTRAINTS := constraints/spark-$(SPARK).txt
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# Sail, a test reader of the Delta side, refuses PySpark clients newer than 4.1: on Spark 4 its child process runs
+# from a venv of its own with the thin client it supports (lakehouse_assets_tests/sail_reader.py).
+SAIL_VENV := .venv-sail
+SAIL_STAMP := $(SAIL_VENV)/.installed-stamp
+ifeq ($(SPARK),4)
+SAIL_SETUP := $(SAIL_STAMP)
+export LAKEHOUSE_TEST_SAIL_PYTHON := $(CURDIR)/$(SAIL_VENV)/bin/python
+endif
 # Azurite (Azure Blob emulator for the conformance tests), from the npm registry into a project-local folder.
 # 3.37 is the first release that honours List Blobs' startFrom, which delta-rs uses to list the Delta log.
 AZURITE_VERSION := 3.37.0
@@ -31,7 +39,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
 .PHONY: setup system-deps demo test smoke connect lint dev bench docs clean
 
-setup: system-deps $(STAMP) $(AZURITE) $(DAGSTER_HOME)/dagster.yaml
+setup: system-deps $(STAMP) $(SAIL_SETUP) $(AZURITE) $(DAGSTER_HOME)/dagster.yaml
 
 system-deps:
 	@bash scripts/system-deps.sh
@@ -43,6 +51,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@$(PY) -m pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@$(PY) -m pip install -q -e '.[$(EXTRAS)]' -c $(CONSTRAINTS) >> $(VENV)/pip.log 2>&1 || { tail -n 60 $(VENV)/pip.log; exit 1; }
 	@touch $(STAMP)
+
+$(SAIL_STAMP): constraints/sail-client.txt
+	@test -x $(SAIL_VENV)/bin/python || python3 -m venv $(SAIL_VENV)
+	@echo "[setup]   installing Sail and the Spark Connect client it supports into $(SAIL_VENV) (log $(SAIL_VENV)/pip.log)"
+	@$(SAIL_VENV)/bin/python -m pip install -q pysail pyspark-client -c constraints/sail-client.txt > $(SAIL_VENV)/pip.log 2>&1 || { tail -n 40 $(SAIL_VENV)/pip.log; exit 1; }
+	@touch $(SAIL_STAMP)
 
 $(AZURITE):
 	npm install --silent --no-audit --no-fund --no-save --prefix .node azurite@$(AZURITE_VERSION)

@@ -250,10 +250,11 @@ def test_a_column_mapped_delta_table_written_by_sail_is_imported_under_its_physi
     # Unpartitioned: DuckDB's delta_scan (1.5.5) reads the partition column of a partitioned Sail-written column-mapped
     # table as NULL even before any import (its partitionValues are keyed by physical name, as the protocol says).
     import subprocess
-    import sys
+
+    from . import sail_reader
 
     root = tmp_path / "mapped"
-    done = subprocess.run([sys.executable, "-c", _SAIL_COLUMN_MAPPED, str(root)], capture_output=True, text=True, timeout=180)
+    done = subprocess.run([sail_reader.python(), "-c", _SAIL_COLUMN_MAPPED, str(root)], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     assert DeltaTable(str(root)).metadata().configuration["delta.columnMapping.mode"] == "name"
 

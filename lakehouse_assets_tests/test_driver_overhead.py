@@ -6,7 +6,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import TableOptions
 from lakehouse_assets.core.formats import history
-from lakehouse_assets.core.read.reader import LISTING_THRESHOLD_KEY
+from lakehouse_assets.core.spark.parquet_relation import LISTING_THRESHOLD_KEY
 
 from .conftest import assert_all_readers_agree
 
@@ -283,11 +283,11 @@ def test_repeated_reads_of_the_same_files_build_sparks_relation_once(lh, spark, 
     """Spark's relation over a planned file list is made once per session, schema and list (data files never
     change); each read still gets its own DataFrame with columns of its own, and a commit or a schema change
     makes a new relation."""
-    from lakehouse_assets.core.read import reader
+    from lakehouse_assets.core.spark import parquet_relation
 
     made = []
-    real = reader._parquet
-    monkeypatch.setattr(reader, "_parquet", lambda *a: made.append(1) or real(*a))
+    real = parquet_relation._parquet
+    monkeypatch.setattr(parquet_relation, "_parquet", lambda *a: made.append(1) or real(*a))
     lh.write(_rows(spark, 0, 40).withColumn("note", F.lit("n")), "o.relations", partition_by=["part"], table=TableOptions(formats=["iceberg"]))
 
     def ids(df):

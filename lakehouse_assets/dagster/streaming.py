@@ -16,7 +16,7 @@ from dagster_pyspark import PySparkResource
 
 from ..core.model import MergeOptions
 from ..core.spark import checkpoint as checkpoints
-from ..core.spark.compat import is_connect
+from ..core.spark.compat import foreach_batch_runs_here
 from .resources import LakehouseResource
 
 
@@ -78,10 +78,10 @@ def streaming_ingest_asset(
         finally:
             query.stop()
         progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
-        if is_connect(spark):  # the sink ran in the Connect server's Python process: what this run committed, from the table
-            metadata = connect_run_metadata(stream_id, location, _commits_of_run(lh, table, context.run_id), progress)
-        else:
+        if foreach_batch_runs_here(spark):
             metadata = run_metadata(stream_id, location, sink.results, progress)
+        else:  # the sink ran in the Connect server's Python process: what this run committed, from the table
+            metadata = connect_run_metadata(stream_id, location, _commits_of_run(lh, table, context.run_id), progress)
         context.log.info("stream %s into %s: %s batch(es) committed", stream_id, table, metadata["batches_committed"].value)
         return MaterializeResult(metadata=metadata)
 

@@ -9,7 +9,6 @@ names were reused); columns missing from older files read as null.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -17,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.storage import StorageConfig
-from ..memo import ByImmutableFiles
-from ..spark.compat import default_parallelism, is_connect
+from ..spark.compat import default_parallelism
+from ..spark.parquet_relation import parquet_files
 
 
 @dataclass
@@ -153,7 +152,7 @@ def read_parquet_files(
         # Our files (and any Iceberg/Delta writer's) hold proleptic-Gregorian dates and timestamps; without
         # these options Spark refuses values before 1582 / 1900 in files it did not write itself
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
-        df = _relation(spark, spark_schema, uris) if not is_connect(spark) else _connect_parquet(spark, spark_schema, uris)
+        df = parquet_files(spark, spark_schema, uris)
         if path_column:
             from pyspark.sql import functions as F
 
@@ -197,126 +196,6 @@ def file_uris(spelled: list[str], uris: list[str]) -> list[str]:
     """The URIs (from `uris`) of files as `read_parquet_files`' path column spells them."""
     by_key = {_file_key(u): u for u in uris}
     return [by_key[_file_key(s)] if s.startswith("file:") else s for s in spelled]
-
-
-# JVM objects reads reuse, under (the Spark session's id, what they were made from). Spark's relation over a list
-# of data files (its file index) is one: data files never change once written (a commit adds new ones), so the
-# relation, and the file sizes its index read, stay right for as long as the file list is what a read plans; a
-# new snapshot plans a new list. Relations are weighed by their files; the rest (readers, a Pattern) are few.
-_RELATIONS = ByImmutableFiles(max_weight=50_000, weight=lambda hit: len(hit[1].uris))
-_JVM_OBJECTS = ByImmutableFiles(max_weight=64)
-
-
-def _per_session(cache: ByImmutableFiles, spark, key: tuple, make):
-    """`make()`, kept in `cache` for `spark`'s JVM session (a new session makes its own)."""
-    jsession = spark._jsparkSession
-    hit = cache.get((id(jsession), *key), lambda: (jsession, make()))
-    if hit[0] is not jsession:  # another session that got the same id after the first was gone
-        hit = (jsession, make())
-    return hit[1]
-
-
-@dataclass(frozen=True)
-class _Relation:
-    uris: tuple[str, ...]
-    relation: object  # the JVM BaseRelation (a HadoopFsRelation)
-    dataframe: type  # PySpark's DataFrame class for this session (Spark 4 has several)
-
-
-def _relation(spark, spark_schema, uris: list[str]):
-    """`spark.read.schema(spark_schema).parquet(*uris)`, its Spark relation made once per session, schema and file list.
-
-    Making the relation is most of a small read's driver time (~5 ms for one file here: Spark looks up the Parquet
-    source through Java's ServiceLoader, checks that each path exists in a new thread pool, copies the Hadoop
-    configuration); reading the same files again (asset checks and several downstream assets reading one
-    snapshot, the next read of an unchanged table) reuses it. Each read gets a new DataFrame over it, with columns
-    of its own (as Spark gives each query of a catalog table), so two reads of one snapshot join like two tables."""
-
-    def make() -> _Relation:
-        reader = _configured_reader(spark, spark_schema)
-        with _listed_on_driver(spark, len(uris)):
-            df = _parquet(spark, reader, uris)
-        return _Relation(tuple(uris), df._jdf.logicalPlan().relation(), type(df))
-
-    made = _per_session(_RELATIONS, spark, (spark_schema.json(), tuple(uris)), make)
-    # What DataFrameReader does with a relation it resolved: a new LogicalRelation, new column ids.
-    return made.dataframe(spark._jsparkSession.baseRelationToDataFrame(made.relation), spark)
-
-
-_REBASE_OPTIONS = {"datetimeRebaseMode": "CORRECTED", "int96RebaseMode": "CORRECTED"}
-
-
-def _connect_parquet(spark, spark_schema, uris: list[str]):
-    """`spark.read.schema(spark_schema).parquet(*uris)` with the rebase options, on a Spark Connect session: the
-    plan travels to the server, which resolves the files when it runs it (no JVM objects here to reuse)."""
-    return spark.read.schema(spark_schema).options(**_REBASE_OPTIONS).parquet(*uris)
-
-
-def _parquet(spark, reader, uris: list[str]):
-    """`reader.parquet(*uris)` in one py4j round trip for one file and a fixed number for many. PySpark converts
-    the paths to a Java list one round trip per path (py4j's ListConverter): 560 of them for a compaction of 560
-    files. One path goes to the reader's single-path overload; many are joined into one string that the JVM
-    splits into a String[] for the reader's Java varargs overload (a URI never holds a newline; one that does
-    takes PySpark's way)."""
-    if any("\n" in u for u in uris):
-        return reader.parquet(*uris)
-    if len(uris) == 1:
-        return reader._df(reader._jreader.parquet(uris[0]))
-    # A JVM `Pattern` of "\n", made once (resolving the class through py4j costs a round trip per name part).
-    newline = _per_session(_JVM_OBJECTS, spark, ("newline",), lambda: spark._jvm.java.util.regex.Pattern.compile("\n"))
-    paths = newline.split("\n".join(uris), -1)  # -1: keep every part
-    return reader._df(reader._jreader.parquet(paths))
-
-
-def _configured_reader(spark, spark_schema):
-    """A DataFrameReader of `spark` with `spark_schema` and the rebase options set, made once per session and schema.
-
-    Setting them costs five py4j round trips (~0.6 ms each here). `parquet(...)` reads the reader's settings and
-    never changes them (it sets the format to parquet, the same every time), so one reader serves every read with
-    that schema, from any thread. The schema is parsed by `spark` itself: PySpark's `schema()` would look up the
-    active session first (a new Python SparkSession wrapper and several JVM round trips)."""
-    schema_json = spark_schema.json()
-
-    def make():
-        reader = spark.read
-        jreader = reader._jreader.schema(spark._jsparkSession.parseDataType(schema_json))
-        for key, value in _REBASE_OPTIONS.items():
-            jreader = jreader.option(key, value)
-        reader._jreader = jreader
-        return reader
-
-    return _per_session(_JVM_OBJECTS, spark, ("reader", schema_json), make)
-
-
-# Spark lists more than this many paths with a Spark job (one task per path): a job per read.
-LISTING_THRESHOLD_KEY = "spark.sql.sources.parallelPartitionDiscovery.threshold"
-SPARK_DEFAULT_LISTING_THRESHOLD = 32
-
-
-@contextmanager
-def _listed_on_driver(spark, paths: int):
-    """Let Spark stat the given files on the driver instead of launching a listing job.
-
-    The paths are files Iceberg or Delta already listed (no directory to walk): above the threshold
-    (32) Spark would run a whole job of one task per path just to stat them, which costs more than
-    the stats. `read.parquet` builds its file index eagerly, so the setting is only needed for the call.
-    """
-    if paths <= SPARK_DEFAULT_LISTING_THRESHOLD:
-        # Within Spark's default: no conf round trips (a session that lowered the threshold lists with a job, as before).
-        yield
-        return
-    previous = spark.conf.get(LISTING_THRESHOLD_KEY, None)
-    if previous is not None and int(previous) >= paths:
-        yield
-        return
-    spark.conf.set(LISTING_THRESHOLD_KEY, str(paths))
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(LISTING_THRESHOLD_KEY)
-        else:
-            spark.conf.set(LISTING_THRESHOLD_KEY, previous)
 
 
 def _file_key(uri: str) -> str:

@@ -62,6 +62,12 @@ def is_connect(spark_or_df) -> bool:
     return type(spark_or_df).__module__.startswith("pyspark.sql.connect.")
 
 
+def foreach_batch_runs_here(spark) -> bool:
+    """Whether a streaming query's `foreachBatch` function runs in this Python process (classic) or in the Spark
+    Connect server's (a pickled copy: what it records stays there)."""
+    return not is_connect(spark)
+
+
 def murmur3_column(col, seed: int):
     """Spark's Murmur3Hash of `col` with `seed` (the public `hash()` fixes seed 42), or None where no Column can
     be built for it: Spark Connect has no way to name a Catalyst expression PySpark does not expose (callers then

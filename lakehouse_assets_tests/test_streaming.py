@@ -399,3 +399,36 @@ def test_a_merge_batch_that_loses_to_a_compaction_is_planned_again_and_lands_onc
     assert [h["operation"] for h in lh.history("db.race")][:2] == ["merge", "compaction"]
     want = [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(9) if i != 4] + [{"id": 4, "name": "four", "amount": 44}, {"id": 20, "name": "n20", "amount": 200}]
     assert_all_readers_agree(lh, spark, duck, "db.race", expected(want))
+
+
+def test_the_scheduled_maintenance_run_while_a_stream_writes_loses_nothing(lh, spark, duck, dagster_resources, tmp_path):
+    """What the nightly schedule requests (full maintenance of every table), run by Dagster's maintenance job again and
+    again while a stream of small batches commits: every batch lands once, both formats agree."""
+    import datetime as dt
+
+    from dagster import build_schedule_context
+
+    from lakehouse_assets.dagster.maintenance import OP_NAME, lakehouse_maintenance_job, nightly_maintenance_schedule
+
+    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
+    land(landing, "0.json", rows(0, 5))
+    run_stream(spark, landing, checkpoint, lh.stream_writer("db.scheduled"))  # the table exists before maintenance starts
+    for i in range(1, 7):
+        land(landing, f"{i}.json", rows(i * 5, 5))
+    request = nightly_maintenance_schedule(build_schedule_context(scheduled_execution_time=dt.datetime(2026, 1, 2, 3, 0, tzinfo=dt.timezone.utc)))
+    run_config = request.run_config
+    run_config["ops"][OP_NAME]["config"].update(snapshot_retention_days=0, min_snapshots_to_keep=1)  # expire all they can
+    resources = {k: dagster_resources[k] for k in ("lakehouse", "pyspark")}
+    sink = lh.stream_writer("db.scheduled")
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(landing))
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    runs = []
+    try:
+        while query.isActive or not runs:
+            runs.append(lakehouse_maintenance_job.execute_in_process(run_config=run_config, resources=resources, raise_on_error=False).success)
+        query.awaitTermination()
+    finally:
+        query.stop()
+    assert runs and all(runs) and len(sink.results) == 6
+    assert_all_readers_agree(lh, spark, duck, "db.scheduled", expected(rows(0, 35)))
+    assert lh.verify("db.scheduled", deep=True)["agree"]

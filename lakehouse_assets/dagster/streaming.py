@@ -122,18 +122,12 @@ def connect_run_metadata(query_id: str, checkpoint: str, commits: list[dict[str,
     """`run_metadata` from the run's commits (newest first), for a sink that ran in another process: the rows are those
     the commits added (for a merge, the rewritten files' rows too), and batches it skipped as replays are not known."""
     last = commits[0] if commits else None
-    return {
-        "stream_query_id": MetadataValue.text(query_id),
-        "checkpoint": MetadataValue.path(checkpoint),
-        "batches_committed": MetadataValue.int(len(commits)),
-        "dagster/row_count": MetadataValue.int(sum(c["rows_added"] for c in commits)),
-        "rows_removed": MetadataValue.int(sum(c["rows_removed"] for c in commits)),
-        "files_added": MetadataValue.int(sum(c["files_added"] for c in commits)),
-        "source_offsets": MetadataValue.json({"end_offsets": end_offsets(progress)}),
-        "iceberg_snapshot_id": MetadataValue.int(last["iceberg_snapshot_id"]) if last else MetadataValue.null(),
-        "delta_version": MetadataValue.int(last["delta_version"]) if last and last["delta_version"] is not None else MetadataValue.null(),
-        "delta_lagging": MetadataValue.bool(last is not None and last["delta_version"] is None),
-    }
+    return _metadata(
+        query_id, checkpoint, progress, batches=len(commits), rows=sum(c["rows_added"] for c in commits),
+        removed=sum(c["rows_removed"] for c in commits), files=sum(c["files_added"] for c in commits),
+        snapshot=last["iceberg_snapshot_id"] if last else None, version=last["delta_version"] if last else None,
+        lagging=last is not None and last["delta_version"] is None,
+    )
 
 
 def end_offsets(progress: list[dict[str, Any]]) -> list[Any]:
@@ -153,16 +147,30 @@ def run_metadata(query_id: str, checkpoint: str, results: list, progress: list[d
     """What one run committed: the batches (new and replayed), rows, the snapshot and Delta version, the source offsets."""
     committed = [r for r in results if not r.duplicate_of_earlier_write]
     last = results[-1] if results else None
-    return {
+    return _metadata(
+        query_id, checkpoint, progress, batches=len(committed), rows=sum(r.rows_written for r in committed),
+        removed=sum(r.rows_removed for r in committed), files=sum(r.files_added for r in committed),
+        snapshot=last.iceberg_snapshot_id if last else None, version=last.delta_version if last else None,
+        lagging=any(r.delta_lagging for r in results), replayed=len(results) - len(committed),
+    )
+
+
+def _metadata(query_id, checkpoint, progress, *, batches, rows, removed, files, snapshot, version, lagging, replayed=None) -> dict[str, Any]:
+    def optional_int(v):
+        return MetadataValue.int(v) if v is not None else MetadataValue.null()
+
+    md = {
         "stream_query_id": MetadataValue.text(query_id),
         "checkpoint": MetadataValue.path(checkpoint),
-        "batches_committed": MetadataValue.int(len(committed)),
-        "batches_replayed": MetadataValue.int(len(results) - len(committed)),
-        "dagster/row_count": MetadataValue.int(sum(r.rows_written for r in committed)),
-        "rows_removed": MetadataValue.int(sum(r.rows_removed for r in committed)),
-        "files_added": MetadataValue.int(sum(r.files_added for r in committed)),
+        "batches_committed": MetadataValue.int(batches),
+        "dagster/row_count": MetadataValue.int(rows),
+        "rows_removed": MetadataValue.int(removed),
+        "files_added": MetadataValue.int(files),
         "source_offsets": MetadataValue.json({"end_offsets": end_offsets(progress)}),
-        "iceberg_snapshot_id": MetadataValue.int(last.iceberg_snapshot_id) if last and last.iceberg_snapshot_id is not None else MetadataValue.null(),
-        "delta_version": MetadataValue.int(last.delta_version) if last and last.delta_version is not None else MetadataValue.null(),
-        "delta_lagging": MetadataValue.bool(any(r.delta_lagging for r in results)),
+        "iceberg_snapshot_id": optional_int(snapshot),
+        "delta_version": optional_int(version),
+        "delta_lagging": MetadataValue.bool(lagging),
     }
+    if replayed is not None:
+        md["batches_replayed"] = MetadataValue.int(replayed)
+    return md

@@ -239,7 +239,8 @@ def test_verify_deep_checks_the_change_data_files_against_the_iceberg_changes(lh
     merged = lh.write(people(spark, [(1, "new1", "US"), (40, "n40", "DE")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
     report = lh.verify(t, deep=True)
     assert report["agree"], report["differences"]
-    assert report["content"]["change_data"] == {"version": merged.delta_version, "cdc_files": 2, "cdc_rows": 3}
+    # The merge writes its own change data: the rewrite task the row it dropped (US), the driver the upserts (US, DE).
+    assert report["content"]["change_data"] == {"version": merged.delta_version, "cdc_files": 3, "cdc_rows": 3}
     # A cdc file that says another row changed is found.
     root = lh.load(t).location().removeprefix("file://")
     path = os.path.join(root, sorted(referenced_cdc_files(root))[0])
@@ -359,3 +360,118 @@ def test_orphan_cleanup_removes_the_change_data_of_versions_past_retention_only(
     assert delta_feed(lh, t, last.delta_version) == [(2, "n2", "US", "update_preimage", last.delta_version), (2, "two", "US", "update_postimage", last.delta_version)]
     deep = lh.verify(t, deep=True)
     assert deep["agree"], deep["differences"]
+
+
+def cdc_paths(lh, t, version: int) -> list[str]:
+    """The cdc files of one Delta version, from its commit file."""
+    import json
+    import os
+
+    root = lh.load(t).location().removeprefix("file://")
+    with open(os.path.join(root, "_delta_log", f"{version:020d}.json")) as f:
+        return [json.loads(line)["cdc"]["path"] for line in f if '"cdc"' in line]
+
+
+def test_a_merge_writes_its_own_change_data_across_tasks_partitions_and_no_op_updates(lh, spark, monkeypatch):
+    """The merge's rewrite writes the feed itself (the upserts' rows by the driver: `-upserts-` files). Every file in a
+    task of its own, so a key's old row and its upsert are in different tasks; a key whose row moves to another
+    partition is an update; an upsert equal to its row changes nothing."""
+    from lakehouse_assets.core.write import merge_tasks
+
+    monkeypatch.setattr(merge_tasks, "FILES_PER_TASK_GROUP", 1)
+    t = "cdf.own"
+    lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(6)]), t, partition_by=["country"])
+    base = lh.write(people(spark, [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(6, 12)]), t)  # two files per partition
+    batch = spark.createDataFrame(
+        [(1, "n1", "US", "u"), (3, "three", "US", "u"), (7, "n7", "DE", "u"), (8, None, None, "D"), (50, "n50", "US", "i")],
+        "id long, name string, country string, op string",
+    )
+    merged = lh.write(batch, t, mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
+    v = merged.delta_version
+    assert assert_feed_equals_changes(lh, t, base) == [
+        (3, "n3", "US", "update_preimage", v), (3, "three", "US", "update_postimage", v),
+        (7, "n7", "DE", "update_postimage", v), (7, "n7", "US", "update_preimage", v),
+        (8, "n8", "DE", "delete", v), (50, "n50", "US", "insert", v),
+    ]
+    assert any("-upserts-" in p for p in cdc_paths(lh, t, v))
+    assert lh.verify(t, deep=True)["agree"]
+
+
+def test_a_merge_over_duplicate_keys_leaves_its_feed_to_the_file_comparison(lh, spark):
+    """Two old rows of one key, one equal to its upsert: the rewrite's per-task labels cannot be the multiset difference,
+    so the merge drops its own change data and the mirror compares the files; the feed is still exact."""
+    t = "cdf.duplicates"
+    lh.write(people(spark, [(1, "a", "US"), (2, "b", "US")]), t)
+    base = lh.write(people(spark, [(1, "a", "US"), (2, "c", "US")]), t)  # an append: keys 1 and 2 twice each
+    merged = lh.write(people(spark, [(1, "a", "US"), (2, "d", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    v = merged.delta_version
+    assert assert_feed_equals_changes(lh, t, base) == [
+        (1, "a", "US", "delete", v), (2, "b", "US", "update_preimage", v), (2, "c", "US", "update_preimage", v),
+        (2, "d", "US", "update_postimage", v),
+    ]
+    assert cdc_paths(lh, t, v) and not any("-upserts-" in p for p in cdc_paths(lh, t, v))
+    root = lh.load(t).location().removeprefix("file://")
+    import os
+
+    assert sorted(os.listdir(os.path.join(root, "_change_data"))) == sorted(p.split("/")[-1] for p in cdc_paths(lh, t, v))  # its own removed
+
+
+def test_a_merge_on_composite_keys_compares_rows_as_spark_groups_them(lh, spark):
+    """NaN equals NaN, 0.0 equals -0.0, nested values compare whole: an upsert equal to its row changes nothing, as
+    `Lakehouse.changes` says."""
+    import math
+
+    t = "cdf.composite"
+    schema = "id long, kind string, score double, point struct<x:double,y:double>, tags array<string>"
+    nan = float("nan")
+    base = lh.write(spark.createDataFrame([(1, "a", nan, (1.0, nan), ["x"]), (1, "b", 2.0, (2.0, 2.0), ["y"]), (2, "a", 0.0, None, None)], schema).coalesce(1), t)
+    batch = spark.createDataFrame([(1, "a", nan, (1.0, nan), ["x"]), (1, "b", 2.0, (2.0, 3.0), ["y"]), (2, "a", -0.0, None, None)], schema)
+    merged = lh.write(batch, t, mode="merge", merge=MergeOptions(keys=["id", "kind"]))
+    v = merged.delta_version
+
+    def rows(table: pa.Table) -> list[tuple]:
+        return sorted((r["id"], r["kind"], r["point"]["y"], r["_change_type"]) for r in table.to_pylist())
+
+    root = lh.load(t).location()
+    feed = pa.table(DeltaTable(root).load_cdf(starting_version=base.delta_version + 1).read_all())
+    changes = pa.Table.from_pylist([r.asDict(recursive=True) for r in lh.changes(t, base.iceberg_snapshot_id).collect()])
+    assert rows(feed) == rows(changes) == [(1, "b", 2.0, "update_preimage"), (1, "b", 3.0, "update_postimage")]
+    assert not any(math.isnan(r["score"]) for r in feed.to_pylist())
+    assert any("-upserts-" in p for p in cdc_paths(lh, t, v))
+
+
+def test_a_merge_that_fails_to_commit_removes_its_change_data_files(lh, spark, monkeypatch):
+    """The merge's rewrite wrote its change data files before the commit; a lost Iceberg commit removes them with its
+    data files, and a failed rewrite job's sweep finds them by the write's id."""
+    import os
+
+    from lakehouse_assets import TableOptions
+    from lakehouse_assets.core.errors import CommitError
+    from lakehouse_assets.core.formats import iceberg_committer
+    from lakehouse_assets.core.write.writer import remove_written_files
+
+    t = "cdf.lost"
+    lh.write(people(spark, [(i, f"n{i}", "US") for i in range(10)]), t, table=TableOptions(properties={"commit.retry.num-retries": "0"}))
+    root = lh.load(t).location().removeprefix("file://")
+    real_commit = iceberg_committer.commit_files
+
+    def commit_after_a_concurrent_overwrite(table, adds, removes, summary, *rest, **kwargs):
+        monkeypatch.setattr(iceberg_committer, "commit_files", real_commit)
+        assert os.listdir(os.path.join(root, "_change_data"))  # the merge's own change data, written before its commit
+        lh.write(people(spark, [(1, "other", "US")]), t, mode="overwrite")
+        return real_commit(table, adds, removes, summary, *rest, **kwargs)
+
+    monkeypatch.setattr(iceberg_committer, "commit_files", commit_after_a_concurrent_overwrite)
+    with pytest.raises(CommitError):
+        lh.write(people(spark, [(1, "new1", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    # What is left is the concurrent overwrite's change data, referenced by its Delta version; the merge's is gone.
+    assert {f"_change_data/{n}" for n in os.listdir(os.path.join(root, "_change_data"))} == referenced_cdc_files(root)
+    assert lh.verify(t, deep=True)["agree"]
+
+    # The sweep of a failed rewrite job: the write's data and change data files go, other writes' files stay.
+    for rel in ("data/abc-00001-00000.parquet", "_change_data/cdc-abc-00001-00000.zstd.parquet", "_change_data/cdc-other-00001-00000.zstd.parquet"):
+        with open(os.path.join(root, rel), "wb") as f:
+            f.write(b"x")
+    kept = set(os.listdir(os.path.join(root, "_change_data"))) - {"cdc-abc-00001-00000.zstd.parquet"}
+    assert remove_written_files(lh.storage, lh.load(t).location(), "abc") == 2
+    assert set(os.listdir(os.path.join(root, "_change_data"))) == kept and not os.path.exists(os.path.join(root, "data/abc-00001-00000.parquet"))

@@ -74,3 +74,23 @@ def test_an_input_the_caller_coalesced_keeps_its_fewer_tasks(lh, spark):
     assert plan_size_bytes(df) is None or write_tasks(df, SMALL_TARGET) >= 1
     assert lh.write(df, "t.coalesced").files_added == 1
     assert lh.write(df.repartition(3, "id"), "t.coalesced").files_added <= 3  # no more files than input partitions
+
+
+@pytest.mark.parametrize("partition_by", [[], ["kind"]])
+def test_an_aggregated_input_computes_its_upstream_once(lh, spark, partition_by):
+    """An input whose plan ends in a shuffle (an aggregation, adaptive execution on) is computed once by the write:
+    planning its tasks never runs the input's shuffle just to count its partitions. Counted by an accumulator that
+    every upstream row adds one to."""
+    seen = spark.sparkContext.accumulator(0)
+
+    @F.udf("long")
+    def counted(v):
+        seen.add(1)
+        return v
+
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    df = spark.range(0, 3000, numPartitions=3).select(counted(F.col("id")).alias("id"))
+    agg = df.groupBy((F.col("id") % 10).alias("bucket")).agg(F.count("*").alias("n")).withColumn("kind", F.lit("k"))
+    r = lh.write(agg, f"t.aggregated_{len(partition_by)}", partition_by=partition_by)
+    assert r.rows_written == 10
+    assert seen.value == 3000

@@ -47,9 +47,14 @@ class FileChanges:
     created: list[str] = field(default_factory=list)  # URIs this operation wrote: deleted if the commit does not land
     removed_delete_files: list[DataFile] = field(default_factory=list)  # other engines' delete files this commit drops (deletes.py)
     rows_written: int = 0  # rows of the caller's data (files rewritten to keep rows are not counted)
+    # The Delta `cdc` actions of the rows this operation changes, when it wrote them itself (a merge's rewrite,
+    # core/write/merge_changes.py); None: the Delta mirror computes them from the files (core/write/change_data.py).
+    change_data: list[dict] | None = None
 
     def include(self, other: "FileChanges") -> "FileChanges":
         """Add another plan's files (e.g. the rewrite of files a window only partly covers)."""
+        if other.adds or other.removes:
+            self.change_data = None  # no longer this plan's rows alone: the mirror compares the files
         self.adds += other.adds
         self.removes += other.removes
         self.created += other.created

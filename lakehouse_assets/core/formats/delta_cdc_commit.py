@@ -22,6 +22,7 @@ from ..io.storage import StorageConfig, delete_files, join_uri
 from .delta_column_mapping import CLIENT, put_if_absent
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+CHANGE_DATA_DIR = "_change_data"  # where change data files live, under the Delta root (the protocol's convention)
 _CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 
 

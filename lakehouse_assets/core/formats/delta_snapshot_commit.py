@@ -75,7 +75,10 @@ def commit_change(
     evolve_schema(root_uri, storage, delta, table, schema, snap)
     declare_statistics(root_uri, storage, delta, snap, policy)
     if change_data is not None and change.data_change and (change.removes or raw_removes) and delta_cdc_commit.feed_enabled(delta):
-        cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
+        if change.change_data is not None and not raw_removes:
+            cdc = change.change_data  # written by the write itself, with its data files
+        else:
+            cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
         version = delta_cdc_commit.commit(root_uri, storage, delta, actions, cdc, app_transactions(snap, change.summary), metadata)
         if reload:
             delta.update_incremental()

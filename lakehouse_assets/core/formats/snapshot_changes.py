@@ -27,6 +27,8 @@ class SnapshotChange:
     summary: dict[str, str] = field(default_factory=dict)
     delete_files_added: list[DataFile] = field(default_factory=list)  # row-level deletes (other engines)
     delete_files_removed: list[DataFile] = field(default_factory=list)
+    # The Delta `cdc` actions of files the write itself wrote with the rows it changed (a merge); None: from the files.
+    change_data: list[dict] | None = None
 
     @property
     def data_change(self) -> bool:

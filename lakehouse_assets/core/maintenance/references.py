@@ -16,11 +16,10 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from ..formats import history
-from ..formats.delta_cdc_commit import cdc_actions
+from ..formats.delta_cdc_commit import CHANGE_DATA_DIR, cdc_actions
 from ..io.storage import delta_path, join_uri, normalize_uri, relative_to
 from ..properties import TableProperties
 from ..table.context import TableContext
-from ..write.change_data import CHANGE_DATA_DIR
 
 RETENTION_MIN_TIMESTAMP = TableProperties.RETENTION_MIN_TIMESTAMP
 RETENTION_DELTA_MIN_VERSION = TableProperties.RETENTION_DELTA_MIN_VERSION

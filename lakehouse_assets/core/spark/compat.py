@@ -139,10 +139,19 @@ def filled_cache_figures(df) -> tuple[int, int] | None:
 
 
 def num_partitions(df) -> int | None:
-    """How many partitions (tasks) `df`'s plan has, or None where that is not known without running it (Connect)."""
+    """How many partitions (tasks) `df`'s plan has at most, or None where that is not known without running it
+    (Connect; a plan whose output partitioning Spark cannot tell).
+
+    Under adaptive execution a plan with a shuffle is only final once its shuffles ran: `df.rdd` would run them
+    (the caller's whole upstream, e.g. an aggregation) just to count, and the write would run them again. Such a
+    plan's count before adaptive execution is taken instead: an upper bound (adaptive execution only coalesces)."""
     if is_connect(df):
         return None
     try:
+        plan = df._jdf.queryExecution().executedPlan()
+        if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+            bound = int(plan.inputPlan().outputPartitioning().numPartitions())
+            return bound if bound > 0 else None
         return int(df.rdd.getNumPartitions())  # plans, runs no job
     except Exception:  # noqa: BLE001 - an estimate: callers have a default
         return None

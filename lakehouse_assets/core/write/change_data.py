@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
 from ..formats import delta_column_mapping, history
+from ..formats.delta_cdc_commit import CHANGE_DATA_DIR
 from ..formats.delta_values import partition_value
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import StorageConfig, join_uri
@@ -30,11 +31,9 @@ from ..read.changes import CHANGE_TYPE, rows_changed_between, snapshot_changed_r
 from ..schema.spec import delta_partition_columns
 from ..schema.type_mapping import arrow_file_schema, conform_batch, iceberg_to_spark_schema
 from ..spark.compat import default_parallelism
-from ..spark.planning import at_most
 from ..spark.session import active_session
 from ..table.evolution import column_names_moved, types_were_widened
 
-CHANGE_DATA_DIR = "_change_data"
 CHANGE_BYTES_PER_TASK = 256 * 1024 * 1024
 _FILE_ROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string())])
 
@@ -56,6 +55,21 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
         by_id = history.snapshots_by_id(table)
         parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
         rows = snapshot_changed_rows(spark, ".".join(table.name()), table, storage, change, parent, spark_schema)
+    writer = change_data_writer(table, schema, root_uri, storage, uuid.uuid4().hex)
+    files = []
+    if rows is not None:
+        # As many Python tasks as the change is large (a task per CHANGE_BYTES_PER_TASK of the files read), not one per
+        # shuffle partition: a Python task's fixed cost would otherwise make a small merge's feed cost more than the merge.
+        # `rows` is an aggregate built here (no caller's coalesce to keep), so a plain coalesce: asking its partition
+        # count first would run its shuffle once more under adaptive execution.
+        read = sum(f.file_size_in_bytes for f in change.adds) + sum(f.file_size_in_bytes for f in change.removes)
+        tasks = max(1, min(default_parallelism(spark), -(-read // CHANGE_BYTES_PER_TASK)))
+        files = [r.asDict() for r in rows.coalesce(tasks).mapInArrow(writer, "path string, size long, partition_values string").collect()]
+    return file_actions(files, writer)
+
+
+def change_data_writer(table: Table, schema, root_uri: str, storage: StorageConfig, write_id: str) -> "ChangeDataWriter":
+    """The writer of one version's change data files of `table`, whose rows are in `schema` (the snapshot's)."""
     # As the data files: Iceberg field ids, and under column mapping the columns' physical names (the keys of partitionValues too).
     names = delta_column_mapping.file_names(table, schema)
     partitions = tuple(
@@ -63,16 +77,14 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
     )
     file_schema = arrow_file_schema(schema, names).append(pa.field(CHANGE_TYPE, pa.string(), nullable=False))
     input_names = (*(f.name for f in schema.fields), CHANGE_TYPE) if names else None
-    writer = ChangeDataWriter(root_uri, uuid.uuid4().hex, storage, partitions, file_schema, input_names)
-    files = []
-    if rows is not None:
-        # As many Python tasks as the change is large (a task per CHANGE_BYTES_PER_TASK of the files read), not one per
-        # shuffle partition: a Python task's fixed cost would otherwise make a small merge's feed cost more than the merge.
-        read = sum(f.file_size_in_bytes for f in change.adds) + sum(f.file_size_in_bytes for f in change.removes)
-        tasks = max(1, min(default_parallelism(spark), -(-read // CHANGE_BYTES_PER_TASK)))
-        files = [r.asDict() for r in at_most(rows, tasks).mapInArrow(writer, "path string, size long, partition_values string").collect()]
+    return ChangeDataWriter(root_uri, write_id, storage, partitions, file_schema, input_names)
+
+
+def file_actions(files: list[dict], writer: "ChangeDataWriter") -> list[dict]:
+    """The `cdc` actions of the files `writer` wrote (its file rows). Never empty: a version whose rows did not change
+    gets one empty file, so readers of the feed take that version from its cdc files (none), not its add/remove actions."""
     if not files:
-        files = [writer.empty_file({key: None for _, key, _ in partitions})]
+        files = [writer.empty_file({key: None for _, key, _ in writer.partitions})]
     return [
         {"path": f["path"], "partitionValues": json.loads(f["partition_values"]), "size": f["size"], "dataChange": False}
         for f in files

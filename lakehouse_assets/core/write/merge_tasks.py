@@ -22,6 +22,7 @@ from ..model import FileChanges
 from ..read.reader import ParquetFileReader, map_paths, path_batches
 from ..schema.type_mapping import SPARK_FIELD_ID_KEY
 from ..spark.compat import collect_arrow, default_parallelism
+from . import merge_changes
 from .target import WriteTarget
 
 # A small batch's upserts of at most this much Arrow travel with the tasks of its one-job rewrite, each
@@ -31,6 +32,7 @@ FILES_PER_TASK_GROUP = 16
 # Helper columns hold a space, which user column names cannot (spec._check_names): they never collide.
 _REWRITTEN = "_lakehouse merge rewritten"  # the one-job rewrite's rows naming a file it rewrote
 _POSITION = "_lakehouse merge position"
+_CHANGE = "_lakehouse merge change"  # the one-job rewrite's rows on its change data (merge_changes), as JSON
 
 
 def files_holding(spark, target: "WriteTarget", files: list[DataFile], values: pa.Table) -> set[str]:
@@ -89,19 +91,19 @@ class _Keys:
             return pc.any(pc.is_in(rows.column(0), value_set=self.single)).as_py() is True
         return rows.join(self.values, keys=self.names, join_type="left semi").num_rows > 0
 
-    def without_keys(self, rows: pa.RecordBatch) -> pa.Table:
-        """`rows` minus those holding one of the keys (a null key never equals one: the row stays)."""
+    def split(self, rows: pa.RecordBatch) -> tuple[pa.Table, pa.Table]:
+        """(`rows` minus those holding one of the keys, those rows): a null key never equals one, so its row stays."""
         import pyarrow.compute as pc
 
         table = pa.Table.from_batches([rows])
         if self.single is not None:
             held = pc.fill_null(pc.is_in(table.column(self.names[0]), value_set=self.single), False)
-            return table.filter(pc.invert(held))
-        # Composite keys: Arrow's join refuses nested non-key columns, so join the keys and a row number only.
-        positions = pa.array(range(table.num_rows), pa.int64())
-        keyed = table.select(self.names).append_column(_POSITION, positions)
-        held = keyed.join(self.values, keys=self.names, join_type="left semi").column(_POSITION)
-        return table.filter(pc.invert(pc.is_in(positions, value_set=held)))
+        else:
+            # Composite keys: Arrow's join refuses nested non-key columns, so join the keys and a row number only.
+            positions = pa.array(range(table.num_rows), pa.int64())
+            keyed = table.select(self.names).append_column(_POSITION, positions)
+            held = pc.is_in(positions, value_set=keyed.join(self.values, keys=self.names, join_type="left semi").column(_POSITION))
+        return table.filter(pc.invert(held)), table.filter(held)
 
 
 @dataclass
@@ -156,13 +158,26 @@ def rewrite_in_one_job(
     writer = target.file_writer(settings, write_id)
     spark_schema = target.spark_schema()
     row_reader = target.row_reader(spark_schema)
-    rewrite = _GroupRewriter(*_key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, groups, tasks, writer)
-    out_schema = StructType([*file_row_schema().fields, StructField(_REWRITTEN, StringType())])
+    # With the Delta feed on, the tasks also write the rows they drop as the version's change data (merge_changes).
+    feed = _change_data(target, settings, values.column_names, spark_schema.fieldNames(), write_id) if target.change_feed else None
+    rewrite = _GroupRewriter(*_key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, groups, tasks, writer, feed)
+    out_schema = StructType([*file_row_schema().fields, StructField(_REWRITTEN, StringType()), StructField(_CHANGE, StringType())])
     mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(rewrite, out_schema)  # one index per task
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     rewritten = {r[_REWRITTEN] for r in rows if r[_REWRITTEN] is not None}
-    target.record(written_files([r for r in rows if r[_REWRITTEN] is None]), changes)
+    target.record(written_files([r for r in rows if r[_REWRITTEN] is None and r[_CHANGE] is None]), changes)
+    if feed is not None and rewritten:
+        task_rows = [r[_CHANGE] for r in rows if r[_CHANGE] is not None]
+        upserts = merge_changes.all_upserts(g[2] for g in groups)
+        changes.change_data = merge_changes.finish(feed, upserts, task_rows, target.storage, f"{write_id}-upserts", changes.created)
     return [f for f in candidates if f.file_path in rewritten]
+
+
+def _change_data(target: "WriteTarget", settings: dict, keys: list[str], columns: list[str], write_id: str) -> "merge_changes.MergeChanges":
+    from .change_data import change_data_writer
+
+    writer = change_data_writer(target.table, target.schema, settings["root_uri"], target.storage, write_id)
+    return merge_changes.MergeChanges(writer, tuple(keys), tuple(columns))
 
 
 def _upserts_by_partition(target: "WriteTarget", spec, keyer, settings: dict, upserts, on_driver: pa.Table | None) -> dict[str, list[pa.RecordBatch]] | None:
@@ -264,12 +279,14 @@ class _GroupRewriter:
     groups: list  # (partition key, candidate URIs, upserts as Arrow IPC or None)
     tasks: int  # task i takes groups i, i + tasks, i + 2 * tasks...
     writer: "object"  # parquet_files.FileWriter
+    feed: "merge_changes.MergeChanges | None" = None  # writes the dropped rows as change data (Delta feed on)
 
     def __call__(self, batches):
         from .parquet_files import FILE_ROW_ARROW
 
         keys = _Keys(self.key_reader, self.keys_ipc)
         rewritten: list[str] = []
+        dropped = self.feed.dropped_rows(merge_changes.all_upserts(g[2] for g in self.groups)) if self.feed is not None else None
 
         def rows():
             for batch in batches:
@@ -280,16 +297,22 @@ class _GroupRewriter:
                                 continue  # stays live as it is
                             rewritten.append(uri)
                             for b in self.row_reader(path_batches(uri)):
-                                yield from _keyed(keys.without_keys(b), key)
+                                kept, gone = keys.split(b)
+                                yield from _keyed(kept, key)
+                                if dropped is not None:
+                                    dropped.add(gone)
                         if upserts_ipc is not None:
                             yield from _keyed(pa.ipc.open_stream(upserts_ipc).read_all(), key)
 
         for out in self.writer(rows()):
-            yield out.append_column(_REWRITTEN, pa.nulls(out.num_rows, pa.string()))
-        if rewritten:  # after the writer closed every file: the task's rows come back only if it succeeds
-            n = len(rewritten)
+            yield out.append_column(_REWRITTEN, pa.nulls(out.num_rows, pa.string())).append_column(_CHANGE, pa.nulls(out.num_rows, pa.string()))
+        # After the writer closed every file: the task's rows come back only if it succeeds.
+        changed = dropped.finish() if dropped is not None else []
+        if rewritten or changed:
+            n, m = len(rewritten), len(changed)
             yield pa.RecordBatch.from_arrays(
-                [*(pa.nulls(n, f.type) for f in FILE_ROW_ARROW), pa.array(rewritten, pa.string())], names=[*FILE_ROW_ARROW.names, _REWRITTEN]
+                [*(pa.nulls(n + m, f.type) for f in FILE_ROW_ARROW), pa.array(rewritten + [None] * m, pa.string()), pa.array([None] * n + changed, pa.string())],
+                names=[*FILE_ROW_ARROW.names, _REWRITTEN, _CHANGE],
             )
 
 

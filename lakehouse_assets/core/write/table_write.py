@@ -22,7 +22,7 @@ import time
 from pyiceberg.table import Table
 
 from ..errors import SchemaError, SpecError
-from ..formats import delta_adoption, foreign_delta, history
+from ..formats import delta_adoption, delta_cdc_commit, foreign_delta, history
 from ..formats import iceberg_committer as ic
 from ..formats.delta_column_mapping import enabled as mapping_enabled
 from ..formats.delta_column_mapping import mapping_keys
@@ -204,6 +204,7 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
         ctx.storage,
         cast_files=types_were_widened(table) or bool(schema_plan.widen),
         target_file_size=request.target_file_size,
+        change_feed=delta_on and delta is not None and delta_cdc_commit.feed_enabled(delta),
     )
     summary = request.summary()
     changes = FileChanges()

@@ -34,6 +34,7 @@ class WriteTarget:
     storage: StorageConfig
     cast_files: bool = False  # existing files may hold narrower types than `schema` (after a widening)
     target_file_size: int | None = None
+    change_feed: bool = False  # the Delta side keeps a change data feed: a write that knows its changed rows writes them
 
     def write(self, df, changes: FileChanges, *, counts_as_written: bool = True) -> list[DataFile]:
         """Write `df` as table files, record them in `changes`, and return their Iceberg DataFiles."""

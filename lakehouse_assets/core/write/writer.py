@@ -194,17 +194,21 @@ _CONNECT_KILL_MARGIN_S = 2.0  # past the kill timeout: the executor's monitor ch
 
 
 def remove_written_files(storage: StorageConfig, root_uri: str, write_id: str) -> int:
-    """Delete every file of one write (its names start with the write id) under `<root>/data/`: what the
-    finished tasks of a failed job wrote, and what killed tasks could not clean up themselves. Returns how many
-    it found."""
-    fs, root = storage.filesystem(join_uri(root_uri, "data"))
-    try:
-        found = fs.get_file_info(pa.fs.FileSelector(root, recursive=True, allow_not_found=True))
-    except OSError as e:  # the storage error itself (e.g. access denied) is what the caller reports
-        log.warning("cannot list %s to remove a failed write's files: %s", root, e)
-        return 0
-    mine = [info for info in found if info.type == pa.fs.FileType.File and info.base_name.startswith(f"{write_id}-")]
-    for info in mine:
+    """Delete every file of one write under `<root>/data/` (its names start with the write id) and under
+    `<root>/_change_data/` (the change data a merge's tasks write, `cdc-<write id>-...`): what the finished tasks
+    of a failed job wrote, and what killed tasks could not clean up themselves. Returns how many it found."""
+    from ..formats.delta_cdc_commit import CHANGE_DATA_DIR
+
+    mine = []
+    for folder, prefix, recursive in (("data", f"{write_id}-", True), (CHANGE_DATA_DIR, f"cdc-{write_id}-", False)):
+        fs, root = storage.filesystem(join_uri(root_uri, folder))
+        try:
+            found = fs.get_file_info(pa.fs.FileSelector(root, recursive=recursive, allow_not_found=True))
+        except OSError as e:  # the storage error itself (e.g. access denied) is what the caller reports
+            log.warning("cannot list %s to remove a failed write's files: %s", root, e)
+            continue
+        mine += [(fs, info) for info in found if info.type == pa.fs.FileType.File and info.base_name.startswith(prefix)]
+    for fs, info in mine:
         try:
             fs.delete_file(info.path)
         except OSError as e:

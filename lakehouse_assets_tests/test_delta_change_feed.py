@@ -372,6 +372,7 @@ def cdc_paths(lh, t, version: int) -> list[str]:
         return [json.loads(line)["cdc"]["path"] for line in f if '"cdc"' in line]
 
 
+@pytest.mark.smoke  # also on a Spark Connect session (`make connect`), where the rewrite's tasks run in the server
 def test_a_merge_writes_its_own_change_data_across_tasks_partitions_and_no_op_updates(lh, spark, monkeypatch):
     """The merge's rewrite writes the feed itself (the upserts' rows by the driver: `-upserts-` files). Every file in a
     task of its own, so a key's old row and its upsert are in different tasks; a key whose row moves to another

@@ -121,9 +121,14 @@ def collect_arrow(df) -> list:
 
 def filled_cache_figures(df) -> tuple[int, int] | None:
     """(rows, bytes) of the filled Spark cache `df` reads through projections only, or None (not cached, not
-    filled, or not knowable: a Connect session cannot see the server's cache figures without a job)."""
+    filled, or not knowable).
+
+    Classic: the cache's own counters through the JVM. Connect: the optimized plan in the server's
+    `explain(mode="cost")` text, where a filled cache states its row count (three significant digits: the
+    figures are for thresholds). A cache not filled yet states no row count, unless its input has one (local
+    rows, small by nature): its first reader then fills it."""
     if is_connect(df):
-        return None
+        return _connect_cache_figures(df)
     try:  # Spark internals (InMemoryRelation / CachedRDDBuilder); any change falls back to the Spark path
         plan = df._jdf.queryExecution().optimizedPlan()
         while plan.getClass().getSimpleName() == "Project":
@@ -136,6 +141,24 @@ def filled_cache_figures(df) -> tuple[int, int] | None:
         return cache_figures(cache)
     except Exception:  # noqa: BLE001
         return None
+
+
+def _connect_cache_figures(df) -> tuple[int, int] | None:
+    try:
+        text = df._explain_string(mode="cost")
+    except Exception:  # noqa: BLE001 - figures for a shortcut: without them, the general road
+        return None
+    plan = text.split("== Optimized Logical Plan ==", 1)[-1].split("== Physical Plan ==", 1)[0]
+    for line in plan.strip().splitlines():
+        node = line.lstrip(" +-:").split(" ", 1)[0]
+        if node == "Project":
+            continue
+        m = re.search(r"Statistics\(sizeInBytes=([0-9.]+)\s*([KMGTPE]i)?B, rowCount=([0-9.E+]+)\)", line)
+        if node != "InMemoryRelation" or not m:
+            return None  # not a cache, or one not filled yet (it states no row count)
+        size = int(float(m.group(1)) * 1024 ** " KMGTPE".index((m.group(2) or " ")[0]))
+        return int(float(m.group(3))), size
+    return None
 
 
 def num_partitions(df) -> int | None:

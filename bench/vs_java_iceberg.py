@@ -78,6 +78,7 @@ REGIONS = 32
 
 READ_WARMUP = 10  # uncounted runs of each side before a read workload's counted ones
 READ_REPS = 15  # counted runs of each side, at least
+MERGE_FEED_REPS = 7  # counted runs of merge_cdc, whose Delta feed on/off ratio compares two sub-second times
 
 
 @dataclass
@@ -295,7 +296,9 @@ class Bench:
         detail = ""
         feed = workload == "merge_cdc"  # also against the same merge on a table without the Delta change data feed
         # The first rep is a warm-up for both sides (the JVM compiles each side's MERGE path on first use), as for reads.
-        for rep in range(-1, self.args.reps):
+        # The feed's cost is a small difference of two sub-second times: more repetitions for its median.
+        reps = max(self.args.reps, MERGE_FEED_REPS) if feed else self.args.reps
+        for rep in range(-1, reps):
             o_name, j_name, f_name = self.name(workload), self.name(workload), self.name(workload)
             self.lh.write(df, f"b.{o_name}", partition_by=["region"])
             self.lh.write(df, f"b.{f_name}", partition_by=["region"])

@@ -7,7 +7,7 @@ SPARK ?= 3.5
 ifeq ($(SPARK),4)
 VENV := .venv-spark4
 EXTRAS := test,dev,servers,ui,bench,docs
-PYTEST_MARKS := -m "not java_iceberg"
+PYTEST_MARKS := -m "not java_iceberg and not sail_session"
 else ifeq ($(SPARK),3.5)
 VENV := .venv
 EXTRAS := test,dev,servers,ui,java-iceberg,bench,docs
@@ -76,12 +76,12 @@ test: setup lint
 # The subset CI also runs on the other Spark line: write, merge, compaction, read, verify, time travel,
 # rollback, the Dagster runs and a standalone Spark cluster.
 smoke: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m "smoke and not java_iceberg" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "smoke and not java_iceberg and not sail_session" $(PYTEST_ARGS)
 
 # The smoke subset on a Spark Connect session: the suite starts a Spark Connect server in its own process
 # (lakehouse_assets_tests/connect_server.py) and the `spark` fixture and the Dagster resource talk to it. Spark 4 only.
 connect: setup
-	LAKEHOUSE_TEST_SPARK=connect $(PY) -m pytest -q -p no:cacheprovider -m "smoke and not java_iceberg" $(PYTEST_ARGS)
+	LAKEHOUSE_TEST_SPARK=connect $(PY) -m pytest -q -p no:cacheprovider -m "smoke and not java_iceberg and not sail_session" $(PYTEST_ARGS)
 
 # The architecture contracts ([tool.importlinter] in pyproject.toml: a Dagster-free core, no cycles,
 # layers from the entry points down to storage and errors) and the linter.

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.storage import StorageConfig
-from ..spark.compat import default_parallelism
+from ..spark.compat import default_parallelism, has_input_file_name
 from ..spark.parquet_relation import parquet_files
 
 
@@ -148,7 +148,7 @@ def read_parquet_files(
         # is checked against another column's statistics and row groups holding matches are skipped (wrong
         # rows, silently; test_row_filters.py). The pyarrow reader maps by id, and Spark filters what it returns.
         cast_files = True
-    if not cast_files and all(u.startswith("file:") for u in uris):
+    if not cast_files and all(u.startswith("file:") for u in uris) and (path_column is None or has_input_file_name(spark)):
         # Our files (and any Iceberg/Delta writer's) hold proleptic-Gregorian dates and timestamps; without
         # these options Spark refuses values before 1582 / 1900 in files it did not write itself
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.

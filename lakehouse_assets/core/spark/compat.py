@@ -112,6 +112,30 @@ def default_parallelism(spark) -> int:
     return found
 
 
+_FILE_NAMES: dict[str, bool] = {}  # a Connect session's id -> whether its server has input_file_name()
+
+
+def has_input_file_name(spark) -> bool:
+    """Whether the session's engine has Spark's `input_file_name()`. Spark has; Sail (a Spark Connect server written
+    in Rust) has not (docs/remote-spark.md). A Connect session's server is asked once, by a one-row query."""
+    if not is_connect(spark):
+        return True
+    key = spark.session_id
+    with _PARALLELISM_LOCK:
+        if key in _FILE_NAMES:
+            return _FILE_NAMES[key]
+    from pyspark.sql import functions as F
+
+    try:
+        spark.range(1).select(F.input_file_name()).collect()
+        found = True
+    except Exception:  # noqa: BLE001 - the engine refuses the function: readers that need it take the pyarrow road
+        found = False
+    with _PARALLELISM_LOCK:
+        _FILE_NAMES[key] = found
+    return found
+
+
 def collect_arrow(df) -> list:
     """`df`'s rows on the driver as Arrow record batches (PySpark's own Arrow collect, the one `toPandas` uses)."""
     if is_connect(df):

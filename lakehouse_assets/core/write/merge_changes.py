@@ -59,6 +59,11 @@ class DroppedRows:
     def __init__(self, spec: MergeChanges, upserts: pa.Table | None):
         self.spec = spec
         self.upserts = upserts.select(list(spec.columns)) if upserts is not None else None
+        # The upserts' keys with their index, the right side of every batch's join (built once per task).
+        self.upsert_keys = None
+        if self.upserts is not None:
+            keys = self.upserts.select(list(spec.keys))
+            self.upsert_keys = keys.append_column(_INDEX, pa.array(range(keys.num_rows), pa.int64()))
         self.labelled: list[pa.Table] = []
         self.dropped: dict[int, int] = {}  # upsert index -> rows of its key dropped here
         self.equal: dict[int, int] = {}  # upsert index -> of those, rows equal to the upsert
@@ -89,11 +94,10 @@ class DroppedRows:
     def _upsert_index(self, dropped: pa.Table) -> pa.Array:
         """Per dropped row, the index of its key's upsert (null: its key was deleted)."""
         keys = list(self.spec.keys)
-        if self.upserts is None:
+        if self.upsert_keys is None:
             return pa.nulls(dropped.num_rows, pa.int64())
         left = dropped.select(keys).append_column(_POSITION, pa.array(range(dropped.num_rows), pa.int64()))
-        right = self.upserts.select(keys).cast(left.select(keys).schema)
-        right = right.append_column(_INDEX, pa.array(range(right.num_rows), pa.int64()))
+        right = self.upsert_keys.cast(pa.schema([*left.select(keys).schema, self.upsert_keys.schema.field(_INDEX)]))
         joined = left.join(right, keys=keys, join_type="left outer").sort_by(_POSITION)
         return joined.column(_INDEX).combine_chunks()
 

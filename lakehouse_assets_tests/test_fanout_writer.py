@@ -71,6 +71,7 @@ def test_sorted_input_still_gives_one_file_per_key(tmp_path):
 def test_open_files_are_bounded(tmp_path, monkeypatch):
     """Beyond MAX_OPEN_FILES keys in one task the oldest file is closed: more files, every row kept once."""
     monkeypatch.setattr(parquet_files, "MAX_OPEN_FILES", 4)
+    monkeypatch.setattr(parquet_files, "STAGE_BYTES", 1)  # every batch grouped alone, so keys come back after their file closed
     rows = [(i, i % 10, 0.0, "x") for i in range(200)]
     written = _write(tmp_path, _batches(rows, 20))
     assert len(written) > 10
@@ -81,12 +82,29 @@ def test_open_files_are_bounded(tmp_path, monkeypatch):
 def test_buffered_bytes_are_bounded(tmp_path, monkeypatch):
     """Above FANOUT_PENDING_BYTES buffered over all open files, the largest buffers become row groups."""
     monkeypatch.setattr(parquet_files, "FANOUT_PENDING_BYTES", 4096)
+    monkeypatch.setattr(parquet_files, "STAGE_BYTES", 1)
     rows = [(i, i % 2, 0.0, "y" * 50) for i in range(2000)]
     written = _write(tmp_path, _batches(rows, 100))
     assert len(written) == 2
     for f in written:
         meta = pq.ParquetFile(tmp_path / f["path"]).metadata
         assert meta.num_row_groups > 1 and meta.num_rows == 1000
+
+
+def test_interleaved_batches_are_grouped_a_stage_at_a_time(tmp_path, monkeypatch):
+    """Batches are grouped a stage (STAGE_BYTES) at a time, not one by one: one sort for many batches, and each
+    key's rows of a stage reach its file as one run."""
+    calls = []
+    group = parquet_files.group_by_columns
+    monkeypatch.setattr(parquet_files, "group_by_columns", lambda batch, *a: calls.append(batch.num_rows) or group(batch, *a))
+    rows = [(i, i % 3, 0.0, "x") for i in range(600)]
+    want = {(r, 0.0): list(range(r, 600, 3)) for r in range(3)}
+    assert _rows_of(tmp_path, _write(tmp_path, _batches(rows, 30))) == want
+    assert calls == [600]  # 20 batches, one stage
+    calls.clear()
+    monkeypatch.setattr(parquet_files, "STAGE_BYTES", 1)  # a batch per stage: the same files
+    assert _rows_of(tmp_path / "one", _write(tmp_path / "one", _batches(rows, 30))) == want
+    assert calls == [30] * 20
 
 
 @pytest.mark.parametrize("size", [1, 7, 1000])

@@ -28,6 +28,8 @@ ROW_GROUP_BYTES = 64 * 1024 * 1024
 MAX_OPEN_FILES = 128
 FANOUT_PENDING_BYTES = 256 * 1024 * 1024
 DICTIONARY_SAMPLE_ROWS = 10_000
+# A task holding several keys groups its rows this many bytes at a time (see FileWriter._groups).
+STAGE_BYTES = 32 * 1024 * 1024
 FILE_ROW_FIELDS = (("path", "string"), ("size", "long"), ("record_count", "long"), ("partition_key", "string"), ("footer", "binary"))
 
 @dataclass
@@ -72,16 +74,7 @@ class FileWriter:
         # expressions arrive clustered by key (the shuffle) but not sorted, so no Spark sort is needed.
         open_files: dict[str, _RollingFile] = {}
         results: list[dict] = []
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            key_index = batch.schema.get_field_index(PARTITION_KEY_COLUMN)
-            if self.key_columns:
-                groups = group_by_columns(batch, self.key_columns, self._key_cache())
-            elif key_index < 0:
-                groups = [(UNPARTITIONED_KEY, batch)]
-            else:
-                groups = split_by_key(batch, key_index)  # the keyer's path: input sorted by key
+        for groups in self._groups(batches):
             for key, part in groups:
                 current = open_files.get(key)
                 if current is None:
@@ -100,6 +93,33 @@ class FileWriter:
         results += [f.close() for f in open_files.values()]
         if results:
             yield file_rows(results)
+
+    def _groups(self, batches: Iterator[pa.RecordBatch]) -> Iterator[list[tuple[str, pa.RecordBatch]]]:
+        """The input's rows as (partition key, rows) runs, a list of runs at a time."""
+        if not self.key_columns:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                key_index = batch.schema.get_field_index(PARTITION_KEY_COLUMN)
+                # Unpartitioned, or the keyer's path (input sorted by its key column).
+                yield [(UNPARTITIONED_KEY, batch)] if key_index < 0 else split_by_key(batch, key_index)
+            return
+        # Rows clustered by key but interleaved: group many batches at once, so each key's rows reach its
+        # file as one long run (one sort per stage, not one per 10k-row batch; and Parquet encodes long
+        # runs faster than many short slices).
+        key_of = self._key_cache()
+        staged: list[pa.RecordBatch] = []
+        staged_bytes = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            staged.append(batch)
+            staged_bytes += batch.nbytes
+            if staged_bytes >= STAGE_BYTES:
+                yield group_by_columns(_one_batch(staged), self.key_columns, key_of)
+                staged, staged_bytes = [], 0
+        if staged:
+            yield group_by_columns(_one_batch(staged), self.key_columns, key_of)
 
     def dictionary_columns(self, first: pa.Table) -> list[str]:
         """Decided once per task from the first file's first rows: the columns' nature does not change per file."""
@@ -122,6 +142,12 @@ class FileWriter:
         self._seq += 1
         name = f"{self.write_id}-{self._attempt:05d}-{self._seq:05d}.parquet"
         return "/".join(p for p in ("data", key_dir, name) if p)
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def split_by_key(batch: pa.RecordBatch, key_index: int) -> list[tuple[str, pa.RecordBatch]]:

@@ -65,7 +65,8 @@ def write_files(
         if exprs is not None:
             # Spark computes Iceberg's partition values (no Python pass); the writer turns each run into a key.
             key_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
-            df = df.select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
+            # The shuffle's map side in as many tasks as the write too (200 input partitions: 200 tasks' overhead).
+            df = at_most(df, tasks).select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
             df = df.repartition(tasks, *key_columns)  # each key in one task; the writer fans out by key (no sort)
         else:
             keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])

@@ -23,7 +23,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.glue import _IcebergSchemaToGlueType  # pyiceberg's own Iceberg-to-Glue column types
 from pyiceberg.schema import visit
 from pyiceberg.table import Table
 
@@ -131,6 +130,8 @@ def entry_for(table: Table, configured: GlueDeltaRegistration | None, catalog: C
 def table_input(entry: GlueEntry, table: Table, root_uri: str) -> dict[str, Any]:
     """What Athena, EMR and Spectrum read: a Delta table at the table root, with the current columns."""
     location = root_uri.rstrip("/")
+    from pyiceberg.catalog.glue import _IcebergSchemaToGlueType  # pyiceberg's own Iceberg-to-Glue types (imports boto3: here, not at import)
+
     columns = [{"Name": f.name, "Type": visit(f.field_type, _IcebergSchemaToGlueType())} for f in table.schema().fields]
     return {
         "Name": entry.name,

@@ -103,12 +103,13 @@ def page(data: dict, when: str, wall_s: float | None, note: str = "") -> str:
         + (f"; the run took {wall_s / 60:.1f} minutes." if wall_s else "."),
         "",
         *(["!!! note", f"    {note}", ""] if note else []),
-        "| work | ours (s) | vs | theirs (s) | ratio |",
-        "|---|---|---|---|---|",
+        "| work | ours (s) | vs | theirs (s) | ratio | files written: ours / theirs |",
+        "|---|---|---|---|---|---|",
     ]
     for r in data["results"]:
         for o in r["others"]:
-            lines.append(f"| {r['workload']} | {r['ours']['median_s']:.2f} | {o['name']} | {o['median_s']:.2f} | {r['ours']['median_s'] / o['median_s']:.2f} |")
+            files = f"{r['ours']['files']} / {o['files']}" if r["ours"].get("files") is not None and o.get("files") is not None else ""
+            lines.append(f"| {r['workload']} | {r['ours']['median_s']:.2f} | {o['name']} | {o['median_s']:.2f} | {r['ours']['median_s'] / o['median_s']:.2f} | {files} |")
     notes = [f"- `{r['workload']}`: {r['note']}" for r in data["results"] if r.get("note")]
     if notes:
         lines += ["", *notes]

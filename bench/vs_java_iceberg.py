@@ -34,8 +34,13 @@ Workloads (`--only a,b` to pick):
                   with the files each side wrote
   stream          100 micro-batches of 10,000 rows (one landing file each, availableNow) through our stream sink
                   vs Java Iceberg's `writeStream.format("iceberg")`: rows/s and median batch latency (bench/streaming.py)
-  scale_write     ours only: `--rows` rows straight from spark.range (not cached) into a day-partitioned
-                  table; prints the Python driver's peak RSS, to compare across sizes (run alone)
+  scale           2,000,000 and 20,000,000 rows (`--scale-rows`) straight from spark.range (not cached) into a
+                  day-partitioned table, ours then Java, each size in a fresh process: times, files and the Python
+                  driver's peak RSS after our write (flat: the driver holds metadata only). One run each
+  dagster_step    one Dagster step as a whole process: `dagster asset materialize` of a 10,000-row asset in a
+                  fresh process (interpreter, imports, code location, Spark session, catalog, commits), ours vs the
+                  same asset written with Spark + Java Iceberg `writeTo().append()` (bench/dagster_step.py)
+  scale_write     one size of `scale` (`--rows`), run alone: `--only scale_write`
 
     .venv/bin/python bench/vs_java_iceberg.py --rows 2000000 [--reps 3] [--only write_day,merge_cdc]
     .venv/bin/python bench/vs_java_iceberg.py --rows 50000000 --only scale_write --driver-memory 1g   # scale run
@@ -65,7 +70,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "read_after_commit", "commit_latency",
-    "write_wide", "changes_cdc", "write_partitioning", "stream",
+    "write_wide", "changes_cdc", "write_partitioning", "stream", "scale", "dagster_step",
 )
 INPUT_PARTITIONS = (2, 8, 64, 200)
 PARTITIONS_PER_CORE = 3  # how the other workloads' inputs arrive
@@ -548,16 +553,47 @@ class Bench:
         return [Row(r["workload"], side(r["ours"]), [side(o) for o in r["others"]], r["note"]) for r in results]
 
     def scale_write(self):
-        """Ours only, uncached rows: what the driver holds must not grow with the data (metadata only)."""
-        ours = Side("ours")
+        """Uncached rows into a day-partitioned table, ours then Java: what the Python driver holds must not grow
+        with the data (metadata only). Prints one JSON line (SCALE_RESULT) for the `scale` workload."""
+        F = self.F
+        ours, java = Side("ours"), Side("java")
+        warm = self.events(0, 50_000)  # both sides' first write in this fresh process, untimed
+        self.lh.write(warm, "b.scale_warmup", partition_by=["day(event_time)"])
+        self.java_create("scale_warmup", warm, [F.days("event_time")])
         t0 = time.perf_counter()
         r = self.lh.write(self.df, "b.scale", partition_by=["day(event_time)"])
         ours.times.append(time.perf_counter() - t0)
         ours.files, ours.bytes = r.files_added, r.bytes_written
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"== scale_write: {self.args.rows:,} rows in {ours.times[0]:.1f} s, {r.files_added} files, {r.bytes_written / 1e6:,.0f} MB; "
-              f"driver peak RSS {rss:.0f} MB (spark.driver.memory {self.args.driver_memory})", flush=True)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before Java's write: ours alone
+        t0 = time.perf_counter()
+        self.java_create("scale", self.df, [F.days("event_time")])
+        java.times.append(time.perf_counter() - t0)
+        java.files, java.bytes = self.java_files("scale")
+        print(f"== scale_write: {self.args.rows:,} rows: ours {ours.times[0]:.1f} s ({r.files_added} files, {r.bytes_written / 1e6:,.0f} MB), "
+              f"java {java.times[0]:.1f} s ({java.files} files); driver peak RSS {rss:.0f} MB (spark.driver.memory {self.args.driver_memory})", flush=True)
         assert r.rows_written == self.args.rows, (r.rows_written, self.args.rows)
+        print("SCALE_RESULT " + json.dumps({"rows": self.args.rows, "ours": [ours.times[0], ours.files, ours.bytes],
+                                            "java": [java.times[0], java.files, java.bytes], "rss_mb": rss}), flush=True)
+
+    def scale(self):
+        """scale_write at each of --scale-rows, each in a fresh process (its peak RSS is that size's alone)."""
+        for rows in [int(n) for n in self.args.scale_rows.split(",")]:
+            cmd = [sys.executable, os.path.abspath(__file__), "--only", SCALE, "--rows", str(rows), "--driver-memory", self.args.driver_memory]
+            out = subprocess.run(cmd + (["--tmp", self.args.tmp] if self.args.tmp else []), check=True, capture_output=True, text=True).stdout
+            res = json.loads(next(line for line in out.splitlines() if line.startswith("SCALE_RESULT ")).split(" ", 1)[1])
+            ours = Side("ours", [res["ours"][0]], res["ours"][1], res["ours"][2])
+            java = Side("java", [res["java"][0]], res["java"][1], res["java"][2])
+            self.report(Row(f"scale {rows:,} rows, day", ours, [java], note=f"Python driver peak RSS {res['rss_mb']:.0f} MB (uncached input, one run)"))
+
+    def dagster_step(self):
+        """One Dagster step as a whole process, ours vs Spark + Java Iceberg (bench/dagster_step.py)."""
+        from dagster_step import measure
+
+        runs = measure(max(self.args.reps, 5), tempfile.mkdtemp(prefix="step-", dir=self.root))
+        ours, java = Side("ours", runs["ours"]["wall"]), Side("java-iceberg step", runs["java"]["wall"])
+        cpu = {k: statistics.median(v["cpu"]) for k, v in runs.items()}
+        self.report(Row("dagster_step", ours, [java], note=f"10,000-row asset, `dagster asset materialize` in a fresh process; "
+                                                          f"CPU of its processes (median) ours {cpu['ours']:.2f} s, Java {cpu['java']:.2f} s"))
 
     # ------------------------------------------------------------ driver
 
@@ -593,6 +629,10 @@ class Bench:
                 self.changes_cdc()
             elif w == "write_partitioning":
                 self.write_partitioning()
+            elif w == "scale":
+                self.scale()
+            elif w == "dagster_step":
+                self.dagster_step()
             elif w == "stream":
                 from streaming import stream_workload  # bench/streaming.py
 
@@ -667,6 +707,7 @@ def main() -> None:
     p.add_argument("--tmp", default=None, help="where tables go (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the tables afterwards")
     p.add_argument("--plain-session", action="store_true", help="run on a plain SparkSession.builder session (write_partitioning runs itself so)")
+    p.add_argument("--scale-rows", default="2000000,20000000", help="row counts of the scale workload (each a process of its own)")
     p.add_argument("--partitionings", default=",".join(map(str, INPUT_PARTITIONS)), help="input partitions for write_partitioning")
     p.add_argument("--json", default=None, help="also write the results to this JSON file (see bench/docs_page.py)")
     args = p.parse_args()

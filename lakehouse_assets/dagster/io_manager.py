@@ -28,7 +28,7 @@ touches other partitions; `load_input` reads exactly the upstream partitions the
 # No `from __future__ import annotations`: Dagster resolves the IO manager's field types at import time.
 import math
 from enum import Enum
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from dagster import (
@@ -50,18 +50,21 @@ from dagster import (
 # Dagster's standard `dagster/*` metadata keys (not re-exported at the top level in 1.13).
 from dagster._core.definitions.metadata.metadata_set import TableMetadataSet, UriMetadataSet
 from dagster_pyspark import PySparkResource
-from pyiceberg.expressions import AlwaysFalse
-from pyiceberg.table import Table
 
 from ..core.errors import SpecError
-from ..core.model import MergeOptions, TableOptions, WriteResult
-from ..core.read.changes import CHANGE_COLUMNS
-from ..core.schema.spec import spec_terms
-from ..core.schema.window import Slice, Window
 from . import audit, incremental
-from .health import table_health_metadata
 from .inputs import InputRequest, from_arrow, input_kind
 from .resources import LakehouseResource
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from ..core.model import WriteResult
+    from ..core.schema.window import Slice, Window
+
+# The lakehouse core (pyiceberg, pyarrow's datasets, the catalogs) is imported where a materialization or a load
+# uses it, not with this module: a code location loads in every Dagster process (the daemon, the webserver, each
+# run's worker), most of which never write a table.
 
 DEFAULT_NAMESPACE = "default"
 
@@ -98,12 +101,14 @@ def table_identifier(asset_key) -> str:
     return f"{namespace}.{path[-1]}"
 
 
-def partition_slice(asset: str, partitions_def: PartitionsDefinition, keys: Sequence[str], partition_expr) -> Slice:
+def partition_slice(asset: str, partitions_def: PartitionsDefinition, keys: Sequence[str], partition_expr) -> "Slice":
     """The table slice that the partition `keys` of `partitions_def` cover (keys of one run or one input).
 
     Raises SpecError, naming the asset and the fix, when `partition_expr` does not name a column per
     dimension or when the keys are not one rectangle (adjacent time partitions x a set of static values).
     """
+    from ..core.schema.window import Slice
+
     if not partition_expr:
         example = (
             "{" + ", ".join(f"{d.name!r}: '<column>'" for d in partitions_def.partitions_defs) + "}"
@@ -150,7 +155,9 @@ def partition_slice(asset: str, partitions_def: PartitionsDefinition, keys: Sequ
     return Slice(values={partition_expr: sorted(set(keys))})  # static or dynamic partitions: one value each
 
 
-def _covering_window(asset: str, partitions_def: TimeWindowPartitionsDefinition, keys: Sequence[str], column: str) -> Window:
+def _covering_window(asset: str, partitions_def: TimeWindowPartitionsDefinition, keys: Sequence[str], column: str) -> "Window":
+    from ..core.schema.window import Window
+
     windows = sorted((partitions_def.time_window_for_partition_key(k) for k in keys), key=lambda w: w.start)
     for before, after in zip(windows, windows[1:]):
         if before.end != after.start:
@@ -171,8 +178,10 @@ def _partition_label(context: OutputContext) -> str | None:
     return f"{r.start}...{r.end}"
 
 
-def table_metadata(table: Table, identifier: str) -> dict[str, Any]:
+def table_metadata(table: "Table", identifier: str) -> dict[str, Any]:
     """Dagster's standard table metadata: the Columns view, the table name, the URI; and the partition spec."""
+    from ..core.schema.spec import spec_terms
+
     schema = table.schema()
     columns = [
         TableColumn(
@@ -200,7 +209,7 @@ def _producing_run(upstream) -> Optional[str]:
         return None
 
 
-def write_metadata(result: WriteResult) -> dict[str, Any]:
+def write_metadata(result: "WriteResult") -> dict[str, Any]:
     """Output metadata; numbers stay numbers so the UI plots them over time."""
     md: dict[str, Any] = {
         "iceberg_snapshot_id": MetadataValue.int(result.iceberg_snapshot_id) if result.iceberg_snapshot_id is not None else MetadataValue.null(),
@@ -236,6 +245,9 @@ class LakehouseIOManager(ConfigurableIOManager):
     audit: bool = False
 
     def handle_output(self, context: OutputContext, obj) -> None:
+        from ..core.model import MergeOptions, TableOptions
+        from .health import table_health_metadata
+
         if obj is None:
             return
         metadata = dict(context.definition_metadata or {})
@@ -310,6 +322,10 @@ class LakehouseIOManager(ConfigurableIOManager):
     def load_input(self, context: InputContext):
         """The upstream table as the input's annotation asks (Spark by default), narrowed by the
         input's metadata (columns, row_filter, snapshot_id, as_of, as_of_run) and the partition mapping."""
+        from pyiceberg.expressions import AlwaysFalse
+
+        from ..core.read.changes import CHANGE_COLUMNS
+
         upstream = context.upstream_output
         identifier = table_identifier(context.asset_key)
         metadata = dict(upstream.definition_metadata or {}) if upstream is not None else {}

@@ -1,15 +1,17 @@
 """Dagster resources: the lakehouse (catalog + storage) and Spark."""
 
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from dagster import ConfigurableResource
 from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
 from ..core.io.storage import StorageConfig
-from ..core.lakehouse import Lakehouse
 from ..core.spark.session import prepare_spark_environment, spark_config, spark_session  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    from ..core.lakehouse import Lakehouse  # imported where a run first asks for it: see get()
 
 
 def spark_resource(overrides: Optional[dict[str, Any]] = None) -> PySparkResource:
@@ -59,7 +61,7 @@ class LakehouseResource(ConfigurableResource):
     # Iceberg branch, never to main or Delta; reads take the branch where a table has it, else main.
     branch: Optional[str] = None
 
-    _lakehouse: Optional[Lakehouse] = PrivateAttr(default=None)
+    _lakehouse: Optional["Lakehouse"] = PrivateAttr(default=None)
 
     def storage(self) -> StorageConfig:
         s3 = self.s3
@@ -80,8 +82,10 @@ class LakehouseResource(ConfigurableResource):
             azure_endpoint_url=self.azure_endpoint_url,
         )
 
-    def get(self) -> Lakehouse:
+    def get(self) -> "Lakehouse":
         if self._lakehouse is None:
+            from ..core.lakehouse import Lakehouse
+
             self._lakehouse = Lakehouse(
                 self.warehouse,
                 catalog_name=self.catalog_name,

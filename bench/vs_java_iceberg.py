@@ -31,7 +31,7 @@ Workloads (`--only a,b` to pick):
   write_partitioning  2,000,000-row-style writes of inputs in 2, 8, 64 and 200 partitions (as pipelines hand them
                   over), unpartitioned and day-partitioned, adaptive execution on and off, on the project's session
                   and (a subprocess) on a plain `SparkSession.builder` session: ours vs Java `writeTo().create()`,
-                  with the files each side wrote
+                  with the files each side wrote; medians of at least 5 runs per cell
   stream          100 micro-batches of 10,000 rows (one landing file each, availableNow) through our stream sink
                   vs Java Iceberg's `writeStream.format("iceberg")`: rows/s and median batch latency (bench/streaming.py)
   scale           2,000,000 and 20,000,000 rows (`--scale-rows`) straight from spark.range (not cached) into a
@@ -73,6 +73,7 @@ WORKLOADS = (
     "write_wide", "changes_cdc", "write_partitioning", "stream", "scale", "dagster_step",
 )
 INPUT_PARTITIONS = (2, 8, 64, 200)
+PARTITIONING_REPS = 5  # at least, per write_partitioning cell: a 1-2 s write on a shared machine varies by +-0.1 s
 PARTITIONS_PER_CORE = 3  # how the other workloads' inputs arrive
 WIDE_COLUMNS = 1000
 WIDE_PROPERTIES = {"write.metadata.metrics.max-inferred-column-defaults": str(WIDE_COLUMNS)}
@@ -520,7 +521,7 @@ class Bench:
                 for aqe in ("true", "false"):
                     self.spark.conf.set("spark.sql.adaptive.enabled", aqe)
                     ours, java = Side("ours"), Side("java")
-                    for rep in range(self.args.reps):
+                    for rep in range(max(self.args.reps, PARTITIONING_REPS)):
                         o_name, j_name = self.name("wp"), self.name("wp")
                         res = self.alternate(rep, {
                             "ours": lambda o_name=o_name, df=df, terms=ours_terms: self.lh.write(df, f"b.{o_name}", partition_by=terms),

@@ -136,6 +136,28 @@ def test_code_location_loads_and_jobs_resolve():
     assert defs.resolve_job_def("demo_daily_job").executor_def is in_process_executor
 
 
+def test_a_code_location_with_the_io_manager_loads_without_the_core():
+    """Every Dagster process loads the code location (daemon, webserver, each run's worker); the lakehouse core,
+    dagster-aws and boto3 are imported only where a run uses a table or S3Resource."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dagster import Definitions, asset\n"
+        "from lakehouse_assets import LakehouseIOManager, LakehouseResource\n"
+        "from lakehouse_assets.dagster.resources import spark_resource\n"
+        "@asset\n"
+        "def t(): ...\n"
+        "pyspark = spark_resource()\n"
+        "Definitions(assets=[t], resources={'io_manager': LakehouseIOManager(lakehouse=LakehouseResource(warehouse='w'), pyspark=pyspark)})\n"
+        "heavy = ('lakehouse_assets.core.lakehouse', 'pyiceberg.table', 'pyiceberg.io.pyarrow', 'dagster_aws', 'boto3')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
 def test_spark_config_can_point_at_a_cluster(monkeypatch):
     from lakehouse_assets.dagster.resources import spark_config
 

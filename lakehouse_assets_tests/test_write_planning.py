@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import MergeOptions, TableOptions
 from lakehouse_assets.core.spark.compat import plan_size_bytes
-from lakehouse_assets.core.spark.planning import write_tasks
+from lakehouse_assets.core.spark.planning import by_key, write_tasks
 
 from .conftest import assert_all_readers_agree, rows_of
 from .test_write_modes import events
@@ -46,6 +46,32 @@ def test_a_partitioned_write_of_a_many_partition_input_writes_one_file_per_parti
     days = {f.partition[0] for f in data_files(lh, "t.by_day")}
     assert len(days) == 3 and r.files_added == 3  # each day's rows in one task, one file
     assert_all_readers_agree(lh, spark, duck, "t.by_day", rows_of(events(spark, 0, 3000).collect(), COLUMNS))
+
+
+def keys_per_task(df, tasks: int, key_columns: tuple[str, ...], dense: bool) -> list[set]:
+    placed = by_key(df, tasks, key_columns, dense).select(F.spark_partition_id().alias("task"), F.struct(*key_columns).alias("key"))
+    return [set(r.keys) for r in placed.groupBy("task").agg(F.collect_set("key").alias("keys")).collect()]
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("tasks", [2, 3, 5, 8])
+def test_consecutive_keys_are_spread_evenly_over_the_write_tasks(spark, tasks):
+    """14 days and a null day over `tasks` tasks: each key in exactly one task, the tasks' counts of days within one."""
+    days = spark.range(1500).select(F.when(F.col("id") % 15 == 14, None).otherwise(F.col("id") % 15 + 20_000).cast("int").alias("day"))
+    placed = keys_per_task(days, tasks, ("day",), dense=True)
+    assert sum(len(keys) for keys in placed) == 15 and len(set().union(*placed)) == 15  # no key in two tasks
+    counts = sorted(sum(1 for key in keys if key.day is not None) for keys in placed)
+    assert len(placed) == tasks and counts[-1] - counts[0] <= 1
+
+
+def test_day_and_bucket_keys_are_spread_evenly_and_other_keys_by_hash(spark):
+    days = spark.range(14).select((F.col("id") + 20_000).cast("int").alias("day"))
+    pairs = days.crossJoin(spark.range(4).select(F.col("id").cast("int").alias("b")))
+    placed = keys_per_task(pairs, 2, ("day", "b"), dense=True)
+    assert sorted(len(keys) for keys in placed) == [28, 28] and len(set().union(*placed)) == 56
+    names = spark.range(300).select((F.col("id") % 30).cast("string").alias("name"))
+    placed = keys_per_task(names, 4, ("name",), dense=False)
+    assert sum(len(keys) for keys in placed) == 30 and len(set().union(*placed)) == 30
 
 
 @pytest.mark.parametrize("partition_by", [[], ["day(event_time)"]])

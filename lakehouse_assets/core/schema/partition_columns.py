@@ -145,6 +145,14 @@ def col_type(source_type) -> str:
     return "int" if isinstance(source_type, IntegerType) else "long"
 
 
+def dense_keys(spec: PartitionSpec) -> bool:
+    """Whether every partition value of `spec` is an integer whose neighbours are one apart: time units since 1970
+    and bucket numbers (identity and truncate values can be anything)."""
+    return bool(spec.fields) and all(
+        isinstance(f.transform, (YearTransform, MonthTransform, DayTransform, HourTransform, BucketTransform)) for f in spec.fields
+    )
+
+
 def partition_columns(schema: Schema, spec: PartitionSpec) -> list | None:
     """One Spark Column per partition field of `spec` (Iceberg's values), or None if any field needs pyiceberg."""
     from pyspark.sql import functions as F

@@ -24,7 +24,7 @@ from ..errors import InputError, WriteError
 from ..io.storage import StorageConfig, join_uri
 from ..model import WrittenFile
 from ..schema.type_mapping import arrow_file_schema
-from ..spark.planning import at_most, write_tasks
+from ..spark.planning import at_most, by_key, write_tasks
 from .parquet_files import FILE_ROW_FIELDS, FileWriter
 from .partition_keys import PARTITION_KEY_COLUMN, PARTITION_VALUE_PREFIX, PartitionKeyer, decode_partition_value
 
@@ -58,7 +58,7 @@ def write_files(
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, StructField, StructType
 
-        from ..schema.partition_columns import partition_columns
+        from ..schema.partition_columns import dense_keys, partition_columns
 
         keyer = PartitionKeyer(schema.model_dump_json(), spec.model_dump_json(), tuple(delta_columns))
         exprs = partition_columns(schema, spec)
@@ -67,7 +67,7 @@ def write_files(
             key_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
             # The shuffle's map side in as many tasks as the write too (200 input partitions: 200 tasks' overhead).
             df = at_most(df, tasks).select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
-            df = df.repartition(tasks, *key_columns)  # each key in one task; the writer fans out by key (no sort)
+            df = by_key(df, tasks, key_columns, dense_keys(spec))  # each key in one task; the writer fans out by key (no sort)
         else:
             keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
             keyed = at_most(df, tasks).mapInArrow(keyer, keyed_schema)  # the Python pass in as many tasks as the write

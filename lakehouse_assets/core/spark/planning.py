@@ -42,7 +42,7 @@ def at_most(df, tasks: int):
 def by_key(df, tasks: int, key_columns: tuple[str, ...], dense: bool):
     """`df` repartitioned into `tasks` partitions with all rows of a partition key in one task.
 
-    Spark hashes keys onto tasks, so a few keys land unevenly: 14 days over 2 tasks split 9/5 as often as 7/7,
+    Spark hashes keys onto tasks, so a few keys land unevenly (14 days over 2 tasks: 8 and 6 days, not 7 and 7),
     and the write takes as long as its busiest task. When every key column is a `dense` integer (time units
     since 1970, bucket numbers: consecutive keys differ by one), consecutive keys go to consecutive tasks
     instead (`pmod` of their sum): a run of consecutive keys splits evenly, the tasks' counts within one key."""

@@ -6,8 +6,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_assets import MergeOptions, TableOptions
-from lakehouse_assets.core.spark.compat import plan_size_bytes
-from lakehouse_assets.core.spark.planning import by_key, write_tasks
+from lakehouse_assets.core.spark.compat import coalesced_partitions, plan_size_bytes
+from lakehouse_assets.core.spark.planning import at_most, by_key, write_tasks
 
 from .conftest import assert_all_readers_agree, rows_of
 from .test_write_modes import events
@@ -100,6 +100,20 @@ def test_an_input_the_caller_coalesced_keeps_its_fewer_tasks(lh, spark):
     assert plan_size_bytes(df) is None or write_tasks(df, SMALL_TARGET) >= 1
     assert lh.write(df, "t.coalesced").files_added == 1
     assert lh.write(df.repartition(3, "id"), "t.coalesced").files_added <= 3  # no more files than input partitions
+
+
+def test_the_write_coalesces_to_its_tasks_but_never_to_more_than_the_input_has(spark):
+    shuffled = spark.range(1000).repartition(8)
+    assert coalesced_partitions(shuffled.coalesce(1)) == 1
+    assert coalesced_partitions(shuffled.coalesce(1).filter("id > 3")) == 1  # the filter is pushed below the coalesce
+    assert coalesced_partitions(shuffled) is None and coalesced_partitions(spark.range(10)) is None
+    for df, tasks, expected in [
+        (shuffled, 2, 2),  # fewer tasks than input partitions: coalesced
+        (shuffled.coalesce(1), 4, 1),  # the caller's coalesce to fewer is kept (Spark would fold a second one into it)
+        (shuffled.coalesce(1).select("*", (F.col("id") * 2).alias("x")), 4, 1),  # a coalesce over a projection never folds
+        (shuffled.repartition(3), 4, 3),  # a coalesce over a shuffle to fewer keeps the shuffle's count
+    ]:
+        assert at_most(df, tasks).rdd.getNumPartitions() == expected
 
 
 @pytest.mark.parametrize("partition_by", [[], ["kind"]])

@@ -185,23 +185,22 @@ def _connect_cache_figures(df) -> tuple[int, int] | None:
     return None
 
 
-def num_partitions(df) -> int | None:
-    """How many partitions (tasks) `df`'s plan has at most, or None where that is not known without running it
-    (Connect; a plan whose output partitioning Spark cannot tell).
+def coalesced_partitions(df) -> int | None:
+    """The partition count of a `coalesce` at the top of `df`'s optimized plan, or None (another plan; Connect).
 
-    Under adaptive execution a plan with a shuffle is only final once its shuffles ran: `df.rdd` would run them
-    (the caller's whole upstream, e.g. an aggregation) just to count, and the write would run them again. Such a
-    plan's count before adaptive execution is taken instead: an upper bound (adaptive execution only coalesces)."""
+    Spark folds a coalesce directly over another into the outer one (`coalesce(1).coalesce(4)` runs 4 tasks),
+    while a coalesce over any other plan never raises its partition count. Reading the optimized plan, which
+    the size estimate (`plan_size_bytes`) computed already, costs nothing; counting the partitions of any plan
+    would plan it physically (the better part of a second for a small write in a fresh JVM)."""
     if is_connect(df):
         return None
     try:
-        plan = df._jdf.queryExecution().executedPlan()
-        if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
-            bound = int(plan.inputPlan().outputPartitioning().numPartitions())
-            return bound if bound > 0 else None
-        return int(df.rdd.getNumPartitions())  # plans, runs no job
-    except Exception:  # noqa: BLE001 - an estimate: callers have a default
+        plan = df._jdf.queryExecution().optimizedPlan()
+        if plan.getClass().getSimpleName() == "Repartition" and not plan.shuffle():
+            return int(plan.numPartitions())
+    except Exception:  # noqa: BLE001 - callers have a default
         return None
+    return None
 
 
 def plan_size_bytes(df) -> int | None:

@@ -14,7 +14,7 @@ import functools
 import math
 import struct
 
-from .compat import default_parallelism, num_partitions, plan_size_bytes
+from .compat import coalesced_partitions, default_parallelism, plan_size_bytes
 
 TASKS_PER_CORE = 4  # at most; more only adds per-task overhead, since each task writes many files if it must
 SPLIT_BYTES = 16 * 1024 * 1024  # data smaller than this per core is written by fewer tasks (one below 16 MiB)
@@ -33,9 +33,10 @@ def write_tasks(df, target_file_size: int) -> int:
 
 
 def at_most(df, tasks: int):
-    """`df` in at most `tasks` partitions, without a shuffle. Never more than it has: Spark folds two coalesces
-    into the outer one, so `coalesce(n)` of a DataFrame the caller coalesced to fewer would undo the caller's."""
-    current = num_partitions(df)
+    """`df` in at most `tasks` partitions, without a shuffle. Never more than it has: a coalesce to more partitions
+    than a plan has keeps its count, except over the caller's own coalesce, which Spark folds into the outer one
+    (`coalesce(1)` then `coalesce(4)` runs 4 tasks); so a caller's coalesce to fewer is kept as it is."""
+    current = coalesced_partitions(df)
     return df if current is not None and current <= tasks else df.coalesce(tasks)
 
 

@@ -126,3 +126,18 @@ def test_the_keyer_path_splits_a_sorted_batch_into_runs_of_one_key():
     ]
     assert parquet_files.split_by_key(batch.slice(0, 0), 1) == []
     assert [(k, p.num_rows) for k, p in parquet_files.split_by_key(batch.slice(2, 1), 1)] == [("b", 1)]
+
+
+def test_a_write_task_imports_no_pyiceberg_or_deltalake():
+    """Each fresh Python worker imports the writer's module before its first batch: pyarrow only (pyiceberg's
+    partitioning and schema modules would add a tenth of a second to every Dagster step's write)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import lakehouse_assets.core.write.parquet_files\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith(('pyiceberg', 'deltalake', 'pyspark'))}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

@@ -32,7 +32,7 @@ class ParquetFileReader:
     constants: dict[str, dict[str, object]] | None = None  # file URI -> {column: value} for columns the file lacks
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from ..schema.type_mapping import conform_batch
+        from ..schema.conform import conform_batch
 
         for batch in batches:
             for uri in batch.column(0).to_pylist():

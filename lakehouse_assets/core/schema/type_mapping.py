@@ -2,7 +2,7 @@
 
     Spark -> Iceberg    spark_schema_to_iceberg (what a DataFrame can be stored as; refuses what cannot)
     Iceberg -> Spark    iceberg_to_spark_schema (how readers see a table)
-    Iceberg -> Arrow    arrow_file_schema (the Parquet files, with Iceberg field ids), conform_batch
+    Iceberg -> Arrow    arrow_file_schema (the Parquet files, with Iceberg field ids; batches: conform.py)
     Iceberg -> Delta    delta_schema (the Delta log's schema)
     Delta -> Spark      delta_to_spark_schema (reading a Delta version)
 """
@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 import pyarrow as pa
 from deltalake import Schema as DeltaSchema
@@ -218,24 +218,6 @@ def arrow_file_schema(schema: Schema, file_names: Mapping[int, str] | None = Non
     if file_names:
         fields = [f.with_name(file_names.get(s.field_id, f.name)) for f, s in zip(fields, schema.fields, strict=True)]
     return pa.schema(fields)
-
-
-def conform_batch(batch: pa.RecordBatch, target: pa.Schema, source_names: Sequence[str] | None = None) -> pa.RecordBatch:
-    """Select the table's columns by name (order-insensitive), cast, and fill columns the batch lacks with nulls.
-    `source_names`: the batch's name for each target column, when the files name them otherwise (physical names)."""
-    names = batch.schema.names
-    columns = []
-    for i, f in enumerate(target):
-        name = source_names[i] if source_names else f.name
-        if name in names:
-            col = batch.column(names.index(name))
-            if col.type != f.type:
-                col = col.cast(f.type)
-        else:
-            col = pa.nulls(batch.num_rows, f.type)
-        columns.append(col)
-    return pa.RecordBatch.from_arrays(columns, schema=target)
-
 
 
 # ---------------------------------------------------------------- Delta

@@ -28,8 +28,9 @@ from ..formats.delta_values import partition_value
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import StorageConfig, join_uri
 from ..read.changes import CHANGE_TYPE, rows_changed_between, snapshot_changed_rows
+from ..schema.conform import conform_batch
 from ..schema.spec import delta_partition_columns
-from ..schema.type_mapping import arrow_file_schema, conform_batch, iceberg_to_spark_schema
+from ..schema.type_mapping import arrow_file_schema, iceberg_to_spark_schema
 from ..spark.compat import default_parallelism
 from ..spark.session import active_session
 from ..table.evolution import column_names_moved, types_were_widened

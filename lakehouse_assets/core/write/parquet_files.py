@@ -19,7 +19,7 @@ import pyarrow.fs  # noqa: F401  (pa.fs)
 import pyarrow.parquet as pq
 
 from ..io.storage import StorageConfig
-from ..schema.type_mapping import conform_batch
+from ..schema.conform import conform_batch
 from .partition_keys import PARTITION_KEY_COLUMN, UNPARTITIONED_KEY, PartitionKeyer
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024

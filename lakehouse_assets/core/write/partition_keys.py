@@ -19,12 +19,6 @@ from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
-from pyiceberg.schema import Schema
-from pyiceberg.transforms import IdentityTransform, TruncateTransform
-from pyiceberg.types import IntegerType, LongType
-
-from ..formats import delta_values
 
 # Internal helper columns hold a space, which user column names cannot (spec._check_names): no collision possible.
 PARTITION_KEY_COLUMN = "_lakehouse partition key"
@@ -77,6 +71,10 @@ class PartitionKeyer:
     delta_columns: tuple[str, ...] = ()  # Delta partition columns: their values are checked (delta_values.partition_value)
 
     def _setup(self):
+        # pyiceberg where a keyer first works, not at import: every write task imports this module.
+        from pyiceberg.partitioning import PartitionSpec
+        from pyiceberg.schema import Schema
+
         schema = Schema.model_validate_json(self.schema_json)
         spec = PartitionSpec.model_validate_json(self.spec_json)
         fields = []
@@ -87,6 +85,11 @@ class PartitionKeyer:
 
     def key_for(self, values: tuple) -> str:
         """The JSON key of one partition, from its transformed values (Iceberg's, in spec order)."""
+        from pyiceberg.partitioning import _to_partition_representation
+        from pyiceberg.transforms import IdentityTransform
+
+        from ..formats import delta_values
+
         if not hasattr(self, "_fields"):
             self._fields = self._setup()
         internal = []
@@ -110,6 +113,11 @@ class PartitionKeyer:
 
     def keys(self, batch: pa.RecordBatch) -> pa.Array:
         """Per row key through pyiceberg's vectorized transforms (the fallback when Spark cannot compute them)."""
+        from pyiceberg.transforms import TruncateTransform
+        from pyiceberg.types import IntegerType, LongType
+
+        from ..formats import delta_values
+
         if not hasattr(self, "_fields"):
             self._fields = self._setup()
         transformed = []

@@ -49,7 +49,7 @@ def test_a_partitioned_write_of_a_many_partition_input_writes_one_file_per_parti
 
 
 def keys_per_task(df, tasks: int, key_columns: tuple[str, ...], dense: bool) -> list[set]:
-    placed = by_key(df, tasks, key_columns, dense).select(F.spark_partition_id().alias("task"), F.struct(*key_columns).alias("key"))
+    placed = by_key(df, tasks, [F.col(k) for k in key_columns], dense).select(F.spark_partition_id().alias("task"), F.struct(*key_columns).alias("key"))
     return [set(r.keys) for r in placed.groupBy("task").agg(F.collect_set("key").alias("keys")).collect()]
 
 

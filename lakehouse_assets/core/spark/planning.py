@@ -40,18 +40,19 @@ def at_most(df, tasks: int):
     return df if current is not None and current <= tasks else df.coalesce(tasks)
 
 
-def by_key(df, tasks: int, key_columns: tuple[str, ...], dense: bool):
-    """`df` repartitioned into `tasks` partitions with all rows of a partition key in one task.
+def by_key(df, tasks: int, keys: list, dense: bool):
+    """`df` repartitioned into `tasks` partitions with all rows of one value of the `keys` (Columns) in one task.
 
     Spark hashes keys onto tasks, so a few keys land unevenly (14 days over 2 tasks: 8 and 6 days, not 7 and 7),
-    and the write takes as long as its busiest task. When every key column is a `dense` integer (time units
-    since 1970, bucket numbers: consecutive keys differ by one), consecutive keys go to consecutive tasks
-    instead (`pmod` of their sum): a run of consecutive keys splits evenly, the tasks' counts within one key."""
+    and the write takes as long as its busiest task. When every key is a `dense` integer (time units since 1970,
+    bucket numbers: consecutive keys differ by one), consecutive keys go to consecutive tasks instead (`pmod` of
+    their sum): a run of consecutive keys splits evenly, the tasks' counts within one key. The keys are
+    expressions, not columns, so that the shuffle carries only the rows' own columns."""
     from pyspark.sql import functions as F
 
     if not dense or tasks < 2:
-        return df.repartition(tasks, *key_columns)
-    total = sum((F.coalesce(F.col(k).cast("long"), F.lit(0)) for k in key_columns), F.lit(0))
+        return df.repartition(tasks, *keys)
+    total = sum((F.coalesce(k.cast("long"), F.lit(0)) for k in keys), F.lit(0))
     slot = F.pmod(total, F.lit(tasks)).cast("int")
     # Spark's hash partitioning places an int v in task pmod(murmur3(v, seed 42), tasks); _hashed_to gives, for
     # each task, an int that lands there, so a slot's rows land in the task of that number.

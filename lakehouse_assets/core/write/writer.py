@@ -66,8 +66,9 @@ def write_files(
             # Spark computes Iceberg's partition values (no Python pass); the writer turns each run into a key.
             key_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
             # The shuffle's map side in as many tasks as the write too (200 input partitions: 200 tasks' overhead).
-            df = at_most(df, tasks).select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
-            df = by_key(df, tasks, key_columns, dense_keys(spec))  # each key in one task; the writer fans out by key (no sort)
+            # Each key in one task (the writer fans out by key, no sort); the values are added after the shuffle.
+            df = by_key(at_most(df, tasks), tasks, exprs, dense_keys(spec))
+            df = df.select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
         else:
             keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])
             keyed = at_most(df, tasks).mapInArrow(keyer, keyed_schema)  # the Python pass in as many tasks as the write

@@ -5,7 +5,7 @@ A DataFrame arrives partitioned however its pipeline left it (200 shuffle partit
 the writer plans its own tasks: Spark's estimate of the data's size (`compat.plan_size_bytes`) over the
 table's target file size, at least enough tasks to keep every core busy once the data is worth splitting,
 at most a few per core (each task rolls over to a new file at the target size, so big data still ends in
-target-sized files).
+target-sized files). A partitioned write then brings each partition's rows to one of those tasks (`by_key`).
 """
 
 from __future__ import annotations

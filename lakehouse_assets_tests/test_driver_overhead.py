@@ -222,14 +222,40 @@ def test_python_workers_keep_sparks_own_archives_indexed(spark):
     assert {name for name, _ in seen} == {"_invalidate_unless_spark_archive"}
 
 
+def test_a_write_task_keeps_sparks_archives_indexed_in_any_session(tmp_path, monkeypatch):
+    """A session without the project's daemon (a user's own SparkSession): the first write task a worker runs
+    installs the invalidation, so the worker's later tasks skip re-reading Spark's archives."""
+    import os
+    import zipimport
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from lakehouse_assets.core.io.storage import StorageConfig
+    from lakehouse_assets.core.schema.type_mapping import arrow_file_schema
+    from lakehouse_assets.core.spark import archives
+    from lakehouse_assets.core.write.parquet_files import FileWriter
+
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", archives._invalidate_zip)  # a worker of a plain session
+    schema = arrow_file_schema(Schema(NestedField(1, "id", LongType())))
+    writer = FileWriter(f"file://{tmp_path}", "w1", schema, StorageConfig(), 1 << 30)
+    rows = [r for b in writer(iter([pa.record_batch([pa.array([1, 2], pa.int64())], schema=schema)])) for r in b.to_pylist()]
+    assert [r["record_count"] for r in rows] == [2]
+    assert zipimport.zipimporter.invalidate_caches.__name__ == "_invalidate_unless_spark_archive"
+    pyspark_zip = next(iter(archives._spark_archive_roots()))
+    assert os.path.isdir(pyspark_zip) and os.path.isfile(os.path.join(pyspark_zip, "python", "lib", "pyspark.zip"))
+
+
 def test_other_archives_are_still_invalidated(tmp_path, monkeypatch):
     """A zip outside Spark's installation (e.g. from addPyFile) is re-read, so a module added to it is found."""
     import importlib
     import sys
     import zipfile
 
-    from lakehouse_assets.core.spark import daemon  # noqa: F401 - installs the invalidation
+    from lakehouse_assets.core.spark.archives import keep_spark_archives_indexed
 
+    keep_spark_archives_indexed()
     archive = tmp_path / "deps.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("first_dep.py", "X = 1\n")

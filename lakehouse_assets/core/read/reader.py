@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.storage import StorageConfig
+from ..spark.archives import keep_spark_archives_indexed
 from ..spark.compat import default_parallelism, has_input_file_name
 from ..spark.parquet_relation import parquet_files
 
@@ -34,6 +35,7 @@ class ParquetFileReader:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from ..schema.conform import conform_batch
 
+        keep_spark_archives_indexed()  # for this worker's later tasks
         for batch in batches:
             for uri in batch.column(0).to_pylist():
                 fs, path = self.storage.filesystem(uri)

@@ -31,6 +31,7 @@ from ..read.changes import CHANGE_TYPE, rows_changed_between, snapshot_changed_r
 from ..schema.conform import conform_batch
 from ..schema.spec import delta_partition_columns
 from ..schema.type_mapping import arrow_file_schema, iceberg_to_spark_schema
+from ..spark.archives import keep_spark_archives_indexed
 from ..spark.compat import default_parallelism
 from ..spark.session import active_session
 from ..table.evolution import column_names_moved, types_were_widened
@@ -106,6 +107,7 @@ class ChangeDataWriter:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        keep_spark_archives_indexed()  # for this worker's later tasks
         ctx = TaskContext.get()
         attempt = ctx.taskAttemptId() if ctx else 0
         fs, root = self.storage.filesystem(self.root_uri)

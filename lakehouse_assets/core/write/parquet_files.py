@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from ..io.storage import StorageConfig
 from ..schema.conform import conform_batch
+from ..spark.archives import keep_spark_archives_indexed
 from .partition_keys import PARTITION_KEY_COLUMN, UNPARTITIONED_KEY, PartitionKeyer
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024
@@ -53,6 +54,7 @@ class FileWriter:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        keep_spark_archives_indexed()  # for this worker's later tasks
         ctx = TaskContext.get()
         self._attempt = ctx.taskAttemptId() if ctx else 0
         self._seq = 0

@@ -20,6 +20,8 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..spark.archives import keep_spark_archives_indexed
+
 # Internal helper columns hold a space, which user column names cannot (spec._check_names): no collision possible.
 PARTITION_KEY_COLUMN = "_lakehouse partition key"
 PARTITION_VALUE_PREFIX = "_lakehouse partition value "
@@ -156,6 +158,7 @@ class PartitionKeyer:
         return out
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_spark_archives_indexed()  # for this worker's later tasks
         for batch in batches:
             keys = self.keys(batch)
             yield pa.RecordBatch.from_arrays([*batch.columns, keys], names=[*batch.schema.names, PARTITION_KEY_COLUMN])

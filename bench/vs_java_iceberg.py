@@ -55,6 +55,7 @@ import logging
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -543,7 +544,7 @@ class Bench:
         out = os.path.join(self.root, "plain.json")
         a = self.args
         cmd = [sys.executable, os.path.abspath(__file__), "--plain-session", "--only", "write_partitioning", "--rows", str(a.rows), "--reps", str(a.reps),
-               "--partitionings", a.partitionings, "--driver-memory", a.driver_memory, "--json", out] + (["--tmp", a.tmp] if a.tmp else [])
+               "--partitionings", a.partitionings, "--driver-memory", a.driver_memory, "--json", out, "--tmp", self.root]  # removed with ours
         subprocess.run(cmd, check=True)
         with open(out) as f:
             results = json.load(f)["results"]
@@ -580,7 +581,7 @@ class Bench:
         """scale_write at each of --scale-rows, each in a fresh process (its peak RSS is that size's alone)."""
         for rows in [int(n) for n in self.args.scale_rows.split(",")]:
             cmd = [sys.executable, os.path.abspath(__file__), "--only", SCALE, "--rows", str(rows), "--driver-memory", self.args.driver_memory]
-            out = subprocess.run(cmd + (["--tmp", self.args.tmp] if self.args.tmp else []), check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(cmd + ["--tmp", self.root], check=True, capture_output=True, text=True).stdout  # removed with ours
             res = json.loads(next(line for line in out.splitlines() if line.startswith("SCALE_RESULT ")).split(" ", 1)[1])
             ours = Side("ours", [res["ours"][0]], res["ours"][1], res["ours"][2])
             java = Side("java", [res["java"][0]], res["java"][1], res["java"][2])
@@ -712,13 +713,17 @@ def main() -> None:
     p.add_argument("--partitionings", default=",".join(map(str, INPUT_PARTITIONS)), help="input partitions for write_partitioning")
     p.add_argument("--json", default=None, help="also write the results to this JSON file (see bench/docs_page.py)")
     args = p.parse_args()
+    # A stopped run (make's SIGTERM, a timeout) still removes its tables (1-3 GB a run) through the finally below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     bench = Bench(args)
     try:
         bench.run()
     finally:
-        bench.spark.stop()
-        if not args.keep:
-            shutil.rmtree(bench.root, ignore_errors=True)
+        try:
+            bench.spark.stop()
+        finally:  # also when the stop fails (a stopped run's JVM may be gone)
+            if not args.keep:
+                shutil.rmtree(bench.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -333,3 +333,27 @@ def test_repeated_reads_of_the_same_files_build_sparks_relation_once(lh, spark, 
     lh.alter("o.relations", drop=["note"])  # the same files, read with another schema
     df = lh.read(spark, "o.relations", row_filter="part = 3")
     assert ids(df) == [3, 43] and df.columns == ["id", "part"] and len(made) == 5
+
+
+def test_the_spark_resource_imports_the_lakehouse_while_spark_starts(tmp_path):
+    """A Dagster step is a fresh process: the project's Spark resource imports the lakehouse's modules on a thread
+    while the JVM starts, and joins it before handing the session over (no import runs on two threads after)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading\n"
+        "from dagster import build_init_resource_context\n"
+        "from lakehouse_assets.dagster.resources import LAKEHOUSE_MODULES, spark_resource\n"
+        "before = [m for m in LAKEHOUSE_MODULES if m in sys.modules]\n"
+        "r = spark_resource({'spark.master': 'local[1]'})\n"
+        "r.setup_for_execution(build_init_resource_context())\n"
+        "print(before)\n"
+        "print([m for m in LAKEHOUSE_MODULES if m not in sys.modules])\n"
+        "print([t.name for t in threading.enumerate() if t.name == 'lakehouse-imports'])\n"
+        "print(r.spark_session.range(3).count())\n"
+        "r.spark_session.stop()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-4:] == ["[]", "[]", "[]", "3"]

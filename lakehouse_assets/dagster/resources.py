@@ -1,9 +1,10 @@
 """Dagster resources: the lakehouse (catalog + storage) and Spark."""
 
-
+import importlib
+import threading
 from typing import TYPE_CHECKING, Any, Optional
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
@@ -15,8 +16,46 @@ if TYPE_CHECKING:
 
 
 def spark_resource(overrides: Optional[dict[str, Any]] = None) -> PySparkResource:
+    """The project's Spark settings (core/spark/session.py) as a Dagster resource."""
     prepare_spark_environment()
-    return PySparkResource(spark_config=spark_config(overrides))
+    return LakehouseSparkResource(spark_config=spark_config(overrides))
+
+
+# What a step's first write or read imports: pyiceberg (its pyarrow FileIO brings pyarrow.dataset and pandas),
+# its SQL catalog, delta-rs and the lakehouse's own modules; ~1 s of CPU in a fresh process.
+LAKEHOUSE_MODULES = (
+    "pyiceberg.io.pyarrow",
+    "pyiceberg.catalog.sql",
+    "deltalake",
+    "lakehouse_assets.core.lakehouse",
+    "lakehouse_assets.core.write.table_write",
+    "lakehouse_assets.dagster.health",
+)
+
+
+class LakehouseSparkResource(PySparkResource):
+    """dagster-pyspark's PySparkResource that imports the lakehouse's modules while the Spark session starts.
+
+    A Dagster step is a new process. Starting Spark keeps its Python process waiting on the JVM for seconds;
+    importing LAKEHOUSE_MODULES on a second thread meanwhile takes them off the step's path (0.3-0.8 s of a
+    10,000-row step here). The thread is joined before the session is handed over, so no module is ever imported
+    on two threads while the step's own code runs."""
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        imports = threading.Thread(target=_import_lakehouse_modules, name="lakehouse-imports", daemon=True)
+        imports.start()
+        try:
+            super().setup_for_execution(context)
+        finally:
+            imports.join()
+
+
+def _import_lakehouse_modules() -> None:
+    for name in LAKEHOUSE_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the step's own import of it reports the error where it matters
+            return
 
 
 class LakehouseResource(ConfigurableResource):

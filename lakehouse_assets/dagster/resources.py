@@ -1,6 +1,7 @@
 """Dagster resources: the lakehouse (catalog + storage) and Spark."""
 
 import importlib
+import os
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -39,9 +40,13 @@ class LakehouseSparkResource(PySparkResource):
     A Dagster step is a new process. Starting Spark keeps its Python process waiting on the JVM for seconds;
     importing LAKEHOUSE_MODULES on a second thread meanwhile takes them off the step's path (0.3-0.8 s of a
     10,000-row step here). The thread is joined before the session is handed over, so no module is ever imported
-    on two threads while the step's own code runs."""
+    on two threads while the step's own code runs. A Spark Connect session starts no JVM here (nothing to wait
+    on) and imports its own client modules meanwhile: it starts as dagster-pyspark's does."""
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
+        if (self.spark_config or {}).get("spark.remote") or os.environ.get("SPARK_REMOTE"):
+            super().setup_for_execution(context)
+            return
         imports = threading.Thread(target=_import_lakehouse_modules, name="lakehouse-imports", daemon=True)
         imports.start()
         try:

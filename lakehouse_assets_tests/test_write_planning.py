@@ -134,3 +134,16 @@ def test_an_aggregated_input_computes_its_upstream_once(lh, spark, partition_by)
     r = lh.write(agg, f"t.aggregated_{len(partition_by)}", partition_by=partition_by)
     assert r.rows_written == 10
     assert seen.value == 3000
+
+
+@pytest.mark.smoke
+def test_the_shuffle_by_key_reads_its_input_in_the_writes_tasks(spark):
+    """The map side of a partitioned write's shuffle runs in the write's tasks (the coalesce stays under the
+    shuffle), not in every partition of an input that arrives in 200."""
+    df = spark.range(2000).repartition(200)
+    for dense in (True, False):
+        shuffled = by_key(at_most(df, 2), 2, [(F.col("id") % 14).cast("int")], dense)
+        assert shuffled.columns == ["id"]
+        plan = shuffled._jdf.queryExecution().optimizedPlan().toString() if hasattr(shuffled, "_jdf") else shuffled._explain_string(mode="extended")
+        assert "Repartition 2, false" in plan, plan
+        assert sorted(r.id for r in shuffled.collect()) == list(range(2000))

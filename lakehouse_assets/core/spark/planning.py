@@ -47,9 +47,10 @@ def by_key(df, tasks: int, keys: list, dense: bool):
     and the write takes as long as its busiest task. When every key is a `dense` integer (time units since 1970,
     bucket numbers: consecutive keys differ by one), consecutive keys go to consecutive tasks instead (`pmod` of
     their sum): a run of consecutive keys splits evenly, the tasks' counts within one key. The shuffle carries the
-    rows' own columns and one int (the task's), which the result drops.
+    rows' own columns and what it partitions by (dense keys: one int, the task's; else the keys' values), which the
+    result drops.
 
-    The task is a column computed before the shuffle, not an expression of it: Spark removes a coalesce directly
+    What it partitions by is a column computed before the shuffle, not an expression of it: Spark removes a coalesce directly
     under a repartition (CollapseRepartition), and the caller's `at_most` is that coalesce; without it the shuffle's
     map side would run in every input partition (200 tasks' overhead for an input in 200)."""
     from pyspark.sql import functions as F
@@ -62,13 +63,13 @@ def by_key(df, tasks: int, keys: list, dense: bool):
         # Spark's hash partitioning places an int v in task pmod(murmur3(v, seed 42), tasks); _hashed_to gives, for
         # each task, an int that lands there, so a slot's rows land in the task of that number.
         by = [F.element_at(F.array(*[F.lit(v) for v in _hashed_to(tasks)]), slot + 1)]
-    names = [f"{_TASK_COLUMN_PREFIX}{i}" for i in range(len(by))]
+    names = [f"{_SHUFFLE_KEY_PREFIX}{i}" for i in range(len(by))]
     keyed = df.select("*", *[e.alias(n) for e, n in zip(by, names)])
     return keyed.repartition(tasks, *[F.col(f"`{n}`") for n in names]).drop(*names)
 
 
 # Helper columns hold a space, which table column names cannot: no collision possible.
-_TASK_COLUMN_PREFIX = "_lakehouse write task "
+_SHUFFLE_KEY_PREFIX = "_lakehouse shuffle key "
 
 
 @functools.lru_cache(maxsize=64)

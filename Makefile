@@ -71,7 +71,7 @@ demo: setup
 
 # The slowest tests are listed at the end: the suite is meant to stay under 30 minutes on this machine.
 test: setup lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_MARKS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_MARKS) $(PYTEST_ARGS)
 
 # The subset CI also runs on the other Spark line: write, merge, compaction, read, verify, time travel,
 # rollback, the Dagster runs and a standalone Spark cluster.

@@ -333,7 +333,9 @@ def start_azurite(base: Path) -> Server:
             [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data), "--skipApiVersionCheck", "--loose", "--silent"],
             stdout=out, stderr=subprocess.STDOUT, cwd=data, env=env, start_new_session=True,
         )  # fmt: skip
-    server = Server("azurite", proc.pid, data, {"endpoint": f"http://127.0.0.1:{port}"})
+    # SIGKILL: on SIGTERM or SIGINT its graceful close takes 10-15 s (the stop's timeout), and its data directory,
+    # the only state it keeps, is removed with it.
+    server = Server("azurite", proc.pid, data, {"endpoint": f"http://127.0.0.1:{port}"}, stop_signal=signal.SIGKILL)
     try:
         wait_for_port(port, proc, log)
         import pyarrow.fs as pafs

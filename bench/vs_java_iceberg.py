@@ -137,7 +137,9 @@ class Bench:
             from pyspark.sql import SparkSession
 
             builder = SparkSession.builder.appName("bench-plain-session")
-            for key, value in {**java_iceberg.spark_conf(self.java_wh), "spark.driver.memory": args.driver_memory}.items():
+            # No console progress bars: they only fill the bench's log (Spark draws them on a plain session's stderr).
+            plain = {**java_iceberg.spark_conf(self.java_wh), "spark.driver.memory": args.driver_memory, "spark.ui.showConsoleProgress": "false"}
+            for key, value in plain.items():
                 builder = builder.config(key, value)
             self.spark = builder.getOrCreate()
             self.spark.sparkContext.setLogLevel("ERROR")

@@ -11,8 +11,9 @@ used. Then:
 - a plain `Definitions` project merges `lakehouse_definitions(...)` and does the same with `dagster`.
 
 Resolving the dependency set from the package index takes minutes here, so the wheels it resolves to are
-kept in a wheelhouse under the venv (keyed by the wheel's requirements and the constraints file); each
-session installs from it into a new environment with `--no-index`.
+kept in a wheelhouse under `~/.cache/lakehouse-user-project-wheelhouse/` (keyed by the wheel's requirements and the
+constraints file; `LAKEHOUSE_WHEELHOUSE_CACHE` moves it), so clean clones reuse it; each session installs from it
+into a new environment with `--no-index`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -75,6 +78,13 @@ def constraints_file() -> Path:
     return REPO / "constraints" / ("spark-4.txt" if pyspark.__version__.startswith("4") else "spark-3.5.txt")
 
 
+def wheelhouse_dir() -> Path:
+    """Where wheelhouses are kept: outside the checkout, so a clean clone (every CI run) reuses them."""
+    base = os.environ.get("LAKEHOUSE_WHEELHOUSE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lakehouse-user-project-wheelhouse")
+    Path(base).mkdir(parents=True, exist_ok=True)
+    return Path(base)
+
+
 @pytest.fixture(scope="session")
 def user_env(tmp_path_factory):
     """A fresh venv with the built wheel, dagster-dg-cli and nothing else; an environment for its tools."""
@@ -91,10 +101,19 @@ def user_env(tmp_path_factory):
     constraints = constraints_file()
     extra = ["dagster-dg-cli", "hatchling", "editables"]  # what a project made by create-dagster builds and runs with
     key = hashlib.sha256("\n".join([*requires, constraints.read_text(), *extra]).encode()).hexdigest()[:16]
-    wheelhouse = VENV_BIN.parent / "user-project-wheelhouse" / key
-    if not (wheelhouse / ".complete").exists():
-        run([sys.executable, "-m", "pip", "wheel", "-q", "-w", wheelhouse, wheel, *extra, "-c", constraints], timeout=1800)
-        (wheelhouse / ".complete").touch()
+    wheelhouse = wheelhouse_dir() / key
+    if not wheelhouse.exists():
+        # Built aside and renamed into place, so a concurrent session never sees half a wheelhouse. Dependencies
+        # only: the project's own wheel is built by each session (above) and installed from its path.
+        building = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=wheelhouse.parent))
+        try:
+            run([sys.executable, "-m", "pip", "wheel", "-q", "-w", building, wheel, *extra, "-c", constraints], timeout=1800)
+            for own in building.glob("lakehouse_assets-*.whl"):
+                own.unlink()
+            if not wheelhouse.exists():  # else another session got there first: its wheelhouse is the same
+                building.rename(wheelhouse)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)  # gone already when it was renamed into place
     venv = tmp / "venv"
     run([sys.executable, "-m", "venv", venv])
     py = venv / "bin" / "python"

@@ -2,7 +2,8 @@
 
 The library's wheel is built and installed (with `-c constraints/...`) into a fresh virtual environment
 that has nothing but Python, next to `dagster-dg-cli`; nothing of this repository's editable install is
-used. Then:
+used. The installs go through `uv pip install` (pip's interface, as a create-dagster project would run it):
+the same wheels and constraints as `pip install`, in seconds where pip takes about a minute. Then:
 
 - a project made by `create-dagster project` scaffolds `lakehouse_assets.LakehouseComponent` with
   `dg scaffold defs`, configures it in `defs.yaml`, passes `dg check defs`, lists the checks, jobs, schedule
@@ -13,7 +14,7 @@ used. Then:
 Resolving the dependency set from the package index takes minutes here, so the wheels it resolves to are
 kept in a wheelhouse under `~/.cache/lakehouse-user-project-wheelhouse/` (keyed by the wheel's requirements and the
 constraints file; `LAKEHOUSE_WHEELHOUSE_CACHE` moves it), so clean clones reuse it; each session installs from it
-into a new environment with `--no-index`.
+into a new environment with `--no-index` (uv keeps its own unpacked copies under ~/.cache/uv).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.timeout(2700)
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
+UV = VENV_BIN / "uv"  # the test extra's uv; not on the user environment's PATH, so dg sees no uv of ours
 
 ORDERS = '''
 import datetime as dt
@@ -117,7 +119,7 @@ def user_env(tmp_path_factory):
     venv = tmp / "venv"
     run([sys.executable, "-m", "venv", venv])
     py = venv / "bin" / "python"
-    run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse, wheel, "dagster-dg-cli", "-c", constraints])
+    run([UV, "pip", "install", "-q", "--python", py, "--no-index", "--find-links", wheelhouse, wheel, "dagster-dg-cli", "-c", constraints])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "LAKEHOUSE_", "VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(DAGSTER_DISABLE_TELEMETRY="1", SPARK_LOCAL_IP="127.0.0.1", PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
     env["PIP_FIND_LINKS"] = str(wheelhouse)
@@ -175,7 +177,7 @@ def test_dg_project_with_the_lakehouse_component(user_env, tmp_path, duck):
     env, dg = project_env(user_env, tmp_path), user_env["bin"] / "dg"
     run([VENV_BIN / "create-dagster", "project", "--no-uv-sync", tmp_path / "shop"], env=env)
     project = tmp_path / "shop"
-    run([user_env["py"], "-m", "pip", "install", "-q", "--no-index", "-e", project, "-c", constraints_file()], env=env)
+    run([UV, "pip", "install", "-q", "--python", user_env["py"], "--no-index", "--find-links", user_env["wheelhouse"], "-e", project, "-c", constraints_file()], env=env)
     assert_is_the_installed_wheel(user_env)
 
     assert "lakehouse_assets.LakehouseComponent" in run([dg, "list", "components"], cwd=project, env=env)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pyspark.sql import functions as F
 
 from lakehouse_assets import TableOptions
@@ -335,25 +337,59 @@ def test_repeated_reads_of_the_same_files_build_sparks_relation_once(lh, spark, 
     assert ids(df) == [3, 43] and df.columns == ["id", "part"] and len(made) == 5
 
 
-def test_the_spark_resource_imports_the_lakehouse_while_spark_starts(tmp_path):
-    """A Dagster step is a fresh process: the project's Spark resource imports the lakehouse's modules on a thread
-    while the JVM starts, and joins it before handing the session over (no import runs on two threads after)."""
+def test_the_spark_resource_starts_spark_on_first_use_and_imports_the_lakehouse_meanwhile(tmp_path):
+    """A Dagster step is a fresh process: the project's Spark resource starts no JVM at setup; the first
+    `spark_session` starts it and imports the lakehouse's modules on a thread meanwhile, joined before the session is
+    handed over (no import runs on two threads after)."""
     import subprocess
     import sys
 
     code = (
         "import sys, threading\n"
         "from dagster import build_init_resource_context\n"
+        "from pyspark import SparkContext\n"
         "from lakehouse_assets.dagster.resources import LAKEHOUSE_MODULES, spark_resource\n"
         "before = [m for m in LAKEHOUSE_MODULES if m in sys.modules]\n"
         "r = spark_resource({'spark.master': 'local[1]'})\n"
         "r.setup_for_execution(build_init_resource_context())\n"
-        "print(before)\n"
+        "print(before, SparkContext._gateway is None)\n"
+        "session = r.spark_session\n"
         "print([m for m in LAKEHOUSE_MODULES if m not in sys.modules])\n"
         "print([t.name for t in threading.enumerate() if t.name == 'lakehouse-imports'])\n"
-        "print(r.spark_session.range(3).count())\n"
-        "r.spark_session.stop()\n"
+        "print(session.range(3).count(), r.spark_session is session)\n"
+        "session.stop()\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-4:] == ["[]", "[]", "[]", "3"]
+    assert done.stdout.strip().splitlines()[-4:] == ["[] True", "[]", "[]", "3 True"]
+
+
+def test_a_run_of_checks_alone_starts_no_spark(lh, spark, tmp_path):
+    """The formats_agree check reads metadata only: a run of it (the UI's "Execute" on a check, in a fresh process
+    as Dagster runs it) evaluates it through the project's resources without ever starting a JVM."""
+    import subprocess
+    import sys
+
+    lh.write(spark.range(5).select("id"), "lazy.people")
+    code = (
+        "import sys\n"
+        "from dagster import AssetSelection, asset, materialize\n"
+        "from dagster_pyspark import PySparkResource\n"
+        "from pyspark import SparkContext\n"
+        "from lakehouse_assets.dagster.checks import build_formats_agree_checks\n"
+        "from lakehouse_assets.dagster.io_manager import LakehouseIOManager\n"
+        "from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource\n"
+        "@asset(key=['lazy', 'people'])\n"
+        "def people(pyspark: PySparkResource):\n"
+        "    return pyspark.spark_session.range(5)\n"
+        "checks = build_formats_agree_checks([people.key])\n"
+        "lakehouse, pyspark = LakehouseResource(warehouse=sys.argv[1]), spark_resource({'spark.master': 'local[1]'})\n"
+        "resources = {'lakehouse': lakehouse, 'pyspark': pyspark, 'io_manager': LakehouseIOManager(lakehouse=lakehouse, pyspark=pyspark)}\n"
+        "result = materialize([people, *checks], resources=resources, selection=AssetSelection.checks(*checks))\n"
+        "print([e.asset_check_evaluation_data.passed for e in result.all_events if e.event_type_value == 'ASSET_CHECK_EVALUATION'])\n"
+        "print(result.success, SparkContext._gateway is None)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LAKEHOUSE_CATALOG"}  # the warehouse's embedded catalog, as `lh`
+    done = subprocess.run([sys.executable, "-c", code, lh.warehouse], capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-2:] == ["[True]", "True True"]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import PySparkResource
+from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
 
 from ..core.io.storage import StorageConfig
@@ -35,24 +36,43 @@ LAKEHOUSE_MODULES = (
 
 
 class LakehouseSparkResource(PySparkResource):
-    """dagster-pyspark's PySparkResource that imports the lakehouse's modules while the Spark session starts.
+    """dagster-pyspark's PySparkResource whose session starts where a step first asks for it (`spark_session`),
+    importing the lakehouse's modules while it starts.
+
+    A run whose steps never touch Spark starts no JVM: a run of `formats_agree` checks alone, a maintenance run
+    of metadata-only operations (repair, expiry, rollback), each of which dagster-pyspark's resource would make
+    wait seconds for a JVM at resource setup. The first `spark_session` starts it, once per process.
 
     A Dagster step is a new process. Starting Spark keeps its Python process waiting on the JVM for seconds;
     importing LAKEHOUSE_MODULES on a second thread meanwhile takes them off the step's path (session start plus
-    imports here: 3.40-4.04 s one after the other, 3.12-3.45 s side by side). The thread is joined before the session is handed over, so no module is ever imported
-    on two threads while the step's own code runs. A Spark Connect session starts no JVM here (nothing to wait
-    on) and imports its own client modules meanwhile: it starts as dagster-pyspark's does."""
+    imports here: 3.40-4.04 s one after the other, 3.12-3.45 s side by side). The thread is joined before the
+    session is handed over, so no module is ever imported on two threads while the step's own code runs. A Spark
+    Connect session starts no JVM here (nothing to wait on) and imports its own client modules meanwhile: it
+    starts as dagster-pyspark's does."""
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
+        pass  # the session starts on first use: see spark_session
+
+    @property
+    def spark_session(self) -> Any:
+        with _SESSION_START:
+            if self._spark_session is None:
+                self._spark_session = self._start()
+        return self._spark_session
+
+    def _start(self) -> Any:
         if (self.spark_config or {}).get("spark.remote") or os.environ.get("SPARK_REMOTE"):
-            super().setup_for_execution(context)
-            return
+            return spark_session_from_config(self.spark_config)
         imports = threading.Thread(target=_import_lakehouse_modules, name="lakehouse-imports", daemon=True)
         imports.start()
         try:
-            super().setup_for_execution(context)
+            return spark_session_from_config(self.spark_config)
         finally:
             imports.join()
+
+
+# One Spark session per process (getOrCreate): two threads asking at once start it once.
+_SESSION_START = threading.Lock()
 
 
 def _import_lakehouse_modules() -> None:

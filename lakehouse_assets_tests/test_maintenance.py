@@ -211,6 +211,35 @@ def test_expiry_deletes_only_unreferenced_files_and_refuses_beyond_the_window(lh
         lh.read(spark, "m.expire", as_of=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
 
 
+def test_expiry_racing_an_append_commits_what_it_planned_and_loses_nothing(lh, spark, duck, monkeypatch):
+    """Another writer commits between expiry's planning and its commit (a sensor's compaction beside the nightly
+    maintenance, a streaming append): expiry's commit applies to the new metadata (it asserts no branch head), so
+    it expires what it planned, keeps the new snapshot, and deletes only files nothing retained references."""
+    from lakehouse_assets.core.maintenance import retention
+
+    for start, mode in ((0, "append"), (10, "append"), (20, "overwrite"), (30, "append")):
+        lh.write(batch(spark, start), "m.expire_race", mode=mode)
+    first_two = [s.snapshot_id for s in sorted(lh.load("m.expire_race").metadata.snapshots, key=lambda s: s.sequence_number)][:2]
+    real_snapshot_files = retention.snapshot_files
+    planned = []
+
+    def append_lands_meanwhile(table, snapshot_ids, **kwargs):
+        planned.append(sorted(snapshot_ids))
+        if len(planned) == 1:  # a real commit by another writer, after expiry read the table
+            lh.write(batch(spark, 500), "m.expire_race")
+        return real_snapshot_files(table, snapshot_ids, **kwargs)
+
+    monkeypatch.setattr(retention, "snapshot_files", append_lands_meanwhile)
+    r = lh.maintain("m.expire_race", "snapshot_expiry", snapshot_retention_days=0, min_snapshots_to_keep=2)
+    assert planned == [sorted(first_two)] and sorted(r["expired_snapshot_ids"]) == sorted(first_two)
+    table = lh.load("m.expire_race")
+    # The two appends the overwrite replaced: their files go; the racing append's file stays.
+    assert len(table.metadata.snapshots) == 3 and r["snapshots_after"] == 3 and r["files_removed"] == 2
+    assert table.current_snapshot().summary["added-records"] == "10"  # the racing append is the current snapshot
+    assert_all_readers_agree(lh, spark, duck, "m.expire_race", expected_rows(spark, [(20, 20), (500, 10)]))
+    assert lh.verify("m.expire_race", deep=True)["agree"]
+
+
 def test_orphan_cleanup_removes_only_old_unreferenced_files(lh, spark, duck):
     expected = make_history(lh, spark, "m.orphans")
     root = root_path(lh, "m.orphans")

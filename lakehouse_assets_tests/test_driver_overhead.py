@@ -364,9 +364,10 @@ def test_the_spark_resource_starts_spark_on_first_use_and_imports_the_lakehouse_
     assert done.stdout.strip().splitlines()[-4:] == ["[] True", "[]", "[]", "3 True"]
 
 
-def test_a_run_of_checks_alone_starts_no_spark(lh, spark, tmp_path):
-    """The formats_agree check reads metadata only: a run of it (the UI's "Execute" on a check, in a fresh process
-    as Dagster runs it) evaluates it through the project's resources without ever starting a JVM."""
+def test_runs_of_checks_or_metadata_only_maintenance_start_no_spark(lh, spark, tmp_path):
+    """The formats_agree check and the metadata-only maintenance operations need no Spark: a run of the check alone
+    (the UI's "Execute" on a check) and a maintenance run of repair, expiry and a checkpoint, in a fresh process as
+    Dagster runs them, go through the project's resources without ever starting a JVM."""
     import subprocess
     import sys
 
@@ -378,6 +379,7 @@ def test_a_run_of_checks_alone_starts_no_spark(lh, spark, tmp_path):
         "from pyspark import SparkContext\n"
         "from lakehouse_assets.dagster.checks import build_formats_agree_checks\n"
         "from lakehouse_assets.dagster.io_manager import LakehouseIOManager\n"
+        "from lakehouse_assets.dagster.maintenance import lakehouse_maintenance_job, maintenance_run_config\n"
         "from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource\n"
         "@asset(key=['lazy', 'people'])\n"
         "def people(pyspark: PySparkResource):\n"
@@ -388,8 +390,11 @@ def test_a_run_of_checks_alone_starts_no_spark(lh, spark, tmp_path):
         "result = materialize([people, *checks], resources=resources, selection=AssetSelection.checks(*checks))\n"
         "print([e.asset_check_evaluation_data.passed for e in result.all_events if e.event_type_value == 'ASSET_CHECK_EVALUATION'])\n"
         "print(result.success, SparkContext._gateway is None)\n"
+        "config = maintenance_run_config(['lazy.people'], ['repair', 'snapshot_expiry', 'delta_checkpoint'])\n"
+        "run = lakehouse_maintenance_job.execute_in_process(run_config=config, resources={'lakehouse': lakehouse, 'pyspark': pyspark})\n"
+        "print(run.success, len([e for e in run.all_events if e.event_type_value == 'ASSET_OBSERVATION']), SparkContext._gateway is None)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "LAKEHOUSE_CATALOG"}  # the warehouse's embedded catalog, as `lh`
     done = subprocess.run([sys.executable, "-c", code, lh.warehouse], capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-2:] == ["[True]", "True True"]
+    assert done.stdout.strip().splitlines()[-3:] == ["[True]", "True True", "True 3 True"]

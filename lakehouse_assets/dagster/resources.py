@@ -40,8 +40,8 @@ class LakehouseSparkResource(PySparkResource):
     importing the lakehouse's modules while it starts.
 
     A run whose steps never touch Spark starts no JVM: a run of `formats_agree` checks alone, a maintenance run
-    of metadata-only operations (repair, expiry, rollback), each of which dagster-pyspark's resource would make
-    wait seconds for a JVM at resource setup. The first `spark_session` starts it, once per process.
+    of metadata-only operations (repair, expiry, cleanups, checkpoints), each of which dagster-pyspark's resource
+    would make wait seconds for a JVM at resource setup. The first `spark_session` starts it, once per process.
 
     A Dagster step is a new process. Starting Spark keeps its Python process waiting on the JVM for seconds;
     importing LAKEHOUSE_MODULES on a second thread meanwhile takes them off the step's path (session start plus

@@ -10,7 +10,7 @@ from lakehouse_assets import TableOptions
 from lakehouse_assets.core.formats import history
 from lakehouse_assets.core.spark.parquet_relation import LISTING_THRESHOLD_KEY
 
-from .conftest import assert_all_readers_agree
+from .conftest import assert_all_readers_agree, unreadable_delta_log
 
 
 def _rows(spark, lo, hi):
@@ -364,19 +364,26 @@ def test_the_spark_resource_starts_spark_on_first_use_and_imports_the_lakehouse_
     assert done.stdout.strip().splitlines()[-4:] == ["[] True", "[]", "[]", "3 True"]
 
 
-def test_runs_of_checks_or_metadata_only_maintenance_start_no_spark(lh, spark, tmp_path):
+def test_runs_that_need_no_spark_start_none_and_a_repair_that_does_uses_the_resources_settings(lh, spark, tmp_path):
     """The formats_agree check and the metadata-only maintenance operations need no Spark: a run of the check alone
-    (the UI's "Execute" on a check) and a maintenance run of repair, expiry and a checkpoint, in a fresh process as
-    Dagster runs them, go through the project's resources without ever starting a JVM."""
+    (the UI's "Execute" on a check) and a maintenance run of expiry, a checkpoint and the repair of an append, in a
+    fresh process as Dagster runs them, never start a JVM. A repair that must write change data (Delta lags an
+    overwrite) does need Spark: it starts it through the resource, with the resource's settings, not the
+    project's defaults."""
     import subprocess
     import sys
 
     lh.write(spark.range(5).select("id"), "lazy.people")
+    for name, mode in (("lazy.appended", "append"), ("lazy.overwritten", "overwrite")):  # Delta lags one commit
+        lh.write(spark.range(5).select("id"), name)
+        with unreadable_delta_log(lh.load(name).location()):
+            assert lh.write(spark.range(3).select("id"), name, mode=mode).delta_lagging
     code = (
         "import sys\n"
         "from dagster import AssetSelection, asset, materialize\n"
         "from dagster_pyspark import PySparkResource\n"
         "from pyspark import SparkContext\n"
+        "from pyspark.sql import SparkSession\n"
         "from lakehouse_assets.dagster.checks import build_formats_agree_checks\n"
         "from lakehouse_assets.dagster.io_manager import LakehouseIOManager\n"
         "from lakehouse_assets.dagster.maintenance import lakehouse_maintenance_job, maintenance_run_config\n"
@@ -385,16 +392,21 @@ def test_runs_of_checks_or_metadata_only_maintenance_start_no_spark(lh, spark, t
         "def people(pyspark: PySparkResource):\n"
         "    return pyspark.spark_session.range(5)\n"
         "checks = build_formats_agree_checks([people.key])\n"
-        "lakehouse, pyspark = LakehouseResource(warehouse=sys.argv[1]), spark_resource({'spark.master': 'local[1]'})\n"
+        "lakehouse = LakehouseResource(warehouse=sys.argv[1])\n"
+        "pyspark = spark_resource({'spark.master': 'local[1]', 'spark.app.name': 'the-resources-settings'})\n"
         "resources = {'lakehouse': lakehouse, 'pyspark': pyspark, 'io_manager': LakehouseIOManager(lakehouse=lakehouse, pyspark=pyspark)}\n"
         "result = materialize([people, *checks], resources=resources, selection=AssetSelection.checks(*checks))\n"
         "print([e.asset_check_evaluation_data.passed for e in result.all_events if e.event_type_value == 'ASSET_CHECK_EVALUATION'])\n"
         "print(result.success, SparkContext._gateway is None)\n"
-        "config = maintenance_run_config(['lazy.people'], ['repair', 'snapshot_expiry', 'delta_checkpoint'])\n"
-        "run = lakehouse_maintenance_job.execute_in_process(run_config=config, resources={'lakehouse': lakehouse, 'pyspark': pyspark})\n"
-        "print(run.success, len([e for e in run.all_events if e.event_type_value == 'ASSET_OBSERVATION']), SparkContext._gateway is None)\n"
+        "def maintain(table, operations):\n"
+        "    run = lakehouse_maintenance_job.execute_in_process(run_config=maintenance_run_config([table], operations), resources={'lakehouse': lakehouse, 'pyspark': pyspark})\n"
+        "    return run.success, len([e for e in run.all_events if e.event_type_value == 'ASSET_OBSERVATION'])\n"
+        "print(*maintain('lazy.appended', ['repair', 'snapshot_expiry', 'delta_checkpoint']), SparkContext._gateway is None)\n"
+        "print(*maintain('lazy.overwritten', ['repair']), SparkSession.getActiveSession().conf.get('spark.app.name'))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "LAKEHOUSE_CATALOG"}  # the warehouse's embedded catalog, as `lh`
     done = subprocess.run([sys.executable, "-c", code, lh.warehouse], capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-3:] == ["[True]", "True True", "True 3 True"]
+    assert done.stdout.strip().splitlines()[-4:] == ["[True]", "True True", "True 3 True", "True 1 the-resources-settings"]
+    for name in ("lazy.appended", "lazy.overwritten"):
+        assert lh.delta_lag(name) == 0 and lh.verify(name)["agree"]

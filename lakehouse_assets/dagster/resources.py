@@ -1,9 +1,10 @@
 """Dagster resources: the lakehouse (catalog + storage) and Spark."""
 
+import contextlib
 import importlib
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import PySparkResource
@@ -11,7 +12,7 @@ from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
 
 from ..core.io.storage import StorageConfig
-from ..core.spark.session import prepare_spark_environment, spark_config, spark_session  # noqa: F401 - re-exported
+from ..core.spark.session import prepare_spark_environment, session_provider, spark_config, spark_session  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from ..core.lakehouse import Lakehouse  # imported where a run first asks for it: see get()
@@ -40,8 +41,9 @@ class LakehouseSparkResource(PySparkResource):
     importing the lakehouse's modules while it starts.
 
     A run whose steps never touch Spark starts no JVM: a run of `formats_agree` checks alone, a maintenance run
-    of metadata-only operations (repair, expiry, cleanups, checkpoints), each of which dagster-pyspark's resource
-    would make wait seconds for a JVM at resource setup. The first `spark_session` starts it, once per process.
+    of metadata-only operations (expiry, cleanups, checkpoints, a repair of appends), each of which dagster-pyspark's
+    resource would make wait seconds for a JVM at resource setup. The first `spark_session` starts it, once per
+    process; lakehouse code that needs Spark without being handed it gets it from here too (`yield_for_execution`).
 
     A Dagster step is a new process. Starting Spark keeps its Python process waiting on the JVM for seconds;
     importing LAKEHOUSE_MODULES on a second thread meanwhile takes them off the step's path (session start plus
@@ -52,6 +54,13 @@ class LakehouseSparkResource(PySparkResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         pass  # the session starts on first use: see spark_session
+
+    @contextlib.contextmanager
+    def yield_for_execution(self, context: InitResourceContext) -> Iterator["LakehouseSparkResource"]:
+        # Lakehouse code that needs Spark without being handed this session (a Delta repair writing change data
+        # for an overwrite or merge) starts it through this resource, with its settings.
+        with session_provider(lambda: self.spark_session):
+            yield self
 
     @property
     def spark_session(self) -> Any:

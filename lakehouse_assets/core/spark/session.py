@@ -8,10 +8,11 @@ the rest belongs to the server, which was configured when it started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .compat import is_connect
 
@@ -68,10 +69,26 @@ def spark_session(overrides: Optional[dict[str, Any]] = None):
 
 
 def active_session(spark=None):
-    """`spark` if given, else the active session, else a new one with the project's settings."""
+    """`spark` if given, else the active session, else the innermost `session_provider`'s, else a new one with
+    the project's settings."""
     if spark is not None:
         return spark
     from pyspark.sql import SparkSession
 
-    return SparkSession.getActiveSession() or spark_session()
+    return SparkSession.getActiveSession() or (_providers[-1]() if _providers else spark_session())
+
+
+_providers: list[Callable[[], Any]] = []
+
+
+@contextlib.contextmanager
+def session_provider(provider: Callable[[], Any]) -> Iterator[None]:
+    """Within the block, code that needs Spark without being handed a session (a Delta repair writing change data)
+    and finds none active starts it with `provider()`: a session started on first use, with its owner's settings
+    rather than the project's defaults."""
+    _providers.append(provider)
+    try:
+        yield
+    finally:
+        _providers.remove(provider)
 

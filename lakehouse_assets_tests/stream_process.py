@@ -39,8 +39,21 @@ def watch_for(path: str) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
+def sink_for(lh, identifier: str, mode: str):
+    """The stream's sink: an append, or a merge by `id` with the `op` column's deletes."""
+    from lakehouse_assets import MergeOptions
+
+    options = {"merge": MergeOptions(keys="id", operation_column="op")} if mode == "merge" else {}
+    return lh.stream_writer(identifier, mode, **options)
+
+
+def report(query, sink) -> dict:
+    """The query's id and, per batch, the rows written and whether it was a replay of an earlier write."""
+    return {"query_id": str(query.id), "batches": [[r.rows_written, r.duplicate_of_earlier_write] for r in sink.results]}
+
+
 def main(warehouse: str, landing: str, checkpoint: str, identifier: str, mode: str, kill_at: str = "", kill_batch: str = "1") -> None:
-    from lakehouse_assets import Lakehouse, MergeOptions
+    from lakehouse_assets import Lakehouse
     from lakehouse_assets.core.spark.session import spark_session
     from lakehouse_assets.core.write import transaction, writer
 
@@ -69,8 +82,7 @@ def main(warehouse: str, landing: str, checkpoint: str, identifier: str, mode: s
         return mirror_to_delta(*args, **kwargs)
 
     transaction.mirror_to_delta = mirror
-    options = {"merge": MergeOptions(keys="id", operation_column="op")} if mode == "merge" else {}
-    sink = lh.stream_writer(identifier, mode, **options)
+    sink = sink_for(lh, identifier, mode)
 
     def batch(df, batch_id):
         current["batch"] = batch_id
@@ -86,7 +98,7 @@ def main(warehouse: str, landing: str, checkpoint: str, identifier: str, mode: s
     df = spark.readStream.schema("id long, name string, amount long, op string").option("maxFilesPerTrigger", 1).json(landing)
     query = df.writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     query.awaitTermination()
-    print(json.dumps({"query_id": str(query.id), "batches": [[r.rows_written, r.duplicate_of_earlier_write] for r in sink.results]}))
+    print(json.dumps(report(query, sink)))
     spark.stop()
 
 

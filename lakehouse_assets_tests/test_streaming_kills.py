@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from .conftest import assert_all_readers_agree
+from .stream_process import report, sink_for
 from .test_streaming import expected, land, rows, run_stream
 
 PHASES = ["offsets_written", "files_written", "iceberg_committed", "delta_committed", "commit_written"]
@@ -34,16 +35,14 @@ def run_process(warehouse, landing, checkpoint, identifier, mode, kill_at=""):
 def kill_and_restart(tmp_path, spark, monkeypatch, identifier, mode, phase):
     """Kill the streaming process at `phase` of batch 1, then run the query again from its checkpoint (the same
     query and sink as stream_process.py, without hooks); returns the restart's query id and (rows, replay) per batch."""
-    from lakehouse_assets import Lakehouse, MergeOptions
+    from lakehouse_assets import Lakehouse
 
     landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
     killed = run_process(tmp_path / "warehouse", landing, checkpoint, identifier, mode, phase)
     assert killed.returncode == -9, f"the process was not killed at {phase}: rc={killed.returncode}\n{killed.stderr[-3000:]}"
     monkeypatch.delenv("LAKEHOUSE_CATALOG", raising=False)  # the embedded catalog in the warehouse, as the process used
-    options = {"merge": MergeOptions(keys="id", operation_column="op")} if mode == "merge" else {}
-    sink = Lakehouse(str(tmp_path / "warehouse")).stream_writer(identifier, mode, **options)
-    query = run_stream(spark, landing, checkpoint, sink)
-    return {"query_id": str(query.id), "batches": [[r.rows_written, r.duplicate_of_earlier_write] for r in sink.results]}
+    sink = sink_for(Lakehouse(str(tmp_path / "warehouse")), identifier, mode)
+    return report(run_stream(spark, landing, checkpoint, sink), sink)
 
 
 @pytest.mark.parametrize("phase", PHASES)

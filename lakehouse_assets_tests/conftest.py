@@ -31,6 +31,14 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if "spark" in getattr(item, "fixturenames", ())]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch_dirs(tmp_path_factory):
+    """Every Spark process the suite starts (this one's, the subprocesses', `dagster dev`'s runs) keeps its scratch
+    (block manager, PySpark's temporary files) under the session's temporary directory. A process the tests kill
+    cannot remove its own; pytest removes old session directories."""
+    os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-local"))
+
+
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory):
     """A Spark Connect server in its own process (connect_server.py), stopped by its PID at the end."""

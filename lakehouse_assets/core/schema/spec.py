@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -37,6 +37,36 @@ from .statistics import StatisticsPolicy, table_policy
 Format = Literal["iceberg", "delta"]
 ALL_FORMATS: tuple[Format, ...] = ("iceberg", "delta")
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+
+COMPRESSION_CODEC = "write.parquet.compression-codec"
+COMPRESSION_LEVEL = "write.parquet.compression-level"
+# Iceberg's Parquet codec names (any case) as pyarrow's. Iceberg also names LZO, which pyarrow cannot write.
+_PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "brotli": "brotli", "lz4": "lz4", "lz4_raw": "lz4", "uncompressed": "none"}
+# The codecs whose level Java Iceberg applies (it ignores the level of the others), and their level when the table
+# sets none: zstd's is 3, Java's Parquet writer's default; the others keep their codec's default.
+_LEVELS = {"zstd": 3, "gzip": None, "brotli": None}
+
+
+def parquet_compression(properties: Mapping[str, str], table: str) -> tuple[str, int | None]:
+    """The pyarrow codec and level of a table's Parquet files, from its Iceberg properties: what Java Iceberg
+    writes for the same properties. A property another engine set is read the same way."""
+    raw = properties.get(COMPRESSION_CODEC, "zstd")
+    name = str(raw).strip().lower()
+    if name not in _PYARROW_CODECS:
+        raise SpecError(
+            f"Table {table}: table property {COMPRESSION_CODEC}={raw!r} is not a codec this writer can use; set it to "
+            "zstd, snappy, gzip, brotli, lz4 or uncompressed (TableOptions(properties=...) for a new table, "
+            "ALTER TABLE ... SET TBLPROPERTIES for an existing one)."
+        )
+    if name not in _LEVELS:
+        return _PYARROW_CODECS[name], None
+    level = properties.get(COMPRESSION_LEVEL)
+    if level is None or str(level).strip() == "":
+        return _PYARROW_CODECS[name], _LEVELS[name]
+    try:
+        return _PYARROW_CODECS[name], int(level)
+    except ValueError:
+        raise SpecError(f"Table {table}: table property {COMPRESSION_LEVEL}={level!r} must be an integer (zstd: 1 to 22, 3 by default).") from None
 
 
 def parse_identifier(identifier: str) -> tuple[str, str]:
@@ -218,6 +248,7 @@ class TableSpec:
             raise SpecError(f"Table {self.identifier}: unknown formats {sorted(unknown)}; choose from {list(ALL_FORMATS)}.")
         if self.target_file_size <= 0:
             raise SpecError(f"Table {self.identifier}: target_file_size must be positive, got {self.target_file_size}.")
+        parquet_compression(self.properties, self.identifier)  # a new table's codec: refused before it exists
         for term in self.partition_by:
             try:
                 parse_partition_term(term)

@@ -150,9 +150,11 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
     from ..formats.delta_column_mapping import file_names
     from ..io.storage import normalize_uri
     from ..properties import TableProperties
-    from ..schema.spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, delta_partition_columns
+    from ..schema.spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, delta_partition_columns, parquet_compression
 
     props = table.properties
+    table_name = ".".join(table.name())
+    compression, compression_level = parquet_compression(props, table_name)
     return dict(
         root_uri=normalize_uri(table.location()),
         schema=schema,
@@ -160,9 +162,9 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
         # Iceberg-only tables have no Delta partition values to refuse.
         delta_columns=delta_partition_columns(table.spec(), schema) if "delta" in props.get(TableProperties.FORMATS, ",".join(ALL_FORMATS)).split(",") else [],
         target_file_size=target_file_size or int(props.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
-        compression=props.get("write.parquet.compression-codec", "zstd"),
-        compression_level=int(props.get("write.parquet.compression-level", "3")),
-        table_name=".".join(table.name()),
+        compression=compression,
+        compression_level=compression_level,
+        table_name=table_name,
         file_names=file_names(table, schema),
     )
 

@@ -35,8 +35,8 @@ def pytest_collection_modifyitems(config, items):
 def spark_scratch_dirs(tmp_path_factory):
     """Every Spark process the suite starts (this one's, the subprocesses', `dagster dev`'s runs) keeps its scratch
     (block manager, PySpark's temporary files) under the session's temporary directory. A process the tests kill
-    cannot remove its own; pytest removes old session directories."""
-    os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-local"))
+    cannot remove its own; pytest removes old session directories. A folder the environment already names is kept."""
+    os.environ.setdefault("SPARK_LOCAL_DIRS", str(tmp_path_factory.mktemp("spark-local")))
 
 
 @pytest.fixture(scope="session")

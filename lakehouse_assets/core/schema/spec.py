@@ -40,33 +40,50 @@ DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 COMPRESSION_CODEC = "write.parquet.compression-codec"
 COMPRESSION_LEVEL = "write.parquet.compression-level"
-# Iceberg's Parquet codec names (any case) as pyarrow's. Iceberg also names LZO, which pyarrow cannot write.
-_PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "brotli": "brotli", "lz4": "lz4", "lz4_raw": "lz4", "uncompressed": "none"}
+# Iceberg's Parquet codec names (any case) as pyarrow's. pyarrow writes LZ4 as LZ4_RAW (Parquet's current LZ4;
+# Java Iceberg's `lz4` writes the older Hadoop-framed one): every reader here reads both.
+_PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "lz4_raw": "lz4", "uncompressed": "none"}
+# Iceberg names these too, but they would give files this project's own Spark could not read or pyarrow cannot write.
+_REFUSED_CODECS = {
+    "brotli": "Spark's Parquet reader needs a Brotli codec Spark does not ship, so merges, compaction and reads would fail",
+    "lzo": "pyarrow cannot write LZO",
+}
 # The codecs whose level Java Iceberg applies (it ignores the level of the others), and their level when the table
-# sets none: zstd's is 3, Java's Parquet writer's default; the others keep their codec's default.
-_LEVELS = {"zstd": 3, "gzip": None, "brotli": None}
+# sets none: Java's (parquet-mr's zstd 3, zlib's 6).
+_LEVELS = {"zstd": 3, "gzip": 6}
+_CODEC_NAMES = "zstd, snappy, gzip, lz4 (written as LZ4_RAW), lz4_raw or uncompressed"
 
 
 def parquet_compression(properties: Mapping[str, str], table: str) -> tuple[str, int | None]:
     """The pyarrow codec and level of a table's Parquet files, from its Iceberg properties: what Java Iceberg
     writes for the same properties. A property another engine set is read the same way."""
+    import pyarrow as pa
+
     raw = properties.get(COMPRESSION_CODEC, "zstd")
     name = str(raw).strip().lower()
     if name not in _PYARROW_CODECS:
+        why = f" ({_REFUSED_CODECS[name]})" if name in _REFUSED_CODECS else ""
         raise SpecError(
-            f"Table {table}: table property {COMPRESSION_CODEC}={raw!r} is not a codec this writer can use; set it to "
-            "zstd, snappy, gzip, brotli, lz4 or uncompressed (TableOptions(properties=...) for a new table, "
-            "ALTER TABLE ... SET TBLPROPERTIES for an existing one)."
+            f"Table {table}: table property {COMPRESSION_CODEC}={raw!r} is not a codec this writer can use{why}; set it to "
+            f"{_CODEC_NAMES} (TableOptions(properties=...) for a new table, ALTER TABLE ... SET TBLPROPERTIES for an existing one)."
         )
+    codec = _PYARROW_CODECS[name]
     if name not in _LEVELS:
-        return _PYARROW_CODECS[name], None
+        return codec, None
     level = properties.get(COMPRESSION_LEVEL)
     if level is None or str(level).strip() == "":
-        return _PYARROW_CODECS[name], _LEVELS[name]
+        return codec, _LEVELS[name]
+    low, high = pa.Codec.minimum_compression_level(codec), pa.Codec.maximum_compression_level(codec)
     try:
-        return _PYARROW_CODECS[name], int(level)
+        value = int(str(level).strip())
     except ValueError:
-        raise SpecError(f"Table {table}: table property {COMPRESSION_LEVEL}={level!r} must be an integer (zstd: 1 to 22, 3 by default).") from None
+        value = None
+    if value is None or not low <= value <= high:
+        raise SpecError(
+            f"Table {table}: table property {COMPRESSION_LEVEL}={level!r} is not a level of {name}: use an integer from "
+            f"{low} to {high} ({_LEVELS[name]} when unset), or remove the property."
+        )
+    return codec, value
 
 
 def parse_identifier(identifier: str) -> tuple[str, str]:
@@ -248,7 +265,7 @@ class TableSpec:
             raise SpecError(f"Table {self.identifier}: unknown formats {sorted(unknown)}; choose from {list(ALL_FORMATS)}.")
         if self.target_file_size <= 0:
             raise SpecError(f"Table {self.identifier}: target_file_size must be positive, got {self.target_file_size}.")
-        parquet_compression(self.properties, self.identifier)  # a new table's codec: refused before it exists
+        parquet_compression(self.properties, self.identifier)  # the caller's codec: refused before a new table exists
         for term in self.partition_by:
             try:
                 parse_partition_term(term)

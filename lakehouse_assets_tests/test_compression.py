@@ -3,8 +3,7 @@
 `write.parquet.compression-codec` takes Iceberg's names (`uncompressed`, not pyarrow's `none`), and
 `write.parquet.compression-level` applies to zstd and gzip only: Java Iceberg ignores it for the codecs
 without levels, and new tables carry level 3 whatever their codec. Brotli (Spark cannot read it) and LZO
-(pyarrow cannot write it) are refused. Every writer of a table (appends, merges,
-compaction) uses the same settings, and a property another engine changed counts from the next write.
+(pyarrow cannot write it) are refused. Every writer of a table (appends, merges, compaction) uses the same settings, and a property another engine changed counts from the next write.
 """
 
 from __future__ import annotations
@@ -22,13 +21,11 @@ from .test_write_modes import events
 COLUMNS = ["amount", "event_id", "event_time", "kind", "user_id"]
 
 
-def file_codecs(lh, identifier: str) -> set[str]:
+def file_codecs(lh, duck, identifier: str) -> set[str]:
     """The codec of every column chunk of the table's live data files, as their footers name it (DuckDB reads the
     footer's own codec: pyarrow calls both LZ4 and LZ4_RAW "LZ4")."""
-    import duckdb
-
     paths = [pafs.FileSystem.from_uri(task.file.file_path)[1] for task in lh.load(identifier).scan().plan_files()]
-    rows = duckdb.connect().execute("SELECT DISTINCT compression FROM parquet_metadata(?)", [paths]).fetchall()
+    rows = duck.execute("SELECT DISTINCT compression FROM parquet_metadata(?)", [paths]).fetchall()
     return {r[0] for r in rows}
 
 
@@ -41,7 +38,7 @@ def test_every_iceberg_codec_writes_and_merges_and_every_reader_agrees(lh, spark
     assert lh.load("c.events").properties["write.parquet.compression-level"] == "3"  # ignored for codecs without levels
     changed = events(spark, 250, 100)  # 50 keys again (the merge rewrites their files) and 50 new ones
     lh.write(changed, "c.events", mode="merge", merge=MergeOptions(keys=["event_id"]))
-    assert file_codecs(lh, "c.events") == {in_footer}
+    assert file_codecs(lh, duck, "c.events") == {in_footer}
     expected = {r[1]: r for r in rows_of(events(spark, 0, 300).collect(), COLUMNS)}
     expected.update({r[1]: r for r in rows_of(changed.collect(), COLUMNS)})
     assert_all_readers_agree(lh, spark, duck, "c.events", list(expected.values()))
@@ -49,11 +46,11 @@ def test_every_iceberg_codec_writes_and_merges_and_every_reader_agrees(lh, spark
 
 def test_a_codec_another_engine_sets_counts_from_the_next_write(lh, spark, duck):
     lh.write(events(spark, 0, 200), "c.altered")
-    assert file_codecs(lh, "c.altered") == {"ZSTD"}
+    assert file_codecs(lh, duck, "c.altered") == {"ZSTD"}
     with lh.load("c.altered").transaction() as tx:  # what ALTER TABLE ... SET TBLPROPERTIES commits
         tx.set_properties({"write.parquet.compression-codec": "snappy"})
     lh.write(events(spark, 200, 200), "c.altered")
-    assert file_codecs(lh, "c.altered") == {"ZSTD", "SNAPPY"}
+    assert file_codecs(lh, duck, "c.altered") == {"ZSTD", "SNAPPY"}
     assert_all_readers_agree(lh, spark, duck, "c.altered", rows_of(events(spark, 0, 400).collect(), COLUMNS))
 
 

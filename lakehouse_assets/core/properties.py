@@ -36,11 +36,14 @@ class TableProperties:
     SMALL_WRITES_FILE_BYTES = "lakehouse.small-writes.file-bytes"
     SMALL_WRITES_DEFAULTS = {SMALL_WRITES_COMMITS: 20, SMALL_WRITES_WINDOW_SECONDS: 3600, SMALL_WRITES_FILE_BYTES: 1 << 20}
 
+    # The data files' Parquet codec and level (read as Java Iceberg reads them: schema/spec.py, parquet_compression).
+    COMPRESSION_CODEC = "write.parquet.compression-codec"
+    COMPRESSION_LEVEL = "write.parquet.compression-level"
     # Iceberg's own properties this project sets on new tables.
     DEFAULTS = {
         "format-version": "2",
-        "write.parquet.compression-codec": "zstd",
-        "write.parquet.compression-level": "3",
+        COMPRESSION_CODEC: "zstd",
+        COMPRESSION_LEVEL: "3",
         # Old metadata JSON files are deleted as commits accumulate (each one holds the full snapshot list).
         "write.metadata.delete-after-commit.enabled": "true",
         "write.metadata.previous-versions-max": "50",

@@ -32,14 +32,14 @@ from pyiceberg.types import (
 )
 
 from ..errors import SpecError
+from ..properties import TableProperties
 from .statistics import StatisticsPolicy, table_policy
 
 Format = Literal["iceberg", "delta"]
 ALL_FORMATS: tuple[Format, ...] = ("iceberg", "delta")
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
-COMPRESSION_CODEC = "write.parquet.compression-codec"
-COMPRESSION_LEVEL = "write.parquet.compression-level"
+COMPRESSION_CODEC, COMPRESSION_LEVEL = TableProperties.COMPRESSION_CODEC, TableProperties.COMPRESSION_LEVEL
 # Iceberg's Parquet codec names (any case) as pyarrow's. pyarrow writes LZ4 as LZ4_RAW (Parquet's current LZ4;
 # Java Iceberg's `lz4` writes the older Hadoop-framed one): every reader here reads both.
 _PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "lz4_raw": "lz4", "uncompressed": "none"}

@@ -40,6 +40,7 @@ ALL_FORMATS: tuple[Format, ...] = ("iceberg", "delta")
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 COMPRESSION_CODEC, COMPRESSION_LEVEL = TableProperties.COMPRESSION_CODEC, TableProperties.COMPRESSION_LEVEL
+TARGET_FILE_SIZE = TableProperties.TARGET_FILE_SIZE
 # Iceberg's Parquet codec names (any case) as pyarrow's. pyarrow writes LZ4 as LZ4_RAW (Parquet's current LZ4;
 # Java Iceberg's `lz4` writes the older Hadoop-framed one): every reader here reads both.
 _PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "lz4_raw": "lz4", "uncompressed": "none"}
@@ -84,6 +85,24 @@ def parquet_compression(properties: Mapping[str, str], table: str) -> tuple[str,
             f"{low} to {high} ({_LEVELS[name]} when unset), or remove the property."
         )
     return codec, value
+
+
+def target_file_bytes(properties: Mapping[str, str], table: str) -> int:
+    """The bytes at which a writer of the table rolls to a new data file: `write.target-file-size-bytes`, which
+    another engine may have set; a positive whole number (zero or less would write a file per row group)."""
+    raw = properties.get(TARGET_FILE_SIZE)
+    if raw is None:
+        return DEFAULT_TARGET_FILE_SIZE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise SpecError(
+            f"Table {table}: table property {TARGET_FILE_SIZE}={raw!r} is not a file size: set it to a positive number of "
+            f"bytes (e.g. {DEFAULT_TARGET_FILE_SIZE} for 128 MiB), or remove it."
+        )
+    return value
 
 
 def parse_identifier(identifier: str) -> tuple[str, str]:

@@ -41,7 +41,7 @@ from ..table.evolution import evolved_schema, types_were_widened
 from . import merge as merge_
 from . import transaction, write_modes
 from .adoption import adoption_rewrite
-from .small_writes import small_writes_warning
+from .small_writes import SmallWritesRule
 from .target import WriteTarget
 
 log = logging.getLogger("lakehouse")
@@ -197,6 +197,7 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
             transaction.mirror_to_delta(ctx.mirror(table), table, result)
         return result
 
+    small_writes = SmallWritesRule.for_table(identifier, table)  # a bad threshold refuses the write before any file, not after its commit
     target = WriteTarget(
         identifier,
         table,
@@ -225,7 +226,7 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
     )
     result.write_seconds = write_seconds
     if result.files_added or result.files_removed:
-        if (advice := small_writes_warning(identifier, table)) is not None:
+        if (advice := small_writes.advice(identifier, table)) is not None:
             result.warnings.append(advice)
             log.warning(advice)
     return result

@@ -150,7 +150,7 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
     from ..formats.delta_column_mapping import file_names
     from ..io.storage import normalize_uri
     from ..properties import TableProperties
-    from ..schema.spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, delta_partition_columns, parquet_compression
+    from ..schema.spec import ALL_FORMATS, delta_partition_columns, parquet_compression, target_file_bytes
 
     props = table.properties
     table_name = ".".join(table.name())
@@ -161,7 +161,7 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
         spec=table.spec(),
         # Iceberg-only tables have no Delta partition values to refuse.
         delta_columns=delta_partition_columns(table.spec(), schema) if "delta" in props.get(TableProperties.FORMATS, ",".join(ALL_FORMATS)).split(",") else [],
-        target_file_size=target_file_size or int(props.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)),
+        target_file_size=target_file_size or target_file_bytes(props, table_name),
         compression=compression,
         compression_level=compression_level,
         table_name=table_name,

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from .core.errors import (
     CatalogError,
     CommitError,
+    CommitOutcomeUnknown,
     DeleteFilesError,
     ForeignDeltaCommits,
     ImportRefused,
@@ -69,6 +70,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "CatalogError",
     "CommitError",
+    "CommitOutcomeUnknown",
     "DeleteFilesError",
     "ForeignDeltaCommits",
     "GlueDeltaRegistration",

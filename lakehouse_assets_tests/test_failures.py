@@ -6,9 +6,10 @@ import logging
 import os
 
 import pytest
+from pyiceberg.exceptions import CommitStateUnknownException
 from pyspark.sql import functions as F
 
-from lakehouse_assets import CommitError, SchemaError, SpecError, TableOptions
+from lakehouse_assets import CommitError, CommitOutcomeUnknown, SchemaError, SpecError, TableOptions
 from lakehouse_assets.core.formats import iceberg_committer
 
 from .conftest import assert_all_readers_agree, unreadable_delta_log
@@ -77,6 +78,49 @@ def test_iceberg_failure_commits_nothing_and_removes_files(lh, spark, monkeypatc
     live = {f.file_path[len("file://"):] for f in iceberg_committer.live_data_files(table)}
     assert data_files_on_disk(lh, "f.ice_fails") - before_files == live  # our files are gone, the winner's remain
     assert lh.verify("f.ice_fails")["agree"]
+
+
+@pytest.mark.parametrize("mode", ["append", "overwrite"])
+def test_a_commit_the_catalog_could_not_confirm_that_landed_is_the_write(lh, spark, duck, monkeypatch, mode):
+    """A REST catalog answers 500, 502 or 504 to a commit that landed (pyiceberg: CommitStateUnknownException): the
+    write finds its snapshot and goes on to Delta, instead of removing files the table now references."""
+    lh.write(small(spark), "f.unconfirmed")
+    real_commit = iceberg_committer.commit_files
+
+    def commit_then_lose_the_answer(*args, **kw):
+        real_commit(*args, **kw)
+        raise CommitStateUnknownException("502 Bad Gateway")
+
+    monkeypatch.setattr(iceberg_committer, "commit_files", commit_then_lose_the_answer)
+    r = lh.write(small(spark, 100), "f.unconfirmed", mode=mode)
+    monkeypatch.undo()
+    assert r.rows_written == 20 and not r.delta_lagging
+    assert r.iceberg_snapshot_id == lh.load("f.unconfirmed").current_snapshot().snapshot_id
+    expected = [(str(i % 3), i) for i in (range(100, 120) if mode == "overwrite" else [*range(20), *range(100, 120)])]
+    assert_all_readers_agree(lh, spark, duck, "f.unconfirmed", expected=expected)
+
+
+def test_a_commit_the_catalog_could_not_confirm_that_did_not_land_keeps_its_files(lh, spark, monkeypatch):
+    """The files of a commit whose outcome is unknown and that is not visible are kept (it may still land); the table
+    is as it was, and a new table the write created stays for the commit."""
+    lh.write(small(spark), "f.unconfirmed")
+    before_snapshot, before_files = lh.load("f.unconfirmed").current_snapshot().snapshot_id, data_files_on_disk(lh, "f.unconfirmed")
+
+    def lose_the_request(*args, **kw):
+        raise CommitStateUnknownException("504 Gateway Timeout")
+
+    monkeypatch.setattr(iceberg_committer, "commit_files", lose_the_request)
+    unknown = (r"the catalog could not confirm the Iceberg commit \(CommitStateUnknownException: 504 Gateway Timeout\), and no new "
+               r"snapshot holds its files. The written files are kept, since the commit may still land")
+    with pytest.raises(CommitOutcomeUnknown, match=r"Table f\.unconfirmed: " + unknown):
+        lh.write(small(spark, 100), "f.unconfirmed")
+    with pytest.raises(CommitOutcomeUnknown, match=r"Table f\.unconfirmed_new: " + unknown):
+        lh.write(small(spark, 100), "f.unconfirmed_new")
+    monkeypatch.undo()
+    assert lh.load("f.unconfirmed").current_snapshot().snapshot_id == before_snapshot
+    assert len(data_files_on_disk(lh, "f.unconfirmed") - before_files) >= 1  # kept, unreferenced: orphan cleanup's after its grace
+    assert lh.read(spark, "f.unconfirmed").count() == 20 and lh.verify("f.unconfirmed")["agree"]
+    assert "f.unconfirmed_new" in lh.table_names() and data_files_on_disk(lh, "f.unconfirmed_new")
 
 
 def test_retried_write_with_same_id_commits_once(lh, spark, duck):

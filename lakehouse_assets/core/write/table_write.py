@@ -21,7 +21,7 @@ import time
 
 from pyiceberg.table import Table
 
-from ..errors import SchemaError, SpecError
+from ..errors import CommitOutcomeUnknown, SchemaError, SpecError
 from ..formats import delta_adoption, delta_cdc_commit, foreign_delta, history
 from ..formats import iceberg_committer as ic
 from ..formats.delta_column_mapping import enabled as mapping_enabled
@@ -130,8 +130,8 @@ def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign
         if window is not None:
             window.validate(identifier, table)
         return _write_into(ctx, table, schema_plan, df, request, started, key_stats, delta)
-    except BaseException:
-        if created:
+    except BaseException as e:
+        if created and not isinstance(e, CommitOutcomeUnknown):  # a commit that may still land needs its table
             tables.drop_if_never_written(ctx.catalog, ctx.storage, table)
         raise
 

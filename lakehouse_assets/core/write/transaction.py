@@ -5,7 +5,11 @@ committing), `commit`:
 
 1. commits them as one Iceberg snapshot (the source of truth), together with any schema change;
 2. if that fails, deletes every file the operation wrote (nothing became visible) and raises a
-   `CommitError` (a `CommitConflict` when another writer won the race: the caller may re-plan);
+   `CommitError` (a `CommitConflict` when another writer won the race: the caller may re-plan). When the
+   catalog cannot say whether the commit landed (pyiceberg's `CommitStateUnknownException`: a REST catalog
+   answered 500, 502 or 504), the table is read again: a new snapshot holding the operation's files is its
+   commit, and the write goes on; otherwise the files are kept (the commit may still land) and
+   `CommitOutcomeUnknown` is raised;
 3. mirrors the snapshot to Delta with one retry policy (`sync_delta`). Iceberg-primary: if Delta
    still fails, the write succeeds with a warning and `WriteResult.delta_lagging` set, and the next
    write or `repair` catches up.
@@ -18,10 +22,12 @@ import time
 from typing import Callable
 
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
-from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ValidationException
+from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
-from ..errors import CommitConflict, CommitError, LakehouseError, MirrorRefused
+from ..errors import CommitConflict, CommitError, CommitOutcomeUnknown, LakehouseError, MirrorRefused
 from ..formats import delta_glue, foreign_delta
 from ..formats import iceberg_committer as ic
 from ..formats.delta_committer import DeltaMirror
@@ -67,9 +73,13 @@ def commit(
     mirror = ctx.mirror(table) if ctx.delta_enabled(table) and branch is None else None
     if mirror is not None and delta is not None:
         mirror.hand_over(delta)  # the log the write's foreign-version check read: brought up to date, not loaded again
+    known = {s.snapshot_id for s in table.metadata.snapshots}  # before the commit, which updates `table` in place when it lands
     try:
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
         table, snapshot = _commit_iceberg(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, branch)
+    except CommitStateUnknownException as e:
+        _drop_pooled_connections(table)
+        table, snapshot = _landed(ctx, identifier, known, changes, e)
     except BaseException as e:
         _drop_pooled_connections(table)
         # Nothing became visible: remove every file this operation created.
@@ -137,6 +147,41 @@ def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: F
             log.info("Table %s: %s re-validated after a concurrent commit (attempt %d): %s", identifier, mode, attempt, e)
             base_id = _current_id(table)
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _landed(ctx: TableContext, identifier: str, known: set[int], changes: FileChanges, error: Exception) -> tuple[Table, Snapshot]:
+    """(the table, the snapshot) of a commit whose outcome the catalog could not tell, when a snapshot not `known`
+    before it holds its files; else `CommitOutcomeUnknown`, keeping the files: deleting them could break a commit
+    that lands later."""
+    try:
+        table = ctx.load(identifier)
+        for snapshot in table.metadata.snapshots:
+            if snapshot.snapshot_id not in known and _holds(table, snapshot, changes):
+                log.warning("Table %s: the catalog could not confirm the commit (%s), and it landed as snapshot %s", identifier, error, snapshot.snapshot_id)
+                return table, snapshot
+        seen = "no new snapshot holds its files"
+    except Exception as e:  # noqa: BLE001 - the catalog is still unreachable: the outcome stays unknown
+        seen = f"reading the table again failed too: {type(e).__name__}: {e}"
+    raise CommitOutcomeUnknown(
+        f"Table {identifier}: the catalog could not confirm the Iceberg commit ({type(error).__name__}: {error}), and {seen}. "
+        "The written files are kept, since the commit may still land. Look at `lakehouse history` before writing again: a "
+        "snapshot holding the write means it landed; if none appears, write again (a write id makes the retry safe either "
+        "way), and orphan cleanup removes the unused files after its grace period."
+    ) from error
+
+
+def _holds(table: Table, snapshot: Snapshot, changes: FileChanges) -> bool:
+    """Whether `snapshot` made this operation's change: added its files, or (an operation that only removes) removed them."""
+    status, paths = (ManifestEntryStatus.ADDED, {f.file_path for f in changes.adds}) if changes.adds else (ManifestEntryStatus.DELETED, {f.file_path for f in changes.removes})
+    if not paths:
+        return False
+    for manifest in snapshot.manifests(table.io):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue  # written by an earlier snapshot: none of this one's entries
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            if entry.snapshot_id == snapshot.snapshot_id and entry.status == status and entry.data_file.file_path in paths:
+                return True
+    return False
 
 
 def _commit_error(identifier: str, e: BaseException) -> LakehouseError | None:

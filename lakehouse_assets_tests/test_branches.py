@@ -114,6 +114,25 @@ def test_publish_after_main_moved_reapplies_appends_and_refuses_what_it_cannot(l
     assert lh.verify("br.r")["agree"]
 
 
+def test_a_reapplied_branch_published_again_commits_only_what_it_staged_since(lh, spark, duck):
+    """A publish run again (a retried Dagster step, a second `lakehouse publish`) finds its earlier re-apply on main."""
+    lh.write(spark.sql(ROWS.format(lo=0, hi=6)), "br.again", partition_by=["g"])
+    lh.write(spark.sql(ROWS.format(lo=6, hi=8)), "br.again", branch="add")
+    lh.write(spark.sql(ROWS.format(lo=10, hi=12)), "br.again")  # main moves: the publish re-applies
+    assert lh.publish("br.again", "add").published == "re-applied"
+    published = (lh.load("br.again").current_snapshot().snapshot_id, _delta_state(lh, "br.again"))
+    again = lh.publish("br.again", "add")
+    assert again.published == "nothing to publish" and again.snapshots_published == 0
+    assert (lh.load("br.again").current_snapshot().snapshot_id, _delta_state(lh, "br.again")) == published
+    assert_all_readers_agree(lh, spark, duck, "br.again", _expected([*range(8), 10, 11]))
+    # The branch goes on: its next publish brings only the new rows.
+    lh.write(spark.sql(ROWS.format(lo=20, hi=22)), "br.again", branch="add")
+    later = lh.publish("br.again", "add")
+    assert later.published == "re-applied" and later.snapshots_published == 1
+    assert_all_readers_agree(lh, spark, duck, "br.again", _expected([*range(8), 10, 11, 20, 21]))
+    assert lh.verify("br.again")["agree"]
+
+
 def test_branch_errors_are_clear(lh, spark):
     lh.write(spark.sql(ROWS.format(lo=0, hi=3)), "br.e")
     with pytest.raises(TableNotFound, match="has no Iceberg branch 'nope'"):

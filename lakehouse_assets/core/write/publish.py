@@ -12,6 +12,9 @@ Writes to a branch (core/table/branches.py) change neither main nor Delta. Publi
   never when main's partition spec changed since the files were written (they carry the old one).
   Otherwise nothing changes and the error says which case it is: never a lost commit.
 
+A re-applied snapshot names the branch head it published (`SummaryKeys.PUBLISHED_SNAPSHOT`): publishing the
+branch again takes only what it staged since, so a publish run twice never commits the same files twice.
+
 Delta versions another engine wrote are met first, as a write to main meets them (the table's
 foreign-Delta policy: refused or adopted).
 """
@@ -54,8 +57,15 @@ def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default:
     fork = branches.fork_point(table, head)
     staged = branches.staged(table, head, fork)
     main = table.current_snapshot()
+    if (done := _already_reapplied(table, main, fork, staged)) is not None:
+        # An earlier publish re-applied the branch up to `done`: only what it staged since is left to publish, so
+        # a publish run again (a retried step) commits nothing twice.
+        fork, staged = done, staged[staged.index(done) + 1:]
     if not staged:
-        return _result(ctx, identifier, table, branch, NOTHING, main, 0)
+        result = _result(ctx, identifier, table, branch, NOTHING, main, 0)
+        if done is not None and ctx.delta_enabled(table):
+            transaction.mirror_to_delta(ctx.mirror(table), table, result)  # that publish may have stopped before Delta
+        return result
     if ctx.delta_enabled(table) and foreign_delta_gate(ctx, identifier, table, foreign_default, spark) is False:
         table = ctx.load(identifier)  # foreign Delta versions were adopted: main moved
         main = table.current_snapshot()
@@ -151,6 +161,17 @@ def _reapply(identifier: str, table: Table, branch: str, head: Snapshot, fork: S
     if snapshot is None:  # the branch's snapshots add and remove nothing (e.g. a merge that matched no change)
         return main
     return snapshot
+
+
+def _already_reapplied(table: Table, main: Snapshot | None, fork: Snapshot | None, staged: list[Snapshot]) -> Snapshot | None:
+    """The newest of the branch's `staged` snapshots that a snapshot of main since the fork re-applied (its summary
+    names the branch head it published), or None. A fast-forward needs no such mark: main's ancestry then holds
+    the branch's snapshots, and the fork point is past them."""
+    if main is None:
+        return None
+    published = {history.summary(s).get(SummaryKeys.PUBLISHED_SNAPSHOT) for s in _main_since(table, main, fork)}
+    done = [s for s in staged if str(s.snapshot_id) in published]
+    return done[-1] if done else None
 
 
 def _main_since(table: Table, main: Snapshot, fork: Snapshot | None) -> list[Snapshot]:

@@ -6,10 +6,11 @@ import logging
 import os
 
 import pytest
-from pyiceberg.exceptions import CommitStateUnknownException
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyspark.sql import functions as F
 
 from lakehouse_assets import CommitError, CommitOutcomeUnknown, SchemaError, SpecError, TableOptions
+from lakehouse_assets.core.errors import CommitConflict
 from lakehouse_assets.core.formats import iceberg_committer
 
 from .conftest import assert_all_readers_agree, unreadable_delta_log
@@ -121,6 +122,27 @@ def test_a_commit_the_catalog_could_not_confirm_that_did_not_land_keeps_its_file
     assert len(data_files_on_disk(lh, "f.unconfirmed") - before_files) >= 1  # kept, unreferenced: orphan cleanup's after its grace
     assert lh.read(spark, "f.unconfirmed").count() == 20 and lh.verify("f.unconfirmed")["agree"]
     assert "f.unconfirmed_new" in lh.table_names() and data_files_on_disk(lh, "f.unconfirmed_new")
+
+
+def test_a_file_the_cleanup_cannot_remove_leaves_the_commit_error_and_the_others_removed(lh, spark, monkeypatch, caplog):
+    """Removing a failed commit's files is best effort: one that storage refuses to delete is logged and left to
+    orphan cleanup, the rest are removed, and the commit's own error is what the caller gets."""
+    lh.write(small(spark), "f.cleanup", partition_by=["g"])
+    before = data_files_on_disk(lh, "f.cleanup")
+    stuck = []
+
+    def refuse_and_block_one_file(table, adds, removes, summary, *rest, **kw):
+        assert len(adds) == 3  # one file per value of g
+        stuck.append(adds[0].file_path[len("file://"):])
+        os.remove(stuck[0])
+        os.makedirs(os.path.join(stuck[0], "in-the-way"))  # a folder where the file was: storage cannot delete it as a file
+        raise CommitFailedException("Requirement failed: branch main has changed")
+
+    monkeypatch.setattr(iceberg_committer, "commit_files", refuse_and_block_one_file)
+    with caplog.at_level(logging.WARNING, logger="lakehouse"), pytest.raises(CommitConflict, match=r"Table f\.cleanup: the Iceberg commit failed"):
+        lh.write(small(spark, 100), "f.cleanup")
+    assert data_files_on_disk(lh, "f.cleanup") == before  # the two other files were removed
+    assert any("1 written file(s) could not be removed and are left to orphan cleanup, e.g. file://" + stuck[0] in m for m in caplog.messages)
 
 
 def test_retried_write_with_same_id_commits_once(lh, spark, duck):

@@ -13,6 +13,7 @@ Azure locations are stored in the Hadoop form `abfss://<container>@<account>.dfs
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -22,6 +23,8 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from ..errors import CatalogError
+
+log = logging.getLogger("lakehouse")
 
 SUPPORTED_SCHEMES = ("file", "s3", "gs", "abfss")
 # Spellings each library or tool uses for the same stores, mapped to the one we store.
@@ -295,13 +298,21 @@ class StorageConfig:
 
 
 def delete_files(storage: StorageConfig, uris: list[str]) -> None:
-    """Best-effort removal of files this process wrote (used when a commit did not land)."""
+    """Best-effort removal of files this process wrote (used when a commit did not land). A file that cannot be
+    removed (storage unreachable, no delete permission) is logged and left to orphan cleanup, and the others are
+    still removed: the caller is handling its own error, which must reach the user, not the cleanup's."""
+    failed = []
     for uri in uris:
-        fs, path = storage.filesystem(uri)
         try:
+            fs, path = storage.filesystem(uri)
             fs.delete_file(path)
         except FileNotFoundError:
             pass
+        except Exception as e:  # noqa: BLE001 - best effort, see above
+            failed.append((uri, e))
+    if failed:
+        uri, e = failed[0]
+        log.warning("%d written file(s) could not be removed and are left to orphan cleanup, e.g. %s (%s: %s)", len(failed), uri, type(e).__name__, e)
 
 
 # ---------------------------------------------------------------- actionable storage errors

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import pyarrow as pa
 import pytest
@@ -16,6 +15,7 @@ from lakehouse_assets.core.write.small_writes import COMMITS, WINDOW_SECONDS
 
 from .conftest import assert_all_readers_agree
 from .servers import READONLY_ACCESS_KEY, READONLY_SECRET_KEY, SECRET_KEY, backend, free_ports, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+from .test_failures import data_files_on_disk
 
 
 def small(spark, start=0, n=10):
@@ -148,11 +148,6 @@ def test_many_tiny_batches_warn(lh, spark, caplog):
     assert not lh.write(pa.table({"id": [5]}), ident, spark=spark).warnings
 
 
-def _data_files_on_disk(table) -> list[str]:
-    root = table.location().removeprefix("file://")
-    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) if "_delta_log" not in d and "metadata" not in d for f in fs if f.endswith(".parquet"))
-
-
 def test_a_small_writes_threshold_that_is_not_a_number_refuses_the_write_before_any_file(lh, spark):
     """The thresholds are read before the write, not after its commit: a bad one used to fail a write that had committed."""
     with pytest.raises(SpecError, match=rf"Table tiny.bad: table property {COMMITS}='many' is not a whole number. Nothing was written"):
@@ -160,12 +155,12 @@ def test_a_small_writes_threshold_that_is_not_a_number_refuses_the_write_before_
     assert not lh.catalog.table_exists("tiny.bad")  # the table the refused write created is dropped
     lh.write(pa.table({"id": [1]}), "tiny.bad", spark=spark)
     table = lh.load("tiny.bad")
-    before, files = table.current_snapshot().snapshot_id, _data_files_on_disk(table)
+    before, files = table.current_snapshot().snapshot_id, data_files_on_disk(lh, "tiny.bad")
     table.transaction().set_properties({WINDOW_SECONDS: "1h"}).commit_transaction()  # as another engine might
     with pytest.raises(SpecError, match=rf"table property {WINDOW_SECONDS}='1h' is not a whole number.*or remove it for the default 3600"):
         lh.write(pa.table({"id": [2]}), "tiny.bad", spark=spark)
     table = lh.load("tiny.bad")
-    assert table.current_snapshot().snapshot_id == before and _data_files_on_disk(table) == files
+    assert table.current_snapshot().snapshot_id == before and data_files_on_disk(lh, "tiny.bad") == files
     table.transaction().set_properties({WINDOW_SECONDS: "7200"}).commit_transaction()
     assert lh.write(pa.table({"id": [2]}), "tiny.bad", spark=spark).rows_written == 1
     assert sorted(lh.read_arrow("tiny.bad")["id"].to_pylist()) == [1, 2]
@@ -175,7 +170,7 @@ def test_a_small_writes_threshold_that_is_not_a_number_refuses_the_write_before_
 def test_a_target_file_size_that_is_not_a_positive_size_refuses_writes_and_merges_before_any_file(lh, spark, value):
     lh.write(small(spark), "sized.t", spark=spark)
     table = lh.load("sized.t")
-    before, files = table.current_snapshot().snapshot_id, _data_files_on_disk(table)
+    before, files = table.current_snapshot().snapshot_id, data_files_on_disk(lh, "sized.t")
     table.transaction().set_properties({"write.target-file-size-bytes": value}).commit_transaction()  # as another engine might
     refusal = rf"Table sized.t: table property write.target-file-size-bytes='{value}' is not a file size: set it to a positive number of bytes"
     with pytest.raises(SpecError, match=refusal):
@@ -183,7 +178,7 @@ def test_a_target_file_size_that_is_not_a_positive_size_refuses_writes_and_merge
     with pytest.raises(SpecError, match=refusal):
         lh.write(small(spark, 5), "sized.t", mode="merge", merge=MergeOptions(keys=["id"]), spark=spark)
     table = lh.load("sized.t")
-    assert table.current_snapshot().snapshot_id == before and _data_files_on_disk(table) == files
+    assert table.current_snapshot().snapshot_id == before and data_files_on_disk(lh, "sized.t") == files
 
 
 def test_catalog_picked_by_name_from_env_set_after_import(tmp_path, monkeypatch):

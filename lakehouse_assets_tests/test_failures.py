@@ -112,7 +112,7 @@ def test_a_commit_the_catalog_could_not_confirm_that_did_not_land_keeps_its_file
 
     monkeypatch.setattr(iceberg_committer, "commit_files", lose_the_request)
     unknown = (r"the catalog could not confirm the Iceberg commit \(CommitStateUnknownException: 504 Gateway Timeout\), and no new "
-               r"snapshot holds its files. The written files are kept, since the commit may still land")
+               r"snapshot is this commit. The written files are kept, since the commit may still land")
     with pytest.raises(CommitOutcomeUnknown, match=r"Table f\.unconfirmed: " + unknown):
         lh.write(small(spark, 100), "f.unconfirmed")
     with pytest.raises(CommitOutcomeUnknown, match=r"Table f\.unconfirmed_new: " + unknown):
@@ -122,6 +122,22 @@ def test_a_commit_the_catalog_could_not_confirm_that_did_not_land_keeps_its_file
     assert len(data_files_on_disk(lh, "f.unconfirmed") - before_files) >= 1  # kept, unreferenced: orphan cleanup's after its grace
     assert lh.read(spark, "f.unconfirmed").count() == 20 and lh.verify("f.unconfirmed")["agree"]
     assert "f.unconfirmed_new" in lh.table_names() and data_files_on_disk(lh, "f.unconfirmed_new")
+
+
+def test_a_commit_the_catalog_could_not_confirm_is_not_confused_with_a_concurrent_one(lh, spark, monkeypatch):
+    """Another writer's snapshot that lands meanwhile, removing the same files, is not taken for this commit."""
+    lh.write(small(spark), "f.unconfirmed_race")
+    real_commit = iceberg_committer.commit_files
+
+    def another_writer_wins_and_the_answer_is_lost(*args, **kw):
+        monkeypatch.setattr(iceberg_committer, "commit_files", real_commit)
+        lh.write(small(spark, 500, 5), "f.unconfirmed_race", mode="overwrite")  # removes the same files ours would
+        raise CommitStateUnknownException("502 Bad Gateway")
+
+    monkeypatch.setattr(iceberg_committer, "commit_files", another_writer_wins_and_the_answer_is_lost)
+    with pytest.raises(CommitOutcomeUnknown, match="no new snapshot is this commit"):
+        lh.write(small(spark).limit(0), "f.unconfirmed_race", mode="overwrite")  # removes every file, adds none
+    assert lh.read(spark, "f.unconfirmed_race").count() == 5 and lh.verify("f.unconfirmed_race")["agree"]
 
 
 def test_a_file_the_cleanup_cannot_remove_leaves_the_commit_error_and_the_others_removed(lh, spark, monkeypatch, caplog):
@@ -139,9 +155,10 @@ def test_a_file_the_cleanup_cannot_remove_leaves_the_commit_error_and_the_others
         raise CommitFailedException("Requirement failed: branch main has changed")
 
     monkeypatch.setattr(iceberg_committer, "commit_files", refuse_and_block_one_file)
-    with caplog.at_level(logging.WARNING, logger="lakehouse"), pytest.raises(CommitConflict, match=r"Table f\.cleanup: the Iceberg commit failed"):
+    with caplog.at_level(logging.WARNING, logger="lakehouse"), pytest.raises(CommitConflict, match=r"Table f\.cleanup: the Iceberg commit failed .*nothing was committed and 1 written file\(s\) could not be removed \(e\.g\. file://") as failed:
         lh.write(small(spark, 100), "f.cleanup")
     assert data_files_on_disk(lh, "f.cleanup") == before  # the two other files were removed
+    assert stuck[0] in str(failed.value) and "orphan cleanup removes them after its grace period" in str(failed.value)
     assert any("1 written file(s) could not be removed and are left to orphan cleanup, e.g. file://" + stuck[0] in m for m in caplog.messages)
 
 

@@ -25,9 +25,10 @@ class CommitConflict(CommitError):
     """Another writer committed first and this commit's validation failed; re-planning may succeed."""
 
 
-class CommitOutcomeUnknown(CommitError):
-    """The catalog could not say whether the commit landed (a REST catalog's 500, 502 or 504) and no snapshot holding
-    it was visible right after: the write's files are kept, because the commit may still land (as Java Iceberg keeps them)."""
+class CommitOutcomeUnknown(LakehouseError):
+    """The catalog could not say whether the commit landed (a REST catalog's 500, 502 or 504) and it was not visible
+    right after: the write's files are kept, because the commit may still land (as Java Iceberg keeps them). Not a
+    `CommitError`: retrying blindly could commit the same change twice."""
 
 
 class TableNotFound(LakehouseError, LookupError):

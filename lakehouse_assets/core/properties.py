@@ -57,6 +57,7 @@ class TableProperties:
 
 class SummaryKeys:
     WRITE_ID = "lakehouse.write-id"  # idempotency key: a retried write with the same key never commits twice
+    COMMIT_ID = "lakehouse.commit-id"  # unique per commit: tells a commit the catalog could not confirm among new snapshots
     WRITER = "lakehouse.writer"  # who wrote it (Dagster run id, partition), JSON
     OPERATION = "lakehouse.operation"  # one of Operation below
     DELTA_EXPECTED_VERSION = "lakehouse.delta.expected-version"  # the Delta version the mirror is about to write

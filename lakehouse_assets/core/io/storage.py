@@ -297,10 +297,11 @@ class StorageConfig:
         return props
 
 
-def delete_files(storage: StorageConfig, uris: list[str]) -> None:
+def delete_files(storage: StorageConfig, uris: list[str]) -> list[str]:
     """Best-effort removal of files this process wrote (used when a commit did not land). A file that cannot be
     removed (storage unreachable, no delete permission) is logged and left to orphan cleanup, and the others are
-    still removed: the caller is handling its own error, which must reach the user, not the cleanup's."""
+    still removed: the caller is handling its own error, which must reach the user, not the cleanup's.
+    Returns the URIs left behind."""
     failed = []
     for uri in uris:
         try:
@@ -313,6 +314,7 @@ def delete_files(storage: StorageConfig, uris: list[str]) -> None:
     if failed:
         uri, e = failed[0]
         log.warning("%d written file(s) could not be removed and are left to orphan cleanup, e.g. %s (%s: %s)", len(failed), uri, type(e).__name__, e)
+    return [uri for uri, _ in failed]
 
 
 # ---------------------------------------------------------------- actionable storage errors

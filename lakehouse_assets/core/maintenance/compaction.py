@@ -74,7 +74,7 @@ def compaction(ctx: TableContext, identifier: str, settings: MaintenanceSettings
         try:
             wr = transaction.commit(ctx, identifier, table, changes, summary, mode=Operation.COMPACTION)
         except CommitConflict as e:
-            # Another writer committed first: the pipeline removed our files; re-plan from the new state.
+            # Another writer committed first: the pipeline removed our files (best effort); re-plan from the new state.
             cause = e.__cause__ or e
             result["conflicts"] += 1
             result["last_conflict"] = f"{type(cause).__name__}: {cause}"

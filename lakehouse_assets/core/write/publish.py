@@ -57,6 +57,7 @@ def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default:
     fork = branches.fork_point(table, head)
     staged = branches.staged(table, head, fork)
     main = table.current_snapshot()
+    main_fork = fork  # where main's own history since the branch forked starts
     if (done := _already_reapplied(table, main, fork, staged)) is not None:
         # An earlier publish re-applied the branch up to `done`: only what it staged since is left to publish, so
         # a publish run again (a retried step) commits nothing twice.
@@ -83,7 +84,7 @@ def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default:
                 continue
             how, published = FAST_FORWARD, head
         else:
-            published = _reapply(identifier, table, branch, head, fork, staged, main)
+            published = _reapply(identifier, table, branch, head, fork, staged, main, main_fork)
             how = REAPPLIED
         break
     table = ctx.load(identifier)
@@ -110,8 +111,11 @@ def discard(ctx: TableContext, identifier: str, branch: str) -> dict:
     return {"table": identifier, "branch": branch, "head_snapshot_id": head.snapshot_id, "unpublished_snapshots": unpublished}
 
 
-def _reapply(identifier: str, table: Table, branch: str, head: Snapshot, fork: Snapshot | None, staged: list[Snapshot], main: Snapshot) -> Snapshot:
-    """The branch's net change committed on top of main (which moved since the fork), or a refusal."""
+def _reapply(
+    identifier: str, table: Table, branch: str, head: Snapshot, fork: Snapshot | None, staged: list[Snapshot], main: Snapshot, main_fork: Snapshot | None
+) -> Snapshot:
+    """The branch's net change committed on top of main (which moved since the fork), or a refusal. `main_fork`: where
+    the branch left main (`fork` itself, unless an earlier publish re-applied part of the branch)."""
     if fork is None and staged[0].parent_snapshot_id is not None:
         raise CommitConflict(
             f"Table {identifier}: the snapshot branch {branch!r} forked from (snapshot {staged[0].parent_snapshot_id}) was expired, "
@@ -131,7 +135,7 @@ def _reapply(identifier: str, table: Table, branch: str, head: Snapshot, fork: S
     main_live = {e.data_file.file_path: e.data_file for e in on_main.data}
     adds = [e.data_file for e in at_head.data if e.data_file.file_path not in fork_paths]
     removed = sorted(fork_paths - head_paths)
-    moved = [s.snapshot_id for s in _main_since(table, main, fork)]
+    moved = [s.snapshot_id for s in _main_since(table, main, main_fork)]
     if gone := [p for p in removed if p not in main_live]:
         raise CommitConflict(
             f"Table {identifier}: branch {branch!r} replaces {len(gone)} file(s) that main no longer has (snapshot(s) {moved} "
@@ -155,7 +159,7 @@ def _reapply(identifier: str, table: Table, branch: str, head: Snapshot, fork: S
             "merge keys or keep rows an overwrite replaces. Write the change again on a branch from main's current snapshot, "
             "or directly to main."
         )
-    summary = {k: v for k, v in history.summary(staged[-1]).items() if k.startswith("lakehouse.")}
+    summary = {k: v for k, v in history.summary(staged[-1]).items() if k.startswith("lakehouse.") and k != SummaryKeys.COMMIT_ID}
     summary |= {SummaryKeys.PUBLISHED_BRANCH: branch, SummaryKeys.PUBLISHED_SNAPSHOT: str(head.snapshot_id)}
     snapshot = ic.commit_files(table, adds, [main_live[p] for p in removed], summary)
     if snapshot is None:  # the branch's snapshots add and remove nothing (e.g. a merge that matched no change)

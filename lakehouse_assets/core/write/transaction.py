@@ -7,9 +7,9 @@ committing), `commit`:
 2. if that fails, deletes every file the operation wrote (nothing became visible) and raises a
    `CommitError` (a `CommitConflict` when another writer won the race: the caller may re-plan). When the
    catalog cannot say whether the commit landed (pyiceberg's `CommitStateUnknownException`: a REST catalog
-   answered 500, 502 or 504), the table is read again: a new snapshot holding the operation's files is its
-   commit, and the write goes on; otherwise the files are kept (the commit may still land) and
-   `CommitOutcomeUnknown` is raised;
+   answered 500, 502 or 504), the table is read again: a new snapshot carrying the commit's own id
+   (`SummaryKeys.COMMIT_ID`) is its commit, and the write goes on; otherwise the files are kept (the commit
+   may still land) and `CommitOutcomeUnknown` is raised;
 3. mirrors the snapshot to Delta with one retry policy (`sync_delta`). Iceberg-primary: if Delta
    still fails, the write succeeds with a warning and `WriteResult.delta_lagging` set, and the next
    write or `repair` catches up.
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Callable
 
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ValidationException
-from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from ..errors import CommitConflict, CommitError, CommitOutcomeUnknown, LakehouseError, MirrorRefused
-from ..formats import delta_glue, foreign_delta
+from ..formats import delta_glue, foreign_delta, history
 from ..formats import iceberg_committer as ic
 from ..formats.delta_committer import DeltaMirror
 from ..formats.snapshot_changes import SnapshotChange
@@ -73,18 +73,19 @@ def commit(
     mirror = ctx.mirror(table) if ctx.delta_enabled(table) and branch is None else None
     if mirror is not None and delta is not None:
         mirror.hand_over(delta)  # the log the write's foreign-version check read: brought up to date, not loaded again
-    known = {s.snapshot_id for s in table.metadata.snapshots}  # before the commit, which updates `table` in place when it lands
+    before_commit = {s.snapshot_id for s in table.metadata.snapshots}  # read now: a commit that lands updates `table` in place
+    summary = {**summary, SummaryKeys.COMMIT_ID: uuid.uuid4().hex}
     try:
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
         table, snapshot = _commit_iceberg(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, branch)
     except CommitStateUnknownException as e:
         _drop_pooled_connections(table)
-        table, snapshot = _landed(ctx, identifier, known, changes, e)
+        table, snapshot = _landed(ctx, identifier, before_commit, summary[SummaryKeys.COMMIT_ID], e)
     except BaseException as e:
         _drop_pooled_connections(table)
         # Nothing became visible: remove every file this operation created.
-        delete_files(ctx.storage, changes.created)
-        error = _commit_error(identifier, e)
+        left = delete_files(ctx.storage, changes.created)
+        error = _commit_error(identifier, e, left)
         if error is None:
             raise
         raise error from e
@@ -149,50 +150,38 @@ def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: F
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _landed(ctx: TableContext, identifier: str, known: set[int], changes: FileChanges, error: Exception) -> tuple[Table, Snapshot]:
-    """(the table, the snapshot) of a commit whose outcome the catalog could not tell, when a snapshot not `known`
-    before it holds its files; else `CommitOutcomeUnknown`, keeping the files: deleting them could break a commit
-    that lands later."""
+def _landed(ctx: TableContext, identifier: str, before_commit: set[int], commit_id: str, error: Exception) -> tuple[Table, Snapshot]:
+    """(the table, the snapshot) of a commit whose outcome the catalog could not tell, when a snapshot made since
+    (not in `before_commit`) carries its `commit_id`; else `CommitOutcomeUnknown`, keeping the files: deleting them
+    could break a commit that lands later. The id, not the files, tells it: another writer's snapshot may remove
+    the same files."""
     try:
         table = ctx.load(identifier)
         for snapshot in table.metadata.snapshots:
-            if snapshot.snapshot_id not in known and _holds(table, snapshot, changes):
+            if snapshot.snapshot_id not in before_commit and history.summary(snapshot).get(SummaryKeys.COMMIT_ID) == commit_id:
                 log.warning("Table %s: the catalog could not confirm the commit (%s), and it landed as snapshot %s", identifier, error, snapshot.snapshot_id)
                 return table, snapshot
-        seen = "no new snapshot holds its files"
+        seen = "no new snapshot is this commit"
     except Exception as e:  # noqa: BLE001 - the catalog is still unreachable: the outcome stays unknown
         seen = f"reading the table again failed too: {type(e).__name__}: {e}"
     raise CommitOutcomeUnknown(
         f"Table {identifier}: the catalog could not confirm the Iceberg commit ({type(error).__name__}: {error}), and {seen}. "
         "The written files are kept, since the commit may still land. Look at `lakehouse history` before writing again: a "
-        "snapshot holding the write means it landed; if none appears, write again (a write id makes the retry safe either "
-        "way), and orphan cleanup removes the unused files after its grace period."
+        "snapshot with this write means it landed; if none appears after a while, write again. Orphan cleanup removes the "
+        "unused files after its grace period."
     ) from error
 
 
-def _holds(table: Table, snapshot: Snapshot, changes: FileChanges) -> bool:
-    """Whether `snapshot` made this operation's change: added its files, or (an operation that only removes) removed them."""
-    status, paths = (ManifestEntryStatus.ADDED, {f.file_path for f in changes.adds}) if changes.adds else (ManifestEntryStatus.DELETED, {f.file_path for f in changes.removes})
-    if not paths:
-        return False
-    for manifest in snapshot.manifests(table.io):
-        if manifest.added_snapshot_id != snapshot.snapshot_id:
-            continue  # written by an earlier snapshot: none of this one's entries
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-            if entry.snapshot_id == snapshot.snapshot_id and entry.status == status and entry.data_file.file_path in paths:
-                return True
-    return False
-
-
-def _commit_error(identifier: str, e: BaseException) -> LakehouseError | None:
-    """The error a failed Iceberg commit raises (None: raise `e` itself, e.g. already a LakehouseError)."""
+def _commit_error(identifier: str, e: BaseException, left: list[str]) -> LakehouseError | None:
+    """The error a failed Iceberg commit raises (None: raise `e` itself, e.g. already a LakehouseError). `left`: the
+    written files the cleanup could not remove."""
     if isinstance(e, LakehouseError) or not isinstance(e, Exception):
         return None
     if isinstance(e, (CommitFailedException, ValidationException)):
         # Lost a race with other writers after pyiceberg's own retries: say how to get through.
         hint = " Other writers committed first: retry the write, or raise the table property commit.retry.num-retries."
-        return CommitConflict(_failed(identifier, e) + (hint if isinstance(e, CommitFailedException) else ""))
-    return CommitError(_failed(identifier, e))
+        return CommitConflict(_failed(identifier, e, left) + (hint if isinstance(e, CommitFailedException) else ""))
+    return CommitError(_failed(identifier, e, left))
 
 
 def _drop_pooled_connections(table: Table) -> None:
@@ -207,8 +196,10 @@ def _drop_pooled_connections(table: Table) -> None:
         engine.dispose()
 
 
-def _failed(identifier: str, e: BaseException) -> str:
-    message = f"Table {identifier}: the Iceberg commit failed ({type(e).__name__}: {e}); nothing was committed and the written files were removed."
+def _failed(identifier: str, e: BaseException, left: list[str]) -> str:
+    removed = "the written files were removed" if not left else (
+        f"{len(left)} written file(s) could not be removed (e.g. {left[0]}): orphan cleanup removes them after its grace period")
+    message = f"Table {identifier}: the Iceberg commit failed ({type(e).__name__}: {e}); nothing was committed and {removed}."
     if "database is locked" in str(e):
         # SQLite catalog: another connection keeps a read transaction open, so no commit can ever get through.
         message += (

@@ -133,6 +133,19 @@ def test_a_reapplied_branch_published_again_commits_only_what_it_staged_since(lh
     assert lh.verify("br.again")["agree"]
 
 
+def test_a_data_file_iceberg_lists_twice_fails_the_formats_agree_check(lh, spark):
+    """What a publish applied twice did: Iceberg listed the same file twice (its rows read twice), Delta once."""
+    lh.write(spark.sql(ROWS.format(lo=0, hi=6)), "br.twice")
+    table = lh.catalog.load_table("br.twice")
+    (task,) = list(table.scan().plan_files())
+    with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
+        append.append_data_file(task.file)  # as another engine might, or the old publish
+    assert lh.read(spark, "br.twice").count() == 12
+    report = lh.verify("br.twice")
+    assert not report["agree"]
+    assert any("Iceberg lists data file" in d and "2 times" in d for d in report["differences"])
+
+
 def test_branch_errors_are_clear(lh, spark):
     lh.write(spark.sql(ROWS.format(lo=0, hi=3)), "br.e")
     with pytest.raises(TableNotFound, match="has no Iceberg branch 'nope'"):

@@ -20,6 +20,7 @@ that snapshot changed (`change_data_check.py`).
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from typing import Any
 
 import pyarrow as pa
@@ -74,6 +75,9 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         delta_lag_snapshots=len(pending) if pending is not None else None,
     )
     differences = _file_set_differences(iceberg_files, delta_files)
+    # A data file listed twice in Iceberg is read twice by its readers; Delta lists a path once.
+    listed = Counter(_relative(root, e.data_file.file_path) for e in files.data)
+    differences += [f"Iceberg lists data file {p} {n} times (its readers read its rows {n} times; Delta lists it once)" for p, n in sorted(listed.items()) if n > 1]
     differences += _schema_differences(table, delta)
     if foreign := foreign_delta.foreign_versions(delta):
         report["delta_foreign_versions"] = [v.to_dict() for v in foreign]

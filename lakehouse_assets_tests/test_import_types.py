@@ -228,9 +228,9 @@ def test_an_iceberg_table_with_uuid_fixed_and_time_columns_is_refused_naming_eac
 
     message = str(refused.value)
     assert message.startswith("Table ext.odd cannot be imported: ") and message.endswith("Nothing was changed.")
-    assert "column 'key' is uuid, a type Delta does not have (both formats hold it as a string holding its 36-character text form)" in message
-    assert "column 'code' is fixed[4], a type Delta does not have (both formats hold it as binary)" in message
-    assert "column 'at' is time, a type Delta does not have" in message
+    assert "types Delta does not have: column 'key' is uuid (store it as a string holding its 36-character text form)" in message
+    assert "column 'code' is fixed[4] (store it as binary)" in message
+    assert "column 'at' is time (store it as a string, or a long holding microseconds since midnight)" in message
     assert tree_digest(tmp_path / "odd") == before and lh.load("ext.odd").metadata_location == metadata_before
     assert not os.path.exists(tmp_path / "odd" / "_delta_log")
 
@@ -251,7 +251,7 @@ def test_nanosecond_timestamps_have_no_delta_type_and_are_refused_by_column():
     )
     with pytest.raises(SchemaError) as refused:
         delta_schema(schema)
-    assert "column 'at' is timestamptz_ns, a type Delta does not have (both formats hold it as timestamptz (microseconds))" in str(refused.value)
+    assert "types Delta does not have: column 'at' is timestamptz_ns (store it as timestamptz (microseconds))" in str(refused.value)
     assert "column 'events.element.seen' is timestamp_ns" in str(refused.value)
 
 
@@ -261,8 +261,46 @@ def test_a_time_column_in_a_parquet_folder_is_refused_naming_the_column_and_noth
     pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "opens": pa.array([dt.time(8), dt.time(9, 30)], pa.time64("us"))}), root / "a.parquet")
     before = tree_digest(root)
 
-    with pytest.raises(ImportRefused, match=r"^Table types\.clock cannot be imported from .*clock: column 'opens' is time, a type Delta does not have .*Nothing was imported"):
+    with pytest.raises(ImportRefused, match=r"^Table types\.clock cannot be imported from .*clock: column types Iceberg and Delta do not share: column 'opens' is time \(store it as .*Nothing was imported"):
         lh.import_table("types.clock", str(root))
 
     assert tree_digest(root) == before
     assert "types.clock" not in lh.table_names()
+
+
+def test_nanosecond_parquet_timestamps_are_refused_naming_the_column_and_nothing_changes(lh, tmp_path):
+    """pyarrow (and pandas through it) writes timestamp[ns] as Parquet TIMESTAMP(NANOS): no Iceberg type before format version 3."""
+    root = tmp_path / "nanos"
+    root.mkdir()
+    pq.write_table(pa.table({"id": pa.array([1], pa.int64()), "seen": pa.array([1_700_000_000_123_456_789], pa.timestamp("ns"))}), root / "a.parquet")
+    before = tree_digest(root)
+
+    with pytest.raises(ImportRefused, match=r"types\.nanos cannot be imported from .*: column 'seen' is timestamp\[ns\] \(no Iceberg type in format version 2"):
+        lh.import_table("types.nanos", str(root))
+
+    assert tree_digest(root) == before
+    assert "types.nanos" not in lh.table_names()
+
+
+def test_a_uuid_column_another_engine_adds_after_the_import_is_reported_by_verify_and_refused_by_the_mirror(lh):
+    """pyiceberg adds a uuid column to an imported table: verify names it as a difference (it does not raise), and the
+    Delta mirror refuses it by column instead of declaring binary."""
+    from pyiceberg.types import UUIDType
+
+    from lakehouse_assets.core.errors import SchemaError
+
+    lh.catalog.create_namespace("ext")
+    table = lh.catalog.create_table("ext.later", schema=pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array([1], pa.int64())}))
+    lh.import_table("ext.later")
+    with table.refresh().update_schema() as update:
+        update.add_column("key", UUIDType())
+    table.refresh().append(pa.table({"id": pa.array([2], pa.int64()), "key": pa.array([uuid.uuid4().bytes], pa.uuid())}))
+
+    report = lh.verify("ext.later")
+
+    assert not report["agree"]
+    assert "schema: Iceberg has types Delta does not have: column 'key' is uuid (store it as a string" in " ".join(report["differences"])
+    with pytest.raises(SchemaError, match=r"column 'key' is uuid"):
+        lh.repair("ext.later")
+    assert "uuid" not in DeltaTable(lh.load("ext.later").location()).schema().to_json()

@@ -116,13 +116,13 @@ def _iceberg_schema_or_refuse(identifier: str, source: str, arrow) -> Schema:
     try:
         schema = iceberg_schema(arrow)
     except UnsupportedPyArrowTypeException as e:
-        reasons = [f"column {e.field.name!r} is {e.field.type}, a type neither Iceberg (format version 2) nor Delta holds"]
+        reasons = [f"column {e.field.name!r} is {e.field.type} (no Iceberg type in format version 2, nor a Delta type)"]
     else:
         reasons = delta_type_refusals(schema)
     if reasons:
         raise ImportRefused(
-            f"Table {identifier} cannot be imported from {source}: " + "; ".join(reasons) + ". Nothing was imported. Rewrite the "
-            "column(s) with the engine that wrote them, then import again."
+            f"Table {identifier} cannot be imported from {source}: column types Iceberg and Delta do not share: " + "; ".join(reasons)
+            + ". Nothing was imported. Rewrite the column(s) as the type suggested with the engine that wrote them, then import again."
         )
     return schema
 

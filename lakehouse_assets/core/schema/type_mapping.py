@@ -253,7 +253,7 @@ def delta_type_refusals(schema: Schema) -> list[str]:
     def visit(path: str, t: IcebergType) -> None:
         for kind, instead in _NO_DELTA_TYPE:
             if isinstance(t, kind):
-                reasons.append(f"column {path!r} is {t}, a type Delta does not have (both formats hold it as {instead})")
+                reasons.append(f"column {path!r} is {t} (store it as {instead})")
         if isinstance(t, StructType):
             for f in t.fields:
                 visit(f"{path}.{f.name}", f.field_type)
@@ -273,7 +273,7 @@ def delta_schema(schema: Schema) -> DeltaSchema:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     if reasons := delta_type_refusals(schema):
-        raise SchemaError("; ".join(reasons) + ". Rewrite the column(s) as that type with the engine that wrote them, or keep the table Iceberg-only")
+        raise SchemaError("types Delta does not have: " + "; ".join(reasons) + ". Rewrite the column(s) with the engine that wrote them, or keep the table Iceberg-only")
 
     arrow = pa.schema([plain_arrow_field(f).with_metadata(None) for f in schema_to_pyarrow(schema, include_field_ids=False)])
     return DeltaSchema.from_arrow(arrow)

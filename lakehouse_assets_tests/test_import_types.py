@@ -304,3 +304,16 @@ def test_a_uuid_column_another_engine_adds_after_the_import_is_reported_by_verif
     with pytest.raises(SchemaError, match=r"column 'key' is uuid"):
         lh.repair("ext.later")
     assert "uuid" not in DeltaTable(lh.load("ext.later").location()).schema().to_json()
+
+
+def test_int96_timestamps_inside_a_struct_are_refused_naming_the_column_and_the_fix(lh, spark, tmp_path):
+    root = tmp_path / "nested96"
+    with int96_output(spark):
+        spark.sql("SELECT 1L AS id, named_struct('at', TIMESTAMP '2024-03-01 12:00:00') AS event").write.parquet(str(root))
+    before = tree_digest(root)
+
+    with pytest.raises(ImportRefused, match=r"types\.nested96: .* holds INT96 timestamps .* inside nested column\(s\) \['event\.at'\].*outputTimestampType=TIMESTAMP_MICROS"):
+        lh.import_table("types.nested96", str(root))
+
+    assert tree_digest(root) == before
+    assert "types.nested96" not in lh.table_names()

@@ -163,6 +163,12 @@ def test_java_iceberg_reads_imported_int96_files(lh, spark, tmp_path):
         java = java_iceberg.read_metadata(spark, lh.load(name).metadata_location)
         assert dict(java.dtypes)["ts"] == "timestamp", name
         assert rows_of(java.collect(), ORDER) == expected_of(rows), name
+    at = dt.datetime(2024, 3, 1, 12, 0, 0, 123456)
+    with int96_output(spark):
+        spark.createDataFrame([(1, (at,), [at])], "id long, event struct<at: timestamp>, seen array<timestamp>").write.parquet(str(tmp_path / "nested"))
+    lh.import_table("types.java_int96_nested", str(tmp_path / "nested"))
+    java = java_iceberg.read_metadata(spark, lh.load("types.java_int96_nested").metadata_location)
+    assert rows_of(java.collect(), ["id", "event", "seen"]) == [(1, (("at", at.isoformat()),), (at.isoformat(),))]
 
 
 # ---------------------------------------------------------------- one logical type, two Arrow encodings
@@ -306,14 +312,24 @@ def test_a_uuid_column_another_engine_adds_after_the_import_is_reported_by_verif
     assert "uuid" not in DeltaTable(lh.load("ext.later").location()).schema().to_json()
 
 
-def test_int96_timestamps_inside_a_struct_are_refused_naming_the_column_and_the_fix(lh, spark, tmp_path):
+def test_int96_timestamps_inside_structs_lists_and_maps_import_too(lh, spark, duck, tmp_path):
     root = tmp_path / "nested96"
+    at = dt.datetime(2024, 3, 1, 12, 0, 0, 123456)
     with int96_output(spark):
-        spark.sql("SELECT 1L AS id, named_struct('at', TIMESTAMP '2024-03-01 12:00:00') AS event").write.parquet(str(root))
+        spark.createDataFrame(
+            [(1, (at,), [at, None], {"k": at}), (2, (None,), [], {})], "id long, event struct<at: timestamp>, seen array<timestamp>, marks map<string, timestamp>"
+        ).coalesce(1).write.parquet(str(root))
+    leaves = pq.read_metadata(next(root.glob("*.parquet"))).schema
+    assert [leaves.column(i).physical_type for i in range(len(leaves))].count("INT96") == 3
     before = tree_digest(root)
 
-    with pytest.raises(ImportRefused, match=r"types\.nested96: .* holds INT96 timestamps .* inside nested column\(s\) \['event\.at'\].*outputTimestampType=TIMESTAMP_MICROS"):
-        lh.import_table("types.nested96", str(root))
+    lh.import_table("types.nested96", str(root))
 
-    assert tree_digest(root) == before
-    assert "types.nested96" not in lh.table_names()
+    assert {p: d for p, d in tree_digest(root).items() if p in before} == before
+    types = {f.name: str(f.field_type) for f in lh.load("types.nested96").schema().fields}
+    assert types["event"].endswith("at: optional timestamptz>") and "timestamptz" in types["seen"] and "timestamptz" in types["marks"], types
+    iso = at.isoformat()
+    expected = [((("at", iso),), 1, (("k", iso),), (iso, None)), ((("at", None),), 2, (), ())]  # columns in name order
+    assert assert_all_readers_agree(lh, spark, duck, "types.nested96", expected, columns=["event", "id", "marks", "seen"])
+    deep = lh.verify("types.nested96", deep=True)
+    assert deep["agree"], deep["differences"]

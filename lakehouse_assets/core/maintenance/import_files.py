@@ -197,7 +197,7 @@ def parquet_dataset(ctx: TableContext, identifier: str, root_uri: str) -> Existi
     first = None
     for p in paths:
         with fs.open_input_file(join_uri(base, p)) as f:
-            found = _file_schema(identifier, p, pq.ParquetFile(f))
+            found = _file_schema(pq.ParquetFile(f))
         found = pa.schema([fld for fld in found if fld.name not in partition_columns])
         if file_schema is None:
             file_schema, first = found, p
@@ -209,20 +209,33 @@ def parquet_dataset(ctx: TableContext, identifier: str, root_uri: str) -> Existi
     return existing
 
 
-def _file_schema(identifier: str, path: str, parquet):
-    """A file's Arrow schema, its INT96 columns as the timestamptz they are: Spark's legacy encoding of an instant (UTC-adjusted),
-    which pyarrow reads as timezone-less nanoseconds. Nested INT96 columns are refused by name."""
+def _file_schema(parquet):
+    """A file's Arrow schema, INT96 timestamps as the timestamptz they are: Spark's legacy encoding of an instant (UTC-adjusted),
+    which pyarrow reads as timezone-less nanoseconds. In a column that also holds real nanosecond timestamps (INT64 NANOS)
+    nothing is changed, and the import refuses those by name."""
+    import json
+
     import pyarrow as pa
 
-    columns = parquet.schema
-    int96 = [c.path for c in (columns.column(i) for i in range(len(columns))) if c.physical_type == "INT96"]
-    if nested := [c for c in int96 if "." in c]:
-        raise ImportRefused(
-            f"Table {identifier}: {path} holds INT96 timestamps (Spark's legacy Parquet encoding) inside nested column(s) {nested}, which "
-            "the import reads only as top-level columns. Nothing was imported. Rewrite the files with Spark's "
-            "spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS, then import again."
-        )
-    return pa.schema([f.with_type(pa.timestamp("us", tz="UTC")) if f.name in int96 else f for f in parquet.schema_arrow])
+    leaves = [parquet.schema.column(i) for i in range(len(parquet.schema))]
+    int96 = {c.path.split(".")[0] for c in leaves if c.physical_type == "INT96"}
+    nanos = {c.path.split(".")[0] for c in leaves if c.logical_type.type == "TIMESTAMP" and json.loads(c.logical_type.to_json())["timeUnit"] == "nanoseconds"}
+    return pa.schema([f.with_type(_int96_as_micros(f.type)) if f.name in int96 - nanos else f for f in parquet.schema_arrow])
+
+
+def _int96_as_micros(t):
+    """`t` with each nanosecond timestamp in it (what pyarrow makes of INT96) as a UTC microsecond timestamp."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC") if t.unit == "ns" else t
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_int96_as_micros(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_int96_as_micros(t.key_type)), t.item_field.with_type(_int96_as_micros(t.item_type)))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(t.value_field.with_type(_int96_as_micros(t.value_type)))
+    return t
 
 
 def check_same_columns(identifier: str, first: str, expected, path: str, found) -> None:

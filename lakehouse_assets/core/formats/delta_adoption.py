@@ -293,7 +293,7 @@ class FooterReader:
         held = [self.file_schema.find_field(n).field_id for n in metadata.schema.to_arrow_schema().names if self._has(n)]
         if partition_constants.lacking_columns(self.spec, self.schema, held):
             self.lacking_partition_columns = True
-        stats = data_file_statistics_from_parquet_metadata(metadata, self.plan, self.ids)
+        stats = data_file_statistics_from_parquet_metadata(metadata, _counts_only_for_int96(metadata, self.plan, self.ids), self.ids)
         values = {self.by_physical.get(k, k): v for k, v in (action.get("partition") or {}).items()}
         partition = []
         for field in self.spec.fields:
@@ -314,6 +314,20 @@ class FooterReader:
             return True
         except ValueError:
             return False
+
+
+def _counts_only_for_int96(metadata, plan: dict, ids: dict[str, int]) -> dict:
+    """The statistics plan with counts but no bounds for INT96 columns (Spark's legacy timestamps): Parquet defines no order
+    for INT96, so its footer min/max are not bounds Iceberg can use (pyiceberg refuses them), and an absent bound is unknown."""
+    import dataclasses
+
+    from pyiceberg.io.pyarrow import MetricModeTypes, MetricsMode
+
+    int96 = {ids[c.path] for c in (metadata.schema.column(i) for i in range(len(metadata.schema))) if c.physical_type == "INT96" and c.path in ids}
+    if not int96:
+        return plan
+    counts = MetricsMode(MetricModeTypes.COUNTS)
+    return {i: dataclasses.replace(c, mode=counts) if i in int96 and c.mode != MetricsMode(MetricModeTypes.NONE) else c for i, c in plan.items()}
 
 
 def name_mapping(schema, physical: dict[int, str]) -> str:

@@ -34,6 +34,7 @@ from ..formats.delta_adoption import NAME_MAPPING, FooterReader, name_mapping
 from ..io.storage import join_uri
 from ..properties import METADATA_FOLDER, Operation, SummaryKeys, TableProperties
 from ..schema.spec import ALL_FORMATS, build_partition_spec
+from ..schema.type_mapping import delta_type_refusals, plain_arrow_type
 from ..table.catalog import ensure_namespace
 from ..table.context import TableContext
 from ..table.tables import check_delta_partitioning
@@ -67,7 +68,7 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
         import pyarrow as pa
 
         arrow = pa.schema([f.with_name(mapped[f.name][1]) for f in arrow])
-    schema = iceberg_schema(arrow)
+    schema = _iceberg_schema_or_refuse(identifier, source, arrow)
     spec = _identity_spec(schema, [mapped[c][1] for c in existing.partition_columns]) if mapped else build_partition_spec(identifier, schema, existing.partition_columns)
     check_delta_partitioning(identifier, schema, spec)
     ensure_namespace(ctx.catalog, identifier.rsplit(".", 1)[0])
@@ -106,6 +107,24 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
         drop_created(ctx, identifier, existing.root_uri)
         raise
     return ctx.load(identifier)
+
+
+def _iceberg_schema_or_refuse(identifier: str, source: str, arrow) -> Schema:
+    """The Iceberg schema of the files' columns; ImportRefused, nothing created, naming each column with no type in both formats."""
+    from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
+
+    try:
+        schema = iceberg_schema(arrow)
+    except UnsupportedPyArrowTypeException as e:
+        reasons = [f"column {e.field.name!r} is {e.field.type} (no Iceberg type in format version 2, nor a Delta type)"]
+    else:
+        reasons = delta_type_refusals(schema)
+    if reasons:
+        raise ImportRefused(
+            f"Table {identifier} cannot be imported from {source}: column types Iceberg and Delta do not share: " + "; ".join(reasons)
+            + ". Nothing was imported. Rewrite the column(s) as the type suggested with the engine that wrote them, then import again."
+        )
+    return schema
 
 
 def _identity_spec(schema: Schema, columns: list[str]):
@@ -178,7 +197,7 @@ def parquet_dataset(ctx: TableContext, identifier: str, root_uri: str) -> Existi
     first = None
     for p in paths:
         with fs.open_input_file(join_uri(base, p)) as f:
-            found = pq.read_schema(f)
+            found = _file_schema(pq.ParquetFile(f))
         found = pa.schema([fld for fld in found if fld.name not in partition_columns])
         if file_schema is None:
             file_schema, first = found, p
@@ -190,10 +209,40 @@ def parquet_dataset(ctx: TableContext, identifier: str, root_uri: str) -> Existi
     return existing
 
 
+def _file_schema(parquet):
+    """A file's Arrow schema, INT96 timestamps as the timestamptz they are: Spark's legacy encoding of an instant (UTC-adjusted),
+    which pyarrow reads as timezone-less nanoseconds. In a column that also holds real nanosecond timestamps (INT64 NANOS)
+    nothing is changed, and the import refuses those by name."""
+    import json
+
+    import pyarrow as pa
+
+    leaves = [parquet.schema.column(i) for i in range(len(parquet.schema))]
+    int96 = {c.path.split(".")[0] for c in leaves if c.physical_type == "INT96"}
+    nanos = {c.path.split(".")[0] for c in leaves if c.logical_type.type == "TIMESTAMP" and json.loads(c.logical_type.to_json())["timeUnit"] == "nanoseconds"}
+    return pa.schema([f.with_type(_int96_as_micros(f.type)) if f.name in int96 - nanos else f for f in parquet.schema_arrow])
+
+
+def _int96_as_micros(t):
+    """`t` with each nanosecond timestamp in it (what pyarrow makes of INT96) as a UTC microsecond timestamp."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC") if t.unit == "ns" else t
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_int96_as_micros(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_int96_as_micros(t.key_type)), t.item_field.with_type(_int96_as_micros(t.item_type)))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(t.value_field.with_type(_int96_as_micros(t.value_type)))
+    return t
+
+
 def check_same_columns(identifier: str, first: str, expected, path: str, found) -> None:
-    """Every file of a dataset has the first file's columns and types (nullability aside)."""
-    want = {f.name: f.type for f in expected}
-    got = {f.name: f.type for f in found}
+    """Every file of a dataset has the first file's columns and types (nullability aside; string and large_string, binary and
+    large_binary are one type each, encoded with 32- or 64-bit offsets)."""
+    want = {f.name: plain_arrow_type(f.type) for f in expected}
+    got = {f.name: plain_arrow_type(f.type) for f in found}
     for name, t in want.items():
         if name in got and got[name] != t:
             raise ImportRefused(

@@ -30,6 +30,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform, YearTransform
 from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, TimestampType, TimestamptzType
 
+from ..errors import SchemaError
 from ..formats import delta_column_mapping, delta_glue, delta_values, foreign_delta
 from ..formats.deletes import TableFiles, describe_delete_files, table_files
 from ..formats.delta_committer import DeltaMirror
@@ -96,7 +97,7 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         if checked:
             report["content"]["change_data"] = checked
         differences += cdc_differences
-    report["columns"] = _schema_columns(pa.schema(delta_schema(table.schema()).to_arrow()))
+    report["columns"] = _schema_columns(_expected_delta_schema(table)[0])
     report["differences"] = differences
     report["agree"] = not differences
     return report
@@ -191,9 +192,20 @@ def _relative(root: str, uri: str) -> str:
 # ---------------------------------------------------------------- schema
 
 
+def _expected_delta_schema(table: Table) -> tuple[pa.Schema, str | None]:
+    """The Delta schema Iceberg's maps to, or none and why: Iceberg holds a type Delta lacks (another engine added it)."""
+    try:
+        return pa.schema(delta_schema(table.schema()).to_arrow()), None
+    except SchemaError as e:
+        return pa.schema([]), f"schema: Iceberg has {e}"
+
+
 def _schema_differences(table: Table, delta) -> list[str]:
     out = []
-    expected = {f.name: f for f in pa.schema(delta_schema(table.schema()).to_arrow())}
+    expected_schema, unmapped = _expected_delta_schema(table)
+    if unmapped:
+        return [unmapped]
+    expected = {f.name: f for f in expected_schema}
     actual = {f.name: f for f in pa.schema(delta.schema().to_arrow())}
     for name in sorted(set(expected) | set(actual)):
         e, a = expected.get(name), actual.get(name)

@@ -3,7 +3,7 @@
     Spark -> Iceberg    spark_schema_to_iceberg (what a DataFrame can be stored as; refuses what cannot)
     Iceberg -> Spark    iceberg_to_spark_schema (how readers see a table)
     Iceberg -> Arrow    arrow_file_schema (the Parquet files, with Iceberg field ids; batches: conform.py)
-    Iceberg -> Delta    delta_schema (the Delta log's schema)
+    Iceberg -> Delta    delta_schema (the Delta log's schema; delta_type_refusals: the types Delta has no equal for)
     Delta -> Spark      delta_to_spark_schema (reading a Delta version)
 """
 
@@ -21,7 +21,10 @@ from pyiceberg.types import (
     DateType,
     DecimalType,
     DoubleType,
+    FixedType,
     FloatType,
+    GeographyType,
+    GeometryType,
     IcebergType,
     IntegerType,
     ListType,
@@ -31,8 +34,13 @@ from pyiceberg.types import (
     PrimitiveType,
     StringType,
     StructType,
+    TimestampNanoType,
     TimestampType,
+    TimestamptzNanoType,
     TimestamptzType,
+    TimeType,
+    UnknownType,
+    UUIDType,
 )
 
 from ..errors import SchemaError
@@ -223,8 +231,49 @@ def arrow_file_schema(schema: Schema, file_names: Mapping[int, str] | None = Non
 # ---------------------------------------------------------------- Delta
 
 
+# Iceberg types with no equal in Delta, and what to store instead. delta-rs would declare uuid and fixed as `binary`
+# (its readers then fail on uuid's Arrow metadata, DuckDB returns raw bytes), nanosecond timestamps as
+# `timestamp_nanos`, which no Delta reader knows, and refuses `time` without naming the column.
+_NO_DELTA_TYPE = (
+    (UUIDType, "a string holding its 36-character text form"),
+    (FixedType, "binary"),
+    (TimeType, "a string, or a long holding microseconds since midnight"),
+    (TimestampNanoType, "timestamp (microseconds)"),
+    (TimestamptzNanoType, "timestamptz (microseconds)"),
+    (UnknownType, "a column of a concrete type"),
+    (GeometryType, "binary holding WKB"),
+    (GeographyType, "binary holding WKB"),
+)
+
+
+def delta_type_refusals(schema: Schema) -> list[str]:
+    """One reason per column (nested ones by path) whose Iceberg type Delta has no equal for; empty: all have one."""
+    reasons: list[str] = []
+
+    def visit(path: str, t: IcebergType) -> None:
+        for kind, instead in _NO_DELTA_TYPE:
+            if isinstance(t, kind):
+                reasons.append(f"column {path!r} is {t} (store it as {instead})")
+        if isinstance(t, StructType):
+            for f in t.fields:
+                visit(f"{path}.{f.name}", f.field_type)
+        elif isinstance(t, ListType):
+            visit(f"{path}.element", t.element_type)
+        elif isinstance(t, MapType):
+            visit(f"{path}.key", t.key_type)
+            visit(f"{path}.value", t.value_type)
+
+    for f in schema.fields:
+        visit(f.name, f.field_type)
+    return reasons
+
+
 def delta_schema(schema: Schema) -> DeltaSchema:
+    """The Delta log's schema of an Iceberg schema; SchemaError naming each column whose type Delta does not have."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    if reasons := delta_type_refusals(schema):
+        raise SchemaError("types Delta does not have: " + "; ".join(reasons) + ". Rewrite the column(s) with the engine that wrote them, or keep the table Iceberg-only")
 
     arrow = pa.schema([plain_arrow_field(f).with_metadata(None) for f in schema_to_pyarrow(schema, include_field_ids=False)])
     return DeltaSchema.from_arrow(arrow)

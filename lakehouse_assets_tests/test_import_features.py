@@ -186,13 +186,16 @@ def test_a_change_feed_table_written_by_delta_rs_is_imported_without_its_change_
     change_files = [os.path.join(d, f) for d, _, names in os.walk(os.path.join(root, "_change_data")) for f in names]
     assert change_files and DeltaTable(root).protocol().min_writer_version == 4
 
-    lh.import_table("imp.feed", root)
+    report = lh.import_table("imp.feed", root)
 
     imported = {t.file.file_path for t in lh.load("imp.feed").scan().plan_files()}
     assert not [p for p in imported if "/_change_data/" in p]  # change data is not live data
     assert all(os.path.exists(p) for p in change_files)
     still_agrees_after_writes(lh, spark, duck, "imp.feed", rows)
     assert DeltaTable(root).metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    # The feed's promise: the lakehouse's merge that replaced a row wrote change data with it.
+    later = [os.path.join(root, "_delta_log", f"{v:020d}.json") for v in range(report["delta_version"] + 1, DeltaTable(root).version() + 1)]
+    assert any('"cdc"' in open(p).read() for p in later)
 
 
 def test_data_files_that_also_carry_their_change_type_are_imported_without_that_column(lh, spark, duck, tmp_path):

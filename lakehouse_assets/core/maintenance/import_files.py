@@ -287,8 +287,8 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
 def refuse_float_partitions(identifier: str, delta, root_uri: str) -> None:
     """Refuse (nothing changed) a Delta table partitioned by a float or double column: the Iceberg side would hold its
     values as identity partition values, which its readers do not read back alike."""
-    types = {f.name: str(f.type) for f in delta.schema().fields}
-    floats = [c for c in delta.metadata().partition_columns if types.get(c) in ('PrimitiveType("float")', 'PrimitiveType("double")')]
+    types = {f.name: getattr(f.type, "type", None) for f in delta.schema().fields}  # a primitive type's name, e.g. "double"
+    floats = [c for c in delta.metadata().partition_columns if types.get(c) in ("float", "double")]
     if floats:
         raise ImportRefused(
             f"Table {identifier}: the Delta table at {root_uri} is partitioned by floating-point column(s) {floats}. Iceberg would hold "

@@ -73,7 +73,7 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
             schema = tx.table_metadata.schema()
             files = FooterReader(identifier, versions, table, schema, tx.table_metadata, physical)
             adds = [files.data_file(join_uri(root_uri, path), path, action) for path, action in sorted(added.items())]
-            properties = {NAME_MAPPING: name_mapping(schema, physical)}
+            properties = {NAME_MAPPING: name_mapping(schema, physical, CHANGE_TYPE in files.extra_columns or maps_change_type(table.properties))}
             if files.lacking_partition_columns:
                 properties[partition_constants.FILES_WITHOUT_PARTITION_COLUMNS] = "true"
             tx.set_properties(properties)
@@ -280,10 +280,10 @@ class FooterReader:
         self.by_physical = {p: schema.find_column_name(i) for i, p in top.items()}  # Delta keys partition values by physical name
         self.view_typed: dict[str, list[str]] = {}
         self.lacking_partition_columns = False
+        self.extra_columns: set[str] = set()  # columns some files hold outside the table (a Delta file's `_change_type`)
 
     def data_file(self, uri: str, path: str, action: dict) -> DataFile:
         import pyarrow.parquet as pq
-        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
         from pyiceberg.manifest import DataFileContent, FileFormat
         from pyiceberg.typedef import Record
 
@@ -293,7 +293,7 @@ class FooterReader:
         held = [self.file_schema.find_field(n).field_id for n in metadata.schema.to_arrow_schema().names if self._has(n)]
         if partition_constants.lacking_columns(self.spec, self.schema, held):
             self.lacking_partition_columns = True
-        stats = data_file_statistics_from_parquet_metadata(metadata, _counts_only_for_int96(metadata, self.plan, self.ids), self.ids)
+        stats = self._statistics(metadata)
         values = {self.by_physical.get(k, k): v for k, v in (action.get("partition") or {}).items()}
         partition = []
         for field in self.spec.fields:
@@ -307,6 +307,23 @@ class FooterReader:
         )  # fmt: skip
         f.spec_id = self.spec_id
         return f
+
+    def _statistics(self, metadata):
+        """The file's Iceberg statistics, from its footer. Columns outside the table are not the table's: a Delta
+        data file may also carry its rows' `_change_type` (the protocol lets one file serve as data and change data),
+        which Delta readers drop and Iceberg readers, matching by field id or name mapping, never see."""
+        from pyiceberg.io.pyarrow import MetricModeTypes, MetricsMode, StatisticsCollector, data_file_statistics_from_parquet_metadata
+        from pyiceberg.types import StringType
+
+        plan = _counts_only_for_int96(metadata, self.plan, self.ids)
+        extra = {metadata.schema.column(i).path for i in range(metadata.num_columns)} - self.ids.keys()
+        if not extra:
+            return data_file_statistics_from_parquet_metadata(metadata, plan, self.ids)
+        ignored = StatisticsCollector(field_id=-1, iceberg_type=StringType(), mode=MetricsMode(MetricModeTypes.NONE), column_name="")
+        self.extra_columns.update(path.split(".", 1)[0] for path in extra)
+        stats = data_file_statistics_from_parquet_metadata(metadata, {**plan, -1: ignored}, {**self.ids, **dict.fromkeys(extra, -1)})
+        stats.column_sizes.pop(-1, None)
+        return stats
 
     def _has(self, name: str) -> bool:
         try:
@@ -330,18 +347,29 @@ def _counts_only_for_int96(metadata, plan: dict, ids: dict[str, int]) -> dict:
     return {i: dataclasses.replace(c, mode=counts) if i in int96 and c.mode != MetricsMode(MetricModeTypes.NONE) else c for i, c in plan.items()}
 
 
-def name_mapping(schema, physical: dict[int, str]) -> str:
-    """The table's name mapping (for files without field ids), each column also under its Delta physical name."""
+CHANGE_TYPE = "_change_type"  # a Delta data file's change type, where the file also serves as change data
+CHANGE_TYPE_FIELD_ID = 2**31 - 1 - 104  # Iceberg's reserved id of the `_change_type` metadata column: no table column has it
+
+
+def name_mapping(schema, physical: dict[int, str], change_type: bool = False) -> str:
+    """The table's name mapping (for files without field ids), each column also under its Delta physical name.
+    `change_type`: some files also carry `_change_type`, mapped to Iceberg's reserved id for it (pyiceberg refuses a
+    file column the mapping lacks; readers of the table's columns never ask for that id)."""
     from pyiceberg.table.name_mapping import MappedField, NameMapping, create_mapping_from_schema
 
     mapping = create_mapping_from_schema(schema)
-    if not physical:
-        return mapping.model_dump_json()
     fields = [
         MappedField(field_id=f.field_id, names=[*f.names, *([physical[f.field_id]] if physical.get(f.field_id) not in (None, *f.names) else [])], fields=f.fields)
         for f in mapping
     ]
+    if change_type:
+        fields.append(MappedField(field_id=CHANGE_TYPE_FIELD_ID, names=[CHANGE_TYPE]))
     return NameMapping(fields).model_dump_json()
+
+
+def maps_change_type(properties) -> bool:
+    """Whether the table's name mapping maps `_change_type` (its imported files carry it): kept when it is written again."""
+    return f'"{CHANGE_TYPE}"' in properties.get(NAME_MAPPING, "")
 
 
 def _view_typed_columns(metadata) -> list[str]:

@@ -16,6 +16,9 @@ exactly that action, and nothing else, as a Delta commit of its own:
   same version makes it fail, never overwrite; the caller re-reads the log and tries again;
 * it carries a `commitInfo` and one `metaData` action; the rest of the metaData (table id, name,
   partition columns, configuration, creation time) is copied from the log as delta-rs reads it.
+
+The same metaData-only commit sets table properties on any table with table features (`commit_configuration`):
+delta-rs's SET TBLPROPERTIES rewrites such a table's protocol.
 """
 
 from __future__ import annotations
@@ -265,6 +268,26 @@ def commit_schema(
         actions.insert(1, {"protocol": {"minReaderVersion": protocol.min_reader_version, "minWriterVersion": protocol.min_writer_version,
                                         "readerFeatures": list(protocol.reader_features or []), "writerFeatures": [*writer_features, CHANGE_DATA_FEED_FEATURE]}})
     body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in actions) + "\n"
+    put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
+    return version
+
+
+def commit_configuration(root_uri: str, storage: StorageConfig, delta: DeltaTable, configuration: Mapping[str, str], commit_info: Mapping[str, str]) -> int:
+    """One Delta version whose metaData sets the table properties `configuration`, schema and protocol left as they are.
+
+    For a table with table features (writer version 7), whose protocol delta-rs's SET TBLPROPERTIES rewrites: it adds
+    `appendOnly`, `invariants` and, at reader version 3, `variantType`, and raises reader version 1 to 2, whatever the
+    table holds. Raises deltalake's CommitFailedError when another writer committed that version first."""
+    md = delta.metadata()
+    version = delta.version() + 1
+    metadata_action = {
+        "id": md.id, "name": md.name, "description": md.description, "format": {"provider": "parquet", "options": {}},
+        "schemaString": delta.schema().to_json(), "partitionColumns": list(md.partition_columns),
+        "configuration": {**(md.configuration or {}), **configuration}, "createdTime": md.created_time,
+    }  # fmt: skip
+    info = {"timestamp": int(time.time() * 1000), "operation": "SET TBLPROPERTIES", "operationParameters": {}, "clientVersion": CLIENT,
+            SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, **commit_info}
+    body = "\n".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) for a in ({"commitInfo": info}, {"metaData": metadata_action})) + "\n"
     put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
     return version
 

@@ -73,6 +73,12 @@ def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable,
         )
         delta.update_incremental()
         return
+    if delta.protocol().min_writer_version >= 7:  # delta-rs's SET TBLPROPERTIES would add features the table does not use
+        delta_column_mapping.commit_configuration(
+            root_uri, storage, delta, wanted, {SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)}
+        )
+        delta.update_incremental()
+        return
     delta.alter.set_table_properties(
         wanted,
         raise_if_not_exists=False,

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 import pyarrow.fs as pafs
 
@@ -37,7 +37,9 @@ def normalize_uri(location: str) -> str:
     parsed = urlparse(location)
     if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
         path = parsed.path if parsed.scheme == "file" else location
-        return Path(path).expanduser().resolve().as_uri().rstrip("/")
+        # RFC 3986 lets a path hold sub-delimiters unencoded; `as_uri` would encode `+` (and `=`, `,`...) as %XX, which
+        # code reading the URI's path as a file name (SQLite's URL, os.makedirs) then takes literally.
+        return "file://" + quote(str(Path(path).expanduser().resolve()), safe="/!$&'()*+,;=:@").rstrip("/")
     if parsed.scheme in SCHEME_ALIASES:
         location = SCHEME_ALIASES[parsed.scheme] + location[len(parsed.scheme):]
         parsed = urlparse(location)

@@ -30,7 +30,7 @@ from pyiceberg.table import Table
 
 from ..errors import ImportRefused
 from ..formats import delta_column_mapping, partition_constants
-from ..formats.delta_adoption import NAME_MAPPING, FooterReader, name_mapping
+from ..formats.delta_adoption import CHANGE_TYPE, NAME_MAPPING, FooterReader, name_mapping
 from ..io.storage import join_uri
 from ..properties import METADATA_FOLDER, Operation, SummaryKeys, TableProperties
 from ..schema.spec import ALL_FORMATS, build_partition_spec
@@ -94,8 +94,13 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
                 f"{path} for column(s) {columns}), which pyiceberg cannot read together with other files. Nothing was imported. Rewrite "
                 "those files with the engine that wrote them (e.g. an OPTIMIZE or compaction), then import again."
             )
+        if other := sorted(reader.extra_columns - {CHANGE_TYPE}):
+            raise ImportRefused(
+                f"Table {identifier}: file(s) of {source} hold column(s) {other} that the table does not have, which pyiceberg cannot "
+                "read beside the table's columns. Nothing was imported. Rewrite those files with the engine that wrote them."
+            )
         with table.transaction() as tx:
-            marks = {NAME_MAPPING: name_mapping(schema, physical)}
+            marks = {NAME_MAPPING: name_mapping(schema, physical, CHANGE_TYPE in reader.extra_columns)}
             if reader.lacking_partition_columns:
                 marks[partition_constants.FILES_WITHOUT_PARTITION_COLUMNS] = "true"
             tx.set_properties(marks)
@@ -326,6 +331,21 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
     for path, row in sorted(live.items()):
         existing.files.append((path, int(row["size_bytes"]), dict(row.get("partition") or {})))
     return existing
+
+
+def refuse_float_partitions(identifier: str, delta, root_uri: str) -> None:
+    """Refuse (nothing changed) a Delta table partitioned by a float or double column: the Iceberg side would hold its
+    values as identity partition values, which its readers do not read back alike."""
+    types = {f.name: getattr(f.type, "type", None) for f in delta.schema().fields}  # a primitive type's name, e.g. "double"
+    floats = [c for c in delta.metadata().partition_columns if types.get(c) in ("float", "double")]
+    if floats:
+        raise ImportRefused(
+            f"Table {identifier}: the Delta table at {root_uri} is partitioned by floating-point column(s) {floats}. Iceberg would hold "
+            "them as identity partition values, which its readers do not read alike (pyiceberg 0.12 reads such a double back "
+            "rounded to float precision where DuckDB reads it exact; Delta spells -0.0, NaN and infinities as '-0', 'NaN', 'inf'), "
+            "and the lakehouse refuses identity partitions on floating-point columns for the same reason. Nothing was imported. "
+            f"Rewrite the table partitioned by a decimal or integer column derived from {floats[0]!r}, or unpartitioned."
+        )
 
 
 def purge_deletion_vectors(identifier: str, delta) -> int:

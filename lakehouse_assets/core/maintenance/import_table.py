@@ -25,6 +25,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import StaticTable, Table
 
 from ..errors import ImportRefused
+from ..formats import delta_features
 from ..formats.deletes import describe_delete_files, table_files
 from ..io.storage import join_uri, normalize_uri, relative_to
 from ..schema.type_mapping import delta_schema
@@ -47,7 +48,14 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
     if kind == DELTA:
         from deltalake import DeltaTable
 
-        delta = DeltaTable(location, storage_options=ctx.storage.delta_options(location))
+        try:
+            delta = DeltaTable(location, storage_options=ctx.storage.delta_options(location))
+        except Exception as e:
+            if refusal := delta_features.unreadable(identifier, location, e):
+                raise refusal from e
+            raise
+        delta_features.refuse_unsupported(identifier, delta, location)  # before any work
+        import_files.refuse_float_partitions(identifier, delta, location)
         purged = import_files.purge_deletion_vectors(identifier, delta) if apply_deletes else 0
         existing = import_files.delta_files(identifier, delta, location)
         table = import_files.create_over_files(ctx, identifier, existing, location)

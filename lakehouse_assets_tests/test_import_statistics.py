@@ -242,3 +242,32 @@ def test_a_stats_less_import_leaves_its_source_log_as_it_was(lh, tmp_path):
     after = tree_digest(root / "_delta_log")
     assert {k: v for k, v in after.items() if k in before} == before
     assert lh.verify("st.untouched", deep=True)["agree"]
+
+
+def test_a_statistic_the_writer_left_out_is_unknown_one_it_cannot_parse_is_a_difference(lh, tmp_path):
+    """Spark keeps no min/max of booleans: left out, unknown. A date spelled `20-01-01` is NULL to delta-rs but still
+    in the log (here in a checkpoint, as delta-rs writes it from the raw stats), where another reader may misread it."""
+    import datetime as dt
+
+    def spark_like(unreadable):
+        def edit(add, stats):
+            del stats["minValues"]["flag"], stats["maxValues"]["flag"]
+            if unreadable:
+                stats["minValues"]["d"] = "20-01-01"
+            return stats
+
+        return edit
+
+    data = pa.table({"id": pa.array([1, 2], pa.int64()), "flag": [True, False], "d": [dt.date(2020, 1, 1), dt.date(2021, 1, 1)]})
+    for name, unreadable in (("left_out", False), ("unreadable", True)):
+        root = tmp_path / name
+        write_deltalake(str(root), data)
+        rewrite_stats(root, spark_like(unreadable))
+        DeltaTable(str(root)).create_checkpoint()
+        lh.import_table(f"st.{name}", str(root))
+    verified = lh.verify("st.left_out", deep=True)
+    assert verified["agree"], verified["differences"]
+    (path,) = [a["path"] for a in pa.table(DeltaTable(str(tmp_path / "unreadable")).get_add_actions(flatten=True)).to_pylist()]
+    found = differences(lh.verify("st.unreadable"))
+    assert f"{path}: Delta min of 'd' is missing or unreadable, expected '2020-01-01' (the log holds '20-01-01')" in found
+    assert "'flag'" not in found

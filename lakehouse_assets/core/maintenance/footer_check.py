@@ -130,11 +130,11 @@ def _aggregate(metadata, pos: int, t) -> tuple[int | None, bytes | None, bytes |
             else:
                 agg.update_min(stats.min)
                 agg.update_max(stats.max)
-        except (ValueError, TypeError, NotImplementedError):
+        except (ValueError, TypeError, AttributeError, NotImplementedError):
             bounded = False  # a physical type pyiceberg does not convert (INT96): no bounds to judge by
     if agg is None or not bounded:
         return nulls, None, None
     try:
         return nulls, agg.min_as_bytes(), agg.max_as_bytes()
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, AttributeError):  # e.g. a string column stored as unannotated binary
         return nulls, None, None

@@ -336,7 +336,7 @@ def _stats_differences(schema, data_file, add: dict, path: str, note, indexed: s
         for bound, raw, want_json, is_upper in (("min", lower.get(f.field_id), lo, False), ("max", upper.get(f.field_id), hi, True)):
             got = add.get(f"{bound}.{name}")
             if got is None:
-                if want_json is not None:
+                if want_json is not None and add.get("num_records") is not None:  # an add without stats has nothing to misread
                     unparsed.append((path, bound, name, want_json))
             elif want_json is None:
                 if raw is not None and not delta_values.stats_bound_holds(t, got, raw, is_upper):
@@ -374,8 +374,8 @@ def _unreadable_stats(delta, mirror: DeltaMirror, unparsed: list, note) -> None:
         if path not in logged:
             continue  # not found in the log (e.g. a v2 checkpoint): cannot tell
         stats = logged[path]
-        if stats is None or physical.get(name, name) in (stats.get(key[bound]) or {}):
-            logged_value = (stats or {}).get(key[bound], {}).get(physical.get(name, name))
+        logged_value = ((stats or {}).get(key[bound]) or {}).get(physical.get(name, name))
+        if stats is None or logged_value is not None:  # a JSON null is no statistic, as a left-out one
             note("stats", f"{path}: Delta {bound} of {name!r} is missing or unreadable, expected {want_json!r} (the log holds {logged_value!r})")
 
 

@@ -17,7 +17,10 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from click.testing import CliRunner
 from deltalake import DeltaTable, write_deltalake
+
+from lakehouse_assets.cli import cli
 
 from . import foreign_writer as fw
 from .conftest import assert_all_readers_agree
@@ -59,7 +62,7 @@ def differences(report) -> str:
 # ---------------------------------------------------------------- absent and truncated: no divergence
 
 
-def test_a_delta_log_without_stats_is_imported_and_verifies(lh, spark, duck, tmp_path):
+def test_a_delta_log_without_stats_is_imported_and_verifies(lh, spark, duck, tmp_path, warehouse):
     """Version 0's adds carry no `stats` at all, version 1's do: counts and bounds Delta does not record are unknown,
     the Iceberg side has them from the footers, and every reader reads the same rows."""
     root = tmp_path / "no_stats"
@@ -75,6 +78,8 @@ def test_a_delta_log_without_stats_is_imported_and_verifies(lh, spark, duck, tmp
     verified = lh.verify("st.no_stats", deep=True)
     assert verified["agree"], verified["differences"]
     assert verified["delta_files_without_row_count"] == 2 and verified["iceberg_rows"] == 12
+    shown = CliRunner().invoke(cli, ["--warehouse", warehouse, "verify", "st.no_stats", "--deep"])
+    assert shown.exit_code == 0 and "rows: Iceberg 12, Delta 6 (2 Delta add(s) record no row count)" in shown.output, shown.output
     assert_all_readers_agree(lh, spark, duck, "st.no_stats", [(c, i, n) for i, n, c in rows], columns=["country", "id", "name"])
     still_agrees_after_writes(lh, spark, duck, "st.no_stats", rows)
 

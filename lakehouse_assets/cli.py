@@ -145,7 +145,8 @@ def verify(ctx, table: str, as_json: bool, deep: bool) -> None:
     def render(r):
         state = "agree" if r["agree"] else "DISAGREE"
         click.echo(f"{r['table']}: formats {state} (Iceberg snapshot {r['iceberg_snapshot_id']}, Delta version {r.get('delta_version')})")
-        click.echo(f"  files: Iceberg {r['iceberg_files']}, Delta {r.get('delta_files')}; rows: Iceberg {r['iceberg_rows']}, Delta {r.get('delta_rows')}")
+        uncounted = f" ({r['delta_files_without_row_count']} Delta add(s) record no row count)" if r.get("delta_files_without_row_count") else ""
+        click.echo(f"  files: Iceberg {r['iceberg_files']}, Delta {r.get('delta_files')}; rows: Iceberg {r['iceberg_rows']}, Delta {r.get('delta_rows')}{uncounted}")
         for d in r["differences"]:
             click.echo(f"  - {d}")
 

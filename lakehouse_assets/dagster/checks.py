@@ -20,6 +20,8 @@ def verify_metadata(report: dict) -> dict:
         # Plain text reads inline in the UI's metadata table: "none", or every difference.
         "differences": MetadataValue.text("; ".join(report["differences"]) or "none"),
     }
+    if report.get("delta_files_without_row_count"):  # older writers' adds without stats: their rows are not in delta_rows
+        md["delta_files_without_row_count"] = MetadataValue.int(report["delta_files_without_row_count"])
     if report.get("delta_lag_snapshots") is not None:
         md["delta_lag_snapshots"] = MetadataValue.int(report["delta_lag_snapshots"])
     if report.get("columns"):

@@ -177,3 +177,24 @@ def stats_bound_holds(t: IcebergType, delta_value, iceberg_raw: bytes, upper: bo
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
         return True
     return d >= v if upper else d <= v
+
+
+def string_bounds_compatible(delta_value: str, iceberg_value: str, upper: bool, exact: bool) -> bool:
+    """Can a Delta string min (max) stat and Iceberg's lower (upper) bound both bound one file? (used by verify)
+
+    Either may be truncated and still be a bound: Iceberg keeps a prefix of N characters (`truncate(N)`; an upper
+    bound with its last character incremented), Delta writers a prefix too (Spark: 32 characters, its max followed
+    by a tie-breaker character). Only a pair no file's values satisfy is a contradiction. `exact`: Iceberg's bound
+    is shorter than its truncation length, so it is the file's own min (max)."""
+    if not upper:  # Delta's min <= the file's min m, which is Iceberg's lower bound or starts with it
+        return delta_value <= iceberg_value or (not exact and delta_value.startswith(iceberg_value))
+    if exact or not iceberg_value:  # Delta's max >= the file's max M, which is Iceberg's upper bound
+        return delta_value >= iceberg_value
+    # Truncated: the writer incremented the last character it could (pyiceberg keeps the U+10FFFF after it, Java
+    # Iceberg drops them and steps over the surrogates, so U+E000 follows U+D7FF): M starts with the prefix up to
+    # that character, and that character decremented.
+    stem = iceberg_value.rstrip("\U0010ffff")
+    if not stem:
+        return True
+    last = ord(stem[-1])
+    return delta_value >= stem[:-1] + chr(0xD7FF if last == 0xE000 else last - 1)

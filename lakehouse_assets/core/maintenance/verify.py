@@ -7,14 +7,18 @@ Metadata only (always; the `formats_agree` asset check and `lakehouse verify`):
   encoder in `delta_values` spells them: `0001-01-01`, never `1-01-01`; never `""` for a value Iceberg
   holds as the empty string), and the Delta stats (numRecords, nullCount, minValues/maxValues equal to
   what the encoder derives from the Iceberg bounds, and in any case still bounds);
-  of every column the Delta log indexes (`statistics.py`: what Delta readers parse, never more);
+  of every column the Delta log indexes (`statistics.py`: what Delta readers parse, never more). A count or
+  statistic a Delta writer left out is unknown, not a difference (one delta-rs cannot parse is one: the log
+  itself tells the two apart, `delta_logged_stats.py`); string bounds, which either side may truncate, must
+  only be able to bound the same values;
 * the schema: column names, types and nullability, and the Delta partition columns.
 
 Content (`deep=True`: `lakehouse verify TABLE --deep`, the maintenance operation `verify_deep`): DuckDB
 reads both formats on this machine (streaming aggregates, no rows collected) and compares the row count
 per Delta partition value and, for tables up to `deep_hash_max_rows` rows, an order-independent hash of
-all rows; and the change data files of the Delta version that mirrors the current snapshot against the rows
-that snapshot changed (`change_data_check.py`).
+all rows; the change data files of the Delta version that mirrors the current snapshot against the rows
+that snapshot changed (`change_data_check.py`); and every count and bound either log records against each
+file's Parquet footer (`footer_check.py`).
 """
 
 from __future__ import annotations
@@ -28,17 +32,18 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.partitioning import _to_partition_representation
 from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform, YearTransform
-from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, TimestampType, TimestamptzType
+from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, StringType, TimestampType, TimestamptzType
 
 from ..errors import SchemaError
-from ..formats import delta_column_mapping, delta_glue, delta_values, foreign_delta
+from ..formats import delta_column_mapping, delta_glue, delta_logged_stats, delta_values, foreign_delta
 from ..formats.deletes import TableFiles, describe_delete_files, table_files
 from ..formats.delta_committer import DeltaMirror
 from ..io.storage import delta_path, normalize_uri, relative_to
-from ..schema.spec import delta_partition_columns
+from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import delta_indexed_columns
 from ..schema.type_mapping import delta_schema
 from .change_data_check import change_data_differences
+from .footer_check import footer_differences
 
 DEEP_HASH_MAX_ROWS = 5_000_000
 MAX_LISTED = 3  # examples per kind of difference
@@ -72,6 +77,7 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         delta_version=delta.version(),
         delta_files=len(delta_files),
         delta_rows=sum(v or 0 for v in delta_files.values()),
+        delta_files_without_row_count=sum(v is None for v in delta_files.values()),
         delta_mirrored_sequence_number=mirrored,
         delta_lag_snapshots=len(pending) if pending is not None else None,
     )
@@ -83,7 +89,8 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
     if foreign := foreign_delta.foreign_versions(delta):
         report["delta_foreign_versions"] = [v.to_dict() for v in foreign]
         differences.append(foreign_delta.explain(".".join(table.name()), foreign))
-    differences += _file_differences(table, delta, {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)})
+    both = {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)}
+    differences += _file_differences(table, delta, mirror, both)
     differences += _unmirrored_differences(report["table"], files, pending)
     if mirror.glue is not None:
         report["delta_glue_table"] = mirror.glue.qualified
@@ -93,6 +100,7 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         deep_report = _content_differences(table, mirror, report["iceberg_rows"], deep_hash_max_rows)
         report["content"] = deep_report["content"]
         differences += deep_report["differences"]
+        differences += footer_differences(table, delta, both)
         checked, cdc_differences = change_data_differences(table, mirror, delta)
         if checked:
             report["content"]["change_data"] = checked
@@ -143,7 +151,10 @@ def _read_delta_adds(mirror: DeltaMirror, report: dict[str, Any]) -> tuple[Any, 
 
 
 def _file_set_differences(iceberg_files: dict[str, int], delta_files: dict[str, int | None]) -> list[str]:
-    """The two logs' live files (path -> record count) compared: files only one side has, and row counts."""
+    """The two logs' live files (path -> record count) compared: files only one side has, and row counts.
+
+    A Delta add without `numRecords` (optional in the protocol; older writers leave it out) counts nothing: its
+    files' counts are compared with the files themselves by `verify --deep` (footer_check.py)."""
     differences = []
     only_iceberg = sorted(set(iceberg_files) - set(delta_files))
     only_delta = sorted(set(delta_files) - set(iceberg_files))
@@ -151,12 +162,16 @@ def _file_set_differences(iceberg_files: dict[str, int], delta_files: dict[str, 
         differences.append(f"{len(only_iceberg)} file(s) live only in Iceberg, e.g. {only_iceberg[:MAX_LISTED]}")
     if only_delta:
         differences.append(f"{len(only_delta)} file(s) live only in Delta, e.g. {only_delta[:MAX_LISTED]}")
-    iceberg_rows, delta_rows = sum(iceberg_files.values()), sum(v or 0 for v in delta_files.values())
+    uncounted = {p for p, n in delta_files.items() if n is None}
+    iceberg_rows = sum(n for p, n in iceberg_files.items() if p not in uncounted)
+    delta_rows = sum(n for n in delta_files.values() if n is not None)
     if iceberg_rows != delta_rows:
-        differences.append(f"row counts differ: Iceberg {iceberg_rows}, Delta {delta_rows}")
-    mismatched_counts = [p for p in set(iceberg_files) & set(delta_files) if iceberg_files[p] != delta_files[p]]
-    if mismatched_counts:
-        differences.append(f"{len(mismatched_counts)} file(s) have different row counts in the two logs")
+        over = f" (over the files whose row count Delta records; {len(uncounted)} add(s) record none)" if uncounted else ""
+        differences.append(f"row counts differ: Iceberg {iceberg_rows}, Delta {delta_rows}{over}")
+    mismatched = sorted(p for p in set(iceberg_files) & set(delta_files) if delta_files[p] is not None and iceberg_files[p] != delta_files[p])
+    if mismatched:
+        examples = [f"{p}: Iceberg {iceberg_files[p]}, Delta {delta_files[p]}" for p in mismatched[:MAX_LISTED]]
+        differences.append(f"{len(mismatched)} file(s) have different row counts in the two logs, e.g. {examples}")
     return differences
 
 
@@ -238,7 +253,7 @@ def _same(t, a, b) -> bool:
     return a == b
 
 
-def _file_differences(table: Table, delta, pairs: dict) -> list[str]:
+def _file_differences(table: Table, delta, mirror: DeltaMirror, pairs: dict) -> list[str]:
     """Partition values and stats of the files both logs hold."""
     schema = table.schema()
     found: dict[str, list[str]] = {}
@@ -249,6 +264,8 @@ def _file_differences(table: Table, delta, pairs: dict) -> list[str]:
     delta_columns = set(delta.metadata().partition_columns)
     # Delta readers parse the statistics of these columns only (its dataSkipping* configuration): compare those.
     indexed = delta_indexed_columns(schema, delta.metadata().configuration or {}, delta_columns)
+    exact = _exact_string_lengths(table)
+    unparsed: list[tuple[str, str, str, Any]] = []  # (path, min|max, column, expected): NULL to delta-rs
     expected_spellings: set[tuple] = set()
     for path, (data_file, add) in sorted(pairs.items()):
         spec = table.specs()[data_file.spec_id]
@@ -269,7 +286,8 @@ def _file_differences(table: Table, delta, pairs: dict) -> list[str]:
                 note("partition value", f"{path}: {name!r} is {iceberg_value!r} in Iceberg, {delta_value!r} in Delta")
         expected_spellings.add(tuple(sorted(spelled.items())))
         _partition_bound_differences(schema, spec, data_file, path, note)
-        _stats_differences(schema, data_file, add, path, note, indexed)
+        _stats_differences(schema, data_file, add, path, note, indexed, exact, unparsed)
+    _unreadable_stats(delta, mirror, unparsed, note)
     if delta_columns:
         # delta-rs parses sloppy spellings leniently; other readers do not: compare the strings in the log.
         logical = delta_column_mapping.logical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
@@ -306,9 +324,13 @@ def _partition_bound_differences(schema, spec, data_file, path: str, note) -> No
                 break
 
 
-def _stats_differences(schema, data_file, add: dict, path: str, note, indexed: set[str]) -> None:
+def _stats_differences(schema, data_file, add: dict, path: str, note, indexed: set[str], exact: dict[int, int], unparsed: list) -> None:
     """The statistics of the columns the Delta log indexes: each must be what the mirror derives from the file's
-    Iceberg statistics (a column Iceberg keeps no statistics for must have none in Delta that Iceberg contradicts)."""
+    Iceberg statistics (a column Iceberg keeps no statistics for must have none in Delta that Iceberg contradicts).
+
+    A string bound may be truncated on either side: it must only be compatible with the other side's. A statistic
+    the add leaves out is unknown, not a difference; one delta-rs reads as NULL goes to `unparsed`, which the log
+    decides between the two."""
     lower, upper, nulls = data_file.lower_bounds or {}, data_file.upper_bounds or {}, data_file.null_value_counts or {}
     for f in schema.fields:
         if not f.field_type.is_primitive or f.name not in indexed:
@@ -325,14 +347,48 @@ def _stats_differences(schema, data_file, add: dict, path: str, note, indexed: s
             lo = hi = None  # the mirror writes a column's min and max together or not at all
         for bound, raw, want_json, is_upper in (("min", lower.get(f.field_id), lo, False), ("max", upper.get(f.field_id), hi, True)):
             got = add.get(f"{bound}.{name}")
-            if want_json is None:
-                if got is not None and raw is not None and not delta_values.stats_bound_holds(t, got, raw, is_upper):
+            if got is None:
+                if want_json is not None and add.get("num_records") is not None:  # an add without stats has nothing to misread
+                    unparsed.append((path, bound, name, want_json))
+            elif want_json is None:
+                if raw is not None and not delta_values.stats_bound_holds(t, got, raw, is_upper):
                     note("stats bound", f"{path}: Delta {bound} of {name!r} is {got!r}, not a bound of Iceberg's {from_bytes(t, raw)!r}")
-                continue
-            want = _typed_stat(t, want_json)
-            if got is None or not _same(t, want, got):
-                why = "missing or unreadable" if got is None else repr(got)
-                note("stats", f"{path}: Delta {bound} of {name!r} is {why}, expected {want_json!r}")
+            elif isinstance(t, StringType):
+                if not delta_values.string_bounds_compatible(got, want_json, is_upper, len(want_json) < exact.get(f.field_id, TRUNCATED_STRINGS)):
+                    note("stats bound", f"{path}: Delta {bound} of {name!r} is {got!r}, which cannot bound the rows Iceberg bounds by {want_json!r}")
+            elif not _same(t, _typed_stat(t, want_json), got):
+                note("stats", f"{path}: Delta {bound} of {name!r} is {got!r}, expected {want_json!r}")
+
+
+TRUNCATED_STRINGS = 16  # Iceberg's default truncate(16): a string bound this long may be a truncated one
+
+
+def _exact_string_lengths(table: Table) -> dict[int, int]:
+    """Per string column, the length below which its Iceberg bounds are the file's own values: its truncation length
+    under the table's statistics policy, at most Iceberg's default (files written under an older setting)."""
+    policy = statistics_policy(table)
+    return {
+        f.field_id: min(policy.mode(f.field_id).length or TRUNCATED_STRINGS, TRUNCATED_STRINGS)
+        for f in table.schema().fields
+        if isinstance(f.field_type, StringType)
+    }
+
+
+def _unreadable_stats(delta, mirror: DeltaMirror, unparsed: list, note) -> None:
+    """Of the statistics delta-rs reads as NULL, those the log holds: unreadable (a reader that parses them differently
+    would skip files wrongly). Those the writer left out are unknown, never a difference."""
+    if not unparsed:
+        return
+    logged = delta_logged_stats.logged_stats(mirror.storage, mirror.root_uri, delta.version(), {p for p, *_ in unparsed})
+    physical = {v: k for k, v in delta_column_mapping.logical_names(delta).items()} if delta_column_mapping.is_mapped(delta) else {}
+    key = {"min": "minValues", "max": "maxValues"}
+    for path, bound, name, want_json in unparsed:
+        if path not in logged:
+            continue  # not found in the log (e.g. a v2 checkpoint): cannot tell
+        stats = logged[path]
+        logged_value = ((stats or {}).get(key[bound]) or {}).get(physical.get(name, name))
+        if stats is None or logged_value is not None:  # a JSON null is no statistic, as a left-out one
+            note("stats", f"{path}: Delta {bound} of {name!r} is missing or unreadable, expected {want_json!r} (the log holds {logged_value!r})")
 
 
 def _typed_stat(t, value):

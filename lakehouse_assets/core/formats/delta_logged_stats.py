@@ -1,0 +1,74 @@
+"""The `stats` of live Delta add actions as the log spells them, before any reader parses them.
+
+delta-rs hands back a statistic it cannot parse (a year written `10-05-06`) as NULL, the same as one the writer
+never recorded (Spark keeps no min/max of booleans, none of an all-NULL column, and older writers no stats at all).
+The two mean different things to `verify`: an absent statistic only stops readers skipping the file, an unreadable
+one may be misread by a reader that parses it differently. This reads the log itself for the few adds that need the
+distinction: the commits newer than the latest checkpoint, newest first, then that checkpoint's Parquet parts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..io.storage import delta_path, join_uri
+
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
+
+
+def logged_stats(storage, root_uri: str, version: int, paths: set[str]) -> dict[str, dict[str, Any] | None]:
+    """Decoded relative path -> its live add's stats JSON (`{}` when the add has none, None when it is no JSON), for the
+    `paths` found.
+
+    A path not found (a v2 checkpoint, an unreadable log file) is left out: the caller cannot tell, and says nothing."""
+    fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
+    from pyarrow.fs import FileSelector
+
+    names = [i.base_name for i in fs.get_file_info(FileSelector(log, allow_not_found=True)) if i.is_file]
+    checkpoints = sorted({int(m.group(1)) for n in names if (m := _CHECKPOINT.match(n)) and int(m.group(1)) <= version})
+    since = checkpoints[-1] if checkpoints else -1
+    commits = sorted((int(m.group(1)) for n in names if (m := _COMMIT.match(n)) and since < int(m.group(1)) <= version), reverse=True)
+    found: dict[str, dict[str, Any] | None] = {}
+    for v in commits:  # the newest add of a live path is its live one
+        try:
+            with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
+                lines = f.read().decode().splitlines()
+        except OSError:
+            return found
+        for line in lines:
+            add = json.loads(line).get("add") if line.strip() else None
+            if add is not None:
+                _note(found, paths, add.get("path"), add.get("stats"))
+        if paths <= found.keys():
+            return found
+    if since >= 0:
+        _from_checkpoint(fs, log, [n for n in names if (m := _CHECKPOINT.match(n)) and int(m.group(1)) == since], paths, found)
+    return found
+
+
+def _from_checkpoint(fs, log: str, parts: list[str], paths: set[str], found: dict[str, dict[str, Any] | None]) -> None:
+    import pyarrow.parquet as pq
+
+    for part in parts:
+        try:
+            with fs.open_input_file(f"{log}/{part}") as f:
+                adds = pq.read_table(f, columns=["add"]).column("add").to_pylist()
+        except (OSError, KeyError):
+            continue
+        for add in adds:
+            if add is not None:
+                _note(found, paths, add.get("path"), add.get("stats"))
+
+
+def _note(found: dict[str, dict[str, Any]], paths: set[str], path: str | None, stats: str | None) -> None:
+    if path is None:
+        return
+    p = delta_path(path)
+    if p in paths and p not in found:
+        try:
+            found[p] = json.loads(stats) if stats else {}
+        except ValueError:
+            found[p] = None

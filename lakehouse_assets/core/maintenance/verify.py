@@ -36,7 +36,7 @@ from ..formats.delta_committer import DeltaMirror
 from ..io.storage import delta_path, normalize_uri, relative_to
 from ..schema.spec import delta_partition_columns
 from ..schema.statistics import delta_indexed_columns
-from ..schema.type_mapping import delta_schema
+from ..schema.type_mapping import delta_schema, narrow_integers
 from .change_data_check import change_data_differences
 
 DEEP_HASH_MAX_ROWS = 5_000_000
@@ -96,7 +96,7 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         if checked:
             report["content"]["change_data"] = checked
         differences += cdc_differences
-    report["columns"] = _schema_columns(pa.schema(delta_schema(table.schema()).to_arrow()))
+    report["columns"] = _schema_columns(pa.schema(delta_schema(table.schema(), narrow_integers(table.properties)).to_arrow()))
     report["differences"] = differences
     report["agree"] = not differences
     return report
@@ -193,7 +193,7 @@ def _relative(root: str, uri: str) -> str:
 
 def _schema_differences(table: Table, delta) -> list[str]:
     out = []
-    expected = {f.name: f for f in pa.schema(delta_schema(table.schema()).to_arrow())}
+    expected = {f.name: f for f in pa.schema(delta_schema(table.schema(), narrow_integers(table.properties)).to_arrow())}
     actual = {f.name: f for f in pa.schema(delta.schema().to_arrow())}
     for name in sorted(set(expected) | set(actual)):
         e, a = expected.get(name), actual.get(name)

@@ -43,10 +43,11 @@ def evolve_schema(root_uri: str, storage: StorageConfig, delta: DeltaTable, tabl
     if names is not None:
         # delta-rs refuses schema changes of a column-mapped table: the metaData is written here, one version for
         # any mix of new, renamed and dropped columns (ids and physical names as the table's files hold them).
-        if not delta_column_mapping.schema_matches(delta, schema, names):
+        narrow = narrow_integers(table.properties)
+        if not delta_column_mapping.schema_matches(delta, schema, names, narrow):
             delta_column_mapping.commit_schema(
                 root_uri, storage, delta, schema, names, operation="CHANGE COLUMNS", commit_info=props.custom_metadata,
-                configuration=statistics_policy(table, schema).delta_configuration(delta.metadata().configuration or {}),
+                configuration=statistics_policy(table, schema).delta_configuration(delta.metadata().configuration or {}), narrow=narrow,
             )
             delta.update_incremental()
         return
@@ -59,7 +60,7 @@ def evolve_schema(root_uri: str, storage: StorageConfig, delta: DeltaTable, tabl
     if new:
         delta.update_incremental()
 
-def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable, snap: Snapshot, policy: StatisticsPolicy) -> None:
+def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable, snap: Snapshot, policy: StatisticsPolicy, narrow: dict[int, str] | None = None) -> None:
     """Make Delta readers parse the statistics of exactly the policy's columns (a metadata-only version, tagged,
     when the columns changed: a new table, new columns, changed statistics properties). Idempotent."""
     current = delta.metadata().configuration or {}
@@ -72,7 +73,7 @@ def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable,
     if delta_column_mapping.is_mapped(delta):  # delta-rs refuses SET TBLPROPERTIES on a column-mapped table
         delta_column_mapping.commit_schema(
             root_uri, storage, delta, policy.schema, delta_column_mapping.physical_names(delta), operation="SET TBLPROPERTIES",
-            commit_info={DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)}, configuration=wanted,
+            commit_info={DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)}, configuration=wanted, narrow=narrow,
         )
         delta.update_incremental()
         return
@@ -93,7 +94,7 @@ def schema_differs(delta: DeltaTable, schema: Schema, names: dict[int, str] | No
     target = {f.name: f for f in delta_schema(schema, narrow).fields}
     current = {f.name: f for f in delta.schema().fields}
     if names is not None:
-        return not delta_column_mapping.schema_matches(delta, schema, names)
+        return not delta_column_mapping.schema_matches(delta, schema, names, narrow)
     if target.keys() != current.keys():
         return True
     return any(str(target[n].type) != str(current[n].type) or (target[n].nullable and not current[n].nullable) for n in target)

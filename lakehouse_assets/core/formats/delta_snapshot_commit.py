@@ -74,7 +74,7 @@ def commit_change(
         _replace_with_wider_types(root_uri, storage, configuration, table, delta, snap, schema, metadata, now, policy)
         return None
     evolve_schema(root_uri, storage, delta, table, schema, snap)
-    declare_statistics(root_uri, storage, delta, snap, policy)
+    declare_statistics(root_uri, storage, delta, snap, policy, narrow)
     if change_data is not None and change.data_change and (change.removes or raw_removes) and delta_cdc_commit.feed_enabled(delta):
         if change.change_data is not None and not raw_removes:
             cdc = change.change_data  # written by the write itself, with its data files

@@ -204,7 +204,7 @@ def _schema_differences(table: Table, delta) -> list[str]:
     if delta_column_mapping.enabled(table.properties):
         # Column mapping: each Delta column carries its Iceberg field id and the physical name the files hold.
         names = delta_column_mapping.file_names(table, table.schema())
-        if not delta_column_mapping.schema_matches(delta, table.schema(), names):
+        if not delta_column_mapping.schema_matches(delta, table.schema(), names, narrow_integers(table.properties)):
             want_names = {table.schema().find_column_name(i): p for i, p in names.items()}
             have = delta_column_mapping.physical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
             out.append(f"column mapping: Iceberg's columns have physical names {want_names}; Delta's field ids and physical names are {have or 'absent'}")

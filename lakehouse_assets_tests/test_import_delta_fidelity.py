@@ -254,8 +254,9 @@ def test_a_variant_column_is_refused_by_name_and_the_source_is_left_as_it_was(lh
     write_log(root, protocol, metadata, [("part-0.parquet", pa.table({"id": pa.array([1], pa.int64()), "payload": variant}))], "Apache-Spark/4.0.0 Delta-Lake/4.0.0")
     before = tree_digest(root)
 
-    with pytest.raises(ImportRefused, match=r"fid\.variant_table: column\(s\) \['payload'\] .* variant.*Nothing was imported.*to_json"):
-        lh.import_table("fid.variant_table", root)
+    for apply_deletes in (False, True):
+        with pytest.raises(ImportRefused, match=r"fid\.variant_table: column\(s\) \['payload'\] .* variant.*Nothing was imported.*to_json"):
+            lh.import_table("fid.variant_table", root, apply_deletes=apply_deletes)
 
     assert tree_digest(root) == before
     assert "fid.variant_table" not in lh.table_names()

@@ -269,12 +269,6 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
             "rows first, or purge them with the engine that wrote them (Delta Lake on Spark or Databricks: "
             "`REORG TABLE ... APPLY (PURGE)`), then import again."
         )
-    if variants := variant_columns(json.loads(delta.schema().to_json())):
-        raise ImportRefused(
-            f"Table {identifier}: column(s) {variants} of the Delta table at {root_uri} are of type variant, which this project's "
-            "Iceberg side cannot hold (pyiceberg has no variant type; Iceberg's variant needs format v3). Nothing was imported. "
-            "Store the values as JSON strings instead (Spark: `to_json(col)`), or keep the table Delta-only."
-        )
     live = live_files(delta)
     outside = [p for p in live if "://" in p or p.startswith(("/", ".."))]
     if outside:
@@ -296,6 +290,16 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
     for path, row in sorted(live.items()):
         existing.files.append((path, int(row["size_bytes"]), dict(row.get("partition") or {})))
     return existing
+
+
+def refuse_variant_columns(identifier: str, delta, root_uri: str) -> None:
+    """Refuse (before any work, `--apply-deletes` included) a Delta table with variant columns."""
+    if variants := variant_columns(json.loads(delta.schema().to_json())):
+        raise ImportRefused(
+            f"Table {identifier}: column(s) {variants} of the Delta table at {root_uri} are of type variant, which this project's "
+            "Iceberg side cannot hold (pyiceberg has no variant type; Iceberg's variant needs format v3). Nothing was imported. "
+            "Store the values as JSON strings instead (Spark: `to_json(col)`), or keep the table Delta-only."
+        )
 
 
 def variant_columns(delta_type, path: str = "") -> list[str]:

@@ -48,6 +48,7 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
         from deltalake import DeltaTable
 
         delta = DeltaTable(location, storage_options=ctx.storage.delta_options(location))
+        import_files.refuse_variant_columns(identifier, delta, location)
         purged = import_files.purge_deletion_vectors(identifier, delta) if apply_deletes else 0
         existing = import_files.delta_files(identifier, delta, location)
         table = import_files.create_over_files(ctx, identifier, existing, location)

@@ -16,7 +16,7 @@ from pyiceberg.table.snapshots import Snapshot
 from ..io.storage import StorageConfig
 from ..properties import DeltaCommitKeys, Operation, SummaryKeys
 from ..schema.spec import statistics_policy
-from ..schema.statistics import StatisticsPolicy, delta_indexed_columns
+from ..schema.statistics import DELTA_STATS_COLUMNS, StatisticsPolicy, delta_indexed_columns
 from ..schema.type_mapping import delta_schema, narrow_integers
 from . import delta_column_mapping
 
@@ -68,7 +68,8 @@ def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable,
     if all(current.get(k) == v for k, v in wanted.items()):
         return
     primitive = {f.name for f in policy.schema.fields if f.field_type.is_primitive}
-    if delta_indexed_columns(policy.schema, current, policy.partition_columns) & primitive == set(policy.delta_columns()):
+    empty_list = current.get(DELTA_STATS_COLUMNS) == ""  # no column at all, which delta_indexed_columns does not read
+    if not empty_list and delta_indexed_columns(policy.schema, current, policy.partition_columns) & primitive == set(policy.delta_columns()):
         return  # Delta readers parse the policy's columns already, e.g. by Delta's default of 32 columns
     if delta_column_mapping.is_mapped(delta):  # delta-rs refuses SET TBLPROPERTIES on a column-mapped table
         delta_column_mapping.commit_schema(

@@ -159,6 +159,12 @@ def test_an_append_only_delta_table_imports_takes_appends_and_refuses_removes_by
         with pytest.raises(MirrorRefused, match=r"fid\.append_only: its Delta table sets delta\.appendOnly=true.*Nothing was committed"):
             lh.write(spark.createDataFrame([(0, "x", 1)], "id long, name string, v int"), "fid.append_only", mode=mode, merge=MergeOptions(keys=["id"]) if mode == "merge" else None)
         assert lh.load("fid.append_only").current_snapshot().snapshot_id == snapshot and DeltaTable(root).version() == version
+    # A merge on a branch touches neither main nor Delta; publishing it would remove files from main: refused the same way.
+    lh.write(spark.createDataFrame([(0, "x", 1)], "id long, name string, v int"), "fid.append_only", mode="merge", merge=MergeOptions(keys=["id"]), branch="fix")
+    with pytest.raises(MirrorRefused, match=r"fid\.append_only: its Delta table sets delta\.appendOnly=true, and publishing branch 'fix' would remove"):
+        lh.publish("fid.append_only", "fix", spark=spark)
+    assert lh.load("fid.append_only").current_snapshot().snapshot_id == snapshot and DeltaTable(root).version() == version
+    lh.discard("fid.append_only", "fix")
     # Compaction removes files without changing data (dataChange=false), which an append-only table allows.
     compacted = lh.maintain("fid.append_only", "compaction", spark=spark, compaction_min_input_files=2)
     assert compacted["committed"], compacted

@@ -65,11 +65,10 @@ def commit_change(
     ]
     # Removes known only from the Delta log (their Iceberg snapshot was expired): see commit_full_diff.
     actions += [r.remove_action(schema, now, names) for r in raw_removes or []]
-    policy = statistics_policy(table, schema)
+    policy, narrow = statistics_policy(table, schema), narrow_integers(table.properties)
     actions += [add_action(root_uri, table, schema, f, change.data_change, now, policy, names) for f in change.adds]
     metadata = {k: v for k, v in change.summary.items() if k.startswith(SummaryKeys.PREFIX)}
     metadata.update({DeltaCommitKeys.ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), DeltaCommitKeys.ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
-    narrow = narrow_integers(table.properties)
     if names is None and changed_types(delta, schema, narrow):
         _replace_with_wider_types(root_uri, storage, configuration, table, delta, snap, schema, metadata, now, policy)
         return None

@@ -77,7 +77,8 @@ def commit(
     summary = {**summary, SummaryKeys.COMMIT_ID: uuid.uuid4().hex}
     try:
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
-        _refuse_removes_if_append_only(identifier, mirror, changes, summary)
+        if summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION:
+            refuse_removes_if_append_only(identifier, mirror, len(changes.removes), "this write")
         table, snapshot = _commit_iceberg(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, branch)
     except CommitStateUnknownException as e:
         _drop_pooled_connections(table)
@@ -123,17 +124,17 @@ def _with_expected_delta_version(identifier: str, table: Table, mirror: DeltaMir
     return summary
 
 
-def _refuse_removes_if_append_only(identifier: str, mirror: DeltaMirror | None, changes: FileChanges, summary: dict[str, str]) -> None:
+def refuse_removes_if_append_only(identifier: str, mirror: DeltaMirror | None, removes: int, what: str) -> None:
     """A Delta table with `delta.appendOnly=true` takes no remove that changes data (the Delta protocol): a merge,
-    overwrite or delete of such a table is refused before the Iceberg commit, not left half-mirrored after it.
-    Compaction stays allowed (its removes carry dataChange=false)."""
-    if mirror is None or not changes.removes or summary.get(SummaryKeys.OPERATION) == Operation.COMPACTION:
+    overwrite, delete or rollback of such a table (`removes` data files removed, compaction's aside: its removes carry
+    dataChange=false) is refused before the Iceberg commit, not left half-mirrored after it."""
+    if mirror is None or not removes:
         return
     delta = mirror._loaded if mirror._loaded is not None else mirror.load()
     if delta is None or str((delta.metadata().configuration or {}).get(APPEND_ONLY, "false")).lower() != "true":
         return
     raise MirrorRefused(
-        f"Table {identifier}: its Delta table sets {APPEND_ONLY}=true, and this write would remove {len(changes.removes)} data "
+        f"Table {identifier}: its Delta table sets {APPEND_ONLY}=true, and {what} would remove {removes} data "
         "file(s) (a merge, overwrite or delete rewrites or drops rows), which the Delta protocol forbids on an append-only "
         f"table. Nothing was committed. Append instead, or, if the table may change rows, unset the property with the engine "
         f"that owns it (`ALTER TABLE ... SET TBLPROPERTIES ('{APPEND_ONLY}' = 'false')`) and write again."

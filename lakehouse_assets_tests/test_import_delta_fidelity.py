@@ -311,3 +311,21 @@ def test_a_column_mapped_spark_table_keeps_its_short_column_and_char_varchar_met
     assert_unchanged(duck, root, before, types)
     deep = lh.verify("fid.mapped", deep=True)
     assert deep["agree"], deep["differences"]
+
+
+def test_a_parquet_datasets_int8_and_int16_columns_are_byte_and_short_in_its_new_delta_log(lh, spark, duck, tmp_path):
+    root = tmp_path / "landing"
+    root.mkdir()
+    rows = narrow_rows([1, 2, 3])
+    pq.write_table(pa.Table.from_pylist([dict(zip(NARROW.names, r)) for r in rows], schema=NARROW), root / "part-0.parquet")
+
+    lh.import_table("fid.landing", str(root))
+
+    types = delta_types(duck, root)
+    assert types["b"] == ("int8", "int8", "TINYINT") and types["s"] == ("int16", "int16", "SMALLINT") and types["ls"][2] == "SMALLINT[]"
+    assert_all_readers_agree(lh, spark, duck, "fid.landing", expected(rows), columns=NARROW_COLUMNS)
+    lh.write(spark.createDataFrame(narrow_rows([4]), NARROW_SPARK), "fid.landing", mode="merge", merge=MergeOptions(keys=["id"]))
+    assert_all_readers_agree(lh, spark, duck, "fid.landing", expected(rows + narrow_rows([4])), columns=NARROW_COLUMNS)
+    assert delta_types(duck, root) == types
+    deep = lh.verify("fid.landing", deep=True)
+    assert deep["agree"], deep["differences"]

@@ -329,3 +329,22 @@ def test_a_parquet_datasets_int8_and_int16_columns_are_byte_and_short_in_its_new
     assert delta_types(duck, root) == types
     deep = lh.verify("fid.landing", deep=True)
     assert deep["agree"], deep["differences"]
+
+
+def test_the_change_data_files_of_a_merge_into_a_short_column_table_hold_the_delta_type(lh, spark, duck, tmp_path):
+    root = str(tmp_path / "feed")
+    write_deltalake(root, pa.table({"id": pa.array([1, 2], pa.int64()), "s": pa.array([10, 20], pa.int16())}), configuration={"delta.enableChangeDataFeed": "true"})
+    before, types = log_state(root), delta_types(duck, root)
+    lh.import_table("fid.feed", root)
+    version = DeltaTable(root).version()
+
+    lh.write(spark.createDataFrame([(2, -20), (3, 30)], "id long, s int"), "fid.feed", mode="merge", merge=MergeOptions(keys=["id"]))
+
+    feed = pa.table(DeltaTable(root).load_cdf(starting_version=version + 1).read_all())
+    assert feed.schema.field("s").type == pa.int16()
+    changes = sorted((r["_change_type"], r["id"], r["s"]) for r in feed.to_pylist())
+    assert changes == [("insert", 3, 30), ("update_postimage", 2, -20), ("update_preimage", 2, 20)]
+    assert_all_readers_agree(lh, spark, duck, "fid.feed", [(1, 10), (2, -20), (3, 30)], columns=["id", "s"])
+    assert_unchanged(duck, root, before, types)
+    deep = lh.verify("fid.feed", deep=True)
+    assert deep["agree"], deep["differences"]

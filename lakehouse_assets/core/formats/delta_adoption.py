@@ -23,6 +23,7 @@ files outside the table location, non-identity partition transforms, and a Delta
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from deltalake import DeltaTable
@@ -276,7 +277,7 @@ class FooterReader:
         self.plan = compute_statistics_plan(schema, metadata.properties)
         top = {f.field_id: p for f in schema.fields if (p := physical.get(f.field_id)) is not None}
         self.file_schema = delta_column_mapping.with_file_names(schema, top)  # columns as the files name them
-        self.ids = parquet_path_to_id_mapping(self.file_schema)
+        self.ids = with_list_item_paths(parquet_path_to_id_mapping(self.file_schema))
         self.by_physical = {p: schema.find_column_name(i) for i, p in top.items()}  # Delta keys partition values by physical name
         self.view_typed: dict[str, list[str]] = {}
         self.lacking_partition_columns = False
@@ -349,6 +350,16 @@ def _counts_only_for_int96(metadata, plan: dict, ids: dict[str, int]) -> dict:
 
 CHANGE_TYPE = "_change_type"  # a Delta data file's change type, where the file also serves as change data
 CHANGE_TYPE_FIELD_ID = 2**31 - 1 - 104  # Iceberg's reserved id of the `_change_type` metadata column: no table column has it
+
+
+def with_list_item_paths(ids: dict[str, int]) -> dict[str, int]:
+    """Parquet column paths -> field ids, each list element also under `<list>.list.item`: Arrow-based writers (delta-rs,
+    pyarrow without `use_compliant_nested_type`) name the element `item` where the Parquet spec and Iceberg say `element`."""
+    out = dict(ids)
+    for path, field_id in ids.items():
+        alias = re.sub(r"\.list\.element(?=\.|$)", ".list.item", path)
+        out.setdefault(alias, field_id)
+    return out
 
 
 def name_mapping(schema, physical: dict[int, str], change_type: bool = False) -> str:

@@ -135,19 +135,32 @@ def logical_names(delta: DeltaTable) -> dict[str, str]:
     }
 
 
-def schema_matches(delta: DeltaTable, schema: Schema, names: Mapping[int, str]) -> bool:
-    """Whether the Delta table is column-mapped with exactly `schema`'s columns, ids and physical names."""
+def schema_matches(delta: DeltaTable, schema: Schema, names: Mapping[int, str], narrow: Mapping[int, str] | None = None) -> bool:
+    """Whether the Delta table is column-mapped with exactly `schema`'s columns, ids and physical names (other field
+    metadata, such as Spark's char/varchar lengths or comments, aside). `narrow`: type_mapping.narrow_integers."""
     if not is_mapped(delta):
         return False
-    return json.loads(delta.schema().to_json())["fields"] == mapped_schema(schema, names)["fields"]
+    return _mapping_only(json.loads(delta.schema().to_json())["fields"]) == mapped_schema(schema, names, narrow)["fields"]
 
 
-def changed_types(delta: DeltaTable, schema: Schema) -> list[str]:
+def _mapping_only(t: Any) -> Any:
+    """A Delta schema (JSON) whose fields keep only their column mapping metadata."""
+    if isinstance(t, list):
+        return [_mapping_only(v) for v in t]
+    if not isinstance(t, dict):
+        return t
+    out = {k: _mapping_only(v) for k, v in t.items() if k != "metadata"}
+    if "metadata" in t:
+        out["metadata"] = {k: v for k, v in (t["metadata"] or {}).items() if k in (FIELD_ID, PHYSICAL_NAME)}
+    return out
+
+
+def changed_types(delta: DeltaTable, schema: Schema, narrow: Mapping[int, str] | None = None) -> list[str]:
     """Columns (matched by field id) whose type in `schema` differs from the column-mapped Delta table's."""
     if not is_mapped(delta):
         return []
     current = {(f.get("metadata") or {}).get(FIELD_ID): f["type"] for f in json.loads(delta.schema().to_json())["fields"]}
-    target = json.loads(delta_schema(schema).to_json())["fields"]
+    target = json.loads(delta_schema(schema, narrow).to_json())["fields"]
     return [t["name"] for t, f in zip(target, schema.fields, strict=True) if f.field_id in current and _bare(current[f.field_id]) != _bare(t["type"])]
 
 
@@ -176,10 +189,10 @@ def physical_names(delta: DeltaTable) -> dict[int, str]:
     return out
 
 
-def mapped_schema(schema: Schema, physical: Mapping[int, str]) -> dict[str, Any]:
+def mapped_schema(schema: Schema, physical: Mapping[int, str], narrow: Mapping[int, str] | None = None) -> dict[str, Any]:
     """The Delta schema of an Iceberg schema (type_mapping.delta_schema), each struct field carrying its Iceberg
     field id and its physical name (`physical[field_id]`, else its current name)."""
-    rendered = json.loads(delta_schema(schema).to_json())
+    rendered = json.loads(delta_schema(schema, narrow).to_json())
 
     def annotate(delta_fields: list[dict[str, Any]], iceberg_fields: tuple[NestedField, ...]) -> None:
         for d, f in zip(delta_fields, iceberg_fields, strict=True):
@@ -198,6 +211,14 @@ def _annotate_type(delta_type: Any, iceberg_type: Any, annotate) -> None:
     elif isinstance(iceberg_type, MapType):
         _annotate_type(delta_type["keyType"], iceberg_type.key_type, annotate)
         _annotate_type(delta_type["valueType"], iceberg_type.value_type, annotate)
+
+
+def _keeping_metadata(rendered: dict[str, Any], delta: DeltaTable) -> dict[str, Any]:
+    """`rendered` with each top-level column's other field metadata (char/varchar lengths, comments) kept from Delta."""
+    kept = {(f.get("metadata") or {}).get(FIELD_ID): f.get("metadata") or {} for f in json.loads(delta.schema().to_json())["fields"]}
+    for f in rendered["fields"]:
+        f["metadata"] = {**kept.get(f["metadata"][FIELD_ID], {}), **f["metadata"]}
+    return rendered
 
 
 def _struct_children(t: Any) -> list[list[dict[str, Any]]]:
@@ -222,6 +243,7 @@ def commit_schema(
     operation: str,
     commit_info: Mapping[str, str] | None = None,
     configuration: Mapping[str, str] | None = None,
+    narrow: Mapping[int, str] | None = None,
 ) -> int:
     """One Delta version whose metaData declares `schema` with column mapping (name mode), at `delta.version() + 1`.
 
@@ -252,7 +274,7 @@ def commit_schema(
         "name": md.name,
         "description": md.description,
         "format": {"provider": "parquet", "options": {}},
-        "schemaString": json.dumps(mapped_schema(schema, physical), separators=(",", ":")),
+        "schemaString": json.dumps(_keeping_metadata(mapped_schema(schema, physical, narrow), delta), separators=(",", ":")),
         "partitionColumns": partition_columns,
         "configuration": settings,
         "createdTime": md.created_time,

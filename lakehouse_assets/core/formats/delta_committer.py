@@ -30,7 +30,7 @@ from ..errors import MirrorRefused
 from ..io.storage import StorageConfig
 from ..properties import DELTA_APP_ID, Operation, SummaryKeys
 from ..schema.spec import delta_partition_columns, statistics_policy
-from ..schema.type_mapping import delta_schema
+from ..schema.type_mapping import delta_schema, narrow_integers
 from . import delta_column_mapping, foreign_delta, history
 from .delta_glue import GlueEntry
 from .delta_refusals import (
@@ -147,7 +147,7 @@ class DeltaMirror:
             # the log and it) and wrote no schema, so the log as read before it still has the current schema.
             # Reading our own commit back would merge it into the state of every live file: skip it when the
             # current Iceberg schema needs nothing from Delta.
-            if not (at_current and schema_differs(delta, table.schema(), delta_column_mapping.file_names(table, table.schema()))):
+            if not (at_current and schema_differs(delta, table.schema(), delta_column_mapping.file_names(table, table.schema()), narrow_integers(table.properties))):
                 return landed
             delta.update_incremental()
         if at_current:
@@ -199,7 +199,7 @@ class DeltaMirror:
             else:
                 create_table_with_add_actions(
                     self.root_uri,
-                    delta_schema(schema),
+                    delta_schema(schema, narrow_integers(table.properties)),
                     [],
                     mode="error",
                     partition_by=partition_by or None,

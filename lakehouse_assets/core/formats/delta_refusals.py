@@ -17,7 +17,7 @@ from pyiceberg.table.snapshots import Snapshot
 from ..errors import MirrorRefused
 from ..io.storage import relative_to
 from ..properties import SummaryKeys
-from ..schema.type_mapping import delta_schema
+from ..schema.type_mapping import delta_schema, narrow_integers
 from . import delta_column_mapping
 from .snapshot_changes import SnapshotChange
 
@@ -32,9 +32,9 @@ def schema_refusals(table: Table, delta: DeltaTable, schema: Schema, summary: di
     """Why Delta cannot follow `schema` (a rename or drop without column mapping, a type changed in metadata only)."""
     if delta_column_mapping.enabled(table.properties):
         # Renames and drops are metadata-only Delta commits (`delta_schema_evolution.evolve_schema`); a type change still is not.
-        changed = delta_column_mapping.changed_types(delta, schema)
+        changed = delta_column_mapping.changed_types(delta, schema, narrow_integers(table.properties))
         return [f"the type of column(s) {changed} changed; {_FIX_WIDEN_MAPPED}"] if changed else []
-    target = {f.name: f for f in delta_schema(schema).fields}
+    target = {f.name: f for f in delta_schema(schema, narrow_integers(table.properties)).fields}
     current = {f.name: f for f in delta.schema().fields}
     out = []
     gone = [n for n in current if n not in target]

@@ -16,8 +16,8 @@ from pyiceberg.table.snapshots import Snapshot
 from ..io.storage import StorageConfig
 from ..properties import DeltaCommitKeys, Operation, SummaryKeys
 from ..schema.spec import statistics_policy
-from ..schema.statistics import StatisticsPolicy
-from ..schema.type_mapping import delta_schema
+from ..schema.statistics import DELTA_STATS_COLUMNS, StatisticsPolicy, delta_indexed_columns
+from ..schema.type_mapping import delta_schema, narrow_integers
 from . import delta_column_mapping
 
 
@@ -29,7 +29,7 @@ def evolve_schema(root_uri: str, storage: StorageConfig, delta: DeltaTable, tabl
     ALTER TABLE operations: one metadata-only Delta version, tagged, right before the data version.
     Idempotent: a retry finds the columns already there.
     """
-    target = {f.name: f for f in delta_schema(schema).fields}
+    target = {f.name: f for f in delta_schema(schema, narrow_integers(table.properties)).fields}
     current = {f.name: f for f in delta.schema().fields}
     props = CommitProperties(
         custom_metadata={SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)},
@@ -43,10 +43,11 @@ def evolve_schema(root_uri: str, storage: StorageConfig, delta: DeltaTable, tabl
     if names is not None:
         # delta-rs refuses schema changes of a column-mapped table: the metaData is written here, one version for
         # any mix of new, renamed and dropped columns (ids and physical names as the table's files hold them).
-        if not delta_column_mapping.schema_matches(delta, schema, names):
+        narrow = narrow_integers(table.properties)
+        if not delta_column_mapping.schema_matches(delta, schema, names, narrow):
             delta_column_mapping.commit_schema(
                 root_uri, storage, delta, schema, names, operation="CHANGE COLUMNS", commit_info=props.custom_metadata,
-                configuration=statistics_policy(table, schema).delta_configuration(delta.metadata().configuration or {}),
+                configuration=statistics_policy(table, schema).delta_configuration(delta.metadata().configuration or {}), narrow=narrow,
             )
             delta.update_incremental()
         return
@@ -59,17 +60,21 @@ def evolve_schema(root_uri: str, storage: StorageConfig, delta: DeltaTable, tabl
     if new:
         delta.update_incremental()
 
-def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable, snap: Snapshot, policy: StatisticsPolicy) -> None:
+def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable, snap: Snapshot, policy: StatisticsPolicy, narrow: dict[int, str] | None = None) -> None:
     """Make Delta readers parse the statistics of exactly the policy's columns (a metadata-only version, tagged,
     when the columns changed: a new table, new columns, changed statistics properties). Idempotent."""
     current = delta.metadata().configuration or {}
     wanted = policy.delta_configuration(current)
     if all(current.get(k) == v for k, v in wanted.items()):
         return
+    primitive = {f.name for f in policy.schema.fields if f.field_type.is_primitive}
+    empty_list = current.get(DELTA_STATS_COLUMNS) == ""  # no column at all, which delta_indexed_columns does not read
+    if not empty_list and delta_indexed_columns(policy.schema, current, policy.partition_columns) & primitive == set(policy.delta_columns()):
+        return  # Delta readers parse the policy's columns already, e.g. by Delta's default of 32 columns
     if delta_column_mapping.is_mapped(delta):  # delta-rs refuses SET TBLPROPERTIES on a column-mapped table
         delta_column_mapping.commit_schema(
             root_uri, storage, delta, policy.schema, delta_column_mapping.physical_names(delta), operation="SET TBLPROPERTIES",
-            commit_info={DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)}, configuration=wanted,
+            commit_info={DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)}, configuration=wanted, narrow=narrow,
         )
         delta.update_incremental()
         return
@@ -90,20 +95,20 @@ def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable,
     )
     delta.update_incremental()
 
-def schema_differs(delta: DeltaTable, schema: Schema, names: dict[int, str] | None = None) -> bool:
+def schema_differs(delta: DeltaTable, schema: Schema, names: dict[int, str] | None = None, narrow: dict[int, str] | None = None) -> bool:
     """Whether the Iceberg schema asks anything of Delta's: other columns or types (refused or evolved by
     `DeltaMirror.sync`), or a column Iceberg made optional that Delta still declares NOT NULL (relaxed by `evolve_schema`)."""
-    target = {f.name: f for f in delta_schema(schema).fields}
+    target = {f.name: f for f in delta_schema(schema, narrow).fields}
     current = {f.name: f for f in delta.schema().fields}
     if names is not None:
-        return not delta_column_mapping.schema_matches(delta, schema, names)
+        return not delta_column_mapping.schema_matches(delta, schema, names, narrow)
     if target.keys() != current.keys():
         return True
     return any(str(target[n].type) != str(current[n].type) or (target[n].nullable and not current[n].nullable) for n in target)
 
 
-def changed_types(delta: DeltaTable, schema: Schema) -> list[str]:
-    """Columns whose type in the Iceberg schema differs from Delta's (a widening to mirror)."""
-    target = {f.name: str(f.type) for f in delta_schema(schema).fields}
+def changed_types(delta: DeltaTable, schema: Schema, narrow: dict[int, str] | None = None) -> list[str]:
+    """Columns whose type in the Iceberg schema differs from Delta's (a widening to mirror); `narrow`: `narrow_integers`."""
+    target = {f.name: str(f.type) for f in delta_schema(schema, narrow).fields}
     current = {f.name: str(f.type) for f in delta.schema().fields}
     return [n for n in target if n in current and target[n] != current[n]]

@@ -24,7 +24,7 @@ from ..io.storage import StorageConfig, delta_path, join_uri, relative_to
 from ..properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import StatisticsPolicy
-from ..schema.type_mapping import delta_schema
+from ..schema.type_mapping import delta_schema, narrow_integers
 from . import delta_cdc_commit, delta_column_mapping, history
 from .delta_actions import RemovedFile, add_action, remove_action
 from .delta_refusals import misnamed_refusals, refusal_message
@@ -65,15 +65,15 @@ def commit_change(
     ]
     # Removes known only from the Delta log (their Iceberg snapshot was expired): see commit_full_diff.
     actions += [r.remove_action(schema, now, names) for r in raw_removes or []]
-    policy = statistics_policy(table, schema)
+    policy, narrow = statistics_policy(table, schema), narrow_integers(table.properties)
     actions += [add_action(root_uri, table, schema, f, change.data_change, now, policy, names) for f in change.adds]
     metadata = {k: v for k, v in change.summary.items() if k.startswith(SummaryKeys.PREFIX)}
     metadata.update({DeltaCommitKeys.ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), DeltaCommitKeys.ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
-    if names is None and changed_types(delta, schema):
+    if names is None and changed_types(delta, schema, narrow):
         _replace_with_wider_types(root_uri, storage, configuration, table, delta, snap, schema, metadata, now, policy)
         return None
     evolve_schema(root_uri, storage, delta, table, schema, snap)
-    declare_statistics(root_uri, storage, delta, snap, policy)
+    declare_statistics(root_uri, storage, delta, snap, policy, narrow)
     if change_data is not None and change.data_change and (change.removes or raw_removes) and delta_cdc_commit.feed_enabled(delta):
         if change.change_data is not None and not raw_removes:
             cdc = change.change_data  # written by the write itself, with its data files
@@ -88,7 +88,7 @@ def commit_change(
     delta.create_write_transaction(
         actions,
         mode="append",
-        schema=delta_schema(schema),
+        schema=delta_schema(schema, narrow),
         partition_by=delta_partition_columns(table.spec(), schema) or None,
         commit_properties=CommitProperties(
             custom_metadata=metadata,

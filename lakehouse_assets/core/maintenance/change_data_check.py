@@ -23,6 +23,7 @@ from ..formats.snapshot_changes import snapshot_change
 from ..io.storage import join_uri
 
 _REMOVES_ROW = "('delete', 'update_preimage')"
+_SIGN = '"__lakehouse_sign"'  # the sign column: named apart from any table column (one may be called `s`)
 
 
 def change_data_differences(table: Table, mirror: DeltaMirror, delta) -> tuple[dict[str, Any], list[str]]:
@@ -54,7 +55,7 @@ def change_data_differences(table: Table, mirror: DeltaMirror, delta) -> tuple[d
     both = " UNION ALL ".join(s for s in sides if s)
     names = ", ".join(f'"{c}"' for c in columns)
     truth = con.execute(
-        f"WITH d AS ({both}), n AS (SELECT {names}, sum(s) AS net FROM d GROUP BY ALL HAVING sum(s) <> 0) "
+        f"WITH d AS ({both}), n AS (SELECT {names}, sum({_SIGN}) AS net FROM d GROUP BY ALL HAVING sum({_SIGN}) <> 0) "
         f"SELECT coalesce(sum(abs(net)), 0), coalesce(sum(hash({names})::HUGEINT * net), 0) FROM n"
     ).fetchone()
     checked = {"version": version, "cdc_files": len(cdc), "cdc_rows": feed[0]}
@@ -77,7 +78,7 @@ def _side(con, uris: list[str], columns: list[str], sign: int) -> str:
     src = _parquet(uris)
     present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
     cols = ", ".join(f'"{c}"::VARCHAR AS "{c}"' if c in present else f'NULL::VARCHAR AS "{c}"' for c in columns)
-    return f"SELECT {cols}, {sign} AS s FROM {src}"
+    return f"SELECT {cols}, {sign} AS {_SIGN} FROM {src}"
 
 
 def _parquet(uris: list[str]) -> str:

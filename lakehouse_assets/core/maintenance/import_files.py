@@ -20,6 +20,7 @@ A Parquet dataset gets a new Delta log: version 0 (schema) and version 1 (the fi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -34,7 +35,8 @@ from ..formats.delta_adoption import CHANGE_TYPE, NAME_MAPPING, FooterReader, na
 from ..io.storage import join_uri
 from ..properties import METADATA_FOLDER, Operation, SummaryKeys, TableProperties
 from ..schema.spec import ALL_FORMATS, build_partition_spec
-from ..schema.type_mapping import delta_type_refusals, plain_arrow_type
+from ..schema.statistics import DELTA_NUM_INDEXED_COLUMNS, DELTA_NUM_INDEXED_COLUMNS_DEFAULT, DELTA_STATS_COLUMNS
+from ..schema.type_mapping import NARROW_INTEGERS, delta_type_refusals, narrow_integer_fields, plain_arrow_type
 from ..table.catalog import ensure_namespace
 from ..table.context import TableContext
 from ..table.tables import check_delta_partitioning
@@ -52,6 +54,7 @@ class ExistingFiles:
     partition_columns: list[str]
     files: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
     physical: dict[str, tuple[int, str]] = field(default_factory=dict)  # Delta column mapping: name -> (id, physical name)
+    properties: dict[str, str] = field(default_factory=dict)  # Iceberg table properties the source decides
 
 
 def iceberg_schema(arrow_schema) -> Schema:
@@ -69,6 +72,7 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
 
         arrow = pa.schema([f.with_name(mapped[f.name][1]) for f in arrow])
     schema = _iceberg_schema_or_refuse(identifier, source, arrow)
+    narrow = narrow_integer_fields(arrow, schema)
     spec = _identity_spec(schema, [mapped[c][1] for c in existing.partition_columns]) if mapped else build_partition_spec(identifier, schema, existing.partition_columns)
     check_delta_partitioning(identifier, schema, spec)
     ensure_namespace(ctx.catalog, identifier.rsplit(".", 1)[0])
@@ -76,6 +80,8 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
         **TableProperties.DEFAULTS,
         TableProperties.METADATA_PATH: join_uri(existing.root_uri, METADATA_FOLDER),
         TableProperties.FORMATS: ",".join(ALL_FORMATS),
+        **existing.properties,
+        **({NARROW_INTEGERS: json.dumps({str(k): v for k, v in sorted(narrow.items())})} if narrow else {}),
     }
     if mapped:
         properties.update({delta_column_mapping.MODE: "name", delta_column_mapping.SCHEMA_ID_PROPERTY: str(INITIAL_SCHEMA_ID)})
@@ -325,6 +331,12 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
         )
     arrow_schema = pa.schema(delta.schema().to_arrow())
     existing = ExistingFiles(root_uri, arrow_schema, list(delta.metadata().partition_columns))
+    # The statistics columns the source declares (Delta's default when it declares none) become the table's policy, so
+    # the Delta log needs no new configuration and both formats keep statistics of the same columns.
+    configuration = delta.metadata().configuration or {}
+    existing.properties = {k: configuration[k] for k in (DELTA_STATS_COLUMNS, DELTA_NUM_INDEXED_COLUMNS) if k in configuration} or {
+        DELTA_NUM_INDEXED_COLUMNS: str(DELTA_NUM_INDEXED_COLUMNS_DEFAULT)
+    }
     if delta_column_mapping.is_mapped(delta):
         by_physical = {p: i for i, p in delta_column_mapping.physical_names(delta).items()}
         existing.physical = {name: (by_physical[p], p) for p, name in delta_column_mapping.logical_names(delta).items()}
@@ -346,6 +358,31 @@ def refuse_float_partitions(identifier: str, delta, root_uri: str) -> None:
             "and the lakehouse refuses identity partitions on floating-point columns for the same reason. Nothing was imported. "
             f"Rewrite the table partitioned by a decimal or integer column derived from {floats[0]!r}, or unpartitioned."
         )
+
+
+def refuse_variant_columns(identifier: str, delta, root_uri: str) -> None:
+    """Refuse (before any work, `--apply-deletes` included) a Delta table with variant columns."""
+    if variants := variant_columns(json.loads(delta.schema().to_json())):
+        raise ImportRefused(
+            f"Table {identifier}: column(s) {variants} of the Delta table at {root_uri} are of type variant, which this project's "
+            "Iceberg side cannot hold (pyiceberg has no variant type; Iceberg's variant needs format v3). Nothing was imported. "
+            "Store the values as JSON strings instead (Spark: `to_json(col)`), or keep the table Delta-only."
+        )
+
+
+def variant_columns(delta_type, path: str = "") -> list[str]:
+    """Paths of the `variant` fields in a Delta schema (its JSON form), at any depth."""
+    if delta_type == "variant":
+        return [path]
+    if not isinstance(delta_type, dict):
+        return []
+    if delta_type.get("type") == "struct":
+        return [c for f in delta_type["fields"] for c in variant_columns(f["type"], f"{path}.{f['name']}" if path else f["name"])]
+    if delta_type.get("type") == "array":
+        return variant_columns(delta_type["elementType"], f"{path}.element")
+    if delta_type.get("type") == "map":
+        return variant_columns(delta_type["keyType"], f"{path}.key") + variant_columns(delta_type["valueType"], f"{path}.value")
+    return []
 
 
 def purge_deletion_vectors(identifier: str, delta) -> int:

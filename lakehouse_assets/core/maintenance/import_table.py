@@ -56,6 +56,7 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
             raise
         delta_features.refuse_unsupported(identifier, delta, location)  # before any work
         import_files.refuse_float_partitions(identifier, delta, location)
+        import_files.refuse_variant_columns(identifier, delta, location)
         purged = import_files.purge_deletion_vectors(identifier, delta) if apply_deletes else 0
         existing = import_files.delta_files(identifier, delta, location)
         table = import_files.create_over_files(ctx, identifier, existing, location)

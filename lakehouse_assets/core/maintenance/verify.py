@@ -41,7 +41,7 @@ from ..formats.delta_committer import DeltaMirror
 from ..io.storage import delta_path, normalize_uri, relative_to
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import delta_indexed_columns
-from ..schema.type_mapping import delta_schema
+from ..schema.type_mapping import delta_schema, narrow_integers
 from .change_data_check import change_data_differences
 from .footer_check import footer_differences
 
@@ -210,7 +210,7 @@ def _relative(root: str, uri: str) -> str:
 def _expected_delta_schema(table: Table) -> tuple[pa.Schema, str | None]:
     """The Delta schema Iceberg's maps to, or none and why: Iceberg holds a type Delta lacks (another engine added it)."""
     try:
-        return pa.schema(delta_schema(table.schema()).to_arrow()), None
+        return pa.schema(delta_schema(table.schema(), narrow_integers(table.properties)).to_arrow()), None
     except SchemaError as e:
         return pa.schema([]), f"schema: Iceberg has {e}"
 
@@ -231,7 +231,7 @@ def _schema_differences(table: Table, delta) -> list[str]:
     if delta_column_mapping.enabled(table.properties):
         # Column mapping: each Delta column carries its Iceberg field id and the physical name the files hold.
         names = delta_column_mapping.file_names(table, table.schema())
-        if not delta_column_mapping.schema_matches(delta, table.schema(), names):
+        if not delta_column_mapping.schema_matches(delta, table.schema(), names, narrow_integers(table.properties)):
             want_names = {table.schema().find_column_name(i): p for i, p in names.items()}
             have = delta_column_mapping.physical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
             out.append(f"column mapping: Iceberg's columns have physical names {want_names}; Delta's field ids and physical names are {have or 'absent'}")

@@ -21,7 +21,10 @@ def conform_batch(batch: pa.RecordBatch, target: pa.Schema, source_names: Sequen
         if name in names:
             col = batch.column(names.index(name))
             if col.type != f.type:
-                col = col.cast(f.type)
+                try:
+                    col = col.cast(f.type)
+                except pa.ArrowInvalid as e:  # e.g. a value out of a Delta short column's range: name the column
+                    raise pa.ArrowInvalid(f"column {f.name!r} cannot be written as {f.type}, its type in the table's files: {e}") from e
         else:
             col = pa.nulls(batch.num_rows, f.type)
         columns.append(col)

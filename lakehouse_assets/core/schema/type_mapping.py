@@ -217,12 +217,13 @@ def plain_arrow_field(f: pa.Field) -> pa.Field:
     return pa.field(f.name, plain_arrow_type(f.type), f.nullable, f.metadata)
 
 
-def arrow_file_schema(schema: Schema, file_names: Mapping[int, str] | None = None) -> pa.Schema:
+def arrow_file_schema(schema: Schema, file_names: Mapping[int, str] | None = None, narrow: Mapping[int, str] | None = None) -> pa.Schema:
     """Arrow schema of the Parquet files: Iceberg's, with field ids in the field metadata. `file_names`: top-level
-    field id -> the column's name in the files, when it is not the column's name (Delta column mapping)."""
+    field id -> the column's name in the files, when it is not the column's name (Delta column mapping). `narrow`:
+    the Delta byte/short columns of an imported table (`narrow_integers`), written as Parquet INT(8)/INT(16)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    fields = [plain_arrow_field(f) for f in schema_to_pyarrow(schema, include_field_ids=True)]
+    fields = [_narrowed(plain_arrow_field(f), narrow) for f in schema_to_pyarrow(schema, include_field_ids=True)]
     if file_names:
         fields = [f.with_name(file_names.get(s.field_id, f.name)) for f, s in zip(fields, schema.fields, strict=True)]
     return pa.schema(fields)
@@ -268,15 +269,82 @@ def delta_type_refusals(schema: Schema) -> list[str]:
     return reasons
 
 
-def delta_schema(schema: Schema) -> DeltaSchema:
-    """The Delta log's schema of an Iceberg schema; SchemaError naming each column whose type Delta does not have."""
+def delta_schema(schema: Schema, narrow: Mapping[int, str] | None = None) -> DeltaSchema:
+    """The Delta log's schema of an Iceberg schema; `narrow` (`narrow_integers`): the integer fields Delta declares byte
+    or short. SchemaError naming each column whose type Delta does not have."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     if reasons := delta_type_refusals(schema):
         raise SchemaError("types Delta does not have: " + "; ".join(reasons) + ". Rewrite the column(s) with the engine that wrote them, or keep the table Iceberg-only")
 
-    arrow = pa.schema([plain_arrow_field(f).with_metadata(None) for f in schema_to_pyarrow(schema, include_field_ids=False)])
+    if narrow:
+        arrow = pa.schema([_without_ids(_narrowed(plain_arrow_field(f), narrow)) for f in schema_to_pyarrow(schema, include_field_ids=True)])
+    else:
+        arrow = pa.schema([plain_arrow_field(f).with_metadata(None) for f in schema_to_pyarrow(schema, include_field_ids=False)])
     return DeltaSchema.from_arrow(arrow)
+
+
+# Iceberg has no 8- or 16-bit integers: a Delta byte or short column is an Iceberg int (Iceberg's reading of Parquet
+# INT(8)/INT(16)). An imported table records them by field id in this property, so that the Delta log keeps declaring
+# them and the files written later hold them as the source's files do (a value out of range fails the cast).
+NARROW_INTEGERS = "lakehouse.delta.narrow-integers"
+_NARROW_ARROW = {"byte": pa.int8(), "short": pa.int16()}
+
+
+def narrow_integers(properties: Mapping[str, str]) -> dict[int, str]:
+    """Field id -> "byte" | "short": the Iceberg int fields whose Delta type is narrower (`NARROW_INTEGERS`)."""
+    import json
+
+    raw = properties.get(NARROW_INTEGERS)
+    return {int(k): v for k, v in json.loads(raw).items()} if raw else {}
+
+
+def narrow_integer_fields(arrow_schema: pa.Schema, schema: Schema) -> dict[int, str]:
+    """The int8/int16 fields (at any depth) of a Delta table's Arrow schema, by the field id of `schema`, its Iceberg form."""
+    out: dict[int, str] = {}
+
+    def walk(t: pa.DataType, path: str) -> None:
+        if t == pa.int8() or t == pa.int16():
+            out[schema.find_field(path).field_id] = "byte" if t == pa.int8() else "short"
+        elif pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                walk(t.field(i).type, f"{path}.{t.field(i).name}")
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            walk(t.value_type, f"{path}.element")
+        elif pa.types.is_map(t):
+            walk(t.key_type, f"{path}.key")
+            walk(t.item_type, f"{path}.value")
+
+    for f in arrow_schema:
+        walk(f.type, f.name)
+    return out
+
+
+def _narrowed(f: pa.Field, narrow: Mapping[int, str] | None) -> pa.Field:
+    """`f` with each int32 field whose id `narrow` lists as the Delta type's Arrow width."""
+    if not narrow:
+        return f
+    t = f.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_narrowed(t.field(i), narrow) for i in range(t.num_fields)])
+    elif pa.types.is_list(t):
+        t = pa.list_(_narrowed(t.value_field, narrow))
+    elif pa.types.is_map(t):
+        t = pa.map_(_narrowed(t.key_field, narrow), _narrowed(t.item_field, narrow))
+    elif t == pa.int32() and f.metadata and (kind := narrow.get(int(f.metadata.get(b"PARQUET:field_id", b"0")))):
+        t = _NARROW_ARROW[kind]
+    return pa.field(f.name, t, f.nullable, f.metadata)
+
+
+def _without_ids(f: pa.Field) -> pa.Field:
+    t = f.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_without_ids(t.field(i)) for i in range(t.num_fields)])
+    elif pa.types.is_list(t):
+        t = pa.list_(_without_ids(t.value_field))
+    elif pa.types.is_map(t):
+        t = pa.map_(_without_ids(t.key_field), _without_ids(t.item_field))
+    return pa.field(f.name, t, f.nullable)
 
 
 

@@ -30,7 +30,7 @@ from ..io.storage import StorageConfig, join_uri
 from ..read.changes import CHANGE_TYPE, rows_changed_between, snapshot_changed_rows
 from ..schema.conform import conform_batch
 from ..schema.spec import delta_partition_columns
-from ..schema.type_mapping import arrow_file_schema, iceberg_to_spark_schema
+from ..schema.type_mapping import arrow_file_schema, iceberg_to_spark_schema, narrow_integers
 from ..spark.archives import keep_spark_archives_indexed
 from ..spark.compat import default_parallelism
 from ..spark.session import active_session
@@ -77,7 +77,7 @@ def change_data_writer(table: Table, schema, root_uri: str, storage: StorageConf
     partitions = tuple(
         (c, (names or {}).get(schema.find_field(c).field_id, c), schema.find_type(c)) for c in delta_partition_columns(table.spec(), schema)
     )
-    file_schema = arrow_file_schema(schema, names).append(pa.field(CHANGE_TYPE, pa.string(), nullable=False))
+    file_schema = arrow_file_schema(schema, names, narrow_integers(table.properties)).append(pa.field(CHANGE_TYPE, pa.string(), nullable=False))
     input_names = (*(f.name for f in schema.fields), CHANGE_TYPE) if names else None
     return ChangeDataWriter(root_uri, write_id, storage, partitions, file_schema, input_names)
 

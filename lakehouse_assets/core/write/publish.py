@@ -32,7 +32,7 @@ from ..formats import history
 from ..formats import iceberg_committer as ic
 from ..formats.deletes import table_files
 from ..model import PublishResult
-from ..properties import SummaryKeys
+from ..properties import Operation, SummaryKeys
 from ..table import branches
 from ..table.context import TableContext
 from . import transaction
@@ -67,6 +67,9 @@ def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default:
         if done is not None and ctx.delta_enabled(table):
             transaction.mirror_to_delta(ctx.mirror(table), table, result)  # that publish may have stopped before Delta
         return result
+    if ctx.delta_enabled(table):
+        removes = sum(int(history.summary(s).get("deleted-data-files", 0)) for s in staged if history.summary(s).get(SummaryKeys.OPERATION) != Operation.COMPACTION)
+        transaction.refuse_removes_if_append_only(identifier, ctx.mirror(table), removes, f"publishing branch {branch!r}")
     if ctx.delta_enabled(table) and foreign_delta_gate(ctx, identifier, table, foreign_default, spark) is False:
         table = ctx.load(identifier)  # foreign Delta versions were adopted: main moved
         main = table.current_snapshot()

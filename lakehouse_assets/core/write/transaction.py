@@ -34,7 +34,7 @@ from ..formats.delta_committer import DeltaMirror
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import delete_files
 from ..model import FileChanges, WriteResult
-from ..properties import SummaryKeys
+from ..properties import Operation, SummaryKeys
 from ..table.context import TableContext
 from ..table.evolution import SchemaPlan, apply_schema_change
 
@@ -77,6 +77,8 @@ def commit(
     summary = {**summary, SummaryKeys.COMMIT_ID: uuid.uuid4().hex}
     try:
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
+        if summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION:
+            refuse_removes_if_append_only(identifier, mirror, len(changes.removes), "this write")
         table, snapshot = _commit_iceberg(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, branch)
     except CommitStateUnknownException as e:
         _drop_pooled_connections(table)
@@ -120,6 +122,26 @@ def _with_expected_delta_version(identifier: str, table: Table, mirror: DeltaMir
     # Under `adopt` they were adopted before the write was planned: one landing since then raced this write.
     foreign_delta.refuse_if_foreign(identifier, mirror._loaded, foreign_delta.REFUSE)
     return summary
+
+
+def refuse_removes_if_append_only(identifier: str, mirror: DeltaMirror | None, removes: int, what: str) -> None:
+    """A Delta table with `delta.appendOnly=true` takes no remove that changes data (the Delta protocol): a merge,
+    overwrite, delete or rollback of such a table (`removes` data files removed, compaction's aside: its removes carry
+    dataChange=false) is refused before the Iceberg commit, not left half-mirrored after it."""
+    if mirror is None or not removes:
+        return
+    delta = mirror._loaded if mirror._loaded is not None else mirror.load()
+    if delta is None or str((delta.metadata().configuration or {}).get(APPEND_ONLY, "false")).lower() != "true":
+        return
+    raise MirrorRefused(
+        f"Table {identifier}: its Delta table sets {APPEND_ONLY}=true, and {what} would remove {removes} data "
+        "file(s) (a merge, overwrite or delete rewrites or drops rows), which the Delta protocol forbids on an append-only "
+        f"table. Nothing was committed. Append instead, or, if the table may change rows, unset the property with the engine "
+        f"that owns it (`ALTER TABLE ... SET TBLPROPERTIES ('{APPEND_ONLY}' = 'false')`) and write again."
+    )
+
+
+APPEND_ONLY = "delta.appendOnly"
 
 
 def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate, branch=None):

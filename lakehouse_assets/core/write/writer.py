@@ -23,7 +23,7 @@ from pyiceberg.schema import Schema
 from ..errors import InputError, WriteError
 from ..io.storage import StorageConfig, join_uri
 from ..model import WrittenFile
-from ..schema.type_mapping import arrow_file_schema
+from ..schema.type_mapping import arrow_file_schema, narrow_integers
 from ..spark.planning import at_most, by_key, write_tasks
 from .parquet_files import FILE_ROW_FIELDS, FileWriter
 from .partition_keys import PARTITION_KEY_COLUMN, PARTITION_VALUE_PREFIX, PartitionKeyer, decode_partition_value
@@ -44,13 +44,14 @@ def write_files(
     compression_level: int | None = 3,
     table_name: str = "",
     file_names: dict[int, str] | None = None,
+    narrow: dict[int, str] | None = None,
 ) -> list[WrittenFile]:
     """Write `df` as Parquet files under `<root_uri>/data/`, distributed over the executors.
 
     If any task fails, every file of this write is removed before the error (one line, naming the table
     and the executor's cause, which stays the `__cause__`) reaches the caller."""
     write_id = uuid.uuid4().hex[:16]
-    arrow_schema = arrow_file_schema(schema, file_names)
+    arrow_schema = arrow_file_schema(schema, file_names, narrow)
     key_columns: tuple[str, ...] = ()
     keyer = None
     tasks = write_tasks(df, target_file_size)  # from the data's size, not from how the input is partitioned
@@ -90,7 +91,7 @@ def _input_names(schema: Schema, file_names: dict[int, str] | None) -> tuple[str
 def file_writer(settings: dict, write_id: str, storage: StorageConfig) -> FileWriter:
     """A FileWriter with a table's layout and Parquet settings (`table_write_settings`), for executor tasks whose rows carry their partition key."""
     return FileWriter(
-        settings["root_uri"], write_id, arrow_file_schema(settings["schema"], settings["file_names"]), storage, settings["target_file_size"],
+        settings["root_uri"], write_id, arrow_file_schema(settings["schema"], settings["file_names"], settings["narrow"]), storage, settings["target_file_size"],
         settings["compression"], settings["compression_level"], input_names=_input_names(settings["schema"], settings["file_names"]),
     )
 
@@ -166,6 +167,7 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
         compression_level=compression_level,
         table_name=table_name,
         file_names=file_names(table, schema),
+        narrow=narrow_integers(props),  # a Delta byte/short column of an imported table: its files keep the Delta type
     )
 
 

@@ -276,3 +276,55 @@ def test_a_statistic_the_writer_left_out_is_unknown_one_it_cannot_parse_is_a_dif
     found = differences(lh.verify("st.unreadable"))
     assert f"{path}: Delta min of 'd' is missing or unreadable, expected '2020-01-01' (the log holds '20-01-01')" in found
     assert "'flag'" not in found
+
+
+def test_delta_timestamp_maxima_truncated_to_milliseconds_are_bounds_not_divergences(lh, spark, duck, tmp_path):
+    """delta-rs (like Spark) logs a timestamp max truncated down to milliseconds, as the Delta protocol says; Delta
+    readers widen it by the lost millisecond. Such a table verifies, and every reader finds the row at its max; a max
+    below that millisecond is still a difference, naming the file."""
+    import datetime as dt
+
+    from deltalake import QueryBuilder
+
+    from lakehouse_assets import MergeOptions
+    from lakehouse_assets.core.read import duckdb_readers
+
+    utc = dt.timezone.utc
+    top = dt.datetime(2024, 1, 1, 1, 2, 3, 456789)
+    root = tmp_path / "events"
+    write_deltalake(root, pa.table({
+        "id": pa.array([1, 2], pa.int64()),
+        "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=utc), top.replace(tzinfo=utc)], pa.timestamp("us", tz="UTC")),
+        "ntz": pa.array([dt.datetime(2024, 1, 1), top], pa.timestamp("us")),
+    }))  # fmt: skip
+    logged = json.loads(json.loads((root / "_delta_log" / f"{0:020d}.json").read_text().splitlines()[-1])["add"]["stats"])
+    assert logged["maxValues"]["ntz"].startswith("2024-01-01") and logged["maxValues"]["ntz"].endswith("03.456")  # truncated down
+    lh.import_table("st.events", str(root))
+    for deep in (False, True):
+        report = lh.verify("st.events", deep=deep)
+        assert report["agree"], report["differences"]
+    assert_all_readers_agree(lh, spark, duck, "st.events")
+    table = lh.load("st.events")
+    where = "ntz = TIMESTAMP '2024-01-01 01:02:03.456789'"
+    assert duck.execute(f"SELECT count(*) FROM {duckdb_readers.delta_scan_sql(table.location())} WHERE {where}").fetchone()[0] == 1
+    assert duck.execute(f"SELECT count(*) FROM {duckdb_readers.iceberg_scan_sql(table.metadata_location)} WHERE {where}").fetchone()[0] == 1
+    found = QueryBuilder().register("t", DeltaTable(str(root))).execute(f"SELECT id FROM t WHERE {where}").read_all()
+    assert len(found) == 1
+    later = spark.sql("SELECT 3L AS id, TIMESTAMP'2024-01-02 00:00:00.000001' AS ts, TIMESTAMP_NTZ'2024-01-02 00:00:00.000001' AS ntz")
+    lh.write(later, "st.events", mode="append")
+    changed = spark.sql("SELECT 2L AS id, TIMESTAMP'2024-01-03 00:00:00.5' AS ts, TIMESTAMP_NTZ'2024-01-03 00:00:00.5' AS ntz")
+    lh.write(changed, "st.events", mode="merge", merge=MergeOptions(keys=["id"]))
+    assert lh.maintain("st.events", "compaction", spark=spark, compaction_min_input_files=2)["committed"]
+    assert_all_readers_agree(lh, spark, duck, "st.events")
+    assert lh.verify("st.events", deep=True)["agree"]
+
+    other = tmp_path / "below"
+    write_deltalake(other, pa.table({"id": pa.array([1], pa.int64()), "ntz": pa.array([top], pa.timestamp("us"))}))
+    lh.import_table("st.below", str(other))
+
+    def below(add, stats):
+        stats["maxValues"]["ntz"] = "2024-01-01T01:02:03.455000"  # below the max's own millisecond: readers would skip it
+        return stats
+
+    rewrite_stats(other, below)
+    assert "Delta max of 'ntz'" in differences(lh.verify("st.below"))

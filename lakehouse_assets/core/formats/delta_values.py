@@ -163,13 +163,16 @@ def stat_value(t: IcebergType, raw: bytes, upper: bool):
 
 
 def stats_bound_holds(t: IcebergType, delta_value, iceberg_raw: bytes, upper: bool) -> bool:
-    """Is a Delta min (max) stat, as delta-rs returns it typed, <= (>=) the Iceberg bound? (used by verify)"""
+    """Is a Delta min (max) stat, as delta-rs returns it typed, <= (>=) the Iceberg bound? (used by verify)
+
+    A timestamp max may be the bound truncated down to milliseconds: the Delta protocol says writers truncate
+    timestamp statistics so (delta-rs and Spark do), and its readers widen a max by the millisecond it lost."""
     if delta_value is None:
         return True  # no stat never causes a wrong skip
     v = from_internal(t, from_bytes(t, iceberg_raw))
     if isinstance(t, (TimestampType, TimestamptzType)):
         d = _micros(delta_value if isinstance(delta_value, dt.datetime) else dt.datetime.fromisoformat(str(delta_value)))
-        v = _micros(v)
+        v = _micros(v) // 1000 * 1000 if upper else _micros(v)
     elif isinstance(t, DateType):
         d = delta_value if isinstance(delta_value, dt.date) else dt.date.fromisoformat(str(delta_value))
     else:
@@ -177,6 +180,20 @@ def stats_bound_holds(t: IcebergType, delta_value, iceberg_raw: bytes, upper: bo
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
         return True
     return d >= v if upper else d <= v
+
+
+def timestamp_stat_matches(t: IcebergType, delta_value, iceberg_raw: bytes, upper: bool) -> bool:
+    """Is a Delta timestamp min (max) stat the Iceberg bound as some Delta writer spells it? (used by verify)
+
+    Delta keeps milliseconds: the mirror rounds a max up and a min down, delta-rs and Spark truncate both down, as the
+    protocol says (its readers widen a max by the lost millisecond), and a writer with microseconds keeps the bound as
+    it is. Anything outside that millisecond is another value."""
+    if delta_value is None:
+        return True
+    d = _micros(delta_value if isinstance(delta_value, dt.datetime) else dt.datetime.fromisoformat(str(delta_value)))
+    v = _micros(from_internal(t, from_bytes(t, iceberg_raw)))
+    floor = v // 1000 * 1000
+    return floor <= d <= (-(-v // 1000) * 1000 if upper else v)
 
 
 def string_bounds_compatible(delta_value: str, iceberg_value: str, upper: bool, exact: bool) -> bool:

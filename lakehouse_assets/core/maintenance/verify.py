@@ -356,6 +356,9 @@ def _stats_differences(schema, data_file, add: dict, path: str, note, indexed: s
             elif isinstance(t, StringType):
                 if not delta_values.string_bounds_compatible(got, want_json, is_upper, len(want_json) < exact.get(f.field_id, TRUNCATED_STRINGS)):
                     note("stats bound", f"{path}: Delta {bound} of {name!r} is {got!r}, which cannot bound the rows Iceberg bounds by {want_json!r}")
+            elif isinstance(t, (TimestampType, TimestamptzType)):
+                if not delta_values.timestamp_stat_matches(t, got, raw, is_upper):
+                    note("stats", f"{path}: Delta {bound} of {name!r} is {got!r}, expected {want_json!r} (or its millisecond truncated)")
             elif not _same(t, _typed_stat(t, want_json), got):
                 note("stats", f"{path}: Delta {bound} of {name!r} is {got!r}, expected {want_json!r}")
 

@@ -333,3 +333,26 @@ def test_int96_timestamps_inside_structs_lists_and_maps_import_too(lh, spark, du
     assert assert_all_readers_agree(lh, spark, duck, "types.nested96", expected, columns=["event", "id", "marks", "seen"])
     deep = lh.verify("types.nested96", deep=True)
     assert deep["agree"], deep["differences"]
+
+
+def test_a_polars_delta_table_with_view_typed_files_is_refused_then_imported_after_delta_rs_rewrites_them(lh, spark, duck, tmp_path):
+    """Polars' write_delta declares its strings as Arrow `string_view` in the files, which pyiceberg cannot read beside
+    other files: refused naming the column, the source unchanged; the refusal's fix (delta-rs's Z-order rewrite, one
+    version that changes no row) makes it importable, and every reader of both formats then agrees."""
+    import polars as pl
+    from pyiceberg.types import StringType
+
+    from .test_import import still_agrees_after_writes
+
+    rows = [(i, f"n{i}", "US" if i % 2 else "DE") for i in range(12)]
+    root = tmp_path / "polars"
+    pl.DataFrame(rows, schema=["id", "name", "country"], orient="row").write_delta(str(root), delta_write_options={"partition_by": ["country"]})
+    assert any(pq.read_schema(str(f)).field("name").type == pa.string_view() for f in root.rglob("*.parquet"))
+    before = tree_digest(root)
+    with pytest.raises(ImportRefused, match=r"view types.*\['name'\].*z_order"):
+        lh.import_table("pol.people", str(root))
+    assert tree_digest(root) == before
+    DeltaTable(str(root)).optimize.z_order(["id"])
+    lh.import_table("pol.people", str(root))
+    assert lh.load("pol.people").schema().find_field("name").field_type == StringType()
+    still_agrees_after_writes(lh, spark, duck, "pol.people", rows)

@@ -97,8 +97,10 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
             path, columns = next(iter(sorted(reader.view_typed.items())))
             raise ImportRefused(
                 f"Table {identifier}: {len(reader.view_typed)} file(s) of {source} declare Arrow view types in their Parquet metadata (e.g. "
-                f"{path} for column(s) {columns}), which pyiceberg cannot read together with other files. Nothing was imported. Rewrite "
-                "those files with the engine that wrote them (e.g. an OPTIMIZE or compaction), then import again."
+                f"{path} for column(s) {columns}), as Polars and delta-rs's DataFusion operations write them, which pyiceberg cannot read "
+                "together with other files. Nothing was imported. Rewrite the files without view types, then import again: a Delta "
+                "table with delta-rs, `DeltaTable(root).optimize.z_order([a column])` (one version that changes no row; its plain "
+                "`compact()` leaves a lone file as it is) or Delta Lake's `OPTIMIZE ... ZORDER BY`; Parquet files with pyarrow."
             )
         if other := sorted(reader.extra_columns - {CHANGE_TYPE}):
             raise ImportRefused(

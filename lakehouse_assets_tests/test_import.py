@@ -173,6 +173,25 @@ def inline_deletion_vector(rows: list[int]) -> dict:
     return {"storageType": "i", "pathOrInlineDv": "".join(text), "sizeInBytes": len(raw), "cardinality": len(rows)}
 
 
+def delete_ids_2_and_4_with_a_vector(root, data: pa.Table) -> tuple[dict, dict]:
+    """delta-rs writes `data` (ids 0.. with even ids in country DE) partitioned by country; then a commit as Delta Lake on
+    Spark writes a DELETE, marking ids 2 and 4 of the DE file deleted with an inline deletion vector. Returns the DE and
+    US adds of version 0."""
+    write_deltalake(str(root), data, partition_by=["country"])
+    adds = [a["add"] for a in map(json.loads, (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()) if "add" in a]
+    (de,) = [a for a in adds if a["partitionValues"] == {"country": "DE"}]
+    (us,) = [a for a in adds if a["partitionValues"] == {"country": "US"}]
+    assert pq.read_table(root / de["path"]).column("id").to_pylist()[1:3] == [2, 4]
+    commit = [
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}},
+        {"remove": {"path": de["path"], "partitionValues": de["partitionValues"], "deletionTimestamp": 1, "dataChange": True}},
+        {"add": {**de, "dataChange": True, "deletionVector": inline_deletion_vector([1, 2])}},  # deletes ids 2 and 4
+        {"commitInfo": {"operation": "DELETE", "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0"}},
+    ]
+    (root / "_delta_log" / "00000000000000000001.json").write_text("\n".join(json.dumps(a) for a in commit) + "\n")
+    return de, us
+
+
 def test_a_delta_table_with_deletion_vectors_is_refused_and_left_as_it_was(lh, tmp_path):
     # No engine here writes deletion vectors (delta-rs 1.6.6 cannot; no Delta Lake jars for Spark): the commit a Delta
     # Lake DELETE makes (protocol feature, the file re-added with an inline deletion vector) is written by hand onto a
@@ -203,19 +222,7 @@ def test_deletion_vectors_are_purged_by_an_import_that_applies_deletes(lh, spark
     Iceberg then holds that rewritten file and the untouched file of the other partition, and no deleted row."""
     root = tmp_path / "dv_partitioned"
     rows = source_rows()
-    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
-    write_deltalake(str(root), data, partition_by=["country"])
-    adds = [a["add"] for a in map(json.loads, (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()) if "add" in a]
-    (de,) = [a for a in adds if a["partitionValues"] == {"country": "DE"}]
-    (us,) = [a for a in adds if a["partitionValues"] == {"country": "US"}]
-    assert pq.read_table(root / de["path"]).column("id").to_pylist()[1:3] == [2, 4]
-    commit = [
-        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}},
-        {"remove": {"path": de["path"], "partitionValues": de["partitionValues"], "deletionTimestamp": 1, "dataChange": True}},
-        {"add": {**de, "dataChange": True, "deletionVector": inline_deletion_vector([1, 2])}},  # deletes ids 2 and 4
-        {"commitInfo": {"operation": "DELETE", "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0"}},
-    ]
-    (root / "_delta_log" / "00000000000000000001.json").write_text("\n".join(json.dumps(a) for a in commit) + "\n")
+    de, us = delete_ids_2_and_4_with_a_vector(root, pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]}))
     before = tree_digest(root)
     with pytest.raises(ImportRefused, match=r"imp\.dv_partitioned: 1 live file\(s\) .* carry deletion vectors.*apply_deletes=True.*--apply-deletes"):
         lh.import_table("imp.dv_partitioned", str(root))

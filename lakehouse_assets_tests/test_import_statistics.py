@@ -24,7 +24,7 @@ from lakehouse_assets.cli import cli
 
 from . import foreign_writer as fw
 from .conftest import assert_all_readers_agree
-from .test_import import inline_deletion_vector, still_agrees_after_writes, tree_digest
+from .test_import import delete_ids_2_and_4_with_a_vector, still_agrees_after_writes, tree_digest
 
 LONG = "x" * 30  # names of 42 characters: longer than Iceberg's 16 and Spark's 32
 
@@ -116,17 +116,7 @@ def test_long_strings_through_apply_deletes_of_a_delta_import(lh, spark, duck, t
     same file are truncated to 16 characters: bounds of one file, not a divergence."""
     root = tmp_path / "dv_long"
     rows = long_rows()
-    write_deltalake(str(root), arrow_of(rows), partition_by=["country"])
-    adds = [a["add"] for a in map(json.loads, (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()) if "add" in a]
-    (de,) = [a for a in adds if a["partitionValues"] == {"country": "DE"}]
-    assert pq.read_table(root / de["path"]).column("id").to_pylist()[1:3] == [2, 4]
-    commit = [
-        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}},
-        {"remove": {"path": de["path"], "partitionValues": de["partitionValues"], "deletionTimestamp": 1, "dataChange": True}},
-        {"add": {**de, "dataChange": True, "deletionVector": inline_deletion_vector([1, 2])}},  # deletes ids 2 and 4
-        {"commitInfo": {"operation": "DELETE", "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0"}},
-    ]
-    (root / "_delta_log" / "00000000000000000001.json").write_text("\n".join(json.dumps(a) for a in commit) + "\n")
+    delete_ids_2_and_4_with_a_vector(root, arrow_of(rows))
 
     report = lh.import_table("st.dv_long", str(root), apply_deletes=True)
 

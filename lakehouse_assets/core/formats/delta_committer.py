@@ -44,6 +44,7 @@ from .delta_snapshot_commit import ChangeData, commit_change, commit_full_diff
 from .snapshot_changes import SnapshotChange, snapshot_change
 
 log = logging.getLogger(__name__)
+APPEND_ONLY = "delta.appendOnly"  # the Delta protocol's table property: files are never removed with a data change
 
 
 class DeltaMirror:
@@ -78,6 +79,16 @@ class DeltaMirror:
     def hand_over(self, delta: DeltaTable) -> None:
         """A log this process read moments ago (the write's foreign-version check): `next_version` updates it instead of loading."""
         self._loaded = delta
+
+    def append_only(self) -> bool:
+        """Whether the Delta table sets `delta.appendOnly=true` (the log `next_version` read, else loaded). A log that
+        cannot be read says no: Delta trouble never fails the Iceberg commit, and the mirror step reports it."""
+        try:
+            delta = self._loaded if self._loaded is not None else self.load()
+            return delta is not None and str((delta.metadata().configuration or {}).get(APPEND_ONLY, "false")).lower() == "true"
+        except Exception as e:  # noqa: BLE001 - Delta trouble must never fail the Iceberg commit
+            log.debug("cannot read the Delta table's configuration: %s", e)
+            return False
 
     def mirrored_sequence_number(self, delta: DeltaTable | None = None) -> int | None:
         delta = delta if delta is not None else self.load()

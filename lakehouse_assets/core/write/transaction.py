@@ -30,7 +30,7 @@ from pyiceberg.table.snapshots import Snapshot
 from ..errors import CommitConflict, CommitError, CommitOutcomeUnknown, LakehouseError, MirrorRefused
 from ..formats import delta_glue, foreign_delta, history
 from ..formats import iceberg_committer as ic
-from ..formats.delta_committer import DeltaMirror
+from ..formats.delta_committer import APPEND_ONLY, DeltaMirror
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import delete_files
 from ..model import FileChanges, WriteResult
@@ -128,10 +128,7 @@ def refuse_removes_if_append_only(identifier: str, mirror: DeltaMirror | None, r
     """A Delta table with `delta.appendOnly=true` takes no remove that changes data (the Delta protocol): a merge,
     overwrite, delete or rollback of such a table (`removes` data files removed, compaction's aside: its removes carry
     dataChange=false) is refused before the Iceberg commit, not left half-mirrored after it."""
-    if mirror is None or not removes:
-        return
-    delta = mirror._loaded if mirror._loaded is not None else mirror.load()
-    if delta is None or str((delta.metadata().configuration or {}).get(APPEND_ONLY, "false")).lower() != "true":
+    if mirror is None or not removes or not mirror.append_only():
         return
     raise MirrorRefused(
         f"Table {identifier}: its Delta table sets {APPEND_ONLY}=true, and {what} would remove {removes} data "
@@ -140,8 +137,6 @@ def refuse_removes_if_append_only(identifier: str, mirror: DeltaMirror | None, r
         f"that owns it (`ALTER TABLE ... SET TBLPROPERTIES ('{APPEND_ONLY}' = 'false')`) and write again."
     )
 
-
-APPEND_ONLY = "delta.appendOnly"
 
 
 def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate, branch=None):

@@ -45,7 +45,10 @@ class FileChanges:
     adds: list[DataFile] = field(default_factory=list)
     removes: list[DataFile] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # URIs this operation wrote: deleted if the commit does not land
-    removed_delete_files: list[DataFile] = field(default_factory=list)  # other engines' delete files this commit drops (deletes.py)
+    removed_delete_files: list[DataFile] = field(default_factory=list)  # delete files this commit drops (deletes.py)
+    # Position-delete files a merge-on-read write wrote (position_deletes.py): each replaces its data file's earlier
+    # one, which the write lists in `removed_delete_files`.
+    added_delete_files: list[DataFile] = field(default_factory=list)
     rows_written: int = 0  # rows of the caller's data (files rewritten to keep rows are not counted)
     # The Delta `cdc` actions of the rows this operation changes, when it wrote them itself (a merge's rewrite,
     # core/write/merge_changes.py); None: the Delta mirror computes them from the files (core/write/change_data.py).
@@ -53,12 +56,13 @@ class FileChanges:
 
     def include(self, other: "FileChanges") -> "FileChanges":
         """Add another plan's files (e.g. the rewrite of files a window only partly covers)."""
-        if other.adds or other.removes:
+        if other.adds or other.removes or other.added_delete_files:
             self.change_data = None  # no longer this plan's rows alone: the mirror compares the files
         self.adds += other.adds
         self.removes += other.removes
         self.created += other.created
         self.removed_delete_files += other.removed_delete_files
+        self.added_delete_files += other.added_delete_files
         return self
 
 

@@ -51,8 +51,21 @@ class TableProperties:
         # planning and commit time do not grow with the number of commits.
         "commit.manifest-merge.enabled": "true",
     }
+    # Iceberg's row-level write modes: how a merge, a CDC delete and a window overwrite remove rows from a
+    # data file. "copy-on-write" (default) rewrites the file without them; "merge-on-read" leaves it and
+    # records their positions: an Iceberg position-delete file and a Delta deletion vector (write_modes.md).
+    MERGE_MODE = "write.merge.mode"
+    DELETE_MODE = "write.delete.mode"
+    UPDATE_MODE = "write.update.mode"
+    ROW_LEVEL_MODES = (MERGE_MODE, DELETE_MODE, UPDATE_MODE)
+    COPY_ON_WRITE, MERGE_ON_READ = "copy-on-write", "merge-on-read"
     METADATA_PATH = "write.metadata.path"
     TARGET_FILE_SIZE = "write.target-file-size-bytes"
+
+
+def merge_on_read(properties: dict[str, str], mode_property: str = TableProperties.MERGE_MODE) -> bool:
+    """Whether a table's properties choose merge-on-read for the operation `mode_property` names."""
+    return properties.get(mode_property, TableProperties.COPY_ON_WRITE).strip().lower() == TableProperties.MERGE_ON_READ
 
 
 class SummaryKeys:

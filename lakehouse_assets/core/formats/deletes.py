@@ -124,36 +124,53 @@ def refuse_delete_files(table: Table, operation: str, snapshot: Snapshot | None 
 # ---------------------------------------------------------------- the commit that removes delete files
 
 
-class OverwriteRemovingDeletes(_OverwriteFiles):
-    """An overwrite that also removes delete files (pyiceberg's overwrite removes data files only).
+class RowDelta(_OverwriteFiles):
+    """An overwrite that also adds and removes delete files (pyiceberg's overwrite handles data files only).
 
-    Data files go through pyiceberg's own overwrite (manifests, validation, retries). Delete manifests
-    are rewritten without the removed delete files, and one delete manifest records them as DELETED,
-    so history-based tools (expiry, incremental readers) see them go.
+    Data files go through pyiceberg's own overwrite (manifests, validation, retries). Added delete files
+    (a merge-on-read write's position deletes, position_deletes.py) get a delete manifest of their own.
+    Delete manifests are rewritten without the removed delete files, and one delete manifest records them
+    as DELETED, so history-based tools (expiry, incremental readers) see them go. A file-scoped delete file
+    whose data file this snapshot removes is removed with it: it would apply to nothing.
     """
 
-    def __init__(self, *args, removed_delete_files: list[DataFile] = (), **kwargs):
+    def __init__(self, *args, removed_delete_files: list[DataFile] = (), added_delete_files: list[DataFile] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self._removed_deletes = {f.file_path for f in removed_delete_files}
         self._removed_delete_files = list(removed_delete_files)
+        self._added_delete_files = list(added_delete_files)
 
     def _existing_manifests(self) -> list[ManifestFile]:
+        from .position_deletes import referenced_data_file
+
         out: list[ManifestFile] = []
         gone: dict[int, list[ManifestEntry]] = {}
+        removed_data = {f.file_path for f in self._deleted_data_files}
         for manifest in super()._existing_manifests():
             if manifest.content != ManifestContent.DELETES:
                 out.append(manifest)
                 continue
             entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-            keep = [e for e in entries if e.data_file.file_path not in self._removed_deletes]
-            if len(keep) == len(entries):
+            dropped = [e for e in entries if e.data_file.file_path in self._removed_deletes or referenced_data_file(e.data_file) in removed_data]
+            if not dropped:
                 out.append(manifest)
                 continue
-            gone.setdefault(manifest.partition_spec_id, []).extend(e for e in entries if e.data_file.file_path in self._removed_deletes)
-            if keep:
+            for e in dropped:
+                if e.data_file.file_path not in self._removed_deletes:
+                    self._removed_deletes.add(e.data_file.file_path)
+                    self._removed_delete_files.append(e.data_file)
+            gone.setdefault(manifest.partition_spec_id, []).extend(dropped)
+            dropped_paths = {e.data_file.file_path for e in dropped}
+            if keep := [e for e in entries if e.data_file.file_path not in dropped_paths]:
                 out.append(self._write(manifest.partition_spec_id, keep, ManifestEntryStatus.EXISTING))
         for spec_id, entries in gone.items():
             out.append(self._write(spec_id, entries, ManifestEntryStatus.DELETED))
+        added: dict[int, list[ManifestEntry]] = {}
+        for f in self._added_delete_files:
+            added.setdefault(f.spec_id, []).append(
+                ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, sequence_number=None, file_sequence_number=None, data_file=f)
+            )
+        out += [self._write_entries(spec_id, entries) for spec_id, entries in added.items()]
         missing = self._removed_deletes - {e.data_file.file_path for es in gone.values() for e in es}
         if missing:
             from pyiceberg.exceptions import ValidationException
@@ -162,29 +179,35 @@ class OverwriteRemovingDeletes(_OverwriteFiles):
         return out
 
     def _write(self, spec_id: int, entries: list[ManifestEntry], status: ManifestEntryStatus) -> ManifestFile:
+        return self._write_entries(spec_id, [
+            ManifestEntry.from_args(
+                status=status,
+                snapshot_id=self._snapshot_id if status == ManifestEntryStatus.DELETED else e.snapshot_id,
+                sequence_number=e.sequence_number,
+                file_sequence_number=e.file_sequence_number,
+                data_file=e.data_file,
+            )
+            for e in entries
+        ])
+
+    def _write_entries(self, spec_id: int, entries: list[ManifestEntry]) -> ManifestFile:
         writer = DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
         with writer:
             for e in entries:
-                writer.add_entry(
-                    ManifestEntry.from_args(
-                        status=status,
-                        snapshot_id=self._snapshot_id if status == ManifestEntryStatus.DELETED else e.snapshot_id,
-                        sequence_number=e.sequence_number,
-                        file_sequence_number=e.file_sequence_number,
-                        data_file=e.data_file,
-                    )
-                )
+                writer.add_entry(e)
         return writer.to_manifest_file()
 
     def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 - pyiceberg's signature
         summary = super()._summary(snapshot_properties)
-        if not self._removed_delete_files:
+        if not self._removed_delete_files and not self._added_delete_files:
             return summary
-        # pyiceberg's collector counts data files only here: add the removed delete files to the totals.
+        # pyiceberg's collector counts data files only here: add the delete files to the totals.
         collector = SnapshotSummaryCollector()
         schema, specs = self._transaction.table_metadata.schema(), self._transaction.table_metadata.specs()
         for f in self._removed_delete_files:
             collector.remove_file(f, schema, specs[f.spec_id])
+        for f in self._added_delete_files:
+            collector.add_file(f, schema, specs[f.spec_id])
         extra = {k: v for k, v in collector.metrics.to_dict().items()}
         merged = dict(summary.additional_properties)
         for k, v in extra.items():

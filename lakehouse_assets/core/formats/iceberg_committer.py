@@ -77,6 +77,7 @@ def commit_files(
     summary: dict[str, str],
     stage=None,
     removed_delete_files: list[DataFile] = (),
+    added_delete_files: list[DataFile] = (),
     branch: str | None = None,
     branch_base_id: int | None = None,
 ) -> Snapshot | None:
@@ -86,10 +87,13 @@ def commit_files(
     `stage(tx)` adds other metadata changes (a schema change) to the same transaction.
     `removed_delete_files`: delete files (written by other engines) this snapshot removes too
     (core/formats/deletes.py), e.g. after applying them or when a full overwrite replaces every data file.
+    `added_delete_files`: position-delete files of a merge-on-read write (core/formats/position_deletes.py).
+    On a table with delete files, every overwrite goes through `deletes.RowDelta`, which also removes the
+    file-scoped delete files of the data files it removes.
     `branch`: commit to that Iceberg branch instead of main; a branch that does not exist yet is created at
     `branch_base_id` (the snapshot the write planned against) in the same commit.
     """
-    if not adds and not removes and not removed_delete_files:
+    if not adds and not removes and not removed_delete_files and not added_delete_files:
         return None
     target = {"branch": branch} if branch is not None else {}
     with MetadataCachingTransaction(table) as tx:
@@ -100,14 +104,14 @@ def commit_files(
 
             with ManageSnapshots(tx) as refs:
                 refs.create_branch(branch_base_id, branch)
-        if removed_delete_files:
+        if removed_delete_files or added_delete_files or (removes and _has_deletes(table, branch)):
             from pyiceberg.table.snapshots import Operation
 
-            from .deletes import OverwriteRemovingDeletes
+            from .deletes import RowDelta
 
-            with OverwriteRemovingDeletes(
-                operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=summary, removed_delete_files=removed_delete_files,
-                **target,
+            with RowDelta(
+                operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=summary,
+                removed_delete_files=removed_delete_files, added_delete_files=added_delete_files, **target,
             ) as producer:
                 for f in removes:
                     producer.delete_data_file(f)
@@ -128,6 +132,13 @@ def commit_files(
                 for f in adds:
                     producer.append_data_file(f)
     return table.snapshot_by_name(branch) if branch is not None else table.current_snapshot()
+
+
+def _has_deletes(table: Table, branch: str | None) -> bool:
+    from .deletes import has_delete_files
+
+    snapshot = table.snapshot_by_name(branch) if branch is not None else table.current_snapshot()
+    return snapshot is not None and has_delete_files(table, snapshot)
 
 
 def commit_empty(table: Table, summary: dict[str, str]) -> Snapshot:

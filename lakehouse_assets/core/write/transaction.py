@@ -148,6 +148,7 @@ def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: F
         try:
             # Passed only when there are some: tests wrap commit_files as a seam with the plain signature.
             extra = {"removed_delete_files": changes.removed_delete_files} if changes.removed_delete_files else {}
+            extra |= {"added_delete_files": changes.added_delete_files} if changes.added_delete_files else {}
             if branch is not None:
                 extra |= {"branch": branch, "branch_base_id": base_id}
             return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, **extra)

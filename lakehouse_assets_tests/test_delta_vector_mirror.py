@@ -120,3 +120,70 @@ def test_a_lagging_delta_catches_up_with_its_vectors_and_a_copy_on_write_table_s
     result, _ = delete_positions(lh, cow, file_of(lh, cow, "DE"), [0])
     assert result.delta_lagging and "delete file(s) (position-deletes)" in result.delta_error and "--apply-deletes" in result.delta_error
     assert DeltaTable(lh.load(cow).location()).protocol().reader_features is None
+
+
+def test_a_delta_table_that_deletes_with_vectors_is_imported_as_merge_on_read_its_vectors_kept(lh, spark, duck, tmp_path):
+    from .test_import import delete_ids_2_and_4_with_a_vector, source_rows
+
+    root = tmp_path / "dv_mor"
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    de, us = delete_ids_2_and_4_with_a_vector(root, data, configuration={dv.ENABLE_PROPERTY: "true"})
+    de_vector = [a["add"] for a in log_actions(str(root), 1) if "add" in a][0]["deletionVector"]
+    assert de_vector["storageType"] == "i"  # inline, as Delta Lake on Spark writes small vectors
+    report = lh.import_table("imp.dv_mor", str(root))  # no apply_deletes: nothing rewritten
+
+    t = "imp.dv_mor"
+    expected = sorted(r[0] for r in rows if r[0] not in (2, 4))
+    assert report["deletion_vectors_kept"] == 1 and report["deletion_vectors_purged"] == 0 and report["rows"] == len(rows)
+    table = lh.load(t)
+    assert all(table.properties[p] == TableProperties.MERGE_ON_READ for p in TableProperties.ROW_LEVEL_MODES)
+    (delete,) = [e.data_file for e in table_files(table).position_deletes]
+    assert delete.file_path.endswith("-deletes.parquet") and "/_deletes/" in delete.file_path and delete.record_count == 2
+    assert {e.data_file.file_path.rsplit("/", 1)[1] for e in table_files(table).data} == {p.rsplit("/", 1)[1] for p in (de["path"], us["path"])}
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, str(root)) == expected
+
+    # A later merge-on-read delete from the same file replaces the imported vector (an inline one, Delta Lake's) with the mirror's.
+    from lakehouse_assets.core.formats.position_deletes import read_positions
+
+    de_file = file_of(lh, t, "DE")
+    positions = sorted({*read_positions(lh.storage, [delete], de_file.file_path).to_pylist(), 0})
+    result, _ = delete_positions(lh, t, de_file, positions, replaces=delete)
+    expected.remove(0)
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, str(root)) == expected
+    (remove,) = [a["remove"] for a in log_actions(str(root), result.delta_version) if "remove" in a]
+    assert remove["deletionVector"] == de_vector and remove["path"] == de["path"]
+
+
+def test_another_engines_delta_delete_with_a_vector_is_adopted_as_a_position_delete(lh, spark, duck):
+    from .test_import import inline_deletion_vector
+
+    t = "mor.adopt"
+    first = lh.write(people(spark), t, partition_by=["country"], table=TableOptions(properties=MOR))
+    root = lh.load(t).location().removeprefix("file://")
+    (de_add,) = [a["add"] for a in log_actions(root, first.delta_version) if "add" in a and "country=DE" in a["add"]["path"]]
+    # Delta Lake on Spark deletes ids 0 and 6 (positions 0 and 3 of the DE file) with an inline vector.
+    vector = inline_deletion_vector([0, 3])
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": [dv.FEATURE], "writerFeatures": ["changeDataFeed", dv.FEATURE]}
+    foreign = [{"commitInfo": {"operation": "DELETE", "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0"}}, {"protocol": protocol},
+               {"remove": {"path": de_add["path"], "partitionValues": de_add["partitionValues"], "deletionTimestamp": 1, "dataChange": True}},
+               {"add": {**de_add, "dataChange": True, "deletionVector": vector}}]
+    with open(f"{root}/_delta_log/{first.delta_version + 1:020d}.json", "x") as f:
+        f.write("".join(json.dumps(a) + "\n" for a in foreign))
+
+    report = lh.repair(t, adopt_delta=True)
+    assert report["repaired"] and len(report["adopt_delta"]["adopted_versions"]) == 1
+    expected = [i for i in range(20) if i not in (0, 6)]
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    (delete,) = [e.data_file for e in table_files(lh.load(t)).position_deletes]
+    assert delete.record_count == 2 and lh.delta_lag(t) == 0
+
+    # The next merge-on-read delete of that file removes the file as the foreign version left it (its inline vector).
+    from lakehouse_assets.core.formats.position_deletes import read_positions
+
+    de = file_of(lh, t, "DE")
+    result, _ = delete_positions(lh, t, de, [*read_positions(lh.storage, [delete], de.file_path).to_pylist(), 9], replaces=delete)
+    expected.remove(18)
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    (remove,) = [a["remove"] for a in log_actions(root, result.delta_version) if "remove" in a]
+    assert remove["deletionVector"] == vector

@@ -187,3 +187,25 @@ def test_another_engines_delta_delete_with_a_vector_is_adopted_as_a_position_del
     assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
     (remove,) = [a["remove"] for a in log_actions(root, result.delta_version) if "remove" in a]
     assert remove["deletionVector"] == vector
+
+
+def test_rollback_of_a_merge_on_read_table_carries_its_position_deletes_and_vectors(lh, spark, duck):
+    t = "mor.rollback"
+    first = lh.write(people(spark), t, partition_by=["country"], table=TableOptions(properties=MOR))
+    root = lh.load(t).location().removeprefix("file://")
+    de = file_of(lh, t, "DE")
+    once, delete = delete_positions(lh, t, de, [1])  # id 2
+    delete_positions(lh, t, de, [1, 4], replaces=delete)  # ids 2 and 8
+
+    back = lh.rollback(t, snapshot_id=once.iceberg_snapshot_id)
+    expected = [i for i in range(20) if i != 2]
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    (add,) = [a["add"] for a in log_actions(root, back.delta_version) if "add" in a]
+    assert add["deletionVector"]["cardinality"] == 1
+
+    whole = lh.rollback(t, snapshot_id=first.iceberg_snapshot_id)  # before any delete: the file is whole again in both formats
+    assert iceberg_ids(lh, t) == list(range(20)) and delta_ids(duck, root) == list(range(20))
+    (add,) = [a["add"] for a in log_actions(root, whole.delta_version) if "add" in a]
+    (remove,) = [a["remove"] for a in log_actions(root, whole.delta_version) if "remove" in a]
+    assert "deletionVector" not in add and remove["deletionVector"]["cardinality"] == 1
+    assert table_files(lh.load(t)).deletes == [] and pa.table(DeltaTable(root).deletion_vectors()).num_rows == 0

@@ -55,21 +55,25 @@ def plan(
     """The snapshot's Delta file actions with their vectors; None when the commit needs none (a plain delta-rs commit)."""
     position_files = [f for f in change.delete_files_added if f.content == DataFileContent.POSITION_DELETES]
     logged_vectors = has_vectors(delta)
-    if not position_files and not logged_vectors:
+    if not position_files and not logged_vectors:  # (a log without vectors has no vector to clear either)
         return None
     adds = {delta_path(a.path): a for a in actions if isinstance(a, AddAction)}
     removes = [a for a in actions if isinstance(a, RemoveAction)]
     targets = {relative_to(root_uri, uri): files for uri, files in _targets(storage, position_files).items()}
+    accumulate = SummaryKeys.OPERATION not in change.summary  # another engine's delete files add to the earlier ones
+    if not accumulate:  # a delete file removed and not replaced (a rollback): its data file is whole again
+        cleared = [referenced_data_file(f) for f in change.delete_files_removed if f.content == DataFileContent.POSITION_DELETES]
+        targets.update({p: [] for uri in cleared if uri is not None and (p := relative_to(root_uri, uri)) not in targets})
     targets = {p: files for p, files in targets.items() if p not in {delta_path(r.path) for r in removes} or p in adds}
     wanted = {p for p in targets if p not in adds} | {delta_path(r.path) for r in removes}
     logged = dv.live_adds(storage, root_uri, delta.version(), wanted) if wanted else {}
+    targets = {p: files for p, files in targets.items() if files or dv.descriptor_of(logged.get(p, {}))}  # cleared: had a vector
     if not targets and not any(dv.descriptor_of(logged.get(delta_path(r.path), {})) for r in removes):
         return None  # nothing removed carries a vector, nothing gets one
     if missing := sorted(p for p in targets if p not in adds and p not in logged):
         t = ".".join(table.name())
         raise MirrorRefused(f"Table {t}: snapshot {change.snapshot.snapshot_id} deletes rows of {len(missing)} data file(s) the Delta log does not hold "
                             f"(e.g. {missing[0]}); the formats disagreed before this snapshot. Run `lakehouse verify {t}`, then `lakehouse repair {t}`")
-    accumulate = SummaryKeys.OPERATION not in change.summary  # another engine's delete files add to the earlier ones
     vectors = {p: _vector(storage, root_uri, table, p, files, logged.get(p), accumulate) for p, files in targets.items()}
     out = [dv.remove_json(r, dv.descriptor_of(logged.get(delta_path(r.path), {}))) for r in removes if delta_path(r.path) not in adds]
     out += [dv.add_json(a, vectors.get(p)) for p, a in adds.items()]

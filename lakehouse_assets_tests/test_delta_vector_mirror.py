@@ -8,6 +8,7 @@ merge-on-read write commits them."""
 from __future__ import annotations
 
 import json
+import os
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -209,3 +210,39 @@ def test_rollback_of_a_merge_on_read_table_carries_its_position_deletes_and_vect
     (remove,) = [a["remove"] for a in log_actions(root, whole.delta_version) if "remove" in a]
     assert "deletionVector" not in add and remove["deletionVector"]["cardinality"] == 1
     assert table_files(lh.load(t)).deletes == [] and pa.table(DeltaTable(root).deletion_vectors()).num_rows == 0
+
+
+def test_an_iceberg_merge_on_read_table_is_imported_with_its_position_deletes_as_vectors(lh, duck):
+    """pyiceberg writes the table, an engine its position deletes (one file-scoped, one naming two data files, as
+    Java Iceberg's partition-scoped deletes do); the import keeps them and Delta's first versions carry them as vectors."""
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from lakehouse_assets.core.formats import iceberg_committer as ic
+    from lakehouse_assets.core.formats.position_deletes import FILE_SCHEMA
+
+    lh.catalog.create_namespace("ice")
+    table = lh.catalog.create_table("ice.orders", Schema(NestedField(1, "id", LongType(), required=False)), properties={TableProperties.DELETE_MODE: TableProperties.MERGE_ON_READ})
+    table.append(pa.table({"id": pa.array(range(10), pa.int64())}))
+    table.append(pa.table({"id": pa.array(range(10, 15), pa.int64())}))
+    first, second = sorted((e.data_file for e in table_files(table).data), key=lambda f: f.record_count, reverse=True)
+    scoped = write_delete_file(lh.storage, table.location(), first, pa.array([0, 2], pa.int64()))
+    ic.commit_files(table, [], [], {}, added_delete_files=[scoped])
+    # A delete file naming two data files (no file_path bounds): deletes id 4 of the first and id 11 of the second.
+
+    both = f"{table.location()}/data/both-deletes.parquet"
+    pq.write_table(pa.table([pa.array([first.file_path, second.file_path]), pa.array([4, 1], pa.int64())], schema=FILE_SCHEMA), both.removeprefix("file://"))
+    entry = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=both, file_format=FileFormat.PARQUET, partition=first.partition,
+                               record_count=2, file_size_in_bytes=os.path.getsize(both.removeprefix("file://")))
+    entry.spec_id = first.spec_id
+    ic.commit_files(lh.catalog.load_table("ice.orders"), [], [], {}, added_delete_files=[entry])
+    expected = [i for i in range(15) if i not in (0, 2, 4, 11)]
+    assert iceberg_ids(lh, "ice.orders") == expected
+
+    lh.import_table("ice.orders")
+    root = lh.load("ice.orders").location().removeprefix("file://")
+    assert delta_ids(duck, root) == expected
+    vectors = pa.table(DeltaTable(root).deletion_vectors())
+    assert sorted(sum(1 for keep in v if not keep) for v in vectors.column("selection_vector").to_pylist()) == [1, 3]

@@ -246,3 +246,25 @@ def test_an_iceberg_merge_on_read_table_is_imported_with_its_position_deletes_as
     assert delta_ids(duck, root) == expected
     vectors = pa.table(DeltaTable(root).deletion_vectors())
     assert sorted(sum(1 for keep in v if not keep) for v in vectors.column("selection_vector").to_pylist()) == [1, 3]
+
+
+def test_a_branch_with_position_deletes_is_published_to_delta_as_vectors(lh, spark, duck):
+    from lakehouse_assets.core.table import branches
+
+    t = "mor.branch"
+    lh.write(people(spark), t, partition_by=["country"], table=TableOptions(properties=MOR))
+    root = lh.load(t).location().removeprefix("file://")
+    lh.write(people(spark, 0).union(spark.createDataFrame([(100, "n100", "DE")], "id long, name string, country string")), t, branch="audit")
+    view = branches.on_branch(lh.load(t), "audit")
+    de = file_of(lh, t, "DE")
+    delete = write_delete_file(lh.storage, view.location(), de, pa.array([2], pa.int64()))  # id 4
+    changes = FileChanges(added_delete_files=[delete], created=[delete.file_path])
+    summary = {SummaryKeys.OPERATION: Operation.MERGE, SummaryKeys.BRANCH: "audit"}  # as a write to the branch records it
+    staged = transaction.commit(lh.context, t, view, changes, summary, mode=Operation.MERGE, branch="audit")
+    assert staged.delta_version is None and delta_ids(duck, root) == list(range(20))  # Delta mirrors main only
+
+    published = lh.publish(t, "audit")
+    expected = sorted([i for i in range(20) if i != 4] + [100])
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    assert pa.table(DeltaTable(root).deletion_vectors()).column("selection_vector").to_pylist() == [[i != 2 for i in range(10)]]
+    assert published.delta_version is not None and lh.delta_lag(t) == 0

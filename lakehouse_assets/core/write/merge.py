@@ -3,8 +3,10 @@
 1. `merge_batch.prepare_batch` validates the batch before anything is written (null and duplicate keys,
    control columns) and measures its keys.
 2. `merge_plan.plan_of` finds the candidate files from metadata (key ranges or an In-set, the window).
-3. The strategy writes: copy-on-write (merge_rewrite.py) rewrites the files holding a key, matched
-   by merge_matching.py, and may write the Delta change data of the rows it changes itself (merge_changes.py).
+3. The table's strategy writes: copy-on-write (the default, merge_rewrite.py) rewrites the files holding a
+   key; merge-on-read (merge_on_read.py, Iceberg's `write.merge.mode`) writes only the batch's upserts and
+   the positions of the rows it replaces. Both match the candidates the same way (merge_matching.py) and
+   may write the Delta change data of the rows they change themselves (merge_changes.py).
 The commit pipeline commits the plan as ONE Iceberg snapshot, which the Delta mirror turns into ONE Delta commit.
 """
 
@@ -14,9 +16,10 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from ..model import FileChanges, MergeOptions
-from ..properties import SummaryKeys
+from ..properties import SummaryKeys, TableProperties
 from ..schema.type_mapping import iceberg_to_spark_schema
 from ..schema.window import Slice
+from . import merge_on_read
 from .merge_batch import KeyStats
 from .merge_plan import MergeStats, plan_of
 from .merge_rewrite import copy_on_write
@@ -28,18 +31,28 @@ def plan(
 ) -> MergeStats:
     """Write the merge into `changes` by the table's strategy; returns the pruning stats (`merge_plan.plan_of`)."""
     merge = plan_of(target, batch, key_stats, opts, window)
-    copy_on_write(spark, merge, changes)
+    if merge_on_read.chosen(target.table):
+        merge.stats.strategy = TableProperties.MERGE_ON_READ
+        merge_on_read.merge_by_position(spark, merge, changes)
+    else:
+        copy_on_write(spark, merge, changes)
     return merge.stats
 
 
 def summary_properties(stats: MergeStats, opts: MergeOptions) -> dict[str, str]:
-    """Recorded in the snapshot summary (and the Delta commitInfo): evidence of what pruning left to rewrite."""
-    return {
+    """Recorded in the snapshot summary (and the Delta commitInfo): evidence of what pruning left to rewrite, and
+    what a merge-on-read merge deleted by position."""
+    by_position = stats.strategy == TableProperties.MERGE_ON_READ
+    out = {
         SummaryKeys.MERGE_KEYS: ",".join(opts.keys),
         SummaryKeys.MERGE_LIVE_FILES: str(stats.live_files),
         SummaryKeys.MERGE_CANDIDATE_FILES: str(stats.candidate_files),
-        SummaryKeys.MERGE_REWRITTEN_FILES: str(stats.matched_files),
+        SummaryKeys.MERGE_REWRITTEN_FILES: str(0 if by_position else stats.matched_files),
+        SummaryKeys.MERGE_STRATEGY: stats.strategy,
     }
+    if by_position:
+        out |= {SummaryKeys.MERGE_DELETED_FILES: str(stats.delete_files), SummaryKeys.MERGE_ROWS_DELETED: str(stats.rows_deleted)}
+    return out
 
 
 def concurrent_conflict(spark, table: Table, base_snapshot_id: int | None, batch, opts: MergeOptions, storage, cast_files: bool) -> str | None:

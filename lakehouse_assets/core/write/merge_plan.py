@@ -3,8 +3,9 @@
 Candidates are found in narrowing steps, on metadata only:
 a. the batch's checks gave each key's min/max and, when few, its distinct values (merge_batch.py);
 b. Iceberg scan planning prunes live files by partition and min/max with that filter (the candidates).
-The strategy then matches the candidates against the batch's keys (merge_matching.py) and writes:
-copy-on-write (merge_rewrite.py) rewrites the files holding a key, with the batch's upserts.
+The strategies then match the candidates against the batch's keys (merge_matching.py) and write:
+copy-on-write (merge_rewrite.py) rewrites the files holding a key, merge-on-read (merge_on_read.py)
+records the positions of those keys' rows. Both write the batch's upserts.
 
 A merge given a window (a Dagster partition's slice) writes only upserts inside it and matches only rows
 inside it; files straddling its edges are matched row by row in Spark (`MergePlan.straddling`).
@@ -38,6 +39,9 @@ class MergeStats:
     candidate_files: int = 0
     matched_files: int = 0
     live_files: int = 0
+    strategy: str = "copy-on-write"  # or "merge-on-read" (TableProperties.MERGE_MODE)
+    rows_deleted: int = 0  # merge-on-read: rows its new position deletes remove
+    delete_files: int = 0  # merge-on-read: data files given a new position-delete file
 
 
 @dataclass
@@ -69,6 +73,22 @@ class MergePlan:
         from pyspark.sql import functions as F
 
         return conform(self.batch.filter(~F.col(DELETE)), self.spark_schema)
+
+    def upserts_on_driver(self) -> pa.Table | None:
+        """The batch's inserted/updated rows in the table's columns (those the batch lacks are null), from its rows
+        on the driver (`KeyStats.rows`); None when not there or a column would need a cast (Spark's semantics: collect anew)."""
+        import pyarrow.compute as pc
+
+        rows = self.key_stats.rows
+        if rows is None:
+            return None
+        have = {f.name: f.dataType for f in self.batch.schema.fields if f.name != DELETE}
+        if not set(have) <= set(self.spark_schema.fieldNames()):
+            return None  # a column spelled in another case (Spark resolves it case-insensitively) or not stored
+        if any(f.name in have and have[f.name] != f.dataType for f in self.spark_schema.fields):
+            return None
+        kept = rows.filter(pc.invert(rows.column(DELETE)))
+        return pa.table({f.name: kept.column(f.name) if f.name in have else pa.nulls(kept.num_rows, f.type) for f in merge_batch.arrow_schema(self.spark_schema)})
 
 
 def plan_of(target: WriteTarget, batch, key_stats: KeyStats, opts: MergeOptions, window: Slice | None = None) -> MergePlan:

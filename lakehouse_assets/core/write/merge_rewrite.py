@@ -12,11 +12,8 @@ snapshot, which the Delta mirror turns into ONE Delta commit (remove + add).
 
 from __future__ import annotations
 
-import pyarrow as pa
-
 from ..model import FileChanges
 from . import merge_tasks
-from .merge_batch import DELETE, arrow_schema
 from .merge_matching import matched_files
 from .merge_plan import MergePlan
 
@@ -25,8 +22,7 @@ def copy_on_write(spark, plan: MergePlan, changes: FileChanges) -> None:
     """Write the merged files into `changes` (adds; removes = the matched files); counts them in `plan.stats`."""
     target, stats = plan.target, plan.stats
     if plan.values is not None and not plan.straddling:
-        rows = plan.key_stats.rows
-        on_driver = _upserts_of(rows, plan.batch.schema, plan.spark_schema) if rows is not None else None
+        on_driver = plan.upserts_on_driver()
         rewritten = merge_tasks.rewrite_in_one_job(spark, target, plan.candidates, plan.values, plan.upserts, changes, upserts_on_driver=on_driver)
         if rewritten is not None:
             stats.matched_files = len(rewritten)
@@ -49,18 +45,3 @@ def copy_on_write(spark, plan: MergePlan, changes: FileChanges) -> None:
         merged = merged.coalesce(max(1, len(matched)))
     target.write(merged, changes)
     changes.removes += matched
-
-
-def _upserts_of(rows: pa.Table, batch_schema, spark_schema) -> pa.Table | None:
-    """The prepared batch's inserted/updated rows in the table's columns (those the batch lacks are null),
-    from its rows on the driver; None when a column would need a cast (Spark's semantics: collect anew)."""
-    import pyarrow.compute as pc
-
-    have = {f.name: f.dataType for f in batch_schema.fields if f.name != DELETE}
-    if not set(have) <= set(spark_schema.fieldNames()):
-        return None  # a column spelled in another case (Spark resolves it case-insensitively) or not stored
-    if any(f.name in have and have[f.name] != f.dataType for f in spark_schema.fields):
-        return None
-    kept = rows.filter(pc.invert(rows.column(DELETE)))
-    arrow = arrow_schema(spark_schema)
-    return pa.table({f.name: kept.column(f.name) if f.name in have else pa.nulls(kept.num_rows, f.type) for f in arrow})

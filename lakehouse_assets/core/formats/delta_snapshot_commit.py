@@ -25,7 +25,7 @@ from ..properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import StatisticsPolicy
 from ..schema.type_mapping import delta_schema, narrow_integers
-from . import delta_cdc_commit, delta_column_mapping, history
+from . import delta_cdc_commit, delta_column_mapping, delta_vector_mirror, history
 from .delta_actions import RemovedFile, add_action, remove_action
 from .delta_refusals import misnamed_refusals, refusal_message
 from .delta_schema_evolution import changed_types, declare_statistics, evolve_schema
@@ -74,12 +74,19 @@ def commit_change(
         return None
     evolve_schema(root_uri, storage, delta, table, schema, snap)
     declare_statistics(root_uri, storage, delta, snap, policy, narrow)
-    if change_data is not None and change.data_change and (change.removes or raw_removes) and delta_cdc_commit.feed_enabled(delta):
-        if change.change_data is not None and not raw_removes:
-            cdc = change.change_data  # written by the write itself, with its data files
-        else:
-            cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
-        version = delta_cdc_commit.commit(root_uri, storage, delta, actions, cdc, app_transactions(snap, change.summary), metadata)
+    # Position deletes become deletion vectors; a log with vectors needs them named by every remove (delta-rs's cannot).
+    vectors = delta_vector_mirror.plan(root_uri, storage, table, delta, change, actions, now)
+    rewrites = change.removes or raw_removes or (vectors is not None and vectors.vectors)
+    feed = change_data is not None and change.data_change and rewrites and delta_cdc_commit.feed_enabled(delta)
+    if feed or vectors is not None:
+        cdc = []
+        if feed:
+            if change.change_data is not None and not raw_removes:
+                cdc = change.change_data  # written by the write itself, with its data files
+            else:
+                cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
+        rendered, protocol = (vectors.actions, vectors.protocol) if vectors is not None else (actions, None)
+        version = delta_cdc_commit.commit(root_uri, storage, delta, rendered, cdc, app_transactions(snap, change.summary), metadata, protocol)
         if reload:
             delta.update_incremental()
             return None
@@ -155,11 +162,15 @@ def commit_full_diff(
     adds = [f for p, f in iceberg_files.items() if p not in delta_files]
     if refusals := misnamed_refusals(table, table.schemas().get(target.schema_id, table.schema()), [f.file_path for f in adds]):
         raise MirrorRefused(refusal_message(table, delta, f"at snapshot {target.snapshot_id}: " + "; ".join(refusals)))
+    # Merge-on-read: every live position-delete file becomes its file's vector; a vector Iceberg has no deletes for goes.
+    deletes, stale = delta_vector_mirror.full_diff(root_uri, table, delta, target, iceberg_files) if delta_vector_mirror.enabled(table.properties) else ([], set())
+    adds += [iceberg_files[p] for p in sorted(stale)]
     removes = [
         RemovedFile(p, a.get("size_bytes"), {k[len("partition."):]: v for k, v in a.items() if k.startswith("partition.")})
         for p, a in delta_files.items()
-        if p not in iceberg_files
+        if p not in iceberg_files or p in stale
     ]
     summary = history.summary(target)
     summary[SummaryKeys.OPERATION] = Operation.REPAIR
-    commit_change(root_uri, storage, configuration, table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes, change_data=change_data)
+    change = SnapshotChange(target, adds, [], summary, delete_files_added=deletes)
+    commit_change(root_uri, storage, configuration, table, delta, change, raw_removes=removes, change_data=change_data)

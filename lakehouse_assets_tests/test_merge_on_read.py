@@ -172,3 +172,50 @@ def test_the_write_mode_is_set_later_by_alter_and_the_next_merge_follows(lh, spa
         lh.alter(name, write_mode="fast")
     assert "write mode copy-on-write" in run("alter", name, "--write-mode", "copy-on-write", warehouse=warehouse).stdout
     assert lh.load(name).properties[TableProperties.MERGE_MODE] == "copy-on-write"
+
+
+@pytest.mark.parametrize("road", ["keys on the driver", "spark"])
+def test_both_formats_read_merge_on_read_merges_and_feed_their_changes_as_copy_on_write(lh, spark, duck, monkeypatch, road):
+    """With Delta on: DuckDB's delta_scan sees the twin's rows after each merge, and the Delta change data feed of
+    each merge (written by the merge itself on the driver road, by the mirror from the files on Spark's road) holds
+    the twin's rows, row for row."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from lakehouse_assets.core.write import merge_changes
+
+    written = []
+    real_finish = merge_changes.finish
+
+    def finish(spec, *args, **kwargs):
+        out = real_finish(spec, *args, **kwargs)
+        if spec.writer.root_uri.rstrip("/").endswith("/both"):  # the merge-on-read table's, not its twin's rewrite
+            written.append(out is not None)
+        return out
+
+    monkeypatch.setattr(merge_changes, "finish", finish)
+    if road == "spark":
+        monkeypatch.setattr(merge_batch, "KEYS_ON_DRIVER_ROWS", 0)
+    mor, cow = "mor.both", "mor.both_cow"
+    for name, props in ((mor, MOR), (cow, {})):
+        lh.write(spark.createDataFrame([(i, "a" if i % 2 else "b", "v0") for i in range(12)], "id long, part string, v string").coalesce(1),
+                 name, partition_by=["part"], table=TableOptions(properties=props))
+
+    def feed(name: str, version: int) -> list[tuple]:
+        table = pa.table(DeltaTable(lh.load(name).location()).load_cdf(starting_version=version, ending_version=version).read_all())
+        return sorted((r["id"], r["part"], r["v"], r["_change_type"]) for r in table.to_pylist())
+
+    for data in ([(1, "a", "v1", "u"), (2, "b", None, "d"), (50, "a", "new", "u")], [(1, "a", "v2", "u"), (3, "a", None, "d"), (4, "a", "moved", "u")]):
+        cached = spark.createDataFrame(data, SCHEMA).cache()
+        cached.count()
+        r = lh.write(cached, mor, mode="merge", merge=OPS)
+        t = lh.write(cached, cow, mode="merge", merge=OPS)
+        cached.unpersist()
+        assert not r.delta_lagging, r.delta_error
+        expected = rows(lh, cow)
+        assert rows(lh, mor) == expected
+        root = lh.load(mor).location().removeprefix("file://")
+        assert sorted(duck.execute(f"SELECT id, part, v FROM delta_scan('{root}')").fetchall()) == expected
+        assert feed(mor, r.delta_version) == feed(cow, t.delta_version)
+    assert written == ([True, True] if road != "spark" else [])
+    assert "deletionVectors" in (DeltaTable(lh.load(mor).location()).protocol().reader_features or [])

@@ -67,3 +67,8 @@ class ForeignDeltaCommits(LakehouseError):
 
 class ImportRefused(LakehouseError):
     """An existing table cannot be brought under management as it is; the source was left exactly as it was."""
+
+
+class DeletionVectorError(LakehouseError):
+    """A Delta deletion vector cannot be read as its descriptor describes it (missing file, size, magic number,
+    CRC-32 or cardinality that does not match); the message names the vector's file."""

@@ -47,18 +47,21 @@ def commit(
     root_uri: str,
     storage: StorageConfig,
     delta: DeltaTable,
-    actions: list[AddAction | RemoveAction],
+    actions: list[AddAction | RemoveAction | dict],
     cdc: list[dict],
     transactions: list[Transaction],
     metadata: Mapping[str, str],
+    protocol: dict | None = None,
 ) -> int:
     """Commit `actions` and the `cdc` actions as version `delta.version() + 1`, with the `txn` actions of
-    `transactions` (the mirror's own, and a streaming micro-batch's). Returns that version. On any failure the cdc files are deleted (nothing referenced them)."""
+    `transactions` (the mirror's own, and a streaming micro-batch's). Returns that version. On any failure the cdc files are deleted (nothing referenced them).
+    `actions` given as dicts are already rendered (delta_deletion_vectors: actions carrying a deletion vector);
+    `protocol`: a `protocol` action the version raises the table to."""
     version = delta.version() + 1
     now = int(time.time() * 1000)
     info = {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Append"}, "clientVersion": CLIENT,
             "isBlindAppend": False, **metadata}
-    lines = [{"commitInfo": info}] + [{"txn": {"appId": t.app_id, "version": t.version, "lastUpdated": now}} for t in transactions]
+    lines = [{"commitInfo": info}] + ([protocol] if protocol else []) + [{"txn": {"appId": t.app_id, "version": t.version, "lastUpdated": now}} for t in transactions]
     lines += [_action_json(a) for a in actions]
     lines += [{"cdc": c} for c in cdc]
     body = "".join(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines)
@@ -74,7 +77,9 @@ def commit(
     return version
 
 
-def _action_json(a: AddAction | RemoveAction) -> dict:
+def _action_json(a: AddAction | RemoveAction | dict) -> dict:
+    if isinstance(a, dict):
+        return a
     if isinstance(a, AddAction):
         return {"add": {"path": a.path, "partitionValues": dict(a.partition_values), "size": a.size,
                         "modificationTime": a.modification_time, "dataChange": a.data_change, "stats": a.stats}}

@@ -20,14 +20,19 @@ same file under the same name.
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import uuid
 import zlib
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyroaring import BitMap64
 
 from ..errors import DeletionVectorError
@@ -196,3 +201,78 @@ def remove_json(remove: Any, descriptor: Descriptor | None) -> dict:
     if descriptor is not None:
         out["deletionVector"] = descriptor.to_json()
     return {"remove": out}
+
+
+# Legacy protocol versions imply these writer features (the Delta protocol's table of them); delta-rs can write each.
+_IMPLIED_WRITER = ((2, "appendOnly"), (2, "invariants"), (3, "checkConstraints"), (4, "changeDataFeed"), (5, "columnMapping"))
+
+
+def protocol_with_vectors(protocol: Any) -> dict | None:
+    """The `protocol` action that adds the `deletionVectors` reader and writer features to `protocol` (delta-rs's
+    ProtocolVersions), keeping every feature it has or implies; None when it has them already.
+
+    Written into the commit that carries the first vector: delta-rs's `alter.add_feature` would add a Delta version no
+    Iceberg snapshot maps to, and drops the legacy features (changeDataFeed) of a table it moves to writer version 7."""
+    readers, writers = list(protocol.reader_features or []), list(protocol.writer_features or [])
+    if FEATURE in readers and FEATURE in writers:
+        return None
+    if protocol.min_writer_version < 7:
+        writers = [name for version, name in _IMPLIED_WRITER if protocol.min_writer_version >= version]
+    if protocol.min_reader_version < 3 and protocol.min_reader_version >= 2:
+        readers = ["columnMapping"]
+    return {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                         "readerFeatures": [*dict.fromkeys([*readers, FEATURE])], "writerFeatures": [*dict.fromkeys([*writers, FEATURE])]}}
+
+
+def live_adds(storage: StorageConfig, root_uri: str, version: int, paths: set[str]) -> dict[str, dict]:
+    """The `add` action that makes each of `paths` (relative, decoded) live at Delta `version`, with its
+    `deletionVector`: delta-rs's API exposes no vector descriptors, so the log is replayed here for these paths only
+    (the newest checkpoint at or before `version`, then the commit files after it)."""
+    fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
+    names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(log))]
+    checkpoints = [n for n in names if ".checkpoint." in n and n.endswith(".parquet") and int(n[:20]) <= version]
+    start, state = 0, {}
+    if checkpoints:
+        start = max(int(n[:20]) for n in checkpoints)
+        for part in sorted(n for n in checkpoints if int(n[:20]) == start):
+            adds = pq.read_table(f"{log}/{part}", filesystem=fs, columns=["add"]).column("add").combine_chunks()
+            adds = adds.filter(pc.is_valid(adds))
+            for a in adds.to_pylist():
+                if unquote(a["path"]) in paths:
+                    state[unquote(a["path"])] = {**a, "partitionValues": dict(a["partitionValues"] or [])}
+        start += 1
+    for v in range(start, version + 1):
+        with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
+            actions = [json.loads(line) for line in f.read().decode().splitlines() if line]
+        # A commit's actions are a set, not a sequence: its removes apply before its adds (a file re-added with a new vector).
+        for a in actions:
+            if "remove" in a:
+                state.pop(unquote(a["remove"]["path"]), None)
+        state.update({unquote(a["add"]["path"]): a["add"] for a in actions if "add" in a and unquote(a["add"]["path"]) in paths})
+    return state
+
+
+def descriptor_of(add: dict) -> Descriptor | None:
+    return Descriptor.from_json(add["deletionVector"]) if add.get("deletionVector") else None
+
+
+def add_from_log(add: dict, descriptor: Descriptor | None, now: int) -> dict:
+    """The `add` action that re-adds a logged file (same path, size, partition values and statistics) with `descriptor`.
+    Its statistics describe every row of the file, deleted ones too: no longer tight bounds (the protocol's `tightBounds`)."""
+    stats = add.get("stats")
+    if descriptor is not None and stats:
+        stats = json.dumps({**json.loads(stats), "tightBounds": False}, ensure_ascii=False)
+    out = {"path": add["path"], "partitionValues": dict(add.get("partitionValues") or {}), "size": add["size"], "modificationTime": now,
+           "dataChange": True, "stats": stats}
+    if descriptor is not None:
+        out["deletionVector"] = descriptor.to_json()
+    return {"add": {k: v for k, v in out.items() if v is not None}}
+
+
+def remove_from_log(add: dict, now: int, data_change: bool = True) -> dict:
+    """The `remove` action of the logical file a logged `add` made live: its path and its vector."""
+    out = {"path": add["path"], "dataChange": data_change, "deletionTimestamp": now, "extendedFileMetadata": True,
+           "partitionValues": dict(add.get("partitionValues") or {}), "size": add.get("size")}
+    if (d := descriptor_of(add)) is not None:
+        out["deletionVector"] = d.to_json()
+    return {"remove": {k: v for k, v in out.items() if v is not None}}

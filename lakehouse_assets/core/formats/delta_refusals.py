@@ -9,7 +9,7 @@ nothing to refuse) with the fix, and the mirror refuses instead of half-mirrorin
 from __future__ import annotations
 
 from deltalake import DeltaTable
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
@@ -18,7 +18,7 @@ from ..errors import MirrorRefused
 from ..io.storage import relative_to
 from ..properties import SummaryKeys
 from ..schema.type_mapping import delta_schema, narrow_integers
-from . import delta_column_mapping
+from . import delta_column_mapping, delta_vector_mirror
 from .snapshot_changes import SnapshotChange
 
 _FIX_DELETES = "run `lakehouse repair {t} --apply-deletes` (rewrites the affected data files with the deletes applied in one Iceberg snapshot; Delta then mirrors the result)"
@@ -77,10 +77,13 @@ def change_refusals(table: Table, delta: DeltaTable, change: SnapshotChange, roo
     """Why this snapshot's change has no exact Delta commit (empty when it has one)."""
     t = ".".join(table.name())
     out = []
-    if change.delete_files_added or change.delete_files_removed:
-        kinds = sorted({f.content.name.lower().replace("_", "-") for f in change.delete_files_added + change.delete_files_removed})
+    deletes = change.delete_files_added + change.delete_files_removed
+    if delta_vector_mirror.enabled(table.properties):  # position deletes become Delta deletion vectors
+        deletes = [f for f in deletes if f.content != DataFileContent.POSITION_DELETES]
+    if deletes:
+        kinds = sorted({f.content.name.lower().replace("_", "-") for f in deletes})
         out.append(
-            f"it adds or removes {len(change.delete_files_added) + len(change.delete_files_removed)} delete file(s) ({', '.join(kinds)}): "
+            f"it adds or removes {len(deletes)} delete file(s) ({', '.join(kinds)}): "
             f"row-level deletes that Delta cannot express (delta-rs writes no deletion vectors); {_FIX_DELETES.format(t=t)}"
         )
     out += _file_refusals(table, change.adds, root_uri)

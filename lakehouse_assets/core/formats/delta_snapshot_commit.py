@@ -25,7 +25,7 @@ from ..properties import DELTA_APP_ID, DeltaCommitKeys, Operation, SummaryKeys
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import StatisticsPolicy
 from ..schema.type_mapping import delta_schema, narrow_integers
-from . import delta_cdc_commit, delta_column_mapping, history
+from . import delta_cdc_commit, delta_column_mapping, delta_vector_mirror, history
 from .delta_actions import RemovedFile, add_action, remove_action
 from .delta_refusals import misnamed_refusals, refusal_message
 from .delta_schema_evolution import changed_types, declare_statistics, evolve_schema
@@ -74,12 +74,19 @@ def commit_change(
         return None
     evolve_schema(root_uri, storage, delta, table, schema, snap)
     declare_statistics(root_uri, storage, delta, snap, policy, narrow)
-    if change_data is not None and change.data_change and (change.removes or raw_removes) and delta_cdc_commit.feed_enabled(delta):
-        if change.change_data is not None and not raw_removes:
-            cdc = change.change_data  # written by the write itself, with its data files
-        else:
-            cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
-        version = delta_cdc_commit.commit(root_uri, storage, delta, actions, cdc, app_transactions(snap, change.summary), metadata)
+    # Position deletes become deletion vectors; a log with vectors needs them named by every remove (delta-rs's cannot).
+    vectors = delta_vector_mirror.plan(root_uri, storage, table, delta, change, actions, now)
+    rewrites = change.removes or raw_removes or (vectors is not None and vectors.vectors)
+    feed = change_data is not None and change.data_change and rewrites and delta_cdc_commit.feed_enabled(delta)
+    if feed or vectors is not None:
+        cdc = []
+        if feed:
+            if change.change_data is not None and not raw_removes:
+                cdc = change.change_data  # written by the write itself, with its data files
+            else:
+                cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
+        rendered, protocol = (vectors.actions, vectors.protocol) if vectors is not None else (actions, None)
+        version = delta_cdc_commit.commit(root_uri, storage, delta, rendered, cdc, app_transactions(snap, change.summary), metadata, protocol)
         if reload:
             delta.update_incremental()
             return None

@@ -101,7 +101,9 @@ def commit(
     result.rows_removed = sum(f.record_count for f in changes.removes)
     result.iceberg_commit_seconds = iceberg_done - started
     if mirror is not None:
-        known = {snapshot.snapshot_id: SnapshotChange(snapshot, changes.adds, changes.removes, summary, change_data=changes.change_data)} if snapshot else {}
+        known = {
+            snapshot.snapshot_id: SnapshotChange(snapshot, changes.adds, changes.removes, summary, changes.added_delete_files, changes.removed_delete_files, changes.change_data)
+        } if snapshot else {}
         mirror_to_delta(mirror, table, result, known)
         result.delta_commit_seconds = time.monotonic() - iceberg_done
     return result

@@ -1,7 +1,7 @@
 """Which readers read merge-on-read tables: the measurement behind docs/merge-on-read.md's reader table.
 
 One module fixture builds three small tables with rows deleted and updated by position: ours (Iceberg v2
-position-delete files, one per data file), and Java Iceberg's own merge-on-read tables in format v2 (position
+position-delete files, one per data file, mirrored to Delta as deletion vectors), and Java Iceberg's own merge-on-read tables in format v2 (position
 deletes) and v3 (deletion vectors in Puffin files), written by DELETE and MERGE INTO in the suite's Spark
 session. Each reader either returns exactly the live rows or refuses with the error the docs quote; a reader
 that returned deleted rows would fail here. chdb, also in the docs' table, is not installed in the test
@@ -19,10 +19,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakehouse_assets import Lakehouse, TableOptions
-from lakehouse_assets.core.formats import iceberg_committer
 from lakehouse_assets.core.formats.deletes import table_files
 from lakehouse_assets.core.formats.position_deletes import write_delete_file
+from lakehouse_assets.core.model import FileChanges
+from lakehouse_assets.core.properties import Operation, SummaryKeys
 from lakehouse_assets.core.read import duckdb_readers
+from lakehouse_assets.core.write import transaction
 
 from . import java_iceberg, sail_reader
 
@@ -43,7 +45,8 @@ def _local(uri: str) -> str:
 
 
 def _ours(spark, warehouse: str) -> MorTable:
-    """Two data files of 50 rows; every id ending in 3 deleted by position (one delete file per data file)."""
+    """Two data files of 50 rows; every id ending in 3 deleted by position (one delete file per data file), committed
+    to both formats as a merge-on-read write commits them: Iceberg position deletes, Delta deletion vectors."""
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("LAKEHOUSE_CATALOG", raising=False)
         lh = Lakehouse(warehouse)
@@ -56,7 +59,9 @@ def _ours(spark, warehouse: str) -> MorTable:
         ids = pq.read_table(_local(entry.data_file.file_path), columns=["id"]).column("id").to_pylist()
         positions = pa.array([i for i, x in enumerate(ids) if x % 10 == 3], pa.int64())
         deletes.append(write_delete_file(lh.storage, table.location(), entry.data_file, positions))
-    iceberg_committer.commit_files(table, [], [], {}, added_delete_files=deletes)
+    changes = FileChanges(added_delete_files=deletes, created=[d.file_path for d in deletes])
+    result = transaction.commit(lh.context, "mor.ours", table, changes, {SummaryKeys.OPERATION: Operation.MERGE}, mode=Operation.MERGE)
+    assert not result.delta_lagging
     table = lh.load("mor.ours")
     assert table.current_snapshot().summary["total-position-deletes"] == "10"
     return MorTable(table.metadata_location, _local(table.location()), sorted((i, f"a{i}") for i in range(100) if i % 10 != 3))
@@ -82,7 +87,8 @@ def _java(spark, name: str, format_version: int) -> MorTable:
 
 @pytest.fixture(scope="module")
 def tables(spark, tmp_path_factory) -> dict[str, MorTable]:
-    out = {"ours": _ours(spark, str(tmp_path_factory.mktemp("mor-readers") / "warehouse"))}
+    ours = _ours(spark, str(tmp_path_factory.mktemp("mor-readers") / "warehouse"))
+    out = {"ours": ours, "ours_delta": ours}
     if java_iceberg.available():
         out.update(java_v2=_java(spark, "v2", 2), java_v3=_java(spark, "v3", 3))
     return out
@@ -115,33 +121,66 @@ def _sail_iceberg(spark, t):
     return sail_reader.read(t.root, ["id", "v"], "iceberg")
 
 
+def _duckdb_delta(spark, t):
+    return duckdb_readers.connect().execute(f"SELECT id, v FROM {duckdb_readers.delta_scan_sql(t.root)}").fetchall()
+
+
+def _delta_rs_pyarrow(spark, t):
+    from deltalake import DeltaTable
+
+    return DeltaTable(t.root).to_pyarrow_table(columns=["id", "v"]).to_pylist()
+
+
+def _delta_rs_datafusion(spark, t):
+    from deltalake import DeltaTable, QueryBuilder
+
+    return pa.table(QueryBuilder().register("t", DeltaTable(t.root)).execute("SELECT id, v FROM t").read_all()).to_pylist()
+
+
+def _polars_delta(spark, t):
+    import polars as pl
+
+    return pl.scan_delta(t.root).select("id", "v").collect().rows()
+
+
+def _sail_delta(spark, t):
+    return sail_reader.read(t.root, ["id", "v"], "delta")
+
+
 def _parquet_files(spark, t):
     """The table's data files read as plain Parquet: no table format, so no deletes applied."""
     files = ", ".join(f"'{p}'" for p in sorted(Path(t.root).rglob("*.parquet")) if "v" in pq.read_schema(p).names)  # not delete files
     return duckdb_readers.connect().execute(f"SELECT id, v FROM read_parquet([{files}])").fetchall()
 
 
-READERS = {  # label (the docs' first column starts with it) -> reader
-    "pyiceberg": _pyiceberg,
-    "DuckDB 1.5 `iceberg_scan`": _duckdb_iceberg,
-    "Java Iceberg": _java_iceberg,
-    "Polars 2.1 `scan_iceberg`": _polars_iceberg,
-    'Sail 0.7.2 `format("iceberg")`': _sail_iceberg,
-    "a plain Parquet read": _parquet_files,
+ICEBERG, DELTA = ("ours", *JAVA_TABLES), ("ours_delta",)
+READERS = {  # label (the docs' first column starts with it) -> (reader, the tables it reads)
+    "pyiceberg": (_pyiceberg, ICEBERG),
+    "DuckDB 1.5 `iceberg_scan`": (_duckdb_iceberg, ICEBERG),
+    "DuckDB 1.5 `delta_scan`": (_duckdb_delta, DELTA),
+    "delta-rs 1.6.6 `to_pyarrow_table`": (_delta_rs_pyarrow, DELTA),
+    "delta-rs 1.6.6 `QueryBuilder`": (_delta_rs_datafusion, DELTA),
+    "Java Iceberg": (_java_iceberg, ICEBERG),
+    "Polars 2.1 `scan_iceberg`": (_polars_iceberg, ICEBERG),
+    "Polars 2.1 `scan_delta`": (_polars_delta, DELTA),
+    'Sail 0.7.2 `format("iceberg")`': (_sail_iceberg, ICEBERG),
+    'Sail 0.7.2 `format("delta")`': (_sail_delta, DELTA),
+    "a plain Parquet read": (_parquet_files, ICEBERG + DELTA),
 }
-COLUMNS = {"ours": 1, "java_v2": 3, "java_v3": 4}  # the docs table's column of each table
+COLUMNS = {"ours": 1, "ours_delta": 2, "java_v2": 3, "java_v3": 4}  # the docs table's column of each table
 WRONG = "WRONG"
 REFUSALS = {  # (reader, table) -> what its error says; every other pair must read the live rows exactly
     ('Sail 0.7.2 `format("iceberg")`', "ours"): "No metadata files found in table location",
+    ("delta-rs 1.6.6 `to_pyarrow_table`", "ours_delta"): "The table has set these reader features: {'deletionVectors'} but these are not yet supported by the deltalake reader.",
 }
 WRONG_READERS = {"a plain Parquet read"}  # they return deleted rows: the docs say so in bold
 
 
 def _cases():
-    for reader in READERS:
-        for table in ("ours", *JAVA_TABLES):
+    for reader, (fn, readable) in READERS.items():
+        for table in readable:
             marks = [pytest.mark.java_iceberg] if table in JAVA_TABLES or reader == "Java Iceberg" else []
-            yield pytest.param(reader, table, marks=marks, id=f"{table}-{READERS[reader].__name__.strip('_')}")
+            yield pytest.param(reader, table, marks=marks, id=f"{table}-{fn.__name__.strip('_')}")
 
 
 @pytest.mark.parametrize(("reader", "table"), list(_cases()))
@@ -149,9 +188,9 @@ def test_each_reader_reads_the_live_rows_or_refuses_loudly(reader, table, tables
     t = tables[table]
     if (reader, table) in REFUSALS:
         with pytest.raises(Exception, match=re.escape(REFUSALS[reader, table])):
-            READERS[reader](spark, t)
+            READERS[reader][0](spark, t)
         return
-    rows = sorted(tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in READERS[reader](spark, t))
+    rows = sorted(tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in READERS[reader][0](spark, t))
     if reader in WRONG_READERS:
         assert set(rows) > set(t.expected), f"{reader} on {table}: expected the deleted rows back"
     else:
@@ -161,10 +200,11 @@ def test_each_reader_reads_the_live_rows_or_refuses_loudly(reader, table, tables
 def test_the_docs_table_says_what_the_readers_do():
     """Each measured cell of docs/merge-on-read.md's reader table: correct, refuses (quoting the error), WRONG."""
     lines = [line for line in PAGE.read_text().splitlines() if line.startswith("| ")]
-    for reader in READERS:
+    for reader, (_, readable) in READERS.items():
         (row,) = [line for line in lines if line[2:].startswith(reader)]
         cells = [c.strip() for c in row.strip("|").split("|")]
-        for table, column in COLUMNS.items():
+        for table in readable:
+            column = COLUMNS[table]
             cell = cells[column]
             if reader in WRONG_READERS:
                 assert WRONG in cell, (reader, table, cell)

@@ -8,6 +8,7 @@ merge-on-read write commits them."""
 from __future__ import annotations
 
 import json
+import os
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -120,3 +121,128 @@ def test_a_lagging_delta_catches_up_with_its_vectors_and_a_copy_on_write_table_s
     result, _ = delete_positions(lh, cow, file_of(lh, cow, "DE"), [0])
     assert result.delta_lagging and "delete file(s) (position-deletes)" in result.delta_error and "--apply-deletes" in result.delta_error
     assert DeltaTable(lh.load(cow).location()).protocol().reader_features is None
+
+
+def test_a_delta_table_that_deletes_with_vectors_is_imported_as_merge_on_read_its_vectors_kept(lh, spark, duck, tmp_path):
+    from .test_import import delete_ids_2_and_4_with_a_vector, source_rows
+
+    root = tmp_path / "dv_mor"
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    de, us = delete_ids_2_and_4_with_a_vector(root, data, configuration={dv.ENABLE_PROPERTY: "true"})
+    de_vector = [a["add"] for a in log_actions(str(root), 1) if "add" in a][0]["deletionVector"]
+    assert de_vector["storageType"] == "i"  # inline, as Delta Lake on Spark writes small vectors
+    report = lh.import_table("imp.dv_mor", str(root))  # no apply_deletes: nothing rewritten
+
+    t = "imp.dv_mor"
+    expected = sorted(r[0] for r in rows if r[0] not in (2, 4))
+    assert report["deletion_vectors_kept"] == 1 and report["deletion_vectors_purged"] == 0 and report["rows"] == len(rows)
+    table = lh.load(t)
+    assert all(table.properties[p] == TableProperties.MERGE_ON_READ for p in TableProperties.ROW_LEVEL_MODES)
+    (delete,) = [e.data_file for e in table_files(table).position_deletes]
+    assert delete.file_path.endswith("-deletes.parquet") and "/_deletes/" in delete.file_path and delete.record_count == 2
+    assert {e.data_file.file_path.rsplit("/", 1)[1] for e in table_files(table).data} == {p.rsplit("/", 1)[1] for p in (de["path"], us["path"])}
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, str(root)) == expected
+
+    # A later merge-on-read delete from the same file replaces the imported vector (an inline one, Delta Lake's) with the mirror's.
+    from lakehouse_assets.core.formats.position_deletes import read_positions
+
+    de_file = file_of(lh, t, "DE")
+    positions = sorted({*read_positions(lh.storage, [delete], de_file.file_path).to_pylist(), 0})
+    result, _ = delete_positions(lh, t, de_file, positions, replaces=delete)
+    expected.remove(0)
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, str(root)) == expected
+    (remove,) = [a["remove"] for a in log_actions(str(root), result.delta_version) if "remove" in a]
+    assert remove["deletionVector"] == de_vector and remove["path"] == de["path"]
+
+
+def test_another_engines_delta_delete_with_a_vector_is_adopted_as_a_position_delete(lh, spark, duck):
+    from .test_import import inline_deletion_vector
+
+    t = "mor.adopt"
+    first = lh.write(people(spark), t, partition_by=["country"], table=TableOptions(properties=MOR))
+    root = lh.load(t).location().removeprefix("file://")
+    (de_add,) = [a["add"] for a in log_actions(root, first.delta_version) if "add" in a and "country=DE" in a["add"]["path"]]
+    # Delta Lake on Spark deletes ids 0 and 6 (positions 0 and 3 of the DE file) with an inline vector.
+    vector = inline_deletion_vector([0, 3])
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": [dv.FEATURE], "writerFeatures": ["changeDataFeed", dv.FEATURE]}
+    foreign = [{"commitInfo": {"operation": "DELETE", "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0"}}, {"protocol": protocol},
+               {"remove": {"path": de_add["path"], "partitionValues": de_add["partitionValues"], "deletionTimestamp": 1, "dataChange": True}},
+               {"add": {**de_add, "dataChange": True, "deletionVector": vector}}]
+    with open(f"{root}/_delta_log/{first.delta_version + 1:020d}.json", "x") as f:
+        f.write("".join(json.dumps(a) + "\n" for a in foreign))
+
+    report = lh.repair(t, adopt_delta=True)
+    assert report["repaired"] and len(report["adopt_delta"]["adopted_versions"]) == 1
+    expected = [i for i in range(20) if i not in (0, 6)]
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    (delete,) = [e.data_file for e in table_files(lh.load(t)).position_deletes]
+    assert delete.record_count == 2 and lh.delta_lag(t) == 0
+
+    # The next merge-on-read delete of that file removes the file as the foreign version left it (its inline vector).
+    from lakehouse_assets.core.formats.position_deletes import read_positions
+
+    de = file_of(lh, t, "DE")
+    result, _ = delete_positions(lh, t, de, [*read_positions(lh.storage, [delete], de.file_path).to_pylist(), 9], replaces=delete)
+    expected.remove(18)
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    (remove,) = [a["remove"] for a in log_actions(root, result.delta_version) if "remove" in a]
+    assert remove["deletionVector"] == vector
+
+
+def test_rollback_of_a_merge_on_read_table_carries_its_position_deletes_and_vectors(lh, spark, duck):
+    t = "mor.rollback"
+    first = lh.write(people(spark), t, partition_by=["country"], table=TableOptions(properties=MOR))
+    root = lh.load(t).location().removeprefix("file://")
+    de = file_of(lh, t, "DE")
+    once, delete = delete_positions(lh, t, de, [1])  # id 2
+    delete_positions(lh, t, de, [1, 4], replaces=delete)  # ids 2 and 8
+
+    back = lh.rollback(t, snapshot_id=once.iceberg_snapshot_id)
+    expected = [i for i in range(20) if i != 2]
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    (add,) = [a["add"] for a in log_actions(root, back.delta_version) if "add" in a]
+    assert add["deletionVector"]["cardinality"] == 1
+
+    whole = lh.rollback(t, snapshot_id=first.iceberg_snapshot_id)  # before any delete: the file is whole again in both formats
+    assert iceberg_ids(lh, t) == list(range(20)) and delta_ids(duck, root) == list(range(20))
+    (add,) = [a["add"] for a in log_actions(root, whole.delta_version) if "add" in a]
+    (remove,) = [a["remove"] for a in log_actions(root, whole.delta_version) if "remove" in a]
+    assert "deletionVector" not in add and remove["deletionVector"]["cardinality"] == 1
+    assert table_files(lh.load(t)).deletes == [] and pa.table(DeltaTable(root).deletion_vectors()).num_rows == 0
+
+
+def test_an_iceberg_merge_on_read_table_is_imported_with_its_position_deletes_as_vectors(lh, duck):
+    """pyiceberg writes the table, an engine its position deletes (one file-scoped, one naming two data files, as
+    Java Iceberg's partition-scoped deletes do); the import keeps them and Delta's first versions carry them as vectors."""
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from lakehouse_assets.core.formats import iceberg_committer as ic
+    from lakehouse_assets.core.formats.position_deletes import FILE_SCHEMA
+
+    lh.catalog.create_namespace("ice")
+    table = lh.catalog.create_table("ice.orders", Schema(NestedField(1, "id", LongType(), required=False)), properties={TableProperties.DELETE_MODE: TableProperties.MERGE_ON_READ})
+    table.append(pa.table({"id": pa.array(range(10), pa.int64())}))
+    table.append(pa.table({"id": pa.array(range(10, 15), pa.int64())}))
+    first, second = sorted((e.data_file for e in table_files(table).data), key=lambda f: f.record_count, reverse=True)
+    scoped = write_delete_file(lh.storage, table.location(), first, pa.array([0, 2], pa.int64()))
+    ic.commit_files(table, [], [], {}, added_delete_files=[scoped])
+    # A delete file naming two data files (no file_path bounds): deletes id 4 of the first and id 11 of the second.
+
+    both = f"{table.location()}/data/both-deletes.parquet"
+    pq.write_table(pa.table([pa.array([first.file_path, second.file_path]), pa.array([4, 1], pa.int64())], schema=FILE_SCHEMA), both.removeprefix("file://"))
+    entry = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=both, file_format=FileFormat.PARQUET, partition=first.partition,
+                               record_count=2, file_size_in_bytes=os.path.getsize(both.removeprefix("file://")))
+    entry.spec_id = first.spec_id
+    ic.commit_files(lh.catalog.load_table("ice.orders"), [], [], {}, added_delete_files=[entry])
+    expected = [i for i in range(15) if i not in (0, 2, 4, 11)]
+    assert iceberg_ids(lh, "ice.orders") == expected
+
+    lh.import_table("ice.orders")
+    root = lh.load("ice.orders").location().removeprefix("file://")
+    assert delta_ids(duck, root) == expected
+    vectors = pa.table(DeltaTable(root).deletion_vectors())
+    assert sorted(sum(1 for keep in v if not keep) for v in vectors.column("selection_vector").to_pylist()) == [1, 3]

@@ -173,11 +173,11 @@ def inline_deletion_vector(rows: list[int]) -> dict:
     return {"storageType": "i", "pathOrInlineDv": "".join(text), "sizeInBytes": len(raw), "cardinality": len(rows)}
 
 
-def delete_ids_2_and_4_with_a_vector(root, data: pa.Table) -> tuple[dict, dict]:
-    """delta-rs writes `data` (ids 0.. with even ids in country DE) partitioned by country; then a commit as Delta Lake on
-    Spark writes a DELETE, marking ids 2 and 4 of the DE file deleted with an inline deletion vector. Returns the DE and
-    US adds of version 0."""
-    write_deltalake(str(root), data, partition_by=["country"])
+def delete_ids_2_and_4_with_a_vector(root, data: pa.Table, configuration: dict | None = None) -> tuple[dict, dict]:
+    """delta-rs writes `data` (ids 0.. with even ids in country DE) partitioned by country, with table properties
+    `configuration`; then a commit as Delta Lake on Spark writes a DELETE, marking ids 2 and 4 of the DE file deleted with
+    an inline deletion vector. Returns the DE and US adds of version 0."""
+    write_deltalake(str(root), data, partition_by=["country"], configuration=configuration)
     adds = [a["add"] for a in map(json.loads, (root / "_delta_log" / "00000000000000000000.json").read_text().splitlines()) if "add" in a]
     (de,) = [a for a in adds if a["partitionValues"] == {"country": "DE"}]
     (us,) = [a for a in adds if a["partitionValues"] == {"country": "US"}]

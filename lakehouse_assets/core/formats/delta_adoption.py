@@ -16,8 +16,8 @@ file's strings as `string_view` and cannot put them together with the table's ot
 writer, in Spark; the adopted snapshot holds the rewritten files, and the Delta version that records the
 adoption swaps them in for Delta readers too (rows unchanged), so both formats hold the same files.
 
-Refused with the reason, nothing changed: deletion vectors (the rows they hide cannot be dropped in the same
-Delta commit through delta-rs, whose remove actions carry no deletion vector), a dropped or retyped column,
+Deletion vectors of a merge-on-read table become Iceberg position-delete files (core/formats/delta_vector_adoption.py).
+Refused with the reason, nothing changed: deletion vectors on any other table, a dropped or retyped column,
 files outside the table location, non-identity partition transforms, and a Delta log that also lags Iceberg.
 """
 
@@ -34,7 +34,7 @@ from pyiceberg.transforms import IdentityTransform
 from ..errors import ForeignDeltaCommits, LakehouseError
 from ..io.storage import delete_files, delta_path, join_uri, relative_to
 from ..properties import DELTA_APP_ID, Operation, SummaryKeys
-from . import delta_column_mapping, partition_constants
+from . import delta_column_mapping, delta_vector_adoption, delta_vector_mirror, partition_constants
 from .foreign_delta import ForeignVersion, foreign_versions
 
 NAME_MAPPING = "schema.name-mapping.default"  # Iceberg readers match columns of files without field ids by name
@@ -66,6 +66,8 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
     physical = delta_column_mapping.physical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
     _check_adoptable(identifier, table, delta, before, versions, added, [p for p in removed if p not in live], new_columns, physical)
     adopted = ",".join(str(v.version) for v in versions)
+    # On a merge-on-read table, other engines' deletion vectors become Iceberg position deletes (no file rewritten).
+    vectors = delta_vector_adoption.changed_vectors(before, delta, root_uri) if delta_vector_mirror.enabled(table.properties) else {}
     created: list[str] = []
     try:
         with MetadataCachingTransaction(table) as tx:
@@ -80,8 +82,10 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
             tx.set_properties(properties)
             unreadable = [f for f in adds if f.file_path in files.view_typed]
             rewritten = _rewrite_view_typed(identifier, versions, table, schema, unreadable, files.view_typed, rewrite, created)
-            update = tx.update_snapshot(snapshot_properties={SummaryKeys.OPERATION: Operation.ADOPT_DELTA, ADOPTED_VERSIONS: adopted})
-            with (update.overwrite() if removed else update.fast_append()) as producer:
+            deletes, replaced = delta_vector_adoption.position_deletes(mirror.storage, root_uri, table, {**live, **dict(zip(sorted(added), adds))}, vectors)
+            created += [f.file_path for f in deletes]
+            summary = {SummaryKeys.OPERATION: Operation.ADOPT_DELTA, ADOPTED_VERSIONS: adopted}
+            with delta_vector_adoption.producer(tx, table, summary, bool(removed), deletes, replaced) as producer:
                 for p in removed:
                     producer.delete_data_file(live[p])
                 for f in [f for f in adds if f.file_path not in files.view_typed] + rewritten:
@@ -180,8 +184,8 @@ def files_with_deletion_vectors(delta: DeltaTable) -> list[str]:
 def adoption_refusals(identifier: str, table: Table, delta: DeltaTable, before: DeltaTable, added: dict) -> list[str]:
     """Why the foreign versions cannot be brought into Iceberg as they are (empty: they can)."""
     reasons = []
-    if with_vectors := files_with_deletion_vectors(delta):
-        # The mirror never writes deletion vectors, so every one of them came with the foreign versions.
+    if not delta_vector_mirror.enabled(table.properties) and (with_vectors := files_with_deletion_vectors(delta)):
+        # The mirror writes deletion vectors only on merge-on-read tables, so every one of them came with the foreign versions.
         reasons.append(
             f"{len(with_vectors)} file(s) carry deletion vectors (rows deleted by marking them, the file left as it was), e.g. "
             f"{[relative_to(delta.table_uri, u) for u in with_vectors[:3]]}. Adopting them means rewriting those files without the "

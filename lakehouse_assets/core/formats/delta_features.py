@@ -75,7 +75,7 @@ FEATURES: dict[str, Feature] = {
     ),
     "columnMapping": Feature("column mapping (physical column names in the files)"),
     "identityColumns": Feature("identity columns (`delta.identity.*`: generated ids with a high-water mark)", _DELTA_RS, f"{_COPY} (its identity columns become plain columns; generate ids in your pipeline)"),
-    "deletionVectors": Feature("deletion vectors (rows deleted by marking them); files carrying vectors need `--apply-deletes`"),
+    "deletionVectors": Feature("deletion vectors (rows deleted by marking them); kept as position deletes when `delta.enableDeletionVectors=true`, else files carrying vectors need `--apply-deletes`"),
     "timestampNtz": Feature("`timestamp_ntz` columns"),
     "domainMetadata": Feature("domain metadata (named configuration blobs in the log)", _DELTA_RS, _COPY),
     "v2Checkpoint": Feature(

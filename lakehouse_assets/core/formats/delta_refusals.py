@@ -116,7 +116,8 @@ def state_refusals(table: Table, delta: DeltaTable, snapshot: Snapshot, root_uri
     t = ".".join(table.name())
     files = table_files(table, snapshot)
     out = []
-    if files.deletes:
+    # Position deletes of a merge-on-read table become Delta deletion vectors (delta_vector_mirror.full_diff).
+    if files.equality_deletes if delta_vector_mirror.enabled(table.properties) else files.deletes:
         out.append(f"{describe_delete_files(files)} are live: row-level deletes that Delta cannot express; {_FIX_DELETES.format(t=t)}")
     out += _file_refusals(table, [e.data_file for e in files.data], root_uri)
     schema = table.schema() if snapshot.snapshot_id == getattr(table.current_snapshot(), "snapshot_id", None) else table.schemas().get(snapshot.schema_id, table.schema())

@@ -162,11 +162,15 @@ def commit_full_diff(
     adds = [f for p, f in iceberg_files.items() if p not in delta_files]
     if refusals := misnamed_refusals(table, table.schemas().get(target.schema_id, table.schema()), [f.file_path for f in adds]):
         raise MirrorRefused(refusal_message(table, delta, f"at snapshot {target.snapshot_id}: " + "; ".join(refusals)))
+    # Merge-on-read: every live position-delete file becomes its file's vector; a vector Iceberg has no deletes for goes.
+    deletes, stale = delta_vector_mirror.full_diff(root_uri, table, delta, target, iceberg_files) if delta_vector_mirror.enabled(table.properties) else ([], set())
+    adds += [iceberg_files[p] for p in sorted(stale)]
     removes = [
         RemovedFile(p, a.get("size_bytes"), {k[len("partition."):]: v for k, v in a.items() if k.startswith("partition.")})
         for p, a in delta_files.items()
-        if p not in iceberg_files
+        if p not in iceberg_files or p in stale
     ]
     summary = history.summary(target)
     summary[SummaryKeys.OPERATION] = Operation.REPAIR
-    commit_change(root_uri, storage, configuration, table, delta, SnapshotChange(target, adds, [], summary), raw_removes=removes, change_data=change_data)
+    change = SnapshotChange(target, adds, [], summary, delete_files_added=deletes)
+    commit_change(root_uri, storage, configuration, table, delta, change, raw_removes=removes, change_data=change_data)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
@@ -55,23 +56,29 @@ def plan(
     """The snapshot's Delta file actions with their vectors; None when the commit needs none (a plain delta-rs commit)."""
     position_files = [f for f in change.delete_files_added if f.content == DataFileContent.POSITION_DELETES]
     logged_vectors = has_vectors(delta)
-    if not position_files and not logged_vectors:
+    if not position_files and not logged_vectors:  # (a log without vectors has no vector to clear either)
         return None
     adds = {delta_path(a.path): a for a in actions if isinstance(a, AddAction)}
     removes = [a for a in actions if isinstance(a, RemoveAction)]
     targets = {relative_to(root_uri, uri): files for uri, files in _targets(storage, position_files).items()}
+    accumulate = SummaryKeys.OPERATION not in change.summary  # another engine's delete files add to the earlier ones
+    if not accumulate:  # a delete file removed and not replaced (a rollback): its data file is whole again
+        cleared = [referenced_data_file(f) for f in change.delete_files_removed if f.content == DataFileContent.POSITION_DELETES]
+        targets.update({p: [] for uri in cleared if uri is not None and (p := relative_to(root_uri, uri)) not in targets})
     targets = {p: files for p, files in targets.items() if p not in {delta_path(r.path) for r in removes} or p in adds}
+    targets = {p: files for p, files in targets.items() if p not in adds or files}
     wanted = {p for p in targets if p not in adds} | {delta_path(r.path) for r in removes}
     logged = dv.live_adds(storage, root_uri, delta.version(), wanted) if wanted else {}
+    targets = {p: files for p, files in targets.items() if files or dv.descriptor_of(logged.get(p, {}))}  # cleared: had a vector
     if not targets and not any(dv.descriptor_of(logged.get(delta_path(r.path), {})) for r in removes):
         return None  # nothing removed carries a vector, nothing gets one
     if missing := sorted(p for p in targets if p not in adds and p not in logged):
         t = ".".join(table.name())
         raise MirrorRefused(f"Table {t}: snapshot {change.snapshot.snapshot_id} deletes rows of {len(missing)} data file(s) the Delta log does not hold "
                             f"(e.g. {missing[0]}); the formats disagreed before this snapshot. Run `lakehouse verify {t}`, then `lakehouse repair {t}`")
-    accumulate = SummaryKeys.OPERATION not in change.summary  # another engine's delete files add to the earlier ones
     vectors = {p: _vector(storage, root_uri, table, p, files, logged.get(p), accumulate) for p, files in targets.items()}
-    out = [dv.remove_json(r, dv.descriptor_of(logged.get(delta_path(r.path), {}))) for r in removes if delta_path(r.path) not in adds]
+    # A file both removed and added: only a full diff does that, to re-add it without a stale vector.
+    out = [dv.remove_json(r, dv.descriptor_of(logged.get(delta_path(r.path), {}))) for r in removes]
     out += [dv.add_json(a, vectors.get(p)) for p, a in adds.items()]
     for p in targets.keys() - adds.keys():
         out += [dv.remove_from_log(logged[p], now), dv.add_from_log(logged[p], vectors[p], now)]
@@ -118,3 +125,17 @@ def _data_file_uri(root_uri: str, path: str, files: list[DataFile], storage: Sto
             return uri
     return path
 
+
+
+def full_diff(root_uri: str, table: Table, delta: DeltaTable, target, iceberg_files: dict[str, DataFile]) -> tuple[list[DataFile], set[str]]:
+    """For a commit that brings Delta to `target` at once: (every live position-delete file at `target`, the data files
+    live in both formats whose Delta vector Iceberg has no delete for: re-added without it)."""
+    from .deletes import table_files
+
+    deletes = [e.data_file for e in table_files(table, target).position_deletes]
+    if not has_vectors(delta):
+        return deletes, set()
+    named = {referenced_data_file(f) for f in deletes}
+    deleted = {relative_to(root_uri, u) for u in named if u is not None} if None not in named else set(iceberg_files)
+    with_vectors = {relative_to(root_uri, u) for u in pa.table(delta.deletion_vectors()).column("filepath").to_pylist()}
+    return deletes, {p for p in with_vectors if p in iceberg_files and p not in deleted}

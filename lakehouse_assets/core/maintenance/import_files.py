@@ -13,8 +13,9 @@ Delta column ids are the Iceberg field ids, the first Iceberg schema names the c
 the files hold) and a rename in the same import gives them their Delta names.
 
 A Delta source keeps its log: one Delta version of ours records the snapshot as mirrored (later writes mirror on top).
-Files with deletion vectors are refused, or on request (`purge_deletion_vectors`) first rewritten by delta-rs without
-the rows their vectors delete: a Delta version that changes no row, as Delta Lake's `REORG TABLE ... APPLY (PURGE)`.
+Files with deletion vectors are kept as Iceberg position deletes when the table sets `delta.enableDeletionVectors=true`
+(core/formats/delta_vector_adoption.py), else refused, or on request (`purge_deletion_vectors`) first rewritten by
+delta-rs without the rows their vectors delete: a Delta version that changes no row, as `REORG TABLE ... APPLY (PURGE)`.
 A Parquet dataset gets a new Delta log: version 0 (schema) and version 1 (the files).
 """
 
@@ -30,9 +31,10 @@ from pyiceberg.schema import INITIAL_SCHEMA_ID, Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table
 
 from ..errors import ImportRefused
-from ..formats import delta_column_mapping, partition_constants
+from ..formats import delta_column_mapping, delta_vector_adoption, partition_constants
 from ..formats.delta_adoption import CHANGE_TYPE, NAME_MAPPING, FooterReader, name_mapping
-from ..io.storage import join_uri
+from ..formats.iceberg_committer import commit_files
+from ..io.storage import delete_files, join_uri
 from ..properties import METADATA_FOLDER, Operation, SummaryKeys, TableProperties
 from ..schema.spec import ALL_FORMATS, build_partition_spec
 from ..schema.statistics import DELTA_NUM_INDEXED_COLUMNS, DELTA_NUM_INDEXED_COLUMNS_DEFAULT, DELTA_STATS_COLUMNS
@@ -55,6 +57,7 @@ class ExistingFiles:
     files: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
     physical: dict[str, tuple[int, str]] = field(default_factory=dict)  # Delta column mapping: name -> (id, physical name)
     properties: dict[str, str] = field(default_factory=dict)  # Iceberg table properties the source decides
+    deleted: dict[str, Any] = field(default_factory=dict)  # path -> positions its Delta deletion vector deletes (kept as position deletes)
 
 
 def iceberg_schema(arrow_schema) -> Schema:
@@ -107,19 +110,31 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
                 f"Table {identifier}: file(s) of {source} hold column(s) {other} that the table does not have, which pyiceberg cannot "
                 "read beside the table's columns. Nothing was imported. Rewrite those files with the engine that wrote them."
             )
-        with table.transaction() as tx:
-            marks = {NAME_MAPPING: name_mapping(schema, physical, CHANGE_TYPE in reader.extra_columns)}
-            if reader.lacking_partition_columns:
-                marks[partition_constants.FILES_WITHOUT_PARTITION_COLUMNS] = "true"
-            tx.set_properties(marks)
-            update = tx.update_snapshot(snapshot_properties={SummaryKeys.OPERATION: Operation.IMPORT, IMPORTED_FROM: source})
-            with update.fast_append() as producer:
-                for f in adds:
-                    producer.append_data_file(f)
+        marks = {NAME_MAPPING: name_mapping(schema, physical, CHANGE_TYPE in reader.extra_columns)}
+        if reader.lacking_partition_columns:
+            marks[partition_constants.FILES_WITHOUT_PARTITION_COLUMNS] = "true"
+        _commit_import(ctx, table, existing, adds, marks, {SummaryKeys.OPERATION: Operation.IMPORT, IMPORTED_FROM: source})
     except BaseException:
         drop_created(ctx, identifier, existing.root_uri)
         raise
     return ctx.load(identifier)
+
+
+def _commit_import(ctx: TableContext, table: Table, existing: ExistingFiles, adds: list, marks: dict, summary: dict) -> None:
+    """The import's one snapshot: its files, and the position-delete files of the deletion vectors it keeps."""
+    deletes = delta_vector_adoption.delete_files(ctx.storage, existing.root_uri, {p: f for (p, _, _), f in zip(existing.files, adds)}, existing.deleted)
+    try:
+        if deletes:
+            commit_files(table, adds, [], summary, stage=lambda tx: tx.set_properties(marks), added_delete_files=deletes)
+            return
+        with table.transaction() as tx:
+            tx.set_properties(marks)
+            with tx.update_snapshot(snapshot_properties=summary).fast_append() as producer:
+                for f in adds:
+                    producer.append_data_file(f)
+    except BaseException:
+        delete_files(ctx.storage, [f.file_path for f in deletes])
+        raise
 
 
 def _iceberg_schema_or_refuse(identifier: str, source: str, arrow) -> Schema:
@@ -306,14 +321,15 @@ def _hive_values(path: str, columns: list[str]) -> dict[str, str | None]:
 # ---------------------------------------------------------------- a Delta table
 
 
-def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
-    """A Delta table's live files at its current version, refused (nothing changed) where Iceberg cannot hold them as they are."""
+def delta_files(identifier: str, delta, root_uri: str, keep_vectors: bool = False) -> ExistingFiles:
+    """A Delta table's live files at its current version, refused (nothing changed) where Iceberg cannot hold them as they are.
+    `keep_vectors`: its deletion vectors become position deletes (`deleted`) instead of a refusal."""
     import pyarrow as pa
 
     from ..formats.delta_adoption import files_with_deletion_vectors, live_files
 
     try:
-        with_vectors = files_with_deletion_vectors(delta)
+        with_vectors = [] if keep_vectors else files_with_deletion_vectors(delta)
     except Exception as e:  # noqa: BLE001 - a vector the kernel cannot decode is still a vector
         with_vectors = [f"(unreadable: {type(e).__name__}: {e})"]
     if with_vectors:
@@ -321,7 +337,8 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
             f"Table {identifier}: {len(with_vectors)} live file(s) of the Delta table at {root_uri} carry deletion vectors (rows deleted "
             f"by marking them, the file left as it was), e.g. {with_vectors[:3]}. Iceberg would read those rows as live. Nothing was "
             "imported. Import with apply_deletes=True (`lakehouse import --apply-deletes`) to rewrite those files without the deleted "
-            "rows first, or purge them with the engine that wrote them (Delta Lake on Spark or Databricks: "
+            f"rows first, or set `{delta_vector_adoption.dv.ENABLE_PROPERTY}=true` on the Delta table to import it as a merge-on-read table "
+            "(its vectors kept as Iceberg position deletes), or purge them with the engine that wrote them (Delta Lake on Spark or Databricks: "
             "`REORG TABLE ... APPLY (PURGE)`), then import again."
         )
     live = live_files(delta)
@@ -344,6 +361,9 @@ def delta_files(identifier: str, delta, root_uri: str) -> ExistingFiles:
         existing.physical = {name: (by_physical[p], p) for p, name in delta_column_mapping.logical_names(delta).items()}
     for path, row in sorted(live.items()):
         existing.files.append((path, int(row["size_bytes"]), dict(row.get("partition") or {})))
+    if keep_vectors:
+        existing.deleted = delta_vector_adoption.deleted_positions(delta, root_uri)
+        existing.properties.update(delta_vector_adoption.MERGE_ON_READ_PROPERTIES)
     return existing
 
 

@@ -25,7 +25,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import StaticTable, Table
 
 from ..errors import ImportRefused
-from ..formats import delta_features
+from ..formats import delta_features, delta_vector_adoption, delta_vector_mirror
 from ..formats.deletes import describe_delete_files, table_files
 from ..io.storage import join_uri, normalize_uri, relative_to
 from ..schema.type_mapping import delta_schema
@@ -58,7 +58,8 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
         import_files.refuse_float_partitions(identifier, delta, location)
         import_files.refuse_variant_columns(identifier, delta, location)
         purged = import_files.purge_deletion_vectors(identifier, delta) if apply_deletes else 0
-        existing = import_files.delta_files(identifier, delta, location)
+        # A table whose Delta writers delete with vectors is merge-on-read: imported as one, its vectors kept.
+        existing = import_files.delta_files(identifier, delta, location, keep_vectors=not apply_deletes and delta_vector_adoption.opted_in(delta))
         table = import_files.create_over_files(ctx, identifier, existing, location)
         try:
             # The Delta side is the source's own versions: one version of ours marks the snapshot as mirrored.
@@ -67,7 +68,8 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
             import_files.drop_created(ctx, identifier, location)
             raise
         delta.update_incremental()
-        return {**_report(identifier, kind, location, ctx.load(identifier), delta.version(), len(existing.files)), "deletion_vectors_purged": purged}
+        report = _report(identifier, kind, location, ctx.load(identifier), delta.version(), len(existing.files))
+        return {**report, "deletion_vectors_purged": purged, "deletion_vectors_kept": len(existing.deleted)}
     existing = import_files.parquet_dataset(ctx, identifier, location)
     _refuse_if_present(ctx, identifier, location, "_delta_log", "a Delta log")
     table = import_files.create_over_files(ctx, identifier, existing, location)
@@ -175,7 +177,9 @@ def _check_iceberg(identifier: str, table: Table, location: str, apply_deletes: 
     snapshot = table.current_snapshot()
     reasons = []
     files = table_files(table) if snapshot is not None else None
-    if files is not None and files.deletes and not apply_deletes:
+    # A merge-on-read table's position deletes stay: the Delta log gets them as deletion vectors.
+    kept = delta_vector_mirror.enabled(table.properties)
+    if files is not None and (files.equality_deletes if kept else files.deletes) and not apply_deletes:
         reasons.append(
             f"{describe_delete_files(files)} are live (row-level deletes that Delta cannot express): import with apply_deletes=True "
             "(`lakehouse import --apply-deletes`), which first rewrites the affected data files with the deletes applied, as "

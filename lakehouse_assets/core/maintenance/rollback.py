@@ -9,7 +9,8 @@ compactions go on from it as from any other snapshot.
 
 Refused, with nothing changed, when the rollback cannot give back exactly the target's rows:
 * a file the target needs is gone (a retention cleanup or another engine removed it);
-* the target or the current table holds delete files of another engine (apply them first);
+* the target or the current table holds delete files of another engine (apply them first); on a merge-on-read
+  table, position-delete files are carried like data files (the target's come back, the others go);
 * a column of the target was dropped since, or changed type (the current schema cannot read it back as
   it was). Columns added since stay, holding nulls for the rolled-back rows.
 """
@@ -23,6 +24,7 @@ from pyarrow.fs import FileType
 from pyiceberg.table import Table
 
 from ..errors import DeleteFilesError, RetentionError, SchemaError, SpecError
+from ..formats import delta_vector_mirror
 from ..formats.deletes import table_files
 from ..io.storage import StorageConfig, relative_to
 from ..model import FileChanges, WriteResult
@@ -56,24 +58,27 @@ def rollback_table(
         target = time_travel.resolve(table, mirror, snapshot_id=snapshot_id, delta_version=delta_version, as_of=as_of).iceberg_snapshot_id
     if target is None:
         raise RetentionError(f"Table {identifier}: no retained snapshot at that point to roll back to. See `lakehouse history {identifier}`.")
-    adds, removes = plan(identifier, table, target, ctx.storage)
+    adds, removes, deletes_back, deletes_gone = plan(identifier, table, target, ctx.storage)
     summary = {SummaryKeys.OPERATION: Operation.ROLLBACK, SummaryKeys.ROLLBACK_TARGET: str(target)}
-    changes = FileChanges(adds=adds, removes=removes, rows_written=sum(f.record_count for f in adds))
+    changes = FileChanges(adds=adds, removes=removes, rows_written=sum(f.record_count for f in adds), added_delete_files=deletes_back, removed_delete_files=deletes_gone)
     result = transaction.commit(ctx, identifier, table, changes, summary, mode=Operation.ROLLBACK)
     log.info("Table %s: rolled back to snapshot %s (%d file(s) back, %d removed)", identifier, target, len(adds), len(removes))
     return result
 
 
 def plan(identifier: str, table: Table, target_snapshot_id: int, storage: StorageConfig):
-    """(files to add back, files to remove) that make the current snapshot's files the target's."""
+    """(data files to add back, data files to remove, delete files to add back, delete files to remove) that make the
+    current snapshot's files the target's. Position-delete files take part on a merge-on-read table (the Delta mirror
+    turns them into deletion vectors); other delete files are refused."""
     target = table.snapshot_by_id(target_snapshot_id)
     if target is None:
         raise RetentionError(f"Table {identifier} has no snapshot {target_snapshot_id} to roll back to (it may have been expired). See `lakehouse history {identifier}`.")
     current = table.current_snapshot()
     _check_schema(identifier, table, target)
     then, now = table_files(table, target), table_files(table, current) if current is not None else None
+    carried = delta_vector_mirror.enabled(table.properties)
     for files, which in ((then, f"the target snapshot {target_snapshot_id}"), (now, "the current table")):
-        if files is not None and files.deletes:
+        if files is not None and (files.equality_deletes if carried else files.deletes):
             raise DeleteFilesError(
                 f"Table {identifier}: {which} holds {len(files.deletes)} delete file(s) written by another engine, which a rollback cannot "
                 f"carry to Delta. Run `lakehouse repair {identifier} --apply-deletes` first, or roll back to a snapshot without them."
@@ -82,8 +87,12 @@ def plan(identifier: str, table: Table, target_snapshot_id: int, storage: Storag
     now_files = {e.data_file.file_path: e.data_file for e in now.data} if now is not None else {}
     adds = [f for p, f in then_files.items() if p not in now_files]
     removes = [f for p, f in now_files.items() if p not in then_files]
-    _check_files_exist(identifier, table, storage, adds, target_snapshot_id)
-    return adds, removes
+    then_deletes = {e.data_file.file_path: e.data_file for e in then.position_deletes}
+    now_deletes = {e.data_file.file_path: e.data_file for e in now.position_deletes} if now is not None else {}
+    deletes_back = [f for p, f in then_deletes.items() if p not in now_deletes]
+    deletes_gone = [f for p, f in now_deletes.items() if p not in then_deletes]
+    _check_files_exist(identifier, table, storage, adds + deletes_back, target_snapshot_id)
+    return adds, removes, deletes_back, deletes_gone
 
 
 def _check_schema(identifier: str, table: Table, target) -> None:

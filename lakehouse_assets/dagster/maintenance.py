@@ -46,6 +46,9 @@ OP_NAME = "lakehouse_maintenance"
 COMPACTION_MIN_SMALL_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_MIN_SMALL_FILES", "50"))
 COMPACTION_MIN_SMALL_RATIO = float(os.environ.get("LAKEHOUSE_COMPACTION_MIN_SMALL_RATIO", "0.5"))
 COMPACTION_RATIO_MIN_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_RATIO_MIN_FILES", "10"))
+# ... or when this many data files carry position deletes past the table's folding thresholds (merge-on-read:
+# compaction_deleted_fraction, compaction_delete_files).
+COMPACTION_MIN_FOLDABLE_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_MIN_FOLDABLE_FILES", "1"))
 # When the automation runs, per deployment (read when the code location loads): the nightly schedule's
 # cron (UTC) and how often the daemon evaluates each sensor.
 MAINTENANCE_CRON = os.environ.get("LAKEHOUSE_MAINTENANCE_CRON", "0 3 * * *")
@@ -96,6 +99,10 @@ def observation_metadata(result: dict[str, Any]) -> dict[str, Any]:
         "small_file_count": MetadataValue.int(int(health.get("small_files", 0))),
         "compactable_file_count": MetadataValue.int(int(health.get("compactable_files", 0))),
         "data_file_count": MetadataValue.int(int(health.get("data_files", 0))),
+        # Merge-on-read read cost, until compaction folds the deletes in.
+        "files_with_deletes": MetadataValue.int(int(health.get("files_with_deletes", 0))),
+        "deleted_rows": MetadataValue.int(int(health.get("deleted_rows", 0))),
+        "deleted_rows_per_file": MetadataValue.float(float(health.get("deleted_rows_per_file", 0.0))),
         "snapshot_count": MetadataValue.int(int(health.get("snapshot_count", 0))),
         "delta_log_length": MetadataValue.int(int(health.get("delta_log_files") or 0)),
         "delta_commits_since_checkpoint": MetadataValue.int(int(health.get("delta_commits_since_checkpoint") or 0)),
@@ -191,7 +198,10 @@ def build_compaction_sensor(interval_s: int = COMPACTION_SENSOR_INTERVAL_S, runn
         job=lakehouse_maintenance_job,
         minimum_interval_seconds=interval_s,
         default_status=_sensor_status(running),
-        description=f"Requests compaction of a table with >= {COMPACTION_MIN_SMALL_FILES} mergeable small files or a mergeable ratio >= {COMPACTION_MIN_SMALL_RATIO}.",
+        description=(
+            f"Requests compaction of a table with >= {COMPACTION_MIN_SMALL_FILES} mergeable small files, a mergeable ratio >= "
+            f"{COMPACTION_MIN_SMALL_RATIO}, or >= {COMPACTION_MIN_FOLDABLE_FILES} files whose deleted rows pass its folding thresholds."
+        ),
     )
     def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
         lh = lakehouse.get()
@@ -202,7 +212,13 @@ def build_compaction_sensor(interval_s: int = COMPACTION_SENSOR_INTERVAL_S, runn
             if count >= COMPACTION_MIN_SMALL_FILES or (count >= COMPACTION_RATIO_MIN_FILES and ratio >= COMPACTION_MIN_SMALL_RATIO):
                 context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")
                 requests.append(_table_run_request(identifier, "compaction", health["iceberg_snapshot_id"]))
-        return requests or SkipReason("no table has enough small files to compact")
+            elif health.get("foldable_files", 0) >= COMPACTION_MIN_FOLDABLE_FILES:
+                context.log.info(
+                    f"Table {identifier}: {health['deleted_rows']} deleted rows in {health['files_with_deletes']} files, "
+                    f"{health['foldable_files']} past the table's folding thresholds: requesting compaction"
+                )
+                requests.append(_table_run_request(identifier, "compaction", health["iceberg_snapshot_id"]))
+        return requests or SkipReason("no table has enough small files or deleted rows to compact")
 
     return compaction_sensor
 

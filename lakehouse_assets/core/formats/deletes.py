@@ -105,20 +105,41 @@ def describe_delete_files(files: TableFiles) -> str:
     return " and ".join(parts) or "no delete files"
 
 
-def refuse_delete_files(table: Table, operation: str, snapshot: Snapshot | None = None) -> None:
-    """Raise DeleteFilesError if the snapshot has live delete files: `operation` would ignore them."""
+def refuse_delete_files(table: Table, operation: str, snapshot: Snapshot | None = None, *, applies_position_deletes: bool = False) -> None:
+    """Raise DeleteFilesError if the snapshot has live delete files `operation` would ignore: any delete file, or
+    with `applies_position_deletes` (readers that leave deleted positions out) equality-delete files only."""
     snapshot = snapshot if snapshot is not None else table.current_snapshot()
     if not has_delete_files(table, snapshot):
         return
+    if applies_position_deletes and not has_equality_delete_files(table, snapshot):
+        return
     ident = ".".join(table.name())
+    ignored = "equality-delete files" if applies_position_deletes else "delete files"
     raise DeleteFilesError(
         f"Table {ident}: snapshot {snapshot.snapshot_id} has {describe_delete_files(table_files(table, snapshot))} "
-        f"written by another engine (row-level deletes, merge-on-read). {operation} does not apply delete files, "
+        f"written by another engine (row-level deletes, merge-on-read). {operation} does not apply {ignored}, "
         f"so it would bring the deleted rows back; refused, nothing was written. Run `lakehouse repair {ident} "
         "--apply-deletes` to rewrite the affected data files with the deletes applied (one Iceberg snapshot that "
         "Delta then mirrors), then retry. To keep other engines from writing delete files, set the table "
         "properties write.delete.mode, write.update.mode and write.merge.mode to copy-on-write."
     )
+
+
+_HAS_EQUALITY_DELETES = ByImmutableFiles(max_weight=1024)
+
+
+def has_equality_delete_files(table: Table, snapshot: Snapshot) -> bool:
+    """Whether the snapshot has live equality-delete files (reads its delete manifests only)."""
+
+    def read() -> bool:
+        return any(
+            e.data_file.content == DataFileContent.EQUALITY_DELETES
+            for m in snapshot.manifests(table.io)
+            if m.content == ManifestContent.DELETES
+            for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
+        )
+
+    return _HAS_EQUALITY_DELETES.get(snapshot.manifest_list, read) if snapshot.manifest_list else read()
 
 
 # ---------------------------------------------------------------- the commit that removes delete files

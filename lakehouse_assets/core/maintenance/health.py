@@ -1,4 +1,5 @@
-"""Metadata-only figures about a table: live and small files, snapshots, Delta log length and lag (what sensors read)."""
+"""Metadata-only figures about a table: live and small files, position deletes and what they cost readers, snapshots,
+Delta log length and lag (what sensors read)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pyiceberg.table import Table
 
 from ..memo import ByImmutableFiles
 from ..table.context import TableContext
+from .delete_figures import files_with_deletes, read_cost
 from .logs import delta_log_stats
 from .reports import TableHealth
 from .settings import MaintenanceSettings
@@ -72,6 +74,7 @@ def table_health(ctx: TableContext, identifier: str, settings: MaintenanceSettin
         # What the sensor watches.
         "compactable_files": compactable,
         "compactable_ratio": round(compactable / files, 4) if files else 0.0,
+        **_delete_figures(ctx, table, settings, files),
         "snapshot_count": len(table.metadata.snapshots),
         "iceberg_snapshot_id": table.current_snapshot().snapshot_id if table.current_snapshot() else None,
     }
@@ -79,3 +82,9 @@ def table_health(ctx: TableContext, identifier: str, settings: MaintenanceSettin
     if ctx.delta_enabled(table):
         out["delta_lag_snapshots"] = ctx.delta_lag_of(table)  # metadata only, unlike a full verify
     return out
+
+
+def _delete_figures(ctx: TableContext, table: Table, settings: MaintenanceSettings, live_files: int) -> dict:
+    """What merge-on-read costs readers until compaction folds the deletes in, and what it would fold now."""
+    deletes = files_with_deletes(table, ctx.storage)
+    return {**read_cost(deletes, live_files), "foldable_files": sum(settings.folds(d) for d in deletes.values())}

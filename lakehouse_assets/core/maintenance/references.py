@@ -1,7 +1,9 @@
 """What each format references, and the retention boundary both formats share.
 
 Coordinated retention: a data file is physically deleted only when no retained Iceberg snapshot and no
-retained Delta version references it. The retained Delta versions are those from the version that
+retained Delta version references it. So is a merge-on-read table's delete file in `_deletes/`: an Iceberg
+position-delete file while a retained snapshot lists it, a Delta deletion-vector file while a retained
+version's live file carries its vector (removing either would bring deleted rows back to that version's readers). The retained Delta versions are those from the version that
 mirrors the oldest retained Iceberg snapshot to the latest; that boundary is stored as Iceberg table
 properties (`lakehouse.retention.*`) so `Lakehouse.read` can refuse older targets with a RetentionError.
 """
@@ -17,6 +19,8 @@ from pyiceberg.table import Table
 
 from ..formats import history
 from ..formats.delta_cdc_commit import CHANGE_DATA_DIR, cdc_actions
+from ..formats.delta_logged_vectors import vector_file_uris
+from ..formats.position_deletes import DELETES_FOLDER
 from ..io.storage import delta_path, join_uri, normalize_uri, relative_to
 from ..properties import TableProperties
 from ..table.context import TableContext
@@ -86,15 +90,36 @@ def referenced_files(ctx: TableContext, table: Table, retained: Retained | None 
     out = {relative_to(root, u) for u in snapshot_files(table, retained.iceberg_ids, include_deleted=False)}
     if retained.delta_min_version is not None:
         delta = ctx.mirror(table).load(retained.delta_min_version)
-        out |= delta_files(delta, range(retained.delta_min_version, retained.delta_current_version + 1))
+        versions = range(retained.delta_min_version, retained.delta_current_version + 1)
+        out |= delta_files(delta, versions)
+        out |= vector_files(ctx, table, versions)
     return out
+
+
+def vector_files(ctx: TableContext, table: Table, versions: range) -> set[str]:
+    """Relative paths of the deletion-vector files the live files of these Delta versions reference. A log that
+    cannot be replayed says nothing about them: then every file in `_deletes/` counts as referenced."""
+    mirror = ctx.mirror(table)
+    root = normalize_uri(table.location())
+    try:
+        return {relative_to(root, u) for u in vector_file_uris(mirror.storage, mirror.root_uri, versions)}
+    except OSError:  # a commit file missing: FileNotFoundError
+        folder = join_uri(root, DELETES_FOLDER)
+        prefix = root_path(ctx, root)
+        return {i.path[len(prefix):] for i in list_files(ctx, folder) if i.path.startswith(prefix)}
 
 
 def is_protected_path(relative: str) -> bool:
     # `_`/`.`-prefixed folders and files hold the Delta log, Iceberg metadata (`_iceberg/`) and
     # tool state: never orphans (the same rule as Delta's vacuum and Iceberg's orphan removal).
-    # Change data files are the exception, as in Delta's vacuum: `change_data_files` says which are retained.
-    return not is_change_data(relative) and any(part.startswith(("_", ".")) for part in relative.split("/"))
+    # Change data files are the exception, as in Delta's vacuum: `change_data_files` says which are retained;
+    # and so are delete files, which `referenced_files` names for both formats.
+    return not is_change_data(relative) and not is_delete_file(relative) and any(part.startswith(("_", ".")) for part in relative.split("/"))
+
+
+def is_delete_file(relative: str) -> bool:
+    """A merge-on-read table's Iceberg position-delete file or Delta deletion-vector file."""
+    return relative.startswith(DELETES_FOLDER + "/") and "/" not in relative[len(DELETES_FOLDER) + 1 :] and not relative.rsplit("/", 1)[1].startswith(".")
 
 
 def is_change_data(relative: str) -> bool:

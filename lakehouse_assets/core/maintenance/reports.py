@@ -21,6 +21,14 @@ class TableHealth(DeltaLogStats, total=False):
     small_file_ratio: float
     compactable_files: int  # small files compaction would actually merge: what the compaction sensor watches
     compactable_ratio: float
+    # Merge-on-read read cost: live data files with position deletes, the delete files and rows readers skip, per live
+    # file, and the files compaction would fold back in (its thresholds); all 0 on a table without deletes.
+    files_with_deletes: int
+    delete_files: int
+    deleted_rows: int
+    delete_files_per_file: float
+    deleted_rows_per_file: float
+    foldable_files: int
     snapshot_count: int
     iceberg_snapshot_id: int | None
     delta_lag_snapshots: int | None  # None: the Delta log is missing or lags past expired snapshots
@@ -66,6 +74,8 @@ class CompactionReport(OperationReport, total=False):
     files_rewritten: int
     bytes_rewritten: int
     rows_rewritten: int
+    files_with_deletes_folded: int  # data files with position deletes rewritten clean (merge-on-read)
+    deleted_rows_folded: int
     files_added: int
     bytes_added: int
     committed: bool

@@ -13,6 +13,7 @@ import datetime as dt
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from ..formats import history
+from ..formats.delta_logged_vectors import vector_file_uris
 from ..io.storage import normalize_uri, relative_to
 from ..table import branches
 from ..table.context import TableContext
@@ -31,6 +32,7 @@ from .references import (
     mtime_ms,
     now_ms,
     referenced_files,
+    retained_now,
     root_path,
     snapshot_files,
 )
@@ -85,8 +87,7 @@ def snapshot_expiry(ctx: TableContext, identifier: str, settings: MaintenanceSet
         "oldest_retained_snapshot_id": oldest_kept.snapshot_id if oldest_kept else None,
         "delta_min_retained_version": delta_min,
     }
-    # Candidates: files the expiring snapshots reference (read before their metadata goes away).
-    candidates = {relative_to(root, u) for u in snapshot_files(table, expire, include_deleted=True)}
+    candidates = _candidates(ctx, table, root, expire, delta_min)  # read before the snapshots' metadata goes away
     if dry_run:
         retained = Retained(keep, delta_min, ctx.mirror(table).load().version() if delta_min is not None else None)
         deletable = sorted(candidates - referenced_files(ctx, table, retained))
@@ -110,6 +111,24 @@ def snapshot_expiry(ctx: TableContext, identifier: str, settings: MaintenanceSet
     removed, reclaimed = delete_relative(ctx, root, deletable)
     result.update(files_removed=removed, bytes_reclaimed=reclaimed, snapshots_after=len(table.metadata.snapshots))
     return result
+
+
+def _candidates(ctx: TableContext, table, root: str, expire: list[int], delta_min: int | None) -> set[str]:
+    """Files the expiring snapshots reference, and the deletion-vector files of the Delta versions leaving the window."""
+    out = {relative_to(root, u) for u in snapshot_files(table, expire, include_deleted=True)}
+    if delta_min is not None and (before := retained_now(ctx, table).delta_min_version) is not None:
+        out |= _leaving_vectors(ctx, table, root, range(before, delta_min))
+    return out
+
+
+def _leaving_vectors(ctx: TableContext, table, root: str, versions: range) -> set[str]:
+    """The deletion-vector files these Delta versions reference (none when the log cannot say: orphan cleanup,
+    which lists `_deletes/`, removes them later)."""
+    mirror = ctx.mirror(table)
+    try:
+        return {relative_to(root, u) for u in vector_file_uris(mirror.storage, mirror.root_uri, versions)}
+    except OSError:  # a commit file missing: FileNotFoundError
+        return set()
 
 
 def orphan_cleanup(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OrphanReport:

@@ -19,6 +19,7 @@ from ..io.storage import StorageConfig
 from ..spark.archives import keep_spark_archives_indexed
 from ..spark.compat import default_parallelism, has_input_file_name
 from ..spark.parquet_relation import parquet_files
+from .deleted_positions import DeletedPositions, kept_rows
 
 
 @dataclass
@@ -31,6 +32,7 @@ class ParquetFileReader:
     field_ids: dict[str, int] | None = None  # column -> Parquet field id to match by (instead of the name)
     position_column: str | None = None  # each row's position in its file (what position deletes name)
     constants: dict[str, dict[str, object]] | None = None  # file URI -> {column: value} for columns the file lacks
+    deleted: dict[str, DeletedPositions] | None = None  # file URI -> where its deleted positions are (rows left out)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from ..schema.conform import conform_batch
@@ -47,6 +49,7 @@ class ParquetFileReader:
                 names = [n for n in data_schema.names if n in source]
                 table_name = {source[n]: n for n in names}  # the file's column -> table column
                 position = 0
+                gone = self.deleted[uri].positions(self.storage) if self.deleted and uri in self.deleted else None
                 for rb in self._batches(parquet, [source[n] for n in names]):
                     rb = pa.RecordBatch.from_arrays(rb.columns, names=[table_name[c] for c in rb.schema.names]) if names else rb
                     out = conform_batch(rb, data_schema)
@@ -54,9 +57,12 @@ class ParquetFileReader:
                         out = _with_constants(out, fill)
                     if self.path_column:
                         out = out.append_column(self.path_column, pa.array([uri] * out.num_rows, pa.string()))
+                    rows = out.num_rows
                     if self.position_column:
-                        out = out.append_column(self.position_column, pa.array(range(position, position + out.num_rows), pa.int64()))
-                    position += out.num_rows
+                        out = out.append_column(self.position_column, pa.array(range(position, position + rows), pa.int64()))
+                    if gone is not None:
+                        out = out.filter(kept_rows(gone, position, rows))
+                    position += rows
                     yield out
 
     @staticmethod
@@ -120,6 +126,7 @@ def read_parquet_files(
     cast_files: bool = False,
     position_column: str | None = None,
     constants: dict[str, dict[str, object]] | None = None,
+    deleted: dict[str, DeletedPositions] | None = None,
 ):
     """`path_column` adds each row's file, as Spark spells it on file:// (or exactly as given in `uris` when
     pyarrow reads): pass the distinct values to `file_uris` to get the URIs back (merge finds matched files so).
@@ -130,7 +137,21 @@ def read_parquet_files(
 
     `constants`: {file URI: {column: value}} for identity partition columns some files lack
     (`partition_constants`); those files' rows get the value. The files are then read with pyarrow.
+
+    `deleted`: {file URI: its deleted positions} for files with position deletes or a deletion vector; their
+    deleted rows are left out as each file is read, on the executors (`deleted_positions`). The other files
+    are read as without it, so the cost grows with the files that have deletes only.
     """
+    if deleted and (dirty := [u for u in uris if u in deleted]):
+        clean = [u for u in uris if u not in deleted]
+        args = (spark_schema, storage, path_column, cast_files, position_column, constants)
+        rows = _read_files(spark, dirty, *args, {u: deleted[u] for u in dirty})
+        return read_parquet_files(spark, clean, *args).unionByName(rows) if clean else rows
+    return _read_files(spark, uris, spark_schema, storage, path_column, cast_files, position_column, constants, None)
+
+
+def _read_files(spark, uris, spark_schema, storage, path_column, cast_files, position_column, constants, deleted):
+    """`read_parquet_files` of files that all have deletes (`deleted`) or none (None)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from ..schema.type_mapping import SPARK_FIELD_ID_KEY
@@ -140,8 +161,8 @@ def read_parquet_files(
     if position_column:
         out_schema = StructType([*out_schema.fields, StructField(position_column, LongType(), False)])
         cast_files = True  # positions come from the pyarrow reader
-    if constants:
-        cast_files = True  # Spark's Parquet reader has no per-file constants
+    if constants or deleted:
+        cast_files = True  # Spark's Parquet reader has no per-file constants or deleted positions
     if not uris:
         return spark.createDataFrame([], out_schema)
     if field_ids:
@@ -165,7 +186,7 @@ def read_parquet_files(
         return df
     from ..spark.compat import arrow_schema as to_arrow_schema
 
-    reader = ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column, constants or None)
+    reader = ParquetFileReader(storage, to_arrow_schema(out_schema), path_column, field_ids or None, position_column, constants or None, deleted)
     return map_paths(spark, uris, reader, out_schema, tasks=min(len(uris), default_parallelism(spark) * 4))
 
 

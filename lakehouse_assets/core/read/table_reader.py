@@ -1,7 +1,9 @@
 """Reading a table as a Spark DataFrame: now, or as of an Iceberg snapshot, a Delta version or a time.
 
 Iceberg scan planning prunes files by partition and min/max before Spark opens any; a Delta version
-is read from the Delta log's own file list. The files are then read by `reader.read_parquet_files`.
+is read from the Delta log's own file list. The files are then read by `reader.read_parquet_files`;
+files with Iceberg position deletes (a merge-on-read table's, or another engine's) are read with their
+deleted positions left out. Equality deletes are refused: this reader does not apply them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..schema.type_mapping import delta_to_spark_schema, iceberg_to_spark_schema
 from ..schema.window import Slice, Window
 from ..table.evolution import column_names_moved, types_were_widened
 from . import scan_planning
+from .deleted_positions import DeletedPositions, IcebergPositionDeletes
 from .reader import read_parquet_files
 from .spark_filters import bind_row_filter, residuals_mean_its_rows, same_columns_for, spark_row_filter
 from .time_travel import check_retention, resolve
@@ -63,7 +66,9 @@ def read_table(
         files = _snapshot_files(identifier, table, snapshot_id, as_of, row_expr, window_expr)
     if files.uris is None:
         return spark.createDataFrame([], files.spark_schema)
-    df = read_parquet_files(spark, files.uris, files.spark_schema, storage, cast_files=types_were_widened(table), constants=files.constants)
+    df = read_parquet_files(
+        spark, files.uris, files.spark_schema, storage, cast_files=types_were_widened(table), constants=files.constants, deleted=files.deleted
+    )
     if files.bound is not None:
         # Planning pruned files only: the rows of a planned file still need the filter.
         df = df.filter(spark_row_filter(spark, identifier, files.schema, files.bound))  # the same rows for text and expressions
@@ -75,13 +80,15 @@ def read_table(
 @dataclass
 class _Files:
     """What one read opens: the files (None: the table has no snapshot yet), the Spark schema they are read with,
-    the partition values some files lack, and the row filter bound to the schema the rows were written with."""
+    the partition values some files lack, the row filter bound to the schema the rows were written with, and the
+    deleted positions of files with position deletes."""
 
     uris: list[str] | None
     spark_schema: Any
     constants: Any = None
     schema: Schema | None = None
     bound: BooleanExpression | None = None
+    deleted: dict[str, DeletedPositions] | None = None
 
 
 def _delta_version_files(identifier: str, table: Table, mirror: DeltaMirror, delta_version: int, row_expr: BooleanExpression | None) -> _Files:
@@ -116,7 +123,7 @@ def _snapshot_files(
     """The files of an Iceberg snapshot (the current one unless travelling), pruned by Iceberg scan planning."""
     snap = _snapshot_to_read(identifier, table, snapshot_id, as_of)
     if snap is not None:
-        refuse_delete_files(table, "Lakehouse.read", snap)
+        refuse_delete_files(table, "Lakehouse.read", snap, applies_position_deletes=True)
     # Time travel reads with the schema the snapshot was written with; the current table with the current
     # schema (a rename or drop changes the schema without a new snapshot).
     travelling = snapshot_id is not None or as_of is not None
@@ -136,7 +143,8 @@ def _snapshot_files(
         # no row filter is left for Spark to evaluate, as Java Iceberg's Spark reader drops it then too.
         bound = None
     constants = partition_constants.of_files(table, _planned_data_files(table, snap.snapshot_id, And(plan_expr, window_expr)), schema)
-    return _Files(list(plan.uris), spark_schema, constants, schema, bound)
+    deleted = {uri: IcebergPositionDeletes(uri, deletes) for uri, deletes in plan.deleted}
+    return _Files(list(plan.uris), spark_schema, constants, schema, bound, deleted)
 
 
 def _snapshot_to_read(identifier: str, table: Table, snapshot_id: int | None, as_of: dt.datetime | None):
@@ -156,11 +164,13 @@ def _snapshot_to_read(identifier: str, table: Table, snapshot_id: int | None, as
 
 @dataclass(frozen=True)
 class _Plan:
-    """The files a scan plans, and whether their partitions alone decide the filter (every file's residual is
-    AlwaysTrue: a strict projection of the filter holds for the file's partition, so every row matches)."""
+    """The files a scan plans, whether their partitions alone decide the filter (every file's residual is
+    AlwaysTrue: a strict projection of the filter holds for the file's partition, so every row matches), and
+    the position-delete files that apply to each file that has any (Iceberg's rules, applied by pyiceberg)."""
 
     uris: tuple[str, ...]
     partitions_decide: bool
+    deleted: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 # Plans of a (metadata file, snapshot, filter): the metadata file names the schema, specs and manifest list
@@ -173,7 +183,8 @@ _PLANS = ByImmutableFiles(max_weight=200_000, weight=lambda plan: len(plan.uris)
 def _planned_files(table: Table, snapshot_id: int, expr: BooleanExpression) -> _Plan:
     def plan() -> _Plan:
         tasks, residuals = scan_planning.plan_files(table, snapshot_id, expr)
-        return _Plan(tuple(t.file.file_path for t in tasks), residuals and all(t.residual == AlwaysTrue() for t in tasks))
+        deleted = tuple((t.file.file_path, tuple(sorted(d.file_path for d in t.delete_files))) for t in tasks if t.delete_files)
+        return _Plan(tuple(t.file.file_path for t in tasks), residuals and all(t.residual == AlwaysTrue() for t in tasks), deleted)
 
     scan = table.scan(snapshot_id=snapshot_id, row_filter=expr)
     if not table.metadata_location or getattr(scan, "_should_use_server_side_planning", lambda: True)():

@@ -26,9 +26,10 @@ from .target import WriteTarget
 TASKS_PER_CORE = 2
 
 
-def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]], changes: "FileChanges") -> list[DataFile] | None:
+def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]], changes: "FileChanges", deleted=None) -> list[DataFile] | None:
     """Rewrite each group (the files of one partition) into about target-size files in one Spark job;
-    the new files, recorded in `changes` (None: a file is not of the current spec, nothing done)."""
+    the new files, recorded in `changes` (None: a file is not of the current spec, nothing done).
+    `deleted`: {file URI: its deleted positions (`read.deleted_positions`)}, rows left out of the new files."""
     from .partition_keys import UNPARTITIONED_KEY, PartitionKeyer
     from .writer import file_row_schema, run_write_job, table_write_settings, written_files
 
@@ -48,7 +49,7 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     tasks = min(len(bins), default_parallelism(spark) * TASKS_PER_CORE)
     write_id = uuid.uuid4().hex[:16]
     writer = target.file_writer(settings, write_id)
-    reader = target.row_reader()
+    reader = replace(target.row_reader(), deleted=deleted or None)
     # One writer per bin, named apart (`<write_id>-<bin>-...`, still swept as this write's on failure): a bin's
     # file closes when the bin ends, and it is never rolled (a bin holds at most ~1.65 targets of input).
     per_bin = [

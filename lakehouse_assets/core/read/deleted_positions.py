@@ -1,0 +1,50 @@
+"""Where a data file's deleted row positions come from, read where the file is read (on the executors).
+
+A merge-on-read table marks rows deleted instead of rewriting their file: Iceberg with position-delete
+files (`position_deletes.py`), Delta with a deletion vector per file. A reader opening such a file leaves
+those positions out (`reader.ParquetFileReader`); the driver only ships the file names and descriptors,
+never positions or rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from ..io.storage import StorageConfig
+
+
+class DeletedPositions(Protocol):
+    def positions(self, storage: StorageConfig) -> np.ndarray:
+        """The deleted 0-based row positions of the file: sorted, distinct, int64."""
+
+
+@dataclass(frozen=True)
+class IcebergPositionDeletes:
+    """The Iceberg position-delete files that apply to `data_file` (each may name other data files too)."""
+
+    data_file: str
+    delete_files: tuple[str, ...]
+
+    def positions(self, storage: StorageConfig) -> np.ndarray:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        chunks = []
+        for uri in self.delete_files:
+            fs, path = storage.filesystem(uri)
+            rows = pq.read_table(path, filesystem=fs, columns=["file_path", "pos"])
+            rows = rows.filter(pc.equal(rows.column("file_path"), self.data_file))
+            chunks.append(rows.column("pos").to_numpy().astype(np.int64))
+        return np.unique(np.concatenate(chunks)) if chunks else np.empty(0, np.int64)
+
+
+def kept_rows(deleted: np.ndarray, start: int, rows: int) -> pa.Array:
+    """The mask of the `rows` rows at positions start.. that `deleted` (sorted) does not name."""
+    keep = np.ones(rows, dtype=bool)
+    lo, hi = np.searchsorted(deleted, [start, start + rows])
+    keep[deleted[lo:hi] - start] = False
+    return pa.array(keep)

@@ -1,0 +1,32 @@
+"""bench/merge_on_read.py on a tiny table: its three sides merge, read and compact, and its page section renders.
+
+The figures themselves come from `make bench`; here only that the workload runs end to end on the suite's Spark
+session (with Java Iceberg's catalog) and that every side is either measured or reported as not measured."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import merge_on_read  # noqa: E402 - bench/ is a folder of scripts, not a package
+
+from . import java_iceberg  # noqa: E402
+
+pytestmark = pytest.mark.java_iceberg
+
+
+def test_the_merge_on_read_workload_runs_on_a_tiny_table(spark, lh):
+    result = merge_on_read.measure(spark, lh, java_iceberg.CATALOG, rows=4000, merges=2, read_warmup=0, read_reps=1, tag="tiny")
+    for work in ("merges", "read"):
+        for side in merge_on_read.SIDES:
+            measured = side in result[work]
+            assert measured != (side in result["skipped"] or f"{side}_read" in result["skipped"] and work == "read"), (work, side, result["skipped"])
+    merges = result["merges"]
+    assert len(merges["cow"]["seconds"]["all"]) == len(merges["java"]["seconds"]["all"]) == 2
+    assert all(b > 0 for side in merges.values() for b in side["bytes"]["all"])
+    assert result["compaction"]["java"]["bytes"]["all"][0] > 0  # Java rewrote its files (the rows after it are compared)
+    section = merge_on_read.markdown([result], "now")
+    assert "| 4,000 | merge | ours copy-on-write |" in section and "Java Iceberg merge-on-read" in section

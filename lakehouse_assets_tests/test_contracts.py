@@ -101,3 +101,75 @@ def test_rules_outside_the_portable_subset_are_refused_before_any_file(lh, spark
         lh.write(orders(spark, [(1, 1.0, "new")]), "shop.orders", table=TableOptions(contract=Contract(rules={"r1": rule})))
     assert "rule 'r1'" in str(e.value) and construct in str(e.value)
     assert "shop.orders" not in lh.table_names()
+
+
+def test_new_column_modes(lh, spark):
+    frozen = contract(new_columns="freeze")
+    lh.write(orders(spark, [(1, 1.0, "new")]), "shop.orders", table=TableOptions(contract=frozen))
+    wider = spark.createDataFrame([(2, 2.0, "new", "web"), (3, 3.0, "paid", None)], ORDERS + ", channel string")
+    with pytest.raises(SchemaError, match="column 'channel' is new and the contract's new_columns mode is 'freeze'"):
+        lh.write(wider, "shop.orders")
+    result = lh.write(wider, "shop.orders", table=TableOptions(contract=contract(new_columns="discard_value")))
+    assert [f.name for f in lh.load("shop.orders").schema().fields] == ["id", "amount", "status"] and result.rows_written == 2
+    result = lh.write(wider, "shop.orders", table=TableOptions(contract=contract(new_columns="discard_row", on_violation="drop")))
+    assert result.rows_written == 1 and result.contract["discarded"] == {"new_column_channel": 1}
+    lh.write(wider.selectExpr("id + 10 AS id", "amount", "status", "channel"), "shop.orders", table=TableOptions(contract=contract(new_columns="evolve")))
+    assert "channel" in [f.name for f in lh.load("shop.orders").schema().fields]
+
+
+def test_type_change_modes(lh, spark):
+    declared = contract(types={"amount": "double"}, type_changes="freeze")
+    lh.write(orders(spark, [(1, 1.0, "new")]), "shop.orders", table=TableOptions(contract=declared))
+    as_text = spark.createDataFrame([(2, "2.5", "new"), (3, "n/a", "paid")], "id bigint, amount string, status string")
+    with pytest.raises(SchemaError, match="column 'amount' is string in the data but double in the contract, and the contract's type_changes mode is 'freeze'"):
+        lh.write(as_text, "shop.orders")
+    kept = contract(types={"amount": "double"}, type_changes="discard_row", on_violation="drop")
+    result = lh.write(as_text, "shop.orders", table=TableOptions(contract=kept))
+    assert result.contract["discarded"] == {"type_amount": 1} and result.rows_written == 1
+    nulls = contract(rules={"known_status": RULES["known_status"]}, types={"amount": "double"}, type_changes="discard_value")
+    lh.write(as_text.selectExpr("id + 10 AS id", "amount", "status"), "shop.orders", table=TableOptions(contract=nulls))
+    assert sorted((r.id, r.amount) for r in lh.read(spark, "shop.orders").collect()) == [(1, 1.0), (2, 2.5), (12, 2.5), (13, None)]
+
+
+def test_adding_a_rule_checks_the_rows_already_there(lh, spark, duck):
+    lh.write(orders(spark, [(1, 10.0, "new"), (2, -3.0, "refunded")]), "shop.orders")
+    with pytest.raises(ContractViolation) as e:
+        lh.write(orders(spark, [(3, 1.0, "new")]), "shop.orders", table=TableOptions(contract=Contract(rules={"amount_positive": "amount >= 0"})))
+    assert "rows already in the table break" in str(e.value) and "amount_positive: 1 row(s)" in str(e.value) and '"id":2' in str(e.value)
+    assert "lakehouse.contract" not in lh.load("shop.orders").properties
+    assert not any(k.startswith("delta.constraints.") for k in delta_of(lh, "shop.orders").metadata().configuration)
+    assert len(lh.history("shop.orders")) == 1
+    lh.write(orders(spark, [(3, 1.0, "new")]), "shop.orders", table=TableOptions(contract=Contract(rules={"no_refunds": "status <> 'lost'"})))
+    assert delta_of(lh, "shop.orders").metadata().configuration["delta.constraints.no_refunds"] == "status != 'lost'"
+    # Dropping the rule from the contract drops its Delta constraint; a foreign-looking Delta version never appears.
+    lh.write(orders(spark, [(4, 1.0, "lost")]), "shop.orders", table=TableOptions(contract=Contract(rules={"positive_id": "id > 0"})))
+    configuration = delta_of(lh, "shop.orders").metadata().configuration
+    assert "delta.constraints.no_refunds" not in configuration and configuration["delta.constraints.positive_id"] == "id > 0"
+    assert_all_readers_agree(lh, spark, duck, "shop.orders")
+
+
+def test_merge_under_a_contract(lh, spark, duck):
+    from lakehouse_assets import MergeOptions
+
+    lh.write(orders(spark, [(1, 10.0, "new"), (2, 5.0, "new")]), "shop.orders", table=TableOptions(contract=contract(on_violation="drop")))
+    batch = spark.createDataFrame(
+        [(1, 11.0, "paid", "u"), (2, None, None, "d"), (3, -1.0, "new", "u"), (4, 4.0, "new", "u")], ORDERS + ", op string"
+    )
+    result = lh.write(batch, "shop.orders", mode="merge", merge=MergeOptions(keys="id", operation_column="op", delete_values="d"))
+    assert result.contract["checks"]["amount_positive"] == 1  # the delete row is checked by nothing
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", [(11.0, 1, "paid"), (4.0, 4, "new")])
+
+
+def test_window_overwrite_under_a_contract(lh, spark, duck):
+    import datetime as dt
+
+    from lakehouse_assets import Window
+
+    schema = "day date, id bigint, amount double"
+    day = dt.date(2024, 1, 2)
+    lh.write(spark.createDataFrame([(dt.date(2024, 1, 1), 1, 1.0), (day, 2, 2.0)], schema), "shop.daily", partition_by=["day"],
+             table=TableOptions(contract=Contract(rules={"amount_positive": "amount >= 0"}, on_violation="quarantine")))
+    result = lh.write(spark.createDataFrame([(day, 3, 3.0), (day, 4, -4.0)], schema), "shop.daily", mode="overwrite", window=Window("day", day, day + dt.timedelta(days=1)))
+    assert result.contract["rows_quarantined"] == 1
+    assert_all_readers_agree(lh, spark, duck, "shop.daily", [(1.0, "2024-01-01", 1), (3.0, "2024-01-02", 3)])
+    assert [r.id for r in lh.read(spark, "shop.daily_quarantine").collect()] == [4]

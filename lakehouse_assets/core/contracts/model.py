@@ -61,7 +61,7 @@ class Contract:
             ("on_violation", self.on_violation, VIOLATION_POLICIES),
         ):
             if value not in allowed:
-                raise ContractError(f"Table {identifier}: contract {what}={value!r} is not one of {', '.join(allowed)}.")
+                raise ContractError(f"Table {identifier}: the contract setting {what}={value!r} is not one of {', '.join(allowed)}.")
         for name in self.rules:
             if not SIMPLE_NAME.match(name):
                 raise ContractError(

@@ -196,7 +196,7 @@ class Parser:
         if negated:
             raise RuleRefused("NOT without IN, BETWEEN or LIKE after a value")
         if self.word(*REFUSED_KEYWORDS):
-            raise RuleRefused(REFUSED_KEYWORDS[self.peek()[1].lower()])
+            raise RuleRefused(f"a construct outside the portable subset: {REFUSED_KEYWORDS[self.peek()[1].lower()]}")
         return left
 
     def additive(self) -> Node:
@@ -256,7 +256,7 @@ class Parser:
         if lower == "null":
             return Node("NULL", "null", True)
         if lower in REFUSED_KEYWORDS:
-            raise RuleRefused(REFUSED_KEYWORDS[lower])
+            raise RuleRefused(f"a construct outside the portable subset: {REFUSED_KEYWORDS[lower]}")
         if self.peek() == ("op", "("):
             return self.function(lower)
         if lower in _KEYWORDS:
@@ -267,7 +267,7 @@ class Parser:
         if name in NONDETERMINISTIC:
             raise RuleRefused(f"the function {name}() (not deterministic: a rule must give a row the same answer every time)")
         if name in REFUSED_FUNCTIONS:
-            raise RuleRefused(REFUSED_FUNCTIONS[name])
+            raise RuleRefused(f"a construct outside the portable subset: {REFUSED_FUNCTIONS[name]}")
         if name not in FUNCTIONS:
             raise RuleRefused(f"the function {name}() (not in the portable subset: {', '.join(sorted(FUNCTIONS))})")
         self.take("(")
@@ -298,7 +298,7 @@ class Parser:
 
 def _need(node: Node, categories: tuple[str, ...], what: str) -> None:
     if node.category not in categories:
-        raise RuleRefused(f"{what} on {node.sql}, a {node.category} value (needs {' or '.join(categories)})")
+        raise RuleRefused(f"an operand of the wrong type: {what} needs {' or '.join(categories)}, and {node.sql} is {node.category}")
 
 
 def _logic(op: str, left: Node, right: Node) -> Node:

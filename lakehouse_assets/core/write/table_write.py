@@ -22,7 +22,7 @@ import time
 
 from pyiceberg.table import Table
 
-from .. import contracts
+from ..contracts.guard import enforced as enforce_contract
 from ..errors import CommitOutcomeUnknown, SchemaError, SpecError
 from ..formats import delta_adoption, delta_cdc_commit, foreign_delta, history
 from ..formats import iceberg_committer as ic
@@ -79,7 +79,7 @@ def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str,
     started = time.monotonic()
     check_access(ctx.storage, ctx.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
     # The table's data contract checks the rows inside the write's own job (core/contracts/guard.py).
-    return contracts.enforced(ctx, _as_spark(df, spark), request, lambda rows, req: _write_batch(ctx, rows, req, started, foreign_default))
+    return enforce_contract(ctx, _as_spark(df, spark), request, lambda rows, req: _write_batch(ctx, rows, req, started, foreign_default))
 
 
 def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str) -> WriteResult:

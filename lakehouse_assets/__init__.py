@@ -20,6 +20,7 @@ from .core.errors import (
 )
 
 if TYPE_CHECKING:
+    from .core.contracts import Contract, ContractViolation
     from .core.formats.delta_glue import GlueDeltaRegistration
     from .core.io.storage import StorageConfig
     from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
@@ -41,6 +42,8 @@ _LAZY = {
     "GlueDeltaRegistration": ".core.formats.delta_glue",
     "MergeOptions": ".core.model",
     "TableOptions": ".core.model",
+    "Contract": ".core.contracts",
+    "ContractViolation": ".core.contracts",
     "spark_session": ".core.spark.session",
     # The Dagster layer, for a project's code location (docs/dagster-project.md).
     "LakehouseComponent": ".dagster.component",
@@ -71,6 +74,8 @@ __all__ = [
     "CatalogError",
     "CommitError",
     "CommitOutcomeUnknown",
+    "Contract",
+    "ContractViolation",
     "DeleteFilesError",
     "ForeignDeltaCommits",
     "GlueDeltaRegistration",

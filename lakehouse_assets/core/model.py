@@ -92,6 +92,8 @@ class WriteResult:
     duplicate_of_earlier_write: bool = False
     warnings: list[str] = field(default_factory=list)
     branch: str | None = None  # the Iceberg branch committed to (None: main, mirrored to Delta)
+    # Under a data contract: rows per check, rows dropped or quarantined, sample rows (core/contracts/guard.py).
+    contract: dict | None = None
 
     @classmethod
     def for_table(cls, identifier: str, table: Table, mode: str, snapshot_id: int | None) -> "WriteResult":
@@ -156,12 +158,15 @@ class TableOptions:
 
     `formats`: ("iceberg", "delta") by default, ("iceberg",) for Iceberg only. `properties`: table
     properties of a new table (Iceberg's and the `delta.*` ones the mirror honours, see the docs).
-    `schema_evolution=False` refuses any schema change this write would make."""
+    `schema_evolution=False` refuses any schema change this write would make. `contract`: the table's data contract
+    (a `lakehouse_assets.core.contracts.Contract` or a dict of its fields), recorded on the table and enforced by this
+    and every later write (docs/contracts.md)."""
 
     formats: Sequence[str] | None = None
     properties: Mapping[str, str] | None = None
     target_file_size: int | None = None
     schema_evolution: bool = True
+    contract: object | None = None
 
 
 MODES = (Operation.APPEND, Operation.OVERWRITE, Operation.MERGE)
@@ -180,6 +185,7 @@ class WriteRequest:
     merge: MergeOptions | None = None
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)  # recorded in the snapshot and the Delta commit
     branch: str | None = None  # an Iceberg branch to commit to instead of main (core/table/branches.py)
+    contract: object | None = None  # the caller's data contract (core/contracts/); None: the table's own, if any
 
     def __post_init__(self) -> None:
         identifier = self.spec.identifier

@@ -2,7 +2,7 @@
 
 `lakehouse_definitions(assets=[...], lakehouse=...)` returns a `Definitions` to merge into a project's own:
 the `lakehouse` and `pyspark` resources, the IO manager, a blocking `formats_agree` check on every managed
-asset, the maintenance, rollback and alter jobs, the maintenance schedule and the sensors. The demo's code
+asset, a check per rule of each asset's data contract and its quarantine table (contracts.py), the maintenance, rollback and alter jobs, the maintenance schedule and the sensors. The demo's code
 location (`lakehouse_assets/definitions.py`) and the `dg` component (component.py) are two users of it.
 """
 
@@ -16,6 +16,7 @@ from dagster_pyspark import PySparkResource
 
 from ..core.errors import InputError
 from .checks import build_formats_agree_checks
+from .contracts import build_contract_checks, quarantine_specs
 from .foreign_commits import INTERVAL_S as FOREIGN_COMMITS_INTERVAL_S
 from .foreign_commits import build_foreign_commits_sensor
 from .io_manager import LakehouseIOManager
@@ -112,9 +113,10 @@ def lakehouse_definitions(
     maintenance = maintenance or MaintenancePlan()
     sensors = sensors or SensorPlan()
     schedules = [build_maintenance_schedule(maintenance.cron, maintenance.settings, maintenance.running)] if maintenance.schedule else []
+    defined = [a for a in assets if isinstance(a, AssetsDefinition)]
     return Definitions(
-        assets=[a for a in assets if isinstance(a, AssetsDefinition)],
-        asset_checks=build_formats_agree_checks(managed_keys(assets)) if checks else [],
+        assets=[*defined, *quarantine_specs(defined)],
+        asset_checks=[*build_formats_agree_checks(managed_keys(assets)), *build_contract_checks(defined)] if checks else [],
         jobs=[*maintenance_jobs, lakehouse_alter_job, lakehouse_rollback_job],
         schedules=schedules,
         sensors=sensors.definitions(),

@@ -52,7 +52,7 @@ from dagster._core.definitions.metadata.metadata_set import TableMetadataSet, Ur
 from dagster_pyspark import PySparkResource
 
 from ..core.errors import SpecError
-from . import audit, incremental
+from . import audit, contracts, incremental
 from .inputs import InputRequest, from_arrow, input_kind
 from .resources import LakehouseResource
 
@@ -267,6 +267,7 @@ class LakehouseIOManager(ConfigurableIOManager):
                 properties=metadata.get("table_properties") or None,
                 target_file_size=metadata.get("target_file_size"),
                 schema_evolution=metadata.get("schema_evolution", True),
+                contract=contracts.contract_of(asset, metadata),
             ),
             window=part,
             # Retried steps of the same run and partition(s) never commit twice.
@@ -296,7 +297,9 @@ class LakehouseIOManager(ConfigurableIOManager):
         result = lh.write(obj, identifier, mode=mode.value, **kwargs)
         for warning in result.warnings:
             context.log.warning(warning)
-        context.add_output_metadata(write_metadata(result))
+        context.add_output_metadata(write_metadata(result) | contracts.write_metadata(result.contract))
+        if (quarantined := contracts.quarantine_materialization(context.asset_key, result.contract)) is not None:
+            context.log_event(quarantined)
         if part is not None:
             context.add_output_metadata({"partition_slice": MetadataValue.text(part.describe()), **dict(TableMetadataSet(partition_row_count=result.rows_written))})
         try:  # table metadata and health next to its versions on the asset page; never fails a committed write

@@ -1,7 +1,8 @@
 """One write of a DataFrame into a table, from input to commit, in an order that leaves both formats as they
 were if any step fails:
 
-1. the request is checked and the storage reached (nothing written yet); a merge's batch is validated
+1. the request is checked and the storage reached (nothing written yet); a data contract is checked and its checks
+   added to the rows (core/contracts/guard.py, which calls back for the rest); a merge's batch is validated
    (null and duplicate keys) and cached, so every later step sees the same rows;
 2. the table is created or loaded with the schema change the data needs; Delta versions another engine
    wrote are refused or adopted first (the table's policy, core/formats/foreign_delta.py);
@@ -21,6 +22,7 @@ import time
 
 from pyiceberg.table import Table
 
+from ..contracts.guard import enforced as enforce_contract
 from ..errors import CommitOutcomeUnknown, SchemaError, SpecError
 from ..formats import delta_adoption, delta_cdc_commit, foreign_delta, history
 from ..formats import iceberg_committer as ic
@@ -69,16 +71,20 @@ def request_of(
     window = Slice.of(window) if window is not None else None
     merge = merge.check(identifier) if merge else None
     request = WriteRequest(spec, mode, window, write_id, writer, table.target_file_size, merge, dict(snapshot_properties or {}))
-    return dataclasses.replace(request, branch=branches.target_branch(identifier, branch))
+    return dataclasses.replace(request, branch=branches.target_branch(identifier, branch), contract=table.contract)
 
 
 def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str, spark=None) -> WriteResult:
     """Write `df` (Spark, Arrow, pandas or Polars) as `request` asks: see the module docstring for the order."""
     started = time.monotonic()
+    check_access(ctx.storage, ctx.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
+    # The table's data contract checks the rows inside the write's own job (core/contracts/guard.py).
+    return enforce_contract(ctx, _as_spark(df, spark), request, lambda rows, req: _write_batch(ctx, rows, req, started, foreign_default))
+
+
+def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str) -> WriteResult:
     identifier = request.spec.identifier
     merge_opts = request.merge
-    check_access(ctx.storage, ctx.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
-    df = _as_spark(df, spark)
     if merge_opts is None:
         return _write(ctx, df, request, started, foreign_default)
     # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.

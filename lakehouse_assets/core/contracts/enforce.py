@@ -1,0 +1,282 @@
+"""The contract on the rows of a write, inside the write's own Spark job: expressions added to the DataFrame the
+writer consumes, so the rows are checked as they are written, never read twice.
+
+* Every check becomes a name in one array column of broken checks: each rule (broken unless TRUE), each NOT NULL
+  column, and, for writes that are not merges, each unique key (a window count over the batch: a merge resolves its
+  own duplicate keys). A merge row that deletes its key is checked by nothing.
+* `fail`: a row with a broken check stops the job with Spark's `raise_error` (the writer removes every file it
+  wrote): nothing lands. Only then are the broken rows counted, by the error path (`describe_failure`).
+* `drop` and `quarantine`: an `Observation` counts the rows per check and keeps sample rows while the write's job
+  runs; the broken rows are filtered out of what is written. Quarantined rows are the same DataFrame's other half,
+  from a cache of the batch, so the input is scanned once.
+* The schema-change modes act on columns before the checks (`apply_schema_policy`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field
+
+from ..errors import SchemaError
+from .model import Contract, ContractViolation
+
+BROKEN = "_lakehouse contract broken"  # a space: no user column can be named so (spec._check_names)
+MARKER = "LakehouseContractViolation:"
+RULES_COLUMN, RUN_COLUMN, TIME_COLUMN = "_contract_rules", "_contract_run_id", "_contract_quarantined_at"
+SAMPLES = 3
+
+
+def not_null_check(column: str) -> str:
+    return f"not_null_{column}"
+
+
+def unique_check(columns) -> str:
+    return "unique_" + "_".join(columns)
+
+
+@dataclass
+class Checks:
+    """What one write checks: check name -> a Spark Column that is TRUE when a row breaks it."""
+
+    broken: dict = field(default_factory=dict)
+    discarded: dict = field(default_factory=dict)  # schema-mode drops: name -> Column TRUE when the row is discarded
+    discard_observations: list = field(default_factory=list)  # count `discarded` while the write runs
+
+
+def _spark_type_name(t) -> str:
+    return t.simpleString()
+
+
+def apply_schema_policy(identifier: str, df, contract: Contract, table_types: dict[str, str] | None, checks: Checks):
+    """The DataFrame after the contract's schema-change modes: new columns (not in the table, nor declared) and values of
+    another type than declared (or than the table's). `freeze` raises naming the column and the mode."""
+    from pyspark.sql import functions as F
+
+    known = dict(table_types or {}) | dict(contract.types)
+    declared_any = bool(table_types) or bool(contract.types)
+    for f in list(df.schema.fields):
+        if f.name == BROKEN:
+            continue
+        if f.name not in known:
+            if not declared_any or contract.new_columns == "evolve":
+                continue
+            if contract.new_columns == "freeze":
+                raise SchemaError(
+                    f"Table {identifier}: column {f.name!r} is new and the contract's new_columns mode is 'freeze'. Nothing was written. "
+                    "Declare the column in the contract (or the asset's column schema), drop it from the data, or set new_columns to "
+                    "'evolve', 'discard_row' or 'discard_value'."
+                )
+            if contract.new_columns == "discard_row":
+                df = _discard(df, checks, f"new_column_{f.name}", F.col(f"`{f.name}`").isNotNull())
+            df = df.drop(f.name)
+            continue
+        wanted, actual = known[f.name], _spark_type_name(f.dataType)
+        if _same_type(wanted, actual) or contract.type_changes == "evolve":
+            continue
+        if contract.type_changes == "freeze":
+            raise SchemaError(
+                f"Table {identifier}: column {f.name!r} is {actual} in the data but {wanted} in the contract, and the contract's "
+                f"type_changes mode is 'freeze'. Nothing was written. Cast the column to {wanted}, or set type_changes to 'evolve', "
+                "'discard_row' or 'discard_value'."
+            )
+        converted = F.expr(f"try_cast(`{f.name}` AS {wanted})")
+        if contract.type_changes == "discard_row":
+            df = _discard(df, checks, f"type_{f.name}", F.col(f"`{f.name}`").isNotNull() & converted.isNull())
+        df = df.withColumn(f.name, converted)
+    return df
+
+
+def _discard(df, checks: Checks, name: str, condition):
+    """Rows a schema mode discards: counted while the write runs, then filtered out."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    checks.discarded[name] = condition
+    observation = Observation(f"lakehouse_discard_{uuid.uuid4().hex[:12]}")
+    checks.discard_observations.append(observation)
+    return df.observe(observation, F.sum(condition.cast("long")).alias(name), F.count(F.lit(1)).alias("rows")).filter(~condition)
+
+
+_ALIASES = {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint", "real": "float", "timestamp_ltz": "timestamp"}
+
+
+def _same_type(a: str, b: str) -> bool:
+    norm = lambda t: _ALIASES.get(t.lower().replace(" ", ""), t.lower().replace(" ", ""))  # noqa: E731
+    return norm(a) == norm(b)
+
+
+def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks, *, merge_deletes=None, check_unique: bool = True) -> None:
+    """Fill `checks.broken` for the rows of `df`: the rules, NOT NULL columns (unique keys are NOT NULL too), unique keys."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    exempt = merge_deletes if merge_deletes is not None else F.lit(False)
+    for name, sql in rules_sql.items():
+        checks.broken[name] = ~exempt & ~F.coalesce(F.expr(sql), F.lit(False))
+    for column in dict.fromkeys([*contract.not_null, *contract.unique]):
+        checks.broken[not_null_check(column)] = ~exempt & F.col(f"`{column}`").isNull()
+    if contract.unique and check_unique:
+        keys = [F.col(f"`{c}`") for c in contract.unique]
+        checks.broken[unique_check(contract.unique)] = F.count(F.lit(1)).over(Window.partitionBy(*keys)) > 1
+
+
+def flagged(df, checks: Checks):
+    """`df` with the BROKEN column: the names of the checks each row breaks (empty when it keeps them all)."""
+    from pyspark.sql import functions as F
+
+    names = [F.when(cond, F.lit(name)) for name, cond in checks.broken.items()]
+    return df.withColumn(BROKEN, F.filter(F.array(*names), lambda x: x.isNotNull()))
+
+
+def row_json(df):
+    from pyspark.sql import functions as F
+
+    columns = [F.col(f"`{c}`") for c in df.columns if c != BROKEN]
+    return F.to_json(F.struct(*columns), {"ignoreNullFields": "false"})
+
+
+def failing(df):
+    """`df` (flagged) that stops its job at the first row breaking a check, naming the checks and the row."""
+    from pyspark.sql import functions as F
+
+    message = F.concat(F.lit(f"{MARKER} "), F.array_join(F.col(f"`{BROKEN}`"), ","), F.lit(" "), row_json(df))
+    stop = F.when(F.size(F.col(f"`{BROKEN}`")) > 0, F.raise_error(message)).otherwise(F.lit(True))
+    return df.filter(stop).drop(BROKEN)
+
+
+def observed(df, checks: Checks):
+    """(`df` flagged and observed, the Observation): rows per check, rows discarded, a few sample rows of broken ones."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation(f"lakehouse_contract_{uuid.uuid4().hex[:12]}")
+    broken = F.size(F.col(f"`{BROKEN}`")) > 0
+    sample = F.when(broken, F.concat(F.array_join(F.col(f"`{BROKEN}`"), ","), F.lit(" "), row_json(df)))
+    metrics = [F.count(F.lit(1)).alias("rows"), F.sum(broken.cast("long")).alias("broken")]
+    metrics += [F.sum(F.array_contains(F.col(f"`{BROKEN}`"), name).cast("long")).alias(f"check {name}") for name in checks.broken]
+    metrics += [F.first(sample, ignorenulls=True).alias("sample 0"), F.last(sample, ignorenulls=True).alias("sample 1")]
+    return df.observe(observation, *metrics), observation
+
+
+def discarded_counts(checks: Checks) -> dict[str, int]:
+    """Rows each schema mode discarded (read after the write's job ran)."""
+    return {k: int(v or 0) for o in checks.discard_observations for k, v in o.get.items() if k != "rows"}
+
+
+def report(observation, checks: Checks, policy: str) -> dict:
+    """The contract's part of the WriteResult: rows per check, rows dropped or quarantined, sample rows."""
+    metrics = observation.get if observation is not None else {}
+    samples = list(dict.fromkeys(s for s in (metrics.get("sample 0"), metrics.get("sample 1")) if s))
+    return {
+        "policy": policy,
+        "rows_checked": int(metrics.get("rows") or 0),
+        "rows_broken": int(metrics.get("broken") or 0),
+        "checks": {name: int(metrics.get(f"check {name}") or 0) for name in checks.broken},
+        "discarded": discarded_counts(checks),
+        "samples": samples[:SAMPLES],
+    }
+
+
+def quarantine_rows(df, run_id: str):
+    """The broken rows of a flagged `df` as quarantine rows: the row, the checks it broke, the run and the time."""
+    from pyspark.sql import functions as F
+
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return (
+        df.filter(F.size(F.col(f"`{BROKEN}`")) > 0)
+        .withColumn(RULES_COLUMN, F.col(f"`{BROKEN}`"))
+        .withColumn(RUN_COLUMN, F.lit(run_id))
+        .withColumn(TIME_COLUMN, F.lit(now).cast("timestamp"))
+        .drop(BROKEN)
+    )
+
+
+def kept_rows(df, contract: Contract):
+    """The rows of a flagged `df` that keep every check, the NOT NULL columns declared non-nullable to Spark (so a new
+    table's Iceberg fields are required and its Delta columns NOT NULL)."""
+    from pyspark.sql import functions as F
+
+    df = df.filter(F.size(F.col(f"`{BROKEN}`")) == 0).drop(BROKEN)
+    return not_nullable(df, [*contract.not_null, *contract.unique])
+
+
+def not_nullable(df, columns):
+    """Columns Spark then knows hold no NULL: coalesced with a constant of their type, which no row ever takes (the
+    rows with NULL there were removed or stopped the job)."""
+    from pyspark.sql import functions as F
+
+    for column in dict.fromkeys(columns):
+        if column not in df.columns:
+            continue
+        zero = _zero(df.schema[column].dataType)
+        if zero is not None:
+            df = df.withColumn(column, F.coalesce(F.col(f"`{column}`"), zero))
+    return df
+
+
+def _zero(data_type):
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)):
+        return F.lit(0).cast(data_type)
+    if isinstance(data_type, T.StringType):
+        return F.lit("")
+    if isinstance(data_type, T.BooleanType):
+        return F.lit(False)
+    if isinstance(data_type, T.DateType):
+        return F.make_date(F.lit(1970), F.lit(1), F.lit(1))
+    if isinstance(data_type, T.BinaryType):
+        return F.lit(bytearray())
+    if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
+        return F.lit(dt.datetime(1970, 1, 1)).cast(data_type)
+    return None  # nested columns stay nullable in Spark's eyes; their NOT NULL is still checked on every row
+
+
+def describe_failure(identifier: str, df, checks: Checks, error: BaseException) -> ContractViolation:
+    """The `fail` policy's error, after the job stopped: the broken checks with their counts and a few rows. Counting
+    reads the batch again, on this error path only."""
+    from pyspark.sql import functions as F
+
+    flagged_df = flagged(df, checks)
+    counts = flagged_df.select(*[F.sum(F.array_contains(F.col(f"`{BROKEN}`"), n).cast("long")).alias(n) for n in checks.broken]).collect()[0]
+    broken = {n: int(counts[n] or 0) for n in checks.broken if counts[n]}
+    rows = [r[0] for r in flagged_df.filter(F.size(F.col(f"`{BROKEN}`")) > 0).select(row_json(flagged_df)).limit(SAMPLES).collect()]
+    if not broken:  # the batch changed between the two reads (a nondeterministic input): report what the job saw
+        rows = [_seen_row(error)]
+        broken = {name: 1 for name in _seen_checks(error)}
+    listed = "; ".join(f"{name}: {count} row(s)" for name, count in broken.items())
+    violation = ContractViolation(
+        f"Table {identifier}: the data breaks the contract ({listed}), and its on_violation policy is 'fail'. Nothing was written "
+        f"to either format. Offending rows: {' '.join(rows)}. Fix the rows, or set on_violation to 'quarantine' or 'drop'."
+    )
+    violation.broken, violation.samples = broken, rows
+    return violation
+
+
+def is_violation(error: BaseException) -> bool:
+    seen = error
+    while seen is not None:
+        if MARKER in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _seen_text(error: BaseException) -> str:
+    seen = error
+    while seen is not None and MARKER not in str(seen):
+        seen = seen.__cause__ or seen.__context__
+    text = str(seen or "")
+    return text[text.index(MARKER) + len(MARKER):].strip().splitlines()[0] if MARKER in text else ""
+
+
+def _seen_checks(error: BaseException) -> list[str]:
+    return _seen_text(error).split(" ", 1)[0].split(",")
+
+
+def _seen_row(error: BaseException) -> str:
+    parts = _seen_text(error).split(" ", 1)
+    return parts[1] if len(parts) > 1 else ""
+

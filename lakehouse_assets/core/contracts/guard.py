@@ -1,0 +1,139 @@
+"""A write under a contract, from the caller's DataFrame to the commit; the write pipeline's one hook.
+
+The contract is the caller's (`TableOptions(contract=...)`, the asset's `contract` metadata) or, when the caller
+gives none, the one the table records: declared once, every later write keeps it. In order, before any file:
+the contract is checked (modes, rule SQL against the data's columns); the schema-change modes act on the columns;
+a contract that differs from the table's is checked against the table's rows and written into both formats. Then
+the rows are checked inside the write's own job (enforce.py) and the policy decides: `fail` stops the job (nothing
+lands), `quarantine` commits the broken rows to `<table>_quarantine` (both formats) before the rest lands,
+`drop` leaves them out. The counts per check and a few sample rows are the WriteResult's `contract`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Callable
+
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from ..model import WriteRequest, WriteResult
+from ..schema.spec import TableSpec
+from ..schema.type_mapping import iceberg_to_spark_schema
+from . import enforce, table_contract
+from .model import CONTRACT_PROPERTY, Contract
+
+Write = Callable[[object, WriteRequest], WriteResult]
+
+
+def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
+    """`write(df, request)` under the table's contract (a plain call when there is none)."""
+    identifier = request.spec.identifier
+    table = _load(ctx, identifier)
+    previous = table_contract.stored(table)
+    contract = Contract.of(request.contract) or previous
+    if contract is None:
+        return write(df, request)
+    contract.check(identifier)
+    table_types = {f.name: f.dataType.simpleString() for f in iceberg_to_spark_schema(table.schema()).fields} if table is not None else None
+    checks = enforce.Checks()
+    df = enforce.apply_schema_policy(identifier, df, contract, table_types, checks)
+    rules_sql = contract.checked_rules(identifier, {f.name: f.dataType.simpleString() for f in df.schema.fields})
+    warnings: list[str] = []
+    if table is not None and contract != previous:
+        _change(ctx, identifier, table, df.sparkSession, contract, previous, rules_sql)
+        warnings += table_contract.record(ctx, identifier, table, contract, rules_sql, previous)
+    elif table is None:
+        spec = dataclasses.replace(request.spec, properties={**request.spec.properties, CONTRACT_PROPERTY: contract.to_json()})
+        request = dataclasses.replace(request, spec=spec)
+    merge = request.merge
+    deletes = _merge_deletes(merge, df.columns) if merge is not None else None
+    enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, check_unique=merge is None)
+    result = _write_checked(ctx, df, request, contract, checks, write)
+    if table is None:
+        warnings += table_contract.record(ctx, identifier, ctx.load(identifier), contract, rules_sql, None)
+    result.warnings += warnings
+    return result
+
+
+def _load(ctx, identifier: str):
+    try:
+        return ctx.catalog.load_table(identifier)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
+def _change(ctx, identifier: str, table, spark, contract: Contract, previous: Contract | None, rules_sql: dict[str, str]) -> None:
+    """A contract that differs from the table's: its new rules and NOT NULL columns are checked against the table's rows."""
+    before = previous.rules if previous is not None else {}
+    new = {name: sql for name, sql in rules_sql.items() if before.get(name) != contract.rules[name]}
+    had = set(previous.not_null) | set(previous.unique) if previous is not None else set()
+    new_not_null = [c for c in dict.fromkeys([*contract.not_null, *contract.unique]) if c not in had]
+    if table.current_snapshot() is None or not (new or new_not_null):
+        return
+    from ..read.table_reader import read_table
+
+    rows = read_table(spark, identifier, table, ctx.storage, ctx.mirror(table))
+    new_not_null = [c for c in new_not_null if c in rows.columns]
+    table_contract.check_existing_rows(spark, identifier, rows, {n: s for n, s in new.items()}, new_not_null)
+
+
+def _merge_deletes(merge, columns):
+    """A merge row that deletes its key (its operation or deleted-at column says so): no rule applies to it."""
+    from pyspark.sql import functions as F
+
+    delete = F.lit(False)
+    if merge.operation_column and merge.operation_column in columns:
+        delete = delete | F.coalesce(F.col(merge.operation_column).cast("string").isin(*[str(v) for v in merge.delete_values]), F.lit(False))
+    if merge.deleted_at_column and merge.deleted_at_column in columns:
+        delete = delete | F.col(merge.deleted_at_column).isNotNull()
+    return delete
+
+
+def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: enforce.Checks, write: Write) -> WriteResult:
+    identifier = request.spec.identifier
+    if not checks.broken:
+        result = write(enforce.not_nullable(df, [*contract.not_null, *contract.unique]), request)
+        result.contract = {"policy": contract.on_violation, "checks": {}, "discarded": _discarded(result, checks)}
+        return result
+    flagged = enforce.flagged(df, checks)
+    if contract.on_violation == "fail":
+        try:
+            result = write(enforce.not_nullable(enforce.failing(flagged), [*contract.not_null, *contract.unique]), request)
+        except Exception as e:
+            if enforce.is_violation(e):
+                raise enforce.describe_failure(identifier, df, checks, e) from None
+            raise
+        result.contract = {"policy": "fail", "checks": {name: 0 for name in checks.broken}, "discarded": _discarded(result, checks)}
+        return result
+    if contract.on_violation == "drop":
+        observed, observation = enforce.observed(flagged, checks)
+        result = write(enforce.kept_rows(observed, contract), request)
+        result.contract = None if result.duplicate_of_earlier_write else enforce.report(observation, checks, "drop")
+        return result
+    return _quarantine(ctx, flagged, request, contract, checks, write)
+
+
+def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks: enforce.Checks, write: Write) -> WriteResult:
+    """The broken rows to `<table>_quarantine` (committed first, so a write that fails later loses none), then the rest."""
+    identifier = request.spec.identifier
+    run_id = (request.writer or {}).get("dagster_run_id") or request.write_id or uuid.uuid4().hex
+    cached = flagged.persist()  # one scan of the input feeds both halves
+    try:
+        observed, observation = enforce.observed(cached, checks)
+        target = contract.quarantine_table(identifier)
+        quarantine_request = WriteRequest(
+            TableSpec(target, formats=request.spec.formats), "append", write_id=f"{request.write_id}:quarantine" if request.write_id else None,
+            writer=request.writer,
+        )
+        quarantined = write(enforce.quarantine_rows(observed, run_id), quarantine_request)
+        result = write(enforce.kept_rows(cached, contract), request)
+    finally:
+        cached.unpersist()
+    result.contract = enforce.report(observation, checks, "quarantine") if not quarantined.duplicate_of_earlier_write else {"policy": "quarantine"}
+    result.contract |= {"quarantine_table": target, "rows_quarantined": quarantined.rows_written, "quarantine_snapshot_id": quarantined.iceberg_snapshot_id}
+    return result
+
+
+def _discarded(result: WriteResult, checks: enforce.Checks) -> dict[str, int]:
+    return {} if result.duplicate_of_earlier_write else enforce.discarded_counts(checks)

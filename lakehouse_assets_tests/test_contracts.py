@@ -1,0 +1,175 @@
+"""Data contracts: declared once, enforced inside the write's job before anything lands, written into both formats."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from lakehouse_assets import Contract, ContractViolation, SchemaError, TableOptions
+from lakehouse_assets.core.contracts import ContractError
+
+from .conftest import assert_all_readers_agree, rows_of
+
+ORDERS = "id bigint, amount double, status string"
+RULES = {"amount_positive": "amount >= 0", "known_status": "status IN ('new', 'paid')"}
+
+
+def orders(spark, rows):
+    return spark.createDataFrame(rows, ORDERS)
+
+
+def contract(**kw) -> Contract:
+    return Contract(**{"rules": RULES, "not_null": ["id"], "unique": ["id"], **kw})
+
+
+def delta_of(lh, identifier) -> DeltaTable:
+    return DeltaTable(lh.load(identifier).location())
+
+
+def test_fail_policy_refuses_and_nothing_lands(lh, spark, duck):
+    good = [(1, 10.0, "new"), (2, 5.0, "paid")]
+    lh.write(orders(spark, good), "shop.orders", table=TableOptions(contract=contract()))
+    bad = [(3, -1.0, "new"), (4, 1.0, "lost"), (5, -2.0, "x"), (6, 1.0, "new")]
+    with pytest.raises(ContractViolation) as e:
+        lh.write(orders(spark, bad), "shop.orders")  # the table's contract: declared once
+    message = str(e.value)
+    assert "amount_positive: 2 row(s)" in message and "known_status: 2 row(s)" in message
+    assert '"id":3' in message and "Nothing was written" in message
+    assert e.value.broken == {"amount_positive": 2, "known_status": 2}
+    assert len(lh.history("shop.orders")) == 1
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", rows_of([{"id": i, "amount": a, "status": s} for i, a, s in good]))
+
+
+def test_drop_policy_counts_and_reports(lh, spark, duck):
+    rows = [(1, 10.0, "new"), (2, -5.0, "paid"), (3, 1.0, "lost"), (None, 1.0, "new"), (4, 1.0, "new"), (4, 2.0, "paid")]
+    result = lh.write(orders(spark, rows), "shop.orders", table=TableOptions(contract=contract(on_violation="drop")))
+    report = result.contract
+    assert report["policy"] == "drop" and report["rows_checked"] == 6 and report["rows_broken"] == 5
+    assert report["checks"] == {"amount_positive": 1, "known_status": 1, "not_null_id": 1, "unique_id": 2}
+    assert report["samples"] and all(" {" in s for s in report["samples"])
+    assert result.rows_written == 1
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", [(10.0, 1, "new")])
+
+
+def test_quarantine_policy_writes_both_tables(lh, spark, duck):
+    rows = [(1, 10.0, "new"), (2, -5.0, "paid"), (3, 1.0, "lost")]
+    writer = {"dagster_run_id": "run-1"}
+    result = lh.write(orders(spark, rows), "shop.orders", table=TableOptions(contract=contract(on_violation="quarantine")), writer=writer)
+    assert result.contract["rows_quarantined"] == 2 and result.contract["quarantine_table"] == "shop.orders_quarantine"
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", [(10.0, 1, "new")])
+    quarantined = lh.read(spark, "shop.orders_quarantine").collect()
+    assert sorted((r.id, tuple(r._contract_rules), r._contract_run_id) for r in quarantined) == [
+        (2, ("amount_positive",), "run-1"), (3, ("known_status",), "run-1"),
+    ]
+    assert all(r._contract_quarantined_at is not None for r in quarantined)
+    assert lh.verify("shop.orders_quarantine")["agree"]
+
+
+def test_contract_in_both_formats_and_delta_rs_enforces_it(lh, spark):
+    lh.write(orders(spark, [(1, 10.0, "new")]), "shop.orders", table=TableOptions(contract=contract()))
+    table = lh.load("shop.orders")
+    assert Contract.from_json(table.properties["lakehouse.contract"]) == contract()
+    assert table.schema().find_field("id").required and not table.schema().find_field("amount").required
+    assert table.schema().identifier_field_names() == {"id"}
+    delta = delta_of(lh, "shop.orders")
+    configuration = delta.metadata().configuration
+    assert configuration["delta.constraints.amount_positive"] == "amount >= 0"
+    assert "delta.constraints.known_status" in configuration
+    assert not next(f for f in delta.schema().fields if f.name == "id").nullable
+    broken = pa.table({"id": pa.array([9], pa.int64()), "amount": [-1.0], "status": ["new"]}, schema=pa.schema(delta.schema().to_arrow()))
+    with pytest.raises(Exception, match="failed validation"):
+        write_deltalake(table.location(), broken, mode="append")  # delta-rs refuses it by itself
+    lh.write(orders(spark, [(2, 3.0, "paid")]), "shop.orders")  # the mirror still commits to a constrained table
+    assert lh.verify("shop.orders")["agree"]
+
+
+@pytest.mark.parametrize(
+    "rule, construct",
+    [
+        ("amount >=", "not a valid SQL boolean expression"),
+        ("total >= 0", "unknown column 'total'"),
+        ("rand() < 0.5", "not deterministic"),
+        ("status RLIKE '^n'", "RLIKE"),
+        ("id / 2 > 1", "division"),
+        ("CAST(id AS STRING) = '1'", "CAST"),
+        ("status = 1", "convert between types"),
+    ],
+)
+def test_rules_outside_the_portable_subset_are_refused_before_any_file(lh, spark, rule, construct):
+    with pytest.raises(ContractError) as e:
+        lh.write(orders(spark, [(1, 1.0, "new")]), "shop.orders", table=TableOptions(contract=Contract(rules={"r1": rule})))
+    assert "rule 'r1'" in str(e.value) and construct in str(e.value)
+    assert "shop.orders" not in lh.table_names()
+
+
+def test_new_column_modes(lh, spark):
+    frozen = contract(new_columns="freeze")
+    lh.write(orders(spark, [(1, 1.0, "new")]), "shop.orders", table=TableOptions(contract=frozen))
+    wider = spark.createDataFrame([(2, 2.0, "new", "web"), (3, 3.0, "paid", None)], ORDERS + ", channel string")
+    with pytest.raises(SchemaError, match="column 'channel' is new and the contract's new_columns mode is 'freeze'"):
+        lh.write(wider, "shop.orders")
+    result = lh.write(wider, "shop.orders", table=TableOptions(contract=contract(new_columns="discard_value")))
+    assert [f.name for f in lh.load("shop.orders").schema().fields] == ["id", "amount", "status"] and result.rows_written == 2
+    result = lh.write(wider, "shop.orders", table=TableOptions(contract=contract(new_columns="discard_row", on_violation="drop")))
+    assert result.rows_written == 1 and result.contract["discarded"] == {"new_column_channel": 1}
+    lh.write(wider.selectExpr("id + 10 AS id", "amount", "status", "channel"), "shop.orders", table=TableOptions(contract=contract(new_columns="evolve")))
+    assert "channel" in [f.name for f in lh.load("shop.orders").schema().fields]
+
+
+def test_type_change_modes(lh, spark):
+    declared = contract(types={"amount": "double"}, type_changes="freeze")
+    lh.write(orders(spark, [(1, 1.0, "new")]), "shop.orders", table=TableOptions(contract=declared))
+    as_text = spark.createDataFrame([(2, "2.5", "new"), (3, "n/a", "paid")], "id bigint, amount string, status string")
+    with pytest.raises(SchemaError, match="column 'amount' is string in the data but double in the contract, and the contract's type_changes mode is 'freeze'"):
+        lh.write(as_text, "shop.orders")
+    kept = contract(types={"amount": "double"}, type_changes="discard_row", on_violation="drop")
+    result = lh.write(as_text, "shop.orders", table=TableOptions(contract=kept))
+    assert result.contract["discarded"] == {"type_amount": 1} and result.rows_written == 1
+    nulls = contract(rules={"known_status": RULES["known_status"]}, types={"amount": "double"}, type_changes="discard_value")
+    lh.write(as_text.selectExpr("id + 10 AS id", "amount", "status"), "shop.orders", table=TableOptions(contract=nulls))
+    assert sorted((r.id, r.amount) for r in lh.read(spark, "shop.orders").collect()) == [(1, 1.0), (2, 2.5), (12, 2.5), (13, None)]
+
+
+def test_adding_a_rule_checks_the_rows_already_there(lh, spark, duck):
+    lh.write(orders(spark, [(1, 10.0, "new"), (2, -3.0, "refunded")]), "shop.orders")
+    with pytest.raises(ContractViolation) as e:
+        lh.write(orders(spark, [(3, 1.0, "new")]), "shop.orders", table=TableOptions(contract=Contract(rules={"amount_positive": "amount >= 0"})))
+    assert "rows already in the table break" in str(e.value) and "amount_positive: 1 row(s)" in str(e.value) and '"id":2' in str(e.value)
+    assert "lakehouse.contract" not in lh.load("shop.orders").properties
+    assert not any(k.startswith("delta.constraints.") for k in delta_of(lh, "shop.orders").metadata().configuration)
+    assert len(lh.history("shop.orders")) == 1
+    lh.write(orders(spark, [(3, 1.0, "new")]), "shop.orders", table=TableOptions(contract=Contract(rules={"no_refunds": "status <> 'lost'"})))
+    assert delta_of(lh, "shop.orders").metadata().configuration["delta.constraints.no_refunds"] == "status != 'lost'"
+    # Dropping the rule from the contract drops its Delta constraint; a foreign-looking Delta version never appears.
+    lh.write(orders(spark, [(4, 1.0, "lost")]), "shop.orders", table=TableOptions(contract=Contract(rules={"positive_id": "id > 0"})))
+    configuration = delta_of(lh, "shop.orders").metadata().configuration
+    assert "delta.constraints.no_refunds" not in configuration and configuration["delta.constraints.positive_id"] == "id > 0"
+    assert_all_readers_agree(lh, spark, duck, "shop.orders")
+
+
+def test_merge_under_a_contract(lh, spark, duck):
+    from lakehouse_assets import MergeOptions
+
+    lh.write(orders(spark, [(1, 10.0, "new"), (2, 5.0, "new")]), "shop.orders", table=TableOptions(contract=contract(on_violation="drop")))
+    batch = spark.createDataFrame(
+        [(1, 11.0, "paid", "u"), (2, None, None, "d"), (3, -1.0, "new", "u"), (4, 4.0, "new", "u")], ORDERS + ", op string"
+    )
+    result = lh.write(batch, "shop.orders", mode="merge", merge=MergeOptions(keys="id", operation_column="op", delete_values="d"))
+    assert result.contract["checks"]["amount_positive"] == 1  # the delete row is checked by nothing
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", [(11.0, 1, "paid"), (4.0, 4, "new")])
+
+
+def test_window_overwrite_under_a_contract(lh, spark, duck):
+    import datetime as dt
+
+    from lakehouse_assets import Window
+
+    schema = "day date, id bigint, amount double"
+    day = dt.date(2024, 1, 2)
+    lh.write(spark.createDataFrame([(dt.date(2024, 1, 1), 1, 1.0), (day, 2, 2.0)], schema), "shop.daily", partition_by=["day"],
+             table=TableOptions(contract=Contract(rules={"amount_positive": "amount >= 0"}, on_violation="quarantine")))
+    result = lh.write(spark.createDataFrame([(day, 3, 3.0), (day, 4, -4.0)], schema), "shop.daily", mode="overwrite", window=Window("day", day, day + dt.timedelta(days=1)))
+    assert result.contract["rows_quarantined"] == 1
+    assert_all_readers_agree(lh, spark, duck, "shop.daily", [(1.0, "2024-01-01", 1), (3.0, "2024-01-02", 3)])
+    assert [r.id for r in lh.read(spark, "shop.daily_quarantine").collect()] == [4]

@@ -109,7 +109,7 @@ bench: setup
 
 # The documentation site (MkDocs, Material theme); --strict fails on any warning. `make test` builds it too
 # (lakehouse_assets_tests/test_docs.py).
-# docs/cli.md and docs/api.md: generated from the code, checked in (lakehouse_assets_tests/test_reference.py).
+# docs/cli.md and docs/api.md from the code, docs/changelog.md from CHANGELOG.md: generated, checked in (test_reference.py).
 reference: setup
 	$(PY) scripts/reference.py
 

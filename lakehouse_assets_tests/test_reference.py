@@ -1,4 +1,4 @@
-"""docs/cli.md and docs/api.md are generated from the code (scripts/reference.py) and checked in: they must be current."""
+"""docs/cli.md, docs/api.md and docs/changelog.md are generated (scripts/reference.py) and checked in: they must be current."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Write docs/cli.md and docs/api.md from the code: the CLI's click commands and the public API's docstrings.
+"""Write docs/cli.md and docs/api.md from the code (the CLI's click commands, the public API's docstrings), and
+docs/changelog.md from CHANGELOG.md (the same text, its links made relative to docs/), for the site.
 
 The pages are plain Markdown, checked in, so they read on the repository page as well as in the site;
 `lakehouse_assets_tests/test_reference.py` fails when they no longer match the code. Run `make reference`
@@ -151,8 +152,14 @@ def api_page() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def changelog_page() -> str:
+    text = (DOCS.parent / "CHANGELOG.md").read_text()
+    note = "<!-- generated from CHANGELOG.md by scripts/reference.py: edit that file -->\n"
+    return note + text.replace("](docs/", "](")
+
+
 def pages() -> dict[Path, str]:
-    return {DOCS / "cli.md": cli_page(), DOCS / "api.md": api_page()}
+    return {DOCS / "cli.md": cli_page(), DOCS / "api.md": api_page(), DOCS / "changelog.md": changelog_page()}
 
 
 def main(argv: list[str]) -> int:

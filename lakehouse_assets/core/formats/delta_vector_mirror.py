@@ -76,12 +76,13 @@ def plan(
         t = ".".join(table.name())
         raise MirrorRefused(f"Table {t}: snapshot {change.snapshot.snapshot_id} deletes rows of {len(missing)} data file(s) the Delta log does not hold "
                             f"(e.g. {missing[0]}); the formats disagreed before this snapshot. Run `lakehouse verify {t}`, then `lakehouse repair {t}`")
-    vectors = {p: _vector(storage, root_uri, table, p, files, logged.get(p), accumulate) for p, files in targets.items()}
+    vectors = {p: _vector(storage, root_uri, p, files, logged.get(p), accumulate) for p, files in targets.items()}
     # A file both removed and added: only a full diff does that, to re-add it without a stale vector.
     out = [dv.remove_json(r, dv.descriptor_of(logged.get(delta_path(r.path), {}))) for r in removes]
     out += [dv.add_json(a, vectors.get(p)) for p, a in adds.items()]
     for p in targets.keys() - adds.keys():
-        out += [dv.remove_from_log(logged[p], now), dv.add_from_log(logged[p], vectors[p], now)]
+        if vectors[p] != dv.descriptor_of(logged[p]):  # the same vector again (a full diff): nothing to change
+            out += [dv.remove_from_log(logged[p], now), dv.add_from_log(logged[p], vectors[p], now)]
     new = [v for v in vectors.values() if v is not None]
     return VectorCommit(out, dv.protocol_with_vectors(delta.protocol()) if new else None, len(new))
 
@@ -101,7 +102,7 @@ def named_data_files(storage: StorageConfig, delete_files: list[DataFile]) -> di
     return out
 
 
-def _vector(storage: StorageConfig, root_uri: str, table: Table, path: str, files: list[DataFile], logged: dict | None, accumulate: bool) -> dv.Descriptor | None:
+def _vector(storage: StorageConfig, root_uri: str, path: str, files: list[DataFile], logged: dict | None, accumulate: bool) -> dv.Descriptor | None:
     """Write the vector of the data file at `path` (relative) from its delete files; its descriptor (None: no position)."""
     uri = _data_file_uri(root_uri, path, files, storage)
     positions = read_positions(storage, files, uri)
@@ -124,7 +125,6 @@ def _data_file_uri(root_uri: str, path: str, files: list[DataFile], storage: Sto
         if relative_to(root_uri, uri) == path:
             return uri
     return path
-
 
 
 def full_diff(root_uri: str, table: Table, delta: DeltaTable, target, iceberg_files: dict[str, DataFile]) -> tuple[list[DataFile], set[str]]:

@@ -12,13 +12,14 @@ they are compared by the cdc files' own columns. Every cdc file that version ref
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from ..formats import history
-from ..formats.deletes import table_files
+from ..formats.deletes import has_delete_files, table_files
 from ..formats.delta_cdc_commit import cdc_actions
 from ..formats.delta_committer import DeltaMirror
 from ..formats.delta_vector_mirror import named_data_files
@@ -55,16 +56,16 @@ def change_data_differences(table: Table, mirror: DeltaMirror, delta) -> tuple[d
         f"SELECT count(*), coalesce(sum(hash({text})::HUGEINT * CASE WHEN _change_type IN {_REMOVES_ROW} THEN -1 ELSE 1 END), 0) FROM {cdc_src}"
     ).fetchone()
     removed, added = [f.file_path for f in change.removes], [f.file_path for f in change.adds]
-    if change.delete_files_added or change.delete_files_removed:
+    parent = history.snapshots_by_id(table).get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    deletes = has_delete_files(table, snap) or (parent is not None and has_delete_files(table, parent))
+    if deletes:
         # Merge-on-read: rows hidden by position deletes are not rows; a data file whose deletes changed is read on both sides.
         touched = [u for u in named_data_files(mirror.storage, change.delete_files_added + change.delete_files_removed) if u not in removed + added]
         removed, added = removed + touched, added + touched
-        by_id = history.snapshots_by_id(table)
-        parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
         con.register("__before_deleted", _deleted(table, mirror.storage, parent, removed))
         con.register("__after_deleted", _deleted(table, mirror.storage, snap, added))
-    sides = [_side(con, removed, columns, -1, "__before_deleted" if change.delete_files_added or change.delete_files_removed else None) if removed else None,
-             _side(con, added, columns, 1, "__after_deleted" if change.delete_files_added or change.delete_files_removed else None) if added else None]
+    sides = [_side(con, removed, columns, -1, "__before_deleted" if deletes else None) if removed else None,
+             _side(con, added, columns, 1, "__after_deleted" if deletes else None) if added else None]
     both = " UNION ALL ".join(s for s in sides if s)
     names = ", ".join(f'"{c}"' for c in columns)
     truth = con.execute(
@@ -110,7 +111,8 @@ def _deleted(table: Table, storage, snap, uris: list[str]) -> pa.Table:
 
 
 def _local(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri
+    """A local file as DuckDB opens and names it (`file:/x`, as Java Iceberg spells paths, and `file:///x` alike)."""
+    return urlparse(uri).path if uri.startswith("file:") else uri
 
 
 def _parquet(uris: list[str]) -> str:

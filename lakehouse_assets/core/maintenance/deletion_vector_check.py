@@ -13,16 +13,15 @@ Only positions and file paths are read: a few bytes per deleted row, never a tab
 from __future__ import annotations
 
 import numpy as np
-from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
 from ..errors import DeletionVectorError
 from ..formats import delta_deletion_vectors as dv
-from ..formats.deletes import TableFiles, applies
+from ..formats.deletes import TableFiles
 from ..formats.delta_logged_vectors import live_vectors
 from ..formats.delta_vector_mirror import enabled, has_vectors
-from ..formats.position_deletes import read_positions, referenced_data_file
 from ..io.storage import StorageConfig, relative_to
+from .delete_figures import positions_by_file
 
 MAX_LISTED = 3
 
@@ -33,15 +32,15 @@ def compares(table: Table, delta) -> bool:
     return enabled(table.properties) or has_vectors(delta)
 
 
-def deleted_position_differences(table: Table, files: TableFiles, delta, storage: StorageConfig, root_uri: str) -> tuple[dict, list[str]]:
-    """(report figures, differences) of the rows each format deletes from each live data file."""
+def deleted_position_differences(table: Table, files: TableFiles, delta, storage: StorageConfig, root_uri: str, report: dict) -> list[str]:
+    """The differences between the rows each format deletes from each live data file; `report` gets the totals."""
     data = {relative_to(root_uri, e.data_file.file_path): e for e in files.data}
-    iceberg = _iceberg_positions(storage, files, root_uri)
+    iceberg = positions_by_file(storage, files, root_uri)
     found: dict[str, list[str]] = {}
     try:
         vectors = live_vectors(storage, root_uri, delta)
     except OSError as e:
-        return {}, [f"the Delta log's deletion vectors cannot be read: {type(e).__name__}: {e}"]
+        return [f"the Delta log's deletion vectors cannot be read: {type(e).__name__}: {e}"]
     delta_deleted = 0
     for path in sorted(set(iceberg) | set(vectors)):
         rows = data[path].data_file.record_count if path in data else None
@@ -63,29 +62,5 @@ def deleted_position_differences(table: Table, files: TableFiles, delta, storage
             found.setdefault("deleted rows", []).append(
                 f"{path}: Iceberg deletes {len(ours)} row(s), Delta's deletion vector {len(theirs)}; positions only Iceberg "
                 f"deletes {only_iceberg[:MAX_LISTED].tolist()}, only Delta {only_delta[:MAX_LISTED].tolist()}")
-    figures = {"iceberg_deleted_rows": int(sum(len(p) for p in iceberg.values())), "delta_deleted_rows": delta_deleted,
-               "delta_deletion_vectors": len(vectors)}
-    return figures, [f"{len(v)} {kind} difference(s), e.g. {v[:MAX_LISTED]}" for kind, v in found.items()]
-
-
-def _iceberg_positions(storage: StorageConfig, files: TableFiles, root_uri: str) -> dict[str, np.ndarray]:
-    """Relative data file path -> the positions its live position-delete files delete (files without any left out).
-    A file-scoped delete file names its data file in its bounds; another engine's may name several: read its paths."""
-    import pyarrow.parquet as pq
-
-    scoped: dict[str, list] = {}
-    unscoped = []
-    for d in (e for e in files.deletes if e.data_file.content == DataFileContent.POSITION_DELETES):
-        if (named := referenced_data_file(d.data_file)) is not None:
-            scoped.setdefault(named, []).append(d)
-        else:
-            fs, path = storage.filesystem(d.data_file.file_path)
-            unscoped.append((d, set(pq.read_table(path, filesystem=fs, columns=["file_path"]).column("file_path").unique().to_pylist())))
-    out = {}
-    for entry in files.data:
-        uri = entry.data_file.file_path
-        candidates = scoped.get(uri, []) + [d for d, names in unscoped if uri in names]
-        mine = [d.data_file for d in candidates if applies(d, entry)]
-        if mine and len(positions := read_positions(storage, mine, uri)):
-            out[relative_to(root_uri, uri)] = positions.to_numpy()
-    return out
+    report.update(iceberg_deleted_rows=int(sum(len(p) for p in iceberg.values())), delta_deleted_rows=delta_deleted, delta_deletion_vectors=len(vectors))
+    return [f"{len(v)} {kind} difference(s), e.g. {v[:MAX_LISTED]}" for kind, v in found.items()]

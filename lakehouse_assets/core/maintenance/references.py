@@ -3,9 +3,10 @@
 Coordinated retention: a data file is physically deleted only when no retained Iceberg snapshot and no
 retained Delta version references it. So is a merge-on-read table's delete file in `_deletes/`: an Iceberg
 position-delete file while a retained snapshot lists it, a Delta deletion-vector file while a retained
-version's live file carries its vector (removing either would bring deleted rows back to that version's readers). The retained Delta versions are those from the version that
-mirrors the oldest retained Iceberg snapshot to the latest; that boundary is stored as Iceberg table
-properties (`lakehouse.retention.*`) so `Lakehouse.read` can refuse older targets with a RetentionError.
+version's live file carries its vector (removing either would bring deleted rows back to that version's
+readers). The retained Delta versions are those from the version that mirrors the oldest retained Iceberg
+snapshot to the latest; that boundary is stored as Iceberg table properties (`lakehouse.retention.*`) so
+`Lakehouse.read` can refuse older targets with a RetentionError.
 """
 
 from __future__ import annotations

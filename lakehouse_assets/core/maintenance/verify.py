@@ -93,17 +93,16 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         differences.append(foreign_delta.explain(".".join(table.name()), foreign))
     both = {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)}
     differences += _file_differences(table, delta, mirror, both)
-    compared = deletion_vector_check.compares(table, delta) and not pending  # a lagging log is reported as such
-    if compared:
-        figures, found = deletion_vector_check.deleted_position_differences(table, files, delta, mirror.storage, root)
-        report.update(figures)
-        differences += found
-    differences += _unmirrored_differences(report["table"], files, pending, compared)
+    vectors = deletion_vector_check.compares(table, delta)
+    if vectors and not pending:  # (a lagging log is reported as such)
+        differences += deletion_vector_check.deleted_position_differences(table, files, delta, mirror.storage, root, report)
+    differences += _unmirrored_differences(report["table"], files, pending, vectors)
     if mirror.glue is not None:
         report["delta_glue_table"] = mirror.glue.qualified
         differences += delta_glue.differences(mirror.glue, table, mirror.root_uri)
     # Content is compared only when the file sets agree: otherwise the counts above already say what differs.
-    if deep and not pending and set(iceberg_files) == set(delta_files) and not files.deletes:
+    # (DuckDB applies position deletes and deletion vectors, not other engines' equality deletes.)
+    if deep and not pending and set(iceberg_files) == set(delta_files) and not (files.equality_deletes or (files.deletes and not vectors)):
         deep_report = _content_differences(table, mirror, report["iceberg_rows"], deep_hash_max_rows)
         report["content"] = deep_report["content"]
         differences += deep_report["differences"]

@@ -60,7 +60,7 @@ def plan(
         return None
     adds = {delta_path(a.path): a for a in actions if isinstance(a, AddAction)}
     removes = [a for a in actions if isinstance(a, RemoveAction)]
-    targets = {relative_to(root_uri, uri): files for uri, files in _targets(storage, position_files).items()}
+    targets = {relative_to(root_uri, uri): files for uri, files in named_data_files(storage, position_files).items()}
     accumulate = SummaryKeys.OPERATION not in change.summary  # another engine's delete files add to the earlier ones
     if not accumulate:  # a delete file removed and not replaced (a rollback): its data file is whole again
         cleared = [referenced_data_file(f) for f in change.delete_files_removed if f.content == DataFileContent.POSITION_DELETES]
@@ -86,7 +86,7 @@ def plan(
     return VectorCommit(out, dv.protocol_with_vectors(delta.protocol()) if new else None, len(new))
 
 
-def _targets(storage: StorageConfig, delete_files: list[DataFile]) -> dict[str, list[DataFile]]:
+def named_data_files(storage: StorageConfig, delete_files: list[DataFile]) -> dict[str, list[DataFile]]:
     """Data file URI -> the position-delete files among `delete_files` that name it."""
     out: dict[str, list[DataFile]] = {}
     for f in delete_files:
@@ -120,7 +120,7 @@ def _data_file_uri(root_uri: str, path: str, files: list[DataFile], storage: Sto
         named = referenced_data_file(f)
         if named is not None and relative_to(root_uri, named) == path:
             return named
-    for uri in _targets(storage, files):
+    for uri in named_data_files(storage, files):
         if relative_to(root_uri, uri) == path:
             return uri
     return path

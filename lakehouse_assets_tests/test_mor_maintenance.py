@@ -11,6 +11,7 @@ from lakehouse_assets import TableOptions
 from lakehouse_assets.core import maintenance
 from lakehouse_assets.core.errors import SpecError
 from lakehouse_assets.core.formats.deletes import table_files
+from lakehouse_assets.core.formats.delta_logged_vectors import live_vectors, vector_file_uris
 from lakehouse_assets.core.formats.position_deletes import referenced_data_file
 from lakehouse_assets.dagster.maintenance import OP_NAME, compaction_sensor
 from lakehouse_assets.dagster.resources import LakehouseResource
@@ -118,6 +119,7 @@ def test_expiry_and_orphan_cleanup_keep_the_delete_files_retained_snapshots_refe
     ten, five = _table(lh, spark, t)
     delete_positions(lh, t, {ten: [1]})
     first = {os.path.basename(e.data_file.file_path) for e in table_files(lh.load(t)).deletes}
+    assert len([f for f in _files_in(lh, t, "_deletes") if f.endswith(".bin")]) == 1  # the Delta mirror's vector
     delete_positions(lh, t, {ten: [2], five: [0]})  # replaces the first delete file
     live = {os.path.basename(e.data_file.file_path) for e in table_files(lh.load(t)).deletes}
     assert first <= _files_in(lh, t, "_deletes") and not first & live
@@ -134,5 +136,13 @@ def test_expiry_and_orphan_cleanup_keep_the_delete_files_retained_snapshots_refe
     assert expired["snapshots_expired"] == 3
     delete_files = {f for f in _files_in(lh, t, "_deletes") if f.endswith("-deletes.parquet")}
     assert delete_files == live
+    # Delta's vector files: those of the retained versions' live files stay, the replaced one went.
+    mirror = lh.mirror(lh.load(t))
+    retained = lh.load(t).properties["lakehouse.retention.delta-min-version"]
+    wanted = {os.path.basename(u) for u in vector_file_uris(lh.storage, mirror.root_uri, mirror.load(int(retained)), mirror.load().version())}
+    assert {f for f in _files_in(lh, t, "_deletes") if f.endswith(".bin")} == wanted and len(wanted) == 2
+    assert wanted == {os.path.basename(d.file_uri(mirror.root_uri)) for d in live_vectors(lh.storage, mirror.root_uri, mirror.load()).values()}
     assert ids(lh, spark, t) == [0, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14]
-    assert lh.maintain(t, "orphan_cleanup", orphan_grace_hours=0)["orphan_paths"] == []
+    orphans = lh.maintain(t, "orphan_cleanup", orphan_grace_hours=0)["orphan_paths"]
+    assert not [p for p in orphans if p.startswith("_deletes/")]  # (the expired versions' change data goes, as in VACUUM)
+    assert ids(lh, spark, t) == [0, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14] and lh.verify(t)["agree"]

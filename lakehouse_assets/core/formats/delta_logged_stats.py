@@ -15,8 +15,8 @@ from typing import Any
 
 from ..io.storage import delta_path, join_uri
 
-COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
-CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 
 
 def logged_stats(storage, root_uri: str, version: int, paths: set[str]) -> dict[str, dict[str, Any] | None]:
@@ -28,9 +28,9 @@ def logged_stats(storage, root_uri: str, version: int, paths: set[str]) -> dict[
     from pyarrow.fs import FileSelector
 
     names = [i.base_name for i in fs.get_file_info(FileSelector(log, allow_not_found=True)) if i.is_file]
-    checkpoints = sorted({int(m.group(1)) for n in names if (m := CHECKPOINT_FILE.match(n)) and int(m.group(1)) <= version})
+    checkpoints = sorted({int(m.group(1)) for n in names if (m := _CHECKPOINT.match(n)) and int(m.group(1)) <= version})
     since = checkpoints[-1] if checkpoints else -1
-    commits = sorted((int(m.group(1)) for n in names if (m := COMMIT_FILE.match(n)) and since < int(m.group(1)) <= version), reverse=True)
+    commits = sorted((int(m.group(1)) for n in names if (m := _COMMIT.match(n)) and since < int(m.group(1)) <= version), reverse=True)
     found: dict[str, dict[str, Any] | None] = {}
     for v in commits:  # the newest add of a live path is its live one
         try:
@@ -45,7 +45,7 @@ def logged_stats(storage, root_uri: str, version: int, paths: set[str]) -> dict[
         if paths <= found.keys():
             return found
     if since >= 0:
-        _from_checkpoint(fs, log, [n for n in names if (m := CHECKPOINT_FILE.match(n)) and int(m.group(1)) == since], paths, found)
+        _from_checkpoint(fs, log, [n for n in names if (m := _CHECKPOINT.match(n)) and int(m.group(1)) == since], paths, found)
     return found
 
 

@@ -1,85 +1,42 @@
-"""The deletion vectors of a Delta version's live files, from the log itself.
+"""The deletion vectors of a Delta version's live files, and the vector files a range of versions references.
 
 delta-rs (1.6.6) applies deletion vectors when it reads, but its add actions carry no `deletionVector`
 descriptor, and `verify`, the readers of a Delta version and retention need exactly those: which file's rows a
-vector deletes, and which vector files a version references. So the log is replayed here: the latest
-checkpoint at or before the version (its live adds), then each commit after it in order (an add makes a path
-live with its vector, a remove ends it). Metadata only; the vectors themselves are read by
-`delta_deletion_vectors.read_vector`.
+vector deletes, and which vector files a retained version references. The log's own adds say
+(`delta_deletion_vectors.live_adds` replays it); the vectors themselves are read by `read_vector`.
+Metadata only. A commit file the replay needs and cannot read raises OSError (FileNotFoundError).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
 
 from ..io.storage import StorageConfig, delta_path, join_uri
-from .delta_deletion_vectors import Descriptor
-from .delta_logged_stats import CHECKPOINT_FILE, COMMIT_FILE
+from . import delta_deletion_vectors as dv
 
 
-def live_vectors(storage: StorageConfig, root_uri: str, version: int) -> dict[str, dict[str, Any] | None]:
-    """Decoded relative path -> the `deletionVector` descriptor (JSON) of its live add at `version` (None: no vector).
-    FileNotFoundError when the log cannot be replayed to `version` (a commit missing, no checkpoint after it)."""
+def live_vectors(storage: StorageConfig, root_uri: str, delta: DeltaTable) -> dict[str, dv.Descriptor]:
+    """Relative (decoded) path -> the vector its live add carries at `delta`'s loaded version; files without one left out."""
+    if dv.FEATURE not in (delta.protocol().reader_features or []):
+        return {}
+    paths = {delta_path(p) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()}
+    adds = dv.live_adds(storage, root_uri, delta.version(), paths)
+    return {p: d for p, a in adds.items() if (d := dv.descriptor_of(a)) is not None}
+
+
+def vector_file_uris(storage: StorageConfig, root_uri: str, first: DeltaTable, last_version: int) -> set[str]:
+    """URIs of the vector files (storage types u and p) that the live files of any version from `first` (loaded at
+    the first version of the range) to `last_version` reference: those live at the first, and every add after it
+    (each is live at its own version)."""
+    out = {u for d in live_vectors(storage, root_uri, first).values() if (u := d.file_uri(root_uri)) is not None}
     fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
-    from pyarrow.fs import FileSelector
-
-    names = [i.base_name for i in fs.get_file_info(FileSelector(log, allow_not_found=True)) if i.is_file]
-    checkpoints = sorted({int(m.group(1)) for n in names if (m := CHECKPOINT_FILE.match(n)) and int(m.group(1)) <= version})
-    live: dict[str, dict[str, Any] | None] = {}
-    since = checkpoints[-1] if checkpoints else -1
-    if since >= 0:
-        for part in [n for n in names if (m := CHECKPOINT_FILE.match(n)) and int(m.group(1)) == since]:
-            _replay_checkpoint(fs, f"{log}/{part}", live)
-    commits = {int(m.group(1)) for n in names if (m := COMMIT_FILE.match(n))}
-    for v in range(since + 1, version + 1):
-        if v not in commits:
-            raise FileNotFoundError(f"the Delta log has no commit {v} and no checkpoint after it up to version {version}")
-        with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
-            for line in f.read().decode().splitlines():
-                action = json.loads(line) if line.strip() else {}
-                if (remove := action.get("remove")) is not None:
-                    live.pop(delta_path(remove["path"]), None)
-                if (add := action.get("add")) is not None:
-                    live[delta_path(add["path"])] = add.get("deletionVector")
-    return live
-
-
-def _replay_checkpoint(fs, path: str, live: dict[str, dict[str, Any] | None]) -> None:
-    import pyarrow.parquet as pq
-
-    with fs.open_input_file(path) as f:
-        adds = pq.read_table(f, columns=["add"]).column("add").to_pylist()
-    for add in adds:
-        if add is not None and add.get("path") is not None:
-            live[delta_path(add["path"])] = _descriptor_json(add.get("deletionVector"))
-
-
-def _descriptor_json(dv: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A checkpoint's struct (every field present, NULL when unset) as the JSON descriptor."""
-    if not dv or dv.get("storageType") is None:
-        return None
-    return {k: v for k, v in dv.items() if v is not None}
-
-
-def vectors_of(live: dict[str, dict[str, Any] | None]) -> dict[str, Descriptor]:
-    """The live files that carry a vector, with its descriptor."""
-    return {p: Descriptor.from_json(d) for p, d in live.items() if d is not None}
-
-
-def vector_file_uris(storage: StorageConfig, root_uri: str, versions: range) -> set[str]:
-    """URIs of the vector files (storage types u and p) the live files of any of `versions` reference."""
-    if not versions:
-        return set()
-    out: set[str] = set()
-    first = live_vectors(storage, root_uri, versions[0])
-    out |= {u for d in vectors_of(first).values() if (u := d.file_uri(root_uri)) is not None}
-    fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
-    for v in versions[1:]:  # every add after the first version is live at its own version
+    for v in range(first.version() + 1, last_version + 1):
         with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
             for line in f.read().decode().splitlines():
                 add = (json.loads(line) if line.strip() else {}).get("add")
-                if add is not None and add.get("deletionVector"):
-                    if (u := Descriptor.from_json(add["deletionVector"]).file_uri(root_uri)) is not None:
-                        out.add(u)
+                if add is not None and (d := dv.descriptor_of(add)) is not None and (u := d.file_uri(root_uri)) is not None:
+                    out.add(u)
     return out

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyiceberg.manifest import DataFile
+import numpy as np
+from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from ..formats.deletes import has_delete_files, has_equality_delete_files
+from ..formats.deletes import TableFiles, applies, has_delete_files, has_equality_delete_files
 from ..formats.position_deletes import read_positions, referenced_data_file
-from ..io.storage import StorageConfig
+from ..io.storage import StorageConfig, relative_to
 from ..memo import ByImmutableFiles
 
 
@@ -71,3 +72,26 @@ def read_cost(files: dict[str, FileDeletes], live_files: int) -> dict[str, float
         "delete_files_per_file": round(sum(len(f.delete_files) for f in files.values()) / live_files, 4) if live_files else 0.0,
         "deleted_rows_per_file": round(deleted / live_files, 2) if live_files else 0.0,
     }
+
+
+def positions_by_file(storage: StorageConfig, files: TableFiles, root_uri: str) -> dict[str, np.ndarray]:
+    """Relative data file path -> the positions its live position-delete files delete (files without any left out).
+    A file-scoped delete file names its data file in its bounds; another engine's may name several: read its paths."""
+    import pyarrow.parquet as pq
+
+    scoped: dict[str, list] = {}
+    unscoped = []
+    for d in (e for e in files.deletes if e.data_file.content == DataFileContent.POSITION_DELETES):
+        if (named := referenced_data_file(d.data_file)) is not None:
+            scoped.setdefault(named, []).append(d)
+        else:
+            fs, path = storage.filesystem(d.data_file.file_path)
+            unscoped.append((d, set(pq.read_table(path, filesystem=fs, columns=["file_path"]).column("file_path").unique().to_pylist())))
+    out = {}
+    for entry in files.data:
+        uri = entry.data_file.file_path
+        candidates = scoped.get(uri, []) + [d for d, names in unscoped if uri in names]
+        mine = [d.data_file for d in candidates if applies(d, entry)]
+        if mine and len(positions := read_positions(storage, mine, uri)):
+            out[relative_to(root_uri, uri)] = positions.to_numpy()
+    return out

@@ -3,9 +3,10 @@
 Coordinated retention: a data file is physically deleted only when no retained Iceberg snapshot and no
 retained Delta version references it. So is a merge-on-read table's delete file in `_deletes/`: an Iceberg
 position-delete file while a retained snapshot lists it, a Delta deletion-vector file while a retained
-version's live file carries its vector (removing either would bring deleted rows back to that version's readers). The retained Delta versions are those from the version that
-mirrors the oldest retained Iceberg snapshot to the latest; that boundary is stored as Iceberg table
-properties (`lakehouse.retention.*`) so `Lakehouse.read` can refuse older targets with a RetentionError.
+version's live file carries its vector (removing either would bring deleted rows back to that version's
+readers). The retained Delta versions are those from the version that mirrors the oldest retained Iceberg
+snapshot to the latest; that boundary is stored as Iceberg table properties (`lakehouse.retention.*`) so
+`Lakehouse.read` can refuse older targets with a RetentionError.
 """
 
 from __future__ import annotations
@@ -90,23 +91,22 @@ def referenced_files(ctx: TableContext, table: Table, retained: Retained | None 
     out = {relative_to(root, u) for u in snapshot_files(table, retained.iceberg_ids, include_deleted=False)}
     if retained.delta_min_version is not None:
         delta = ctx.mirror(table).load(retained.delta_min_version)
-        versions = range(retained.delta_min_version, retained.delta_current_version + 1)
-        out |= delta_files(delta, versions)
-        out |= vector_files(ctx, table, versions)
+        out |= vector_files(ctx, table, delta, retained.delta_current_version)
+        out |= delta_files(delta, range(retained.delta_min_version, retained.delta_current_version + 1))
     return out
 
 
-def vector_files(ctx: TableContext, table: Table, versions: range) -> set[str]:
-    """Relative paths of the deletion-vector files the live files of these Delta versions reference. A log that
-    cannot be replayed says nothing about them: then every file in `_deletes/` counts as referenced."""
+def vector_files(ctx: TableContext, table: Table, first, last_version: int) -> set[str]:
+    """Relative paths of the deletion-vector files the live files of the Delta versions from `first` (a log loaded at
+    the first) to `last_version` reference. A log that cannot be replayed says nothing about them: then every file in
+    `_deletes/` counts as referenced."""
     mirror = ctx.mirror(table)
     root = normalize_uri(table.location())
     try:
-        return {relative_to(root, u) for u in vector_file_uris(mirror.storage, mirror.root_uri, versions)}
+        return {relative_to(root, u) for u in vector_file_uris(mirror.storage, mirror.root_uri, first, last_version)}
     except OSError:  # a commit file missing: FileNotFoundError
-        folder = join_uri(root, DELETES_FOLDER)
         prefix = root_path(ctx, root)
-        return {i.path[len(prefix):] for i in list_files(ctx, folder) if i.path.startswith(prefix)}
+        return {i.path[len(prefix):] for i in list_files(ctx, join_uri(root, DELETES_FOLDER)) if i.path.startswith(prefix)}
 
 
 def is_protected_path(relative: str) -> bool:

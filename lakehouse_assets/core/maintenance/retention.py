@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from deltalake.exceptions import DeltaError
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from ..formats import history
@@ -126,8 +127,9 @@ def _leaving_vectors(ctx: TableContext, table, root: str, versions: range) -> se
     which lists `_deletes/`, removes them later)."""
     mirror = ctx.mirror(table)
     try:
-        return {relative_to(root, u) for u in vector_file_uris(mirror.storage, mirror.root_uri, versions)}
-    except OSError:  # a commit file missing: FileNotFoundError
+        first = mirror.load(versions[0]) if versions else None
+        return {relative_to(root, u) for u in vector_file_uris(mirror.storage, mirror.root_uri, first, versions[-1])} if first else set()
+    except (OSError, DeltaError):  # a commit file missing (FileNotFoundError), a version no longer loadable
         return set()
 
 

@@ -11,7 +11,8 @@ Metadata only (always; the `formats_agree` asset check and `lakehouse verify`):
   statistic a Delta writer left out is unknown, not a difference (one delta-rs cannot parse is one: the log
   itself tells the two apart, `delta_logged_stats.py`); string bounds, which either side may truncate, must
   only be able to bound the same values;
-* the schema: column names, types and nullability, and the Delta partition columns.
+* the schema: column names, types and nullability, and the Delta partition columns;
+* on a merge-on-read table, the rows each format deletes from each data file (`deletion_vector_check.py`).
 
 Content (`deep=True`: `lakehouse verify TABLE --deep`, the maintenance operation `verify_deep`): DuckDB
 reads both formats on this machine (streaming aggregates, no rows collected) and compares the row count
@@ -42,6 +43,7 @@ from ..io.storage import delta_path, normalize_uri, relative_to
 from ..schema.spec import delta_partition_columns, statistics_policy
 from ..schema.statistics import delta_indexed_columns
 from ..schema.type_mapping import delta_schema, narrow_integers
+from . import deletion_vector_check
 from .change_data_check import change_data_differences
 from .footer_check import footer_differences
 
@@ -91,12 +93,16 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
         differences.append(foreign_delta.explain(".".join(table.name()), foreign))
     both = {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)}
     differences += _file_differences(table, delta, mirror, both)
-    differences += _unmirrored_differences(report["table"], files, pending)
+    vectors = deletion_vector_check.compares(table, delta)
+    if vectors and not pending:  # (a lagging log is reported as such)
+        differences += deletion_vector_check.deleted_position_differences(table, files, delta, mirror.storage, root, report)
+    differences += _unmirrored_differences(report["table"], files, pending, vectors)
     if mirror.glue is not None:
         report["delta_glue_table"] = mirror.glue.qualified
         differences += delta_glue.differences(mirror.glue, table, mirror.root_uri)
     # Content is compared only when the file sets agree: otherwise the counts above already say what differs.
-    if deep and not pending and set(iceberg_files) == set(delta_files) and not files.deletes:
+    # (DuckDB applies position deletes and deletion vectors, not other engines' equality deletes.)
+    if deep and not pending and set(iceberg_files) == set(delta_files) and not (files.equality_deletes or (files.deletes and not vectors)):
         deep_report = _content_differences(table, mirror, report["iceberg_rows"], deep_hash_max_rows)
         report["content"] = deep_report["content"]
         differences += deep_report["differences"]
@@ -175,9 +181,12 @@ def _file_set_differences(iceberg_files: dict[str, int], delta_files: dict[str, 
     return differences
 
 
-def _unmirrored_differences(t: str, files: TableFiles, pending: list | None) -> list[str]:
-    """What Delta does not show yet: live row-level deletes it cannot express, and snapshots not mirrored."""
+def _unmirrored_differences(t: str, files: TableFiles, pending: list | None, vectors: bool) -> list[str]:
+    """What Delta does not show yet: live row-level deletes it cannot express (`vectors`: position deletes it
+    expresses with deletion vectors, compared file by file), and snapshots not mirrored."""
     differences = []
+    if vectors:
+        files = TableFiles([], files.equality_deletes)
     if files.deletes:
         differences.append(
             f"{describe_delete_files(files)} written by another engine are live in Iceberg: its readers skip the deleted rows, "

@@ -42,6 +42,19 @@ class IcebergPositionDeletes:
         return np.unique(np.concatenate(chunks)) if chunks else np.empty(0, np.int64)
 
 
+@dataclass(frozen=True)
+class DeltaDeletionVector:
+    """A Delta deletion vector (its descriptor as the log holds it), read and checked by `read_vector`."""
+
+    root_uri: str
+    descriptor: tuple[tuple[str, object], ...]  # the descriptor JSON's items (hashable, picklable)
+
+    def positions(self, storage: StorageConfig) -> np.ndarray:
+        from ..formats.delta_deletion_vectors import read_vector
+
+        return read_vector(storage, self.root_uri, dict(self.descriptor)).to_numpy().astype(np.int64)
+
+
 def kept_rows(deleted: np.ndarray, start: int, rows: int) -> pa.Array:
     """The mask of the `rows` rows at positions start.. that `deleted` (sorted) does not name."""
     keep = np.ones(rows, dtype=bool)

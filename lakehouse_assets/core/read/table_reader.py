@@ -3,7 +3,8 @@
 Iceberg scan planning prunes files by partition and min/max before Spark opens any; a Delta version
 is read from the Delta log's own file list. The files are then read by `reader.read_parquet_files`;
 files with Iceberg position deletes (a merge-on-read table's, or another engine's) are read with their
-deleted positions left out. Equality deletes are refused: this reader does not apply them.
+deleted positions left out, and so are the files of a Delta version whose deletion vectors mark rows
+deleted. Equality deletes are refused: this reader does not apply them.
 """
 
 from __future__ import annotations
@@ -18,18 +19,18 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from ..errors import LakehouseError, SpecError, TableNotFound
+from ..errors import SpecError, TableNotFound
 from ..formats import partition_constants
 from ..formats.deletes import refuse_delete_files
-from ..formats.delta_adoption import files_with_deletion_vectors
 from ..formats.delta_committer import DeltaMirror
+from ..formats.delta_logged_vectors import live_vectors
 from ..io.storage import StorageConfig, delta_path, join_uri, normalize_uri
 from ..memo import ByImmutableFiles
 from ..schema.type_mapping import delta_to_spark_schema, iceberg_to_spark_schema
 from ..schema.window import Slice, Window
 from ..table.evolution import column_names_moved, types_were_widened
 from . import scan_planning
-from .deleted_positions import DeletedPositions, IcebergPositionDeletes
+from .deleted_positions import DeletedPositions, DeltaDeletionVector, IcebergPositionDeletes
 from .reader import read_parquet_files
 from .spark_filters import bind_row_filter, residuals_mean_its_rows, same_columns_for, spark_row_filter
 from .time_travel import check_retention, resolve
@@ -100,14 +101,11 @@ def _delta_version_files(identifier: str, table: Table, mirror: DeltaMirror, del
             "table has none): read by snapshot_id or as_of instead."
         )
     root = normalize_uri(table.location())
-    if with_vectors := files_with_deletion_vectors(delta):
-        raise LakehouseError(
-            f"Table {identifier}: Delta version {delta.version()} marks rows of {len(with_vectors)} file(s) deleted with deletion "
-            "vectors (another engine's delete), and this reader reads files without applying them. Read that version with "
-            "delta-rs or DuckDB, or read the table by Iceberg snapshot."
-        )
     uris = [join_uri(root, delta_path(p)) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()]
-    files = _Files(uris, delta_to_spark_schema(delta), partition_constants.of_delta(table, delta, root))
+    # Files a deletion vector marks rows of (a merge-on-read table's, or another Delta engine's) are read without them.
+    vectors = live_vectors(mirror.storage, mirror.root_uri, delta)
+    deleted = {join_uri(root, p): DeltaDeletionVector(mirror.root_uri, tuple(d.to_json().items())) for p, d in vectors.items()}
+    files = _Files(uris, delta_to_spark_schema(delta), partition_constants.of_delta(table, delta, root), deleted=deleted)
     if row_expr is not None:
         # The row filter means what it meant at that version: the schema of the snapshot it mirrors
         # (resolving it reads the Delta history, so only when there is a filter).

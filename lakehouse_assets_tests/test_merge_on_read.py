@@ -219,3 +219,20 @@ def test_both_formats_read_merge_on_read_merges_and_feed_their_changes_as_copy_o
         assert feed(mor, r.delta_version) == feed(cow, t.delta_version)
     assert written == ([True, True] if road != "spark" else [])
     assert "deletionVectors" in (DeltaTable(lh.load(mor).location()).protocol().reader_features or [])
+
+
+def test_an_asset_opts_in_by_its_metadata(lh, spark, dagster_resources):
+    from dagster import asset, materialize
+
+    batches = [[(i, "a", "v0", "u") for i in range(6)], [(1, "a", "v1", "u"), (2, "a", None, "d")]]
+
+    @asset(key_prefix=["mor"], metadata={"write_mode": "merge", "merge_keys": ["id"], "merge_operation_column": "op", "formats": ["iceberg"], "table_properties": MOR})
+    def contacts():
+        return spark.createDataFrame(batches.pop(0), SCHEMA)
+
+    for _ in range(2):
+        assert materialize([contacts], resources=dagster_resources).success
+    table = lh.load("mor.contacts")
+    assert table.current_snapshot().summary[SummaryKeys.MERGE_STRATEGY] == "merge-on-read"
+    assert snapshot_change(table, table.current_snapshot()).removes == [] and len(table_files(table).deletes) == 1
+    assert rows(lh, "mor.contacts") == [(0, "a", "v0"), (1, "a", "v1"), (3, "a", "v0"), (4, "a", "v0"), (5, "a", "v0")]

@@ -149,8 +149,8 @@ class Lakehouse:
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
         `window` when one is given: a `Window` (a time range of one column) or a `Slice` (a window
         and/or sets of values of other columns, e.g. a Dagster static or multi-partition).
-        mode="merge" upserts by `merge=MergeOptions(keys=[...])` (copy-on-write); with a `window`, only into
-        the rows inside it (a partitioned asset merging its partition).
+        mode="merge" upserts by `merge=MergeOptions(keys=[...])` (copy-on-write, or merge-on-read on a table whose
+        write.merge.mode says so); with a `window`, only into the rows inside it (a partitioned asset merging its partition).
 
         `partition_by`: the partition terms of a new table (e.g. ["day(ts)", "bucket(4, id)"]); an existing
         table's must match. `table`: the other settings of a new table (`TableOptions`: formats, properties,

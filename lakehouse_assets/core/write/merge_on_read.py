@@ -59,15 +59,15 @@ def merge_by_position(spark, plan: MergePlan, changes: FileChanges) -> None:
         deleted_before = {f.file_path: position_deletes.read_positions(target.storage, earlier[f.file_path], f.file_path) for f in plan.candidates if f.file_path in earlier}
         upserts = plan.upserts_on_driver() if target.change_feed else None
         positions, task_rows, feed = merge_tasks.positions_holding(spark, target, plan.candidates, plan.values, deleted_before, upserts)
+        if feed is not None and positions:  # (new positions only) its change data files, recorded in `created` first
+            changes.change_data = merge_changes.finish(feed, upserts, task_rows, target.storage, f"{feed.writer.write_id}-upserts", changes.created)
     else:
-        positions, task_rows, feed, upserts = _matched_positions(spark, plan), [], None, None
+        positions = _matched_positions(spark, plan)
     target.write(plan.upserts(), changes)
     by_uri = {f.file_path: f for f in plan.candidates}
     deleted = delete_positions(target, {by_uri[u]: p for u, p in positions.items()}, changes, earlier)
     plan.stats.matched_files = plan.stats.delete_files = len(deleted)
     plan.stats.rows_deleted = sum(deleted.values())
-    if feed is not None and deleted:
-        changes.change_data = merge_changes.finish(feed, upserts, task_rows, target.storage, f"{feed.writer.write_id}-upserts", changes.created)
 
 
 def _matched_positions(spark, plan: MergePlan) -> dict[str, pa.Array]:

@@ -217,17 +217,22 @@ def measure(spark, lh, java_catalog: str, rows: int, merges: int, read_warmup: i
     load_before = os.getloadavg()
     run.create()
     result = {"rows": rows, "merges": run.merges(merges), "read": run.reads(read_warmup, read_reps), "compaction": run.compactions()}
-    result.update(skipped=run.skipped, load_average=[load_before, os.getloadavg()])
+    result.update(skipped=run.skipped, load_average=[load_before, os.getloadavg()], measured_at=now())
     return result
 
 
-def markdown(results: list[dict], when: str) -> str:
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def markdown(results: list[dict]) -> str:
     """The performance page's merge-on-read section, from `measure`'s figures."""
     lines = [
         "",
-        f"## Merge-on-read: a 0.1% CDC merge into 8 bucket files (`bench/merge_on_read.py`, {when})",
+        "## Merge-on-read: a 0.1% CDC merge into 8 bucket files",
         "",
-        "Each size: 10 merges into each table (sides alternating), then a full read of every value, then the",
+        "`bench/merge_on_read.py` (run by `make bench`; see its docstring). Each size: "
+        f"{len(results[0]['merges']['cow']['seconds']['all'])} merges into each table (sides alternating), then a full read of every value, then the",
         "compaction that folds the deletes. Seconds and MB written (new files under the table's folder, both",
         "formats' metadata included), min / median / max.",
         "",
@@ -251,7 +256,10 @@ def markdown(results: list[dict], when: str) -> str:
                           f"/ Java's merge time {m['mor']['seconds']['median'] / m['java']['seconds']['median']:.2f}")
         ratios.append(f"our copy-on-write / Java's merge-on-read merge time {m['cow']['seconds']['median'] / m['java']['seconds']['median']:.2f}")
         (b1, _, _), (a1, _, _) = r["load_average"]
-        lines.append(f"- {r['rows']:,} rows: " + "; ".join(ratios) + f" (medians); load average {b1:.1f} before, {a1:.1f} after.")
+        lines.append(f"- {r['rows']:,} rows, measured {r.get('measured_at', '')}: " + "; ".join(ratios)
+                     + f" (medians); load average {b1:.1f} before, {a1:.1f} after, on {os.cpu_count()} cores.")
+        left = ", ".join(f"{SIDES[side]} {c['delete_files_left']}" for side, c in r["compaction"].items())
+        lines.append(f"- {r['rows']:,} rows: delete files left by the compaction: {left}.")
         for side, why in r["skipped"].items():
             lines.append(f"- {r['rows']:,} rows, {SIDES.get(side.split('_')[0])}{' read' if side.endswith('_read') else ''}: not measured: {why}")
     return "\n".join(lines) + "\n"
@@ -271,7 +279,11 @@ def main() -> None:
     p.add_argument("--tmp", default=None, help="where tables go (default: the system temp dir)")
     p.add_argument("--json", default=None, help="write the figures to this JSON file")
     p.add_argument("--markdown", default=None, help="append the performance page's section to this file")
+    p.add_argument("--render", nargs="+", default=None, help="measure nothing: the section from these --json files")
     args = p.parse_args()
+    if args.render:
+        results = [r for path in args.render for r in json.loads(open(path).read())]
+        return publish(results, args)
     root = tempfile.mkdtemp(prefix="bench-mor-", dir=args.tmp)
     spark = spark_session({
         **java_iceberg.spark_conf(os.path.join(root, "java")), "spark.app.name": "bench-merge-on-read", "spark.driver.memory": args.driver_memory,
@@ -283,9 +295,13 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-    section = markdown(results, dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    publish(results, args)
+
+
+def publish(results: list[dict], args) -> None:
+    section = markdown(results)
     print(section)
-    if args.json:
+    if args.json and not args.render:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
     if args.markdown:

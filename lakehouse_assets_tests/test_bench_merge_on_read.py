@@ -28,5 +28,5 @@ def test_the_merge_on_read_workload_runs_on_a_tiny_table(spark, lh):
     assert len(merges["cow"]["seconds"]["all"]) == len(merges["java"]["seconds"]["all"]) == 2
     assert all(b > 0 for side in merges.values() for b in side["bytes"]["all"])
     assert result["compaction"]["java"]["bytes"]["all"][0] > 0  # Java rewrote its files (the rows after it are compared)
-    section = merge_on_read.markdown([result], "now")
+    section = merge_on_read.markdown([result])
     assert "| 4,000 | merge | ours copy-on-write |" in section and "Java Iceberg merge-on-read" in section

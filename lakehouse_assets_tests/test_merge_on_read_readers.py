@@ -1,11 +1,11 @@
 """Which readers read merge-on-read tables: the measurement behind docs/merge-on-read.md's reader table.
 
-One module fixture builds three small tables with rows deleted and updated by position: ours (Iceberg v2
-position-delete files, one per data file, mirrored to Delta as deletion vectors), and Java Iceberg's own merge-on-read tables in format v2 (position
-deletes) and v3 (deletion vectors in Puffin files), written by DELETE and MERGE INTO in the suite's Spark
-session. Each reader either returns exactly the live rows or refuses with the error the docs quote; a reader
-that returned deleted rows would fail here. chdb, also in the docs' table, is not installed in the test
-environment.
+One module fixture builds three small tables with the same rows deleted and updated by position: ours, by one
+merge-on-read merge (Iceberg v2 position-delete files, one per data file, and Delta deletion vectors), and Java
+Iceberg's own merge-on-read tables in format v2 (position deletes) and v3 (deletion vectors in Puffin files),
+written by DELETE and MERGE INTO in the suite's Spark session. Each reader either returns exactly the live rows
+or refuses with the error the docs quote; a reader that returned deleted rows would fail here. chdb, also in the
+docs' table, is not installed in the test environment.
 """
 
 from __future__ import annotations
@@ -18,13 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakehouse_assets import Lakehouse, TableOptions
-from lakehouse_assets.core.formats.deletes import table_files
-from lakehouse_assets.core.formats.position_deletes import write_delete_file
-from lakehouse_assets.core.model import FileChanges
-from lakehouse_assets.core.properties import Operation, SummaryKeys
+from lakehouse_assets import Lakehouse, MergeOptions, TableOptions
 from lakehouse_assets.core.read import duckdb_readers
-from lakehouse_assets.core.write import transaction
 
 from . import java_iceberg, sail_reader
 
@@ -45,26 +40,21 @@ def _local(uri: str) -> str:
 
 
 def _ours(spark, warehouse: str) -> MorTable:
-    """Two data files of 50 rows; every id ending in 3 deleted by position (one delete file per data file), committed
-    to both formats as a merge-on-read write commits them: Iceberg position deletes, Delta deletion vectors."""
+    """Two data files of 50 rows, then one merge-on-read CDC merge: ids ending in 3 deleted, ids ending in 7 updated.
+    Both formats commit it at once: Iceberg position deletes (one file per data file), Delta deletion vectors."""
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("LAKEHOUSE_CATALOG", raising=False)
         lh = Lakehouse(warehouse)
-    rows = spark.range(0, 50, numPartitions=1).selectExpr("id", "concat('a', id) AS v")
-    lh.write(rows, "mor.ours", table=TableOptions(properties=MERGE_ON_READ))
-    lh.write(spark.range(50, 100, numPartitions=1).selectExpr("id", "concat('a', id) AS v"), "mor.ours")
+    for lo in (0, 50):
+        rows = spark.range(lo, lo + 50, numPartitions=1).selectExpr("id", "concat('a', id) AS v")
+        lh.write(rows, "mor.ours", table=TableOptions(properties=MERGE_ON_READ))
+    cdc = spark.range(0, 100, numPartitions=1).filter("id % 10 IN (3, 7)").selectExpr("id", "concat('b', id) AS v", "IF(id % 10 = 3, 'D', 'U') AS op")
+    result = lh.write(cdc, "mor.ours", mode="merge", merge=MergeOptions(keys=["id"], operation_column="op"))
+    assert result.files_removed == 0 and not result.delta_lagging  # no data file rewritten
     table = lh.load("mor.ours")
-    deletes = []
-    for entry in table_files(table).data:
-        ids = pq.read_table(_local(entry.data_file.file_path), columns=["id"]).column("id").to_pylist()
-        positions = pa.array([i for i, x in enumerate(ids) if x % 10 == 3], pa.int64())
-        deletes.append(write_delete_file(lh.storage, table.location(), entry.data_file, positions))
-    changes = FileChanges(added_delete_files=deletes, created=[d.file_path for d in deletes])
-    result = transaction.commit(lh.context, "mor.ours", table, changes, {SummaryKeys.OPERATION: Operation.MERGE}, mode=Operation.MERGE)
-    assert not result.delta_lagging
-    table = lh.load("mor.ours")
-    assert table.current_snapshot().summary["total-position-deletes"] == "10"
-    return MorTable(table.metadata_location, _local(table.location()), sorted((i, f"a{i}") for i in range(100) if i % 10 != 3))
+    assert table.current_snapshot().summary["total-position-deletes"] == "20"  # 10 deleted, 10 replaced by their update
+    expected = sorted((i, f"b{i}" if i % 10 == 7 else f"a{i}") for i in range(100) if i % 10 != 3)
+    return MorTable(table.metadata_location, _local(table.location()), expected)
 
 
 def _java(spark, name: str, format_version: int) -> MorTable:

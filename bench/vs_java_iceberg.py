@@ -41,6 +41,8 @@ Workloads (`--only a,b` to pick):
                   fresh process (interpreter, imports, code location, Spark session, catalog, commits), ours vs the
                   same asset written with Spark + Java Iceberg `writeTo().append()` (bench/dagster_step.py)
   scale_write     one size of `scale` (`--rows`), run alone: `--only scale_write`
+  write_contract  the write_day write without a data contract, with five rules, and with 1% of rows quarantined
+                  (bench/contracts.py)
 
     .venv/bin/python bench/vs_java_iceberg.py --rows 2000000 [--reps 3] [--only write_day,merge_cdc]
     .venv/bin/python bench/vs_java_iceberg.py --rows 50000000 --only scale_write --driver-memory 1g   # scale run
@@ -71,7 +73,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "read_after_commit", "commit_latency",
-    "write_wide", "changes_cdc", "write_partitioning", "stream", "scale", "dagster_step",
+    "write_wide", "changes_cdc", "write_partitioning", "stream", "scale", "dagster_step", "write_contract",
 )
 INPUT_PARTITIONS = (2, 8, 64, 200)
 PARTITIONING_REPS = 5  # at least, per write_partitioning cell: a 1-2 s write on a shared machine varies by +-0.1 s
@@ -641,6 +643,10 @@ class Bench:
                 from streaming import stream_workload  # bench/streaming.py
 
                 stream_workload(self, Side, Row)
+            elif w == "write_contract":
+                from contracts import contract_workload  # bench/contracts.py
+
+                contract_workload(self, Side, Row)
             else:
                 raise SystemExit(f"unknown workload {w}; choose from {', '.join(WORKLOADS)}")
         self.summary()

@@ -173,3 +173,13 @@ def test_window_overwrite_under_a_contract(lh, spark, duck):
     assert result.contract["rows_quarantined"] == 1
     assert_all_readers_agree(lh, spark, duck, "shop.daily", [(1.0, "2024-01-01", 1), (3.0, "2024-01-02", 3)])
     assert [r.id for r in lh.read(spark, "shop.daily_quarantine").collect()] == [4]
+
+
+def test_stream_micro_batches_keep_the_contract(lh, spark, duck):
+    sink = lh.stream_writer("shop.orders", query_id="orders-stream", table=TableOptions(contract=contract(on_violation="drop")))
+    first = sink(orders(spark, [(1, 1.0, "new"), (2, -1.0, "new")]), 0)
+    assert first.contract["checks"]["amount_positive"] == 1 and first.rows_written == 1
+    second = sink(orders(spark, [(3, 3.0, "paid"), (4, 4.0, "lost")]), 1)
+    assert second.contract["checks"]["known_status"] == 1
+    assert sink(orders(spark, [(1, 1.0, "new"), (2, -1.0, "new")]), 0).duplicate_of_earlier_write  # a replayed batch commits nothing
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", [(1.0, 1, "new"), (3.0, 3, "paid")])

@@ -23,17 +23,18 @@ from ..schema.type_mapping import iceberg_to_spark_schema
 from . import enforce, table_contract
 from .model import CONTRACT_PROPERTY, Contract
 
-Write = Callable[[object, WriteRequest], WriteResult]
+# (rows, request, the table as just loaded or None) -> the write's result: the rest of the write pipeline.
+Write = Callable[[object, WriteRequest, object], WriteResult]
 
 
 def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
-    """`write(df, request)` under the table's contract (a plain call when there is none)."""
+    """`write(df, request, table)` under the table's contract (a plain call when there is none)."""
     identifier = request.spec.identifier
     table = _load(ctx, identifier)
     previous = table_contract.stored(table)
     contract = Contract.of(request.contract) or previous
     if contract is None:
-        return write(df, request)
+        return write(df, request, table)
     contract.check(identifier)
     table_types = {f.name: f.dataType.simpleString() for f in iceberg_to_spark_schema(table.schema()).fields} if table is not None else None
     checks = enforce.Checks()
@@ -49,7 +50,7 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     merge = request.merge
     deletes = _merge_deletes(merge, df.columns) if merge is not None else None
     enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, check_unique=merge is None)
-    result = _write_checked(ctx, df, request, contract, checks, write)
+    result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None))
     if table is None:
         warnings += table_contract.record(ctx, identifier, ctx.load(identifier), contract, rules_sql, None)
     result.warnings += warnings
@@ -126,7 +127,7 @@ def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks:
             TableSpec(target, formats=request.spec.formats), "append", write_id=f"{request.write_id}:quarantine" if request.write_id else None,
             writer=request.writer,
         )
-        quarantined = write(enforce.quarantine_rows(observed, run_id), quarantine_request)
+        quarantined = write(enforce.quarantine_rows(observed, run_id), quarantine_request, False)
         result = write(enforce.kept_rows(cached, contract), request)
     finally:
         cached.unpersist()

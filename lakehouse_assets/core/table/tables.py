@@ -40,11 +40,13 @@ def delta_enabled(table: Table) -> bool:
     return "delta" in formats(table)
 
 
-def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_schema: Schema) -> tuple[Table, SchemaPlan, bool]:
+def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_schema: Schema, loaded: Table | None = None) -> tuple[Table, SchemaPlan, bool]:
     """The table (created if new), the schema change the data needs (committed with the data), and whether
-    this call created the table (a first write that then fails drops it again: `drop_if_never_written`)."""
+    this call created the table (a first write that then fails drops it again: `drop_if_never_written`).
+    `loaded`: the table as the caller loaded it moments ago (not loaded again)."""
+    table = loaded
     try:
-        table = catalog.load_table(spec.identifier)
+        table = table if table is not None else catalog.load_table(spec.identifier)
     except NoSuchTableError:
         table = None
     except NoSuchNamespaceError:

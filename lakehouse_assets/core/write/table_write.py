@@ -79,14 +79,15 @@ def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str,
     started = time.monotonic()
     check_access(ctx.storage, ctx.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
     # The table's data contract checks the rows inside the write's own job (core/contracts/guard.py).
-    return enforce_contract(ctx, _as_spark(df, spark), request, lambda rows, req: _write_batch(ctx, rows, req, started, foreign_default))
+    return enforce_contract(ctx, _as_spark(df, spark), request, lambda rows, req, loaded: _write_batch(ctx, rows, req, started, foreign_default, loaded))
 
 
-def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str) -> WriteResult:
+def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, loaded: Table | None = None) -> WriteResult:
+    """`loaded`: the table as the contract's check loaded it moments ago (None: not loaded yet)."""
     identifier = request.spec.identifier
     merge_opts = request.merge
     if merge_opts is None:
-        return _write(ctx, df, request, started, foreign_default)
+        return _write(ctx, df, request, started, foreign_default, loaded=loaded)
     # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
     # A batch the caller already cached stays cached: unpersisting it would drop the caller's cache.
     caller_cached = _is_cached(df)
@@ -95,10 +96,10 @@ def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, f
         batch, key_stats = merge_batch.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
         if not key_stats.deduplicated:
             # A projection of the persisted source: recomputing it is free, caching it again is not.
-            return _write(ctx, batch, request, started, foreign_default, key_stats)
+            return _write(ctx, batch, request, started, foreign_default, key_stats, loaded)
         batch.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
         try:
-            return _write(ctx, batch, request, started, foreign_default, key_stats)
+            return _write(ctx, batch, request, started, foreign_default, key_stats, loaded)
         finally:
             batch.unpersist()
     finally:
@@ -106,14 +107,16 @@ def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, f
             source.unpersist()
 
 
-def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, key_stats: merge_batch.KeyStats | None = None) -> WriteResult:
+def _write(
+    ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, key_stats: merge_batch.KeyStats | None = None, loaded: Table | None = None
+) -> WriteResult:
     """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
     identifier, window = request.spec.identifier, request.window
     incoming = spark_schema_to_iceberg(identifier, merge_batch.data_schema(df) if request.merge else df.schema)
     for column in window.columns if window is not None else ():
         if column not in df.columns:
             raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
-    table, schema_plan, created = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming)
+    table, schema_plan, created = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming, loaded)
     try:
         if request.branch is not None:
             # Main and the Delta log stay as they are: foreign Delta versions are for the publish to meet.

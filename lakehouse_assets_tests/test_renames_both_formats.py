@@ -184,6 +184,29 @@ def test_another_engines_iceberg_files_after_a_rename_are_refused_by_delta_then_
     assert_readers(lh, spark, duck, t, ["id", "label"], [(i, f"s{i}") for i in range(6)])
 
 
+def test_another_engines_misnamed_file_with_deleted_rows_is_not_rewritten_with_them(lh, spark, duck):
+    """Rewriting a misnamed file as it is would bring back rows a delete file removed: refused until they are applied."""
+    from lakehouse_assets.core.errors import DeleteFilesError
+    from lakehouse_assets.core.formats import iceberg_committer as ic
+    from lakehouse_assets.core.formats.deletes import table_files
+    from lakehouse_assets.core.formats.position_deletes import write_delete_file
+
+    t = "ren.foreign_deleted"
+    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
+    lh.alter(t, rename={"s": "label"})
+    table = lh.load(t)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string(), nullable=False)])
+    table.append(pa.table({"id": [3, 4], "label": ["s3", "s4"]}, schema=schema))
+    foreign = next(e.data_file for e in table_files(table).data if e.data_file.record_count == 2)
+    ic.commit_files(table, [], [], {}, added_delete_files=[write_delete_file(lh.storage, table.location(), foreign, pa.array([0], pa.int64()))])
+    with pytest.raises(DeleteFilesError, match=r"Table ren\.foreign_deleted: 1 data file\(s\) to rewrite .*--apply-deletes"):
+        lh.repair(t, rewrite_files=True, spark=spark)
+    assert lh.load(t).current_snapshot().snapshot_id == table.current_snapshot().snapshot_id  # nothing committed
+    lh.repair(t, apply_deletes=True, spark=spark)
+    lh.repair(t, rewrite_files=True, spark=spark)
+    assert_readers(lh, spark, duck, t, ["id", "label"], [(i, f"s{i}") for i in (0, 1, 2, 4)])
+
+
 def test_a_table_without_column_mapping_renamed_by_another_engine_is_repaired_by_upgrade(lh, spark, duck):
     t = "ren.unmapped"
     lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t)

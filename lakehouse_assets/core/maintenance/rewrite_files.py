@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import DeleteFilesError
 from ..formats import delta_column_mapping, history, partition_constants
-from ..formats.deletes import table_files
+from ..formats.deletes import applies, table_files
 from ..io.storage import delete_files
 from ..model import FileChanges
 from ..properties import Operation, SummaryKeys
@@ -35,11 +36,13 @@ def rewrite_misnamed_files(ctx: TableContext, identifier: str, spark=None) -> di
     schema = table.schema()
     result: dict[str, Any] = {"table": identifier, "data_files_rewritten": 0}
     renamed = delta_column_mapping.renamed_in_files(table, schema)
-    live = {e.data_file.file_path: e.data_file for e in table_files(table).data}
+    files = table_files(table)
+    live = {e.data_file.file_path: e.data_file for e in files.data}
     candidates = _unmirrored_foreign_files(ctx, table, live) if renamed else []
     misnamed = delta_column_mapping.misnamed_files(table, candidates, renamed)
     if not misnamed:
         return {**result, "rewritten": False}
+    _refuse_deleted_rows(identifier, files, set(misnamed))
     spark = active_session(spark)
     target = WriteTarget(identifier, table, schema, ctx.storage, cast_files=True)
     changes = FileChanges()
@@ -64,6 +67,17 @@ def rewrite_misnamed_files(ctx: TableContext, identifier: str, spark=None) -> di
         "delta_version": wr.delta_version,
         "delta_lagging": wr.delta_lagging,
     }
+
+
+def _refuse_deleted_rows(identifier: str, files, misnamed: set[str]) -> None:
+    """A file some delete file removes rows from would be rewritten with those rows: refused, naming the fix."""
+    hit = sorted({e.data_file.file_path for e in files.data if e.data_file.file_path in misnamed for d in files.deletes if applies(d, e)})
+    if hit:
+        raise DeleteFilesError(
+            f"Table {identifier}: {len(hit)} data file(s) to rewrite under the physical column names have rows deleted by "
+            f"delete files (e.g. {hit[0]}); rewriting them as they are would bring those rows back. Nothing was written. "
+            f"Run `lakehouse repair {identifier} --apply-deletes` first, then `--rewrite-files`."
+        )
 
 
 def _unmirrored_foreign_files(ctx: TableContext, table, live: dict) -> list[str]:

@@ -160,6 +160,38 @@ def test_merge_under_a_contract(lh, spark, duck):
     assert_all_readers_agree(lh, spark, duck, "shop.orders", [(11.0, 1, "paid"), (4.0, 4, "new")])
 
 
+def test_a_merge_delete_with_a_null_key_breaks_the_not_null_check_and_deletes_nothing(lh, spark):
+    """Delete rows keep no rule, but a NULL key names no row: it breaks the key's NOT NULL check like an upsert's."""
+    from lakehouse_assets import MergeOptions
+
+    lh.write(orders(spark, [(0, 1.0, "new"), (1, 2.0, "new")]), "shop.orders", table=TableOptions(contract=contract(on_violation="drop")))
+    batch = spark.createDataFrame([(None, None, None, "d"), (7, 3.0, "new", "u")], ORDERS + ", op string")
+    result = lh.write(batch, "shop.orders", mode="merge", merge=MergeOptions(keys="id", operation_column="op", delete_values="d"))
+    assert sum(n for name, n in result.contract["checks"].items() if "id" in name and "null" in name.lower()) == 1, result.contract
+    assert sorted(r["id"] for r in lh.read_arrow("shop.orders").to_pylist()) == [0, 1, 7]  # key 0 is not deleted
+
+
+@pytest.mark.parametrize("mode", ["freeze", "discard_row", "discard_value"])
+def test_a_merges_operation_column_is_not_a_new_column(lh, spark, duck, mode):
+    from lakehouse_assets import MergeOptions
+
+    lh.write(orders(spark, [(1, 1.0, "new"), (2, 2.0, "new")]), "shop.orders", table=TableOptions(contract=contract(new_columns=mode)))
+    batch = spark.createDataFrame([(1, 5.0, "paid", "u"), (2, None, None, "d")], ORDERS + ", op string")
+    lh.write(batch, "shop.orders", mode="merge", merge=MergeOptions(keys="id", operation_column="op", delete_values="d"))
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", [(5.0, 1, "paid")])
+
+
+def test_a_failed_write_leaves_the_tables_contract_as_it_was(lh, spark):
+    lh.write(orders(spark, [(1, 1.0, "new")]), "shop.orders", table=TableOptions(contract=contract()))
+    stored = lh.load("shop.orders").properties["lakehouse.contract"]
+    constraints = {k for k in delta_of(lh, "shop.orders").metadata().configuration if k.startswith("delta.constraints.")}
+    stricter = contract(rules={**RULES, "small": "amount < 100"})
+    with pytest.raises(ContractViolation):
+        lh.write(orders(spark, [(2, 500.0, "new")]), "shop.orders", table=TableOptions(contract=stricter))
+    assert lh.load("shop.orders").properties["lakehouse.contract"] == stored
+    assert {k for k in delta_of(lh, "shop.orders").metadata().configuration if k.startswith("delta.constraints.")} == constraints
+
+
 def test_window_overwrite_under_a_contract(lh, spark, duck):
     import datetime as dt
 

@@ -48,15 +48,16 @@ def _spark_type_name(t) -> str:
     return t.simpleString()
 
 
-def apply_schema_policy(identifier: str, df, contract: Contract, table_types: dict[str, str] | None, checks: Checks):
+def apply_schema_policy(identifier: str, df, contract: Contract, table_types: dict[str, str] | None, checks: Checks, exempt=()):
     """The DataFrame after the contract's schema-change modes: new columns (not in the table, nor declared) and values of
-    another type than declared (or than the table's). `freeze` raises naming the column and the mode."""
+    another type than declared (or than the table's). `freeze` raises naming the column and the mode. `exempt`: columns
+    that are not data (a merge's operation and deleted-at columns)."""
     from pyspark.sql import functions as F
 
     known = dict(table_types or {}) | dict(contract.types)
     declared_any = bool(table_types) or bool(contract.types)
     for f in list(df.schema.fields):
-        if f.name == BROKEN:
+        if f.name == BROKEN or f.name in exempt:
             continue
         if f.name not in known:
             if not declared_any or contract.new_columns == "evolve":
@@ -106,8 +107,9 @@ def _same_type(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
-def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks, *, merge_deletes=None, check_unique: bool = True) -> None:
-    """Fill `checks.broken` for the rows of `df`: the rules, NOT NULL columns (unique keys are NOT NULL too), unique keys."""
+def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks, *, merge_deletes=None, merge_keys=(), check_unique: bool = True) -> None:
+    """Fill `checks.broken` for the rows of `df`: the rules, NOT NULL columns (unique keys are NOT NULL too), unique keys.
+    A merge's delete rows keep no rule, but their `merge_keys` must not be NULL either: the key names the row to delete."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -115,7 +117,8 @@ def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks
     for name, sql in rules_sql.items():
         checks.broken[name] = ~exempt & ~F.coalesce(F.expr(sql), F.lit(False))
     for column in dict.fromkeys([*contract.not_null, *contract.unique]):
-        checks.broken[not_null_check(column)] = ~exempt & F.col(f"`{column}`").isNull()
+        applies = F.lit(True) if column in merge_keys else ~exempt
+        checks.broken[not_null_check(column)] = applies & F.col(f"`{column}`").isNull()
     if contract.unique and check_unique:
         keys = [F.col(f"`{c}`") for c in contract.unique]
         checks.broken[unique_check(contract.unique)] = F.count(F.lit(1)).over(Window.partitionBy(*keys)) > 1
@@ -192,13 +195,13 @@ def quarantine_rows(df, run_id: str):
     )
 
 
-def kept_rows(df, contract: Contract):
-    """The rows of a flagged `df` that keep every check, the NOT NULL columns declared non-nullable to Spark (so a new
+def kept_rows(df, columns):
+    """The rows of a flagged `df` that keep every check, `columns` declared non-nullable to Spark (so a new
     table's Iceberg fields are required and its Delta columns NOT NULL)."""
     from pyspark.sql import functions as F
 
     df = df.filter(F.size(F.col(f"`{BROKEN}`")) == 0).drop(BROKEN)
-    return not_nullable(df, [*contract.not_null, *contract.unique])
+    return not_nullable(df, columns)
 
 
 def not_nullable(df, columns):

@@ -38,21 +38,22 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     contract.check(identifier)
     table_types = {f.name: f.dataType.simpleString() for f in iceberg_to_spark_schema(table.schema()).fields} if table is not None else None
     checks = enforce.Checks()
-    df = enforce.apply_schema_policy(identifier, df, contract, table_types, checks)
+    control = request.merge.control_columns if request.merge is not None else ()  # a merge's operation columns are not data
+    df = enforce.apply_schema_policy(identifier, df, contract, table_types, checks, exempt=control)
     rules_sql = contract.checked_rules(identifier, {f.name: f.dataType.simpleString() for f in df.schema.fields})
     warnings: list[str] = []
-    if table is not None and contract != previous:
+    changed = table is not None and contract != previous
+    if changed:  # checked against the table's rows now, recorded once the write has landed (a failed write changes nothing)
         _change(ctx, identifier, table, df.sparkSession, contract, previous, rules_sql)
-        warnings += table_contract.record(ctx, identifier, table, contract, rules_sql, previous)
     elif table is None:
         spec = dataclasses.replace(request.spec, properties={**request.spec.properties, CONTRACT_PROPERTY: contract.to_json()})
         request = dataclasses.replace(request, spec=spec)
     merge = request.merge
     deletes = _merge_deletes(merge, df.columns) if merge is not None else None
-    enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, check_unique=merge is None)
+    enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, merge_keys=merge.keys if merge is not None else (), check_unique=merge is None)
     result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None))
-    if table is None:
-        warnings += table_contract.record(ctx, identifier, ctx.load(identifier), contract, rules_sql, None)
+    if table is None or changed:
+        warnings += table_contract.record(ctx, identifier, ctx.load(identifier), contract, rules_sql, previous if changed else None)
     result.warnings += warnings
     return result
 
@@ -109,7 +110,7 @@ def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: e
         return result
     if contract.on_violation == "drop":
         observed, observation = enforce.observed(flagged, checks)
-        result = write(enforce.kept_rows(observed, contract), request)
+        result = write(enforce.kept_rows(observed, [*contract.not_null, *contract.unique]), request)
         result.contract = None if result.duplicate_of_earlier_write else enforce.report(observation, checks, "drop")
         return result
     return _quarantine(ctx, flagged, request, contract, checks, write)
@@ -128,7 +129,7 @@ def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks:
             writer=request.writer,
         )
         quarantined = write(enforce.quarantine_rows(observed, run_id), quarantine_request, False)
-        result = write(enforce.kept_rows(cached, contract), request)
+        result = write(enforce.kept_rows(cached, [*contract.not_null, *contract.unique]), request)
     finally:
         cached.unpersist()
     result.contract = enforce.report(observation, checks, "quarantine") if not quarantined.duplicate_of_earlier_write else {"policy": "quarantine"}

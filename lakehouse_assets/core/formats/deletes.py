@@ -98,6 +98,26 @@ def has_delete_files(table: Table, snapshot: Snapshot | None = None) -> bool:
     return _HAS_DELETES.get(snapshot.manifest_list, read) if snapshot.manifest_list else read()
 
 
+# The live delete-file entries of a manifest list (merge-on-read writes ask on every merge).
+_DELETE_ENTRIES = ByImmutableFiles(max_weight=64)
+
+
+def live_delete_entries(table: Table, snapshot: Snapshot | None = None) -> list[ManifestEntry]:
+    """The live delete-file entries of a snapshot, from its delete manifests only: the data manifests, which grow with
+    the table, are not opened (a merge-on-read write needs its table's delete files, not its data files)."""
+    snapshot = snapshot if snapshot is not None else table.current_snapshot()
+    if snapshot is None:
+        return []
+
+    def read() -> list[ManifestEntry]:
+        return [
+            e for m in snapshot.manifests(table.io) if m.content == ManifestContent.DELETES
+            for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
+        ]
+
+    return _DELETE_ENTRIES.get(snapshot.manifest_list, read) if snapshot.manifest_list else read()
+
+
 def describe_delete_files(files: TableFiles) -> str:
     pos, eq = len(files.position_deletes), len(files.equality_deletes)
     parts = [f"{pos} position-delete file(s)"] if pos else []

@@ -20,7 +20,7 @@ from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 
 from ..formats import position_deletes
-from ..formats.deletes import refuse_delete_files, table_files
+from ..formats.deletes import live_delete_entries, refuse_delete_files
 from ..io.storage import normalize_uri
 from ..model import FileChanges
 from ..properties import TableProperties, merge_on_read
@@ -42,8 +42,7 @@ def chosen(table: Table, mode_property: str = TableProperties.MERGE_MODE) -> boo
 def check_deletes(table: Table, operation: str) -> None:
     """A merge-on-read write keeps one position-delete file per data file: it refuses (as a copy-on-write write does)
     delete files it cannot fold into that rule, such as equality deletes or position deletes naming several data files."""
-    files = table_files(table)
-    if any(e.data_file.content != DataFileContent.POSITION_DELETES or position_deletes.referenced_data_file(e.data_file) is None for e in files.deletes):
+    if any(e.data_file.content != DataFileContent.POSITION_DELETES or position_deletes.referenced_data_file(e.data_file) is None for e in live_delete_entries(table)):
         refuse_delete_files(table, operation)
 
 
@@ -134,7 +133,9 @@ def delete_positions(target: WriteTarget, positions: dict[DataFile, pa.Array], c
 def _live_delete_files(table: Table) -> dict[str, list[DataFile]]:
     """The live position-delete files per data file they apply to (file-scoped: `check_deletes` refused others)."""
     out: dict[str, list[DataFile]] = {}
-    for e in table_files(table).position_deletes:
+    for e in live_delete_entries(table):
+        if e.data_file.content != DataFileContent.POSITION_DELETES:
+            continue
         if (data := position_deletes.referenced_data_file(e.data_file)) is not None:
             out.setdefault(data, []).append(e.data_file)
     return out

@@ -42,6 +42,14 @@ def delete_positions(lh, t, data_file, positions, replaces=None):
     return result, delete
 
 
+def feed_check(lh, t):
+    """verify --deep's check of the current version's change data files against the rows its snapshot changed."""
+    from lakehouse_assets.core.maintenance.change_data_check import change_data_differences
+
+    table = lh.load(t)
+    return change_data_differences(table, lh.mirror(table), DeltaTable(table.location()))
+
+
 def delta_ids(duck, root) -> list[int]:
     return sorted(r[0] for r in duck.execute(f"SELECT id FROM delta_scan('{root}')").fetchall())
 
@@ -78,6 +86,7 @@ def test_position_deletes_become_deletion_vectors_in_one_delta_version(lh, spark
     assert sorted(pa.table(delta.scan(columns=["id"])).column("id").to_pylist()) == expected
     feed = pa.table(delta.load_cdf(starting_version=deleted.delta_version).read_all()).to_pylist()
     assert sorted((r["id"], r["_change_type"]) for r in feed) == [(2, "delete"), (4, "delete")]
+    assert feed_check(lh, t) == ({"version": deleted.delta_version, "cdc_files": 1, "cdc_rows": 2}, [])  # verify --deep's check
 
     # A later delete from the same file: the union replaces the earlier delete file, the remove names the old vector.
     again, _ = delete_positions(lh, t, de, [1, 2, 5], replaces=delete)
@@ -89,6 +98,7 @@ def test_position_deletes_become_deletion_vectors_in_one_delta_version(lh, spark
     assert remove["deletionVector"] == add["deletionVector"]
     feed = pa.table(DeltaTable(root).load_cdf(starting_version=again.delta_version).read_all()).to_pylist()
     assert [(r["id"], r["_change_type"]) for r in feed] == [(10, "delete")]
+    assert feed_check(lh, t)[1] == []
 
     # Removing the data file (its delete file goes with it): the remove names the vector, so no reader keeps the file.
     table = lh.load(t)
@@ -212,9 +222,10 @@ def test_rollback_of_a_merge_on_read_table_carries_its_position_deletes_and_vect
     assert table_files(lh.load(t)).deletes == [] and pa.table(DeltaTable(root).deletion_vectors()).num_rows == 0
 
 
-def test_an_iceberg_merge_on_read_table_is_imported_with_its_position_deletes_as_vectors(lh, duck):
-    """pyiceberg writes the table, an engine its position deletes (one file-scoped, one naming two data files, as
-    Java Iceberg's partition-scoped deletes do); the import keeps them and Delta's first versions carry them as vectors."""
+def test_a_delta_log_started_at_a_snapshot_carries_its_position_deletes_as_vectors(lh, duck):
+    """pyiceberg writes a merge-on-read table, an engine its position deletes (one file-scoped, one naming two data files,
+    as Java Iceberg's partition-scoped deletes do). A Delta log started at the current snapshot (one commit that makes
+    the file sets equal, as for expired history) carries them as vectors."""
     import pyarrow.parquet as pq
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.schema import Schema
@@ -241,8 +252,31 @@ def test_an_iceberg_merge_on_read_table_is_imported_with_its_position_deletes_as
     expected = [i for i in range(15) if i not in (0, 2, 4, 11)]
     assert iceberg_ids(lh, "ice.orders") == expected
 
-    lh.import_table("ice.orders")
-    root = lh.load("ice.orders").location().removeprefix("file://")
+    table = lh.load("ice.orders")
+    lh.mirror(table).start_at(table)
+    root = table.location().removeprefix("file://")
     assert delta_ids(duck, root) == expected
     vectors = pa.table(DeltaTable(root).deletion_vectors())
     assert sorted(sum(1 for keep in v if not keep) for v in vectors.column("selection_vector").to_pylist()) == [1, 3]
+
+
+def test_a_branch_with_position_deletes_is_published_to_delta_as_vectors(lh, spark, duck):
+    from lakehouse_assets.core.table import branches
+
+    t = "mor.branch"
+    lh.write(people(spark), t, partition_by=["country"], table=TableOptions(properties=MOR))
+    root = lh.load(t).location().removeprefix("file://")
+    lh.write(people(spark, 0).union(spark.createDataFrame([(100, "n100", "DE")], "id long, name string, country string")), t, branch="audit")
+    view = branches.on_branch(lh.load(t), "audit")
+    de = file_of(lh, t, "DE")
+    delete = write_delete_file(lh.storage, view.location(), de, pa.array([2], pa.int64()))  # id 4
+    changes = FileChanges(added_delete_files=[delete], created=[delete.file_path])
+    summary = {SummaryKeys.OPERATION: Operation.MERGE, SummaryKeys.BRANCH: "audit"}  # as a write to the branch records it
+    staged = transaction.commit(lh.context, t, view, changes, summary, mode=Operation.MERGE, branch="audit")
+    assert staged.delta_version is None and delta_ids(duck, root) == list(range(20))  # Delta mirrors main only
+
+    published = lh.publish(t, "audit")
+    expected = sorted([i for i in range(20) if i != 4] + [100])
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    assert pa.table(DeltaTable(root).deletion_vectors()).column("selection_vector").to_pylist() == [[i != 2 for i in range(10)]]
+    assert published.delta_version is not None and lh.delta_lag(t) == 0

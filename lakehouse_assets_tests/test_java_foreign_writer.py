@@ -4,16 +4,17 @@ Java commits with Iceberg's own `JdbcCatalog` to the warehouse's embedded SQLite
 same `iceberg_tables` row pyiceberg's SqlCatalog reads; the JDBC driver is Debian's sqlite-jdbc, see
 `java_iceberg.jdbc_catalog_conf`). After each Java operation: what Delta can express is mirrored by
 `lakehouse repair` and both formats agree (verify, `--deep`, DuckDB on both formats, delta-rs, pyiceberg,
-Spark through the project, and Java itself); what it cannot (merge-on-read delete files) is refused loudly,
-every project operation refuses it, and `repair --apply-deletes` makes the table whole.
+Spark through the project, and Java itself); a merge-on-read DELETE's position-delete files reach Delta as a deletion
+vector, the project operations that cannot apply them refuse, and `repair --apply-deletes` makes the table whole.
 """
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse_assets import DeleteFilesError, MergeOptions, MirrorRefused
+from lakehouse_assets import DeleteFilesError, MergeOptions
 from lakehouse_assets.core.formats.deletes import table_files
 
 from . import java_iceberg
@@ -126,7 +127,8 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
     model[300] = {"id": 300, "name": "e", "country": "US", "email": "e@x"}
     mirrored_and_agreeing(lh, spark, duck, model)
 
-    # DELETE, merge-on-read: Java writes delete files, which Delta cannot express.
+    # DELETE, merge-on-read: Java writes position-delete files. The property opts the table in to merge-on-read, so
+    # the mirror carries them to Delta as a deletion vector.
     spark.sql(f"ALTER TABLE {JAVA} SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')")
     before_delta = DeltaTable(lh.load(NAME).location()).version()
     spark.sql(f"DELETE FROM {JAVA} WHERE id IN (5, 9)")
@@ -141,9 +143,12 @@ def test_java_iceberg_writes_through_the_project_catalog(lh_java, spark, duck):
 
     report = lh.verify(NAME)
     assert not report["agree"] and any("1 position-delete file(s)" in d for d in report["differences"])
-    with pytest.raises(MirrorRefused, match=r"Table jw\.events: .*delete file.*--apply-deletes"):
-        lh.repair(NAME)
-    assert DeltaTable(lh.load(NAME).location()).version() == before_delta  # nothing half-mirrored
+    lh.repair(NAME)
+    root = lh.load(NAME).location()
+    assert DeltaTable(root).version() == before_delta + 1 and lh.delta_lag(NAME) == 0  # the snapshot's one version
+    (vector,) = pa.table(DeltaTable(root).deletion_vectors()).column("selection_vector").to_pylist()
+    assert vector.count(False) == 2
+    assert sorted(duck.execute(f"SELECT id FROM delta_scan('{root}')").fetchall()) == sorted((i,) for i in model)
     with pytest.raises(DeleteFilesError, match=r"Table jw\.events: .*Lakehouse\.read"):
         lh.read(spark, NAME)
     batch = spark.createDataFrame([(5, "back", "US", None)], "id long, name string, country string, email string")

@@ -60,7 +60,7 @@ def plan(
         return None
     adds = {delta_path(a.path): a for a in actions if isinstance(a, AddAction)}
     removes = [a for a in actions if isinstance(a, RemoveAction)]
-    targets = {relative_to(root_uri, uri): files for uri, files in _targets(storage, position_files).items()}
+    targets = {relative_to(root_uri, uri): files for uri, files in named_data_files(storage, position_files).items()}
     accumulate = SummaryKeys.OPERATION not in change.summary  # another engine's delete files add to the earlier ones
     if not accumulate:  # a delete file removed and not replaced (a rollback): its data file is whole again
         cleared = [referenced_data_file(f) for f in change.delete_files_removed if f.content == DataFileContent.POSITION_DELETES]
@@ -76,17 +76,18 @@ def plan(
         t = ".".join(table.name())
         raise MirrorRefused(f"Table {t}: snapshot {change.snapshot.snapshot_id} deletes rows of {len(missing)} data file(s) the Delta log does not hold "
                             f"(e.g. {missing[0]}); the formats disagreed before this snapshot. Run `lakehouse verify {t}`, then `lakehouse repair {t}`")
-    vectors = {p: _vector(storage, root_uri, table, p, files, logged.get(p), accumulate) for p, files in targets.items()}
+    vectors = {p: _vector(storage, root_uri, p, files, logged.get(p), accumulate) for p, files in targets.items()}
     # A file both removed and added: only a full diff does that, to re-add it without a stale vector.
     out = [dv.remove_json(r, dv.descriptor_of(logged.get(delta_path(r.path), {}))) for r in removes]
     out += [dv.add_json(a, vectors.get(p)) for p, a in adds.items()]
     for p in targets.keys() - adds.keys():
-        out += [dv.remove_from_log(logged[p], now), dv.add_from_log(logged[p], vectors[p], now)]
+        if vectors[p] != dv.descriptor_of(logged[p]):  # the same vector again (a full diff): nothing to change
+            out += [dv.remove_from_log(logged[p], now), dv.add_from_log(logged[p], vectors[p], now)]
     new = [v for v in vectors.values() if v is not None]
     return VectorCommit(out, dv.protocol_with_vectors(delta.protocol()) if new else None, len(new))
 
 
-def _targets(storage: StorageConfig, delete_files: list[DataFile]) -> dict[str, list[DataFile]]:
+def named_data_files(storage: StorageConfig, delete_files: list[DataFile]) -> dict[str, list[DataFile]]:
     """Data file URI -> the position-delete files among `delete_files` that name it."""
     out: dict[str, list[DataFile]] = {}
     for f in delete_files:
@@ -101,7 +102,7 @@ def _targets(storage: StorageConfig, delete_files: list[DataFile]) -> dict[str, 
     return out
 
 
-def _vector(storage: StorageConfig, root_uri: str, table: Table, path: str, files: list[DataFile], logged: dict | None, accumulate: bool) -> dv.Descriptor | None:
+def _vector(storage: StorageConfig, root_uri: str, path: str, files: list[DataFile], logged: dict | None, accumulate: bool) -> dv.Descriptor | None:
     """Write the vector of the data file at `path` (relative) from its delete files; its descriptor (None: no position)."""
     uri = _data_file_uri(root_uri, path, files, storage)
     positions = read_positions(storage, files, uri)
@@ -120,11 +121,10 @@ def _data_file_uri(root_uri: str, path: str, files: list[DataFile], storage: Sto
         named = referenced_data_file(f)
         if named is not None and relative_to(root_uri, named) == path:
             return named
-    for uri in _targets(storage, files):
+    for uri in named_data_files(storage, files):
         if relative_to(root_uri, uri) == path:
             return uri
     return path
-
 
 
 def full_diff(root_uri: str, table: Table, delta: DeltaTable, target, iceberg_files: dict[str, DataFile]) -> tuple[list[DataFile], set[str]]:

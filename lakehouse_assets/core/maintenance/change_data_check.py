@@ -12,13 +12,18 @@ they are compared by the cdc files' own columns. Every cdc file that version ref
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from ..formats import history
+from ..formats.deletes import has_delete_files, table_files
 from ..formats.delta_cdc_commit import cdc_actions
 from ..formats.delta_committer import DeltaMirror
+from ..formats.delta_vector_mirror import named_data_files
+from ..formats.position_deletes import read_positions, referenced_data_file
 from ..formats.snapshot_changes import snapshot_change
 from ..io.storage import join_uri
 
@@ -50,8 +55,17 @@ def change_data_differences(table: Table, mirror: DeltaMirror, delta) -> tuple[d
     feed = con.execute(
         f"SELECT count(*), coalesce(sum(hash({text})::HUGEINT * CASE WHEN _change_type IN {_REMOVES_ROW} THEN -1 ELSE 1 END), 0) FROM {cdc_src}"
     ).fetchone()
-    sides = [_side(con, [f.file_path for f in change.removes], columns, -1) if change.removes else None,
-             _side(con, [f.file_path for f in change.adds], columns, 1) if change.adds else None]
+    removed, added = [f.file_path for f in change.removes], [f.file_path for f in change.adds]
+    parent = history.snapshots_by_id(table).get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    deletes = has_delete_files(table, snap) or (parent is not None and has_delete_files(table, parent))
+    if deletes:
+        # Merge-on-read: rows hidden by position deletes are not rows; a data file whose deletes changed is read on both sides.
+        touched = [u for u in named_data_files(mirror.storage, change.delete_files_added + change.delete_files_removed) if u not in removed + added]
+        removed, added = removed + touched, added + touched
+        con.register("__before_deleted", _deleted(table, mirror.storage, parent, removed))
+        con.register("__after_deleted", _deleted(table, mirror.storage, snap, added))
+    sides = [_side(con, removed, columns, -1, "__before_deleted" if deletes else None) if removed else None,
+             _side(con, added, columns, 1, "__after_deleted" if deletes else None) if added else None]
     both = " UNION ALL ".join(s for s in sides if s)
     names = ", ".join(f'"{c}"' for c in columns)
     truth = con.execute(
@@ -72,15 +86,35 @@ def _exists(mirror: DeltaMirror, uri: str) -> bool:
     return fs.get_file_info(path).type == pafs.FileType.File
 
 
-def _side(con, uris: list[str], columns: list[str], sign: int) -> str:
+def _side(con, uris: list[str], columns: list[str], sign: int, deleted: str | None = None) -> str:
     """The rows of `uris` as text columns `columns`, each row signed: files written before a column was added lack
-    it, and their rows hold NULL there (as every reader of the table sees them)."""
+    it, and their rows hold NULL there (as every reader of the table sees them). `deleted`: a (path, pos) relation of
+    the rows position deletes hide, left out."""
     src = _parquet(uris)
     present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
     cols = ", ".join(f'"{c}"::VARCHAR AS "{c}"' if c in present else f'NULL::VARCHAR AS "{c}"' for c in columns)
-    return f"SELECT {cols}, {sign} AS {_SIGN} FROM {src}"
+    if deleted is None:
+        return f"SELECT {cols}, {sign} AS {_SIGN} FROM {src}"
+    src = src[:-1] + ", filename = true, file_row_number = true)"
+    return f"SELECT {cols}, {sign} AS {_SIGN} FROM {src} t WHERE NOT EXISTS (SELECT 1 FROM {deleted} d WHERE d.path = t.filename AND d.pos = t.file_row_number)"
+
+
+def _deleted(table: Table, storage, snap, uris: list[str]) -> pa.Table:
+    """(path as DuckDB names the file, position) of the rows the position deletes live at `snap` hide in `uris`."""
+    chunks = [pa.table({"path": pa.array([], pa.string()), "pos": pa.array([], pa.int64())})]
+    live = table_files(table, snap).position_deletes if snap is not None else []
+    for uri in uris:
+        applying = [e.data_file for e in live if referenced_data_file(e.data_file) in (uri, None)]
+        positions = read_positions(storage, applying, uri) if applying else pa.array([], pa.int64())
+        chunks.append(pa.table({"path": pa.array([_local(uri)] * len(positions), pa.string()), "pos": positions}))
+    return pa.concat_tables(chunks)
+
+
+def _local(uri: str) -> str:
+    """A local file as DuckDB opens and names it (`file:/x`, as Java Iceberg spells paths, and `file:///x` alike)."""
+    return urlparse(uri).path if uri.startswith("file:") else uri
 
 
 def _parquet(uris: list[str]) -> str:
-    paths = ", ".join(f"'{u[len('file://'):] if u.startswith('file://') else u}'" for u in uris)
+    paths = ", ".join(f"'{_local(u)}'" for u in uris)
     return f"read_parquet([{paths}], union_by_name = true)"

@@ -25,7 +25,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import StaticTable, Table
 
 from ..errors import ImportRefused
-from ..formats import delta_features, delta_vector_adoption, delta_vector_mirror
+from ..formats import delta_features, delta_vector_adoption
 from ..formats.deletes import describe_delete_files, table_files
 from ..io.storage import join_uri, normalize_uri, relative_to
 from ..schema.type_mapping import delta_schema
@@ -177,9 +177,7 @@ def _check_iceberg(identifier: str, table: Table, location: str, apply_deletes: 
     snapshot = table.current_snapshot()
     reasons = []
     files = table_files(table) if snapshot is not None else None
-    # A merge-on-read table's position deletes stay: the Delta log gets them as deletion vectors.
-    kept = delta_vector_mirror.enabled(table.properties)
-    if files is not None and (files.equality_deletes if kept else files.deletes) and not apply_deletes:
+    if files is not None and files.deletes and not apply_deletes:
         reasons.append(
             f"{describe_delete_files(files)} are live (row-level deletes that Delta cannot express): import with apply_deletes=True "
             "(`lakehouse import --apply-deletes`), which first rewrites the affected data files with the deletes applied, as "

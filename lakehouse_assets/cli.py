@@ -243,10 +243,11 @@ def import_(ctx, table: str, source: str | None, apply_deletes: bool, as_json: b
 @click.argument("table")
 @click.option("--rename", "renames", multiple=True, metavar="OLD=NEW", help="Rename a column (repeatable).")
 @click.option("--drop", "drops", multiple=True, metavar="COLUMN", help="Drop a column (repeatable).")
+@click.option("--write-mode", type=click.Choice(["copy-on-write", "merge-on-read"]), help="How merges, deletes and window overwrites remove rows.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], as_json: bool) -> None:
-    """Rename and drop columns in metadata only, in both formats (no data file is rewritten).
+def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], write_mode: str | None, as_json: bool) -> None:
+    """Rename and drop columns, or set the write mode, in metadata only, in both formats (no data file is rewritten).
 
     A Delta-mirrored table needs Delta column mapping first: `lakehouse upgrade TABLE`."""
     pairs = {}
@@ -255,9 +256,13 @@ def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], as_
         if not sep or not old or not new:
             raise click.BadParameter(f"expected OLD=NEW, got {r!r}", param_hint="--rename")
         pairs[old] = new
-    result = _lakehouse(ctx).alter(table, rename=pairs, drop=list(drops))
+    result = _lakehouse(ctx).alter(table, rename=pairs, drop=list(drops), write_mode=write_mode)
 
     def render(r):
+        if "write_modes" in r:
+            click.echo(f"{r['table']}: write mode {write_mode} ({', '.join(r['write_modes'])}; no data file rewritten)")
+        if "columns" not in r:
+            return
         changes = [f"renamed {o} -> {n}" for o, n in r["renamed"].items()] + [f"dropped {c}" for c in r["dropped"]]
         click.echo(f"{r['table']}: {', '.join(changes)} (schema {r['schema_id_before']} -> {r['schema_id']}, no data file rewritten)")
         click.echo(f"  columns: {', '.join(f'{n} {t}' for n, t in r['columns'].items())}")

@@ -170,9 +170,9 @@ def test_null_keys_fail_and_commit_nothing(lh, spark):
 def test_the_batch_check_refuses_null_and_duplicate_keys_on_either_path(lh, spark, duck, filled_cache, monkeypatch):
     """A cached, filled, small batch is checked in one task (no shuffle); any other in parallel. Same verdicts.
     (Keys on the driver, the third path, are turned off here: test_merge_matching.py checks that one.)"""
-    from lakehouse_assets.core.write import merge
+    from lakehouse_assets.core.write import merge_batch
 
-    monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS", 0)
+    monkeypatch.setattr(merge_batch, "KEYS_ON_DRIVER_ROWS", 0)
 
     name = f"m.check_{'cached' if filled_cache else 'plain'}"
     lh.write(people(spark, 0, 5, parts=2), name)
@@ -187,7 +187,7 @@ def test_the_batch_check_refuses_null_and_duplicate_keys_on_either_path(lh, spar
             df = df.cache()
             cached.append(df)
             df.count()
-        assert (merge._filled_cache_rows(df) is not None) is filled_cache
+        assert (merge_batch.filled_cache_rows(df) is not None) is filled_cache
         return df
 
     try:

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import InputError, MergeOptions, TableOptions
 from lakehouse_assets.core.properties import SummaryKeys
-from lakehouse_assets.core.write import merge, merge_tasks
+from lakehouse_assets.core.write import merge_batch, merge_plan, merge_tasks
 
 from .conftest import _norm, assert_all_readers_agree
 
@@ -32,7 +32,7 @@ def road(request, monkeypatch, spark):
     """Force a road and record which one each merge took.
 
     cached:   the caller cached and counted the batch: its keys come to the driver before the check, which
-              runs on them (merge._checks_of); matching and rewrite are one job of pyarrow tasks
+              runs on them (merge_batch._checks_of); matching and rewrite are one job of pyarrow tasks
               (merge_tasks.rewrite_in_one_job);
     driver:   an uncached batch: Spark's check aggregate, then the keys of the cache it filled, the one job;
     shuffled: a cached batch whose rewrite does not take the one job (as when its upserts are too large to
@@ -42,7 +42,7 @@ def road(request, monkeypatch, spark):
     name = request.param
     seen = {"checks on the driver": 0, "pyarrow matching": 0, "one job": 0}
     for module, fn, label in (
-        (merge, merge._checks_of, "checks on the driver"),
+        (merge_batch, merge_batch._checks_of, "checks on the driver"),
         (merge_tasks, merge_tasks.files_holding, "pyarrow matching"),
         (merge_tasks, merge_tasks.rewrite_in_one_job, "one job"),
     ):
@@ -53,7 +53,7 @@ def road(request, monkeypatch, spark):
 
         monkeypatch.setattr(module, fn.__name__, spy)
     if name == "spark":
-        monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS", 0)
+        monkeypatch.setattr(merge_batch, "KEYS_ON_DRIVER_ROWS", 0)
     if name == "shuffled":
         monkeypatch.setattr(merge_tasks, "UPSERTS_ON_DRIVER_BYTES", -1)
     cached = []
@@ -107,7 +107,7 @@ def test_both_roads_rewrite_the_same_files_for_every_key_type(lh, spark, duck, r
     """Pruning by the batch's distinct keys (an In-set, up to IN_SET_LIMIT) or by their min/max: either
     comes from the driver's keys on the cached road, so both are checked on every road."""
     if pruning == "range":
-        monkeypatch.setattr(merge, "IN_SET_LIMIT", 0)
+        monkeypatch.setattr(merge_plan, "IN_SET_LIMIT", 0)
     ddl, values, absent = KEYS[kind]
     name = f"mm.{kind}_{road.name}_{pruning.replace('-', '_')}"
     rows = [(v, i % 3, "old") for i, v in enumerate(values)] + [(None, 1, "null key")]  # a null key matches nothing
@@ -224,7 +224,7 @@ def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, sp
         df = spark.createDataFrame(rows, schema).repartition(3).cache()
         df.count()
         cached.append(df)
-        assert merge._keys_on_driver(df, ["k"], merge._filled_cache_rows(df)) is not None
+        assert merge_batch.keys_on_driver(df, ["k"], merge_batch.filled_cache_rows(df)) is not None
         return df
 
     try:
@@ -246,7 +246,7 @@ def test_the_driver_road_checks_null_and_duplicate_keys_of_a_cached_batch(lh, sp
 def test_a_batch_above_the_driver_limits_matches_through_spark(lh, spark, monkeypatch, limit):
     taken = _keys_on_driver_matchings(monkeypatch)
     # Rows: at most 2 keys; bytes: at most 30 bytes of keys (3 longs are 24 bytes, 3 long strings are not).
-    monkeypatch.setattr(merge, "KEYS_ON_DRIVER_ROWS" if limit == "rows" else "KEYS_ON_DRIVER_BYTES", 2 if limit == "rows" else 30)
+    monkeypatch.setattr(merge_batch, "KEYS_ON_DRIVER_ROWS" if limit == "rows" else "KEYS_ON_DRIVER_BYTES", 2 if limit == "rows" else 30)
     name = f"mm.limit_{limit}"
     lh.write(spark.sql("SELECT CAST(id AS STRING) AS k, 'old' AS v FROM range(6)"), name)
     big = "".join(["k"] * 20)
@@ -311,7 +311,7 @@ def test_the_one_job_rewrite_writes_what_the_shuffled_rewrite_writes(lh, spark, 
                ROWS_ON_DRIVER_BYTES. `bucket(4, s)` is a transform Spark does not compute: that table
                then keeps the shuffled rewrite."""
     if upserts == "collected":
-        monkeypatch.setattr(merge, "ROWS_ON_DRIVER_BYTES", -1)
+        monkeypatch.setattr(merge_batch, "ROWS_ON_DRIVER_BYTES", -1)
     roads = _keys_on_driver_matchings(monkeypatch)
     one_job = []
     real = merge_tasks.rewrite_in_one_job
@@ -423,7 +423,7 @@ def test_the_one_job_rewrite_partitions_instants_in_utc_whatever_the_session_tim
     from pyiceberg.types import TimestamptzType
 
     if upserts == "collected":
-        monkeypatch.setattr(merge, "ROWS_ON_DRIVER_BYTES", -1)
+        monkeypatch.setattr(merge_batch, "ROWS_ON_DRIVER_BYTES", -1)
     taken = _one_job_results(monkeypatch)
     name = f"mm.onejob_tz_{term[:-4]}_{upserts}"
     previous = spark.conf.get("spark.sql.session.timeZone")
@@ -462,7 +462,7 @@ def test_a_merge_refuses_a_truncate_that_leaves_the_int_range_on_every_road(lh, 
     for road in ("rows", "collected"):
         with monkeypatch.context() as m:
             if road == "collected":
-                m.setattr(merge, "ROWS_ON_DRIVER_BYTES", -1)
+                m.setattr(merge_batch, "ROWS_ON_DRIVER_BYTES", -1)
             batch = _cached(spark.sql("SELECT CAST(-2147483648 AS INT) AS i, 'min' AS v UNION ALL SELECT 1, 'new'"))
             try:
                 with pytest.raises(InputError, match=r"Table mm\.onejob_wrap: column 'i' .*truncate\(10\) leaves the int range"):

@@ -51,3 +51,15 @@ def test_a_delete_file_removes_its_positions_from_its_data_file_only(table):
     assert ids(table) == list(range(10, 15)) and table_files(table).deletes == []
     assert table.current_snapshot().summary["total-delete-files"] == "0"
     assert second.file_path in {e.data_file.file_path for e in table_files(table).data}
+
+
+def test_a_second_delete_file_for_a_data_file_is_refused_unless_it_replaces_the_first(table):
+    """A commit raced by another that gave the same data file a delete file fails validation (the merge then re-plans)."""
+    from pyiceberg.exceptions import ValidationException
+
+    storage = StorageConfig.from_env()
+    first = max((e.data_file for e in table_files(table).data), key=lambda f: f.record_count)
+    ic.commit_files(table, [], [], {}, added_delete_files=[write_delete_file(storage, table.location(), first, pa.array([0], pa.int64()))])
+    with pytest.raises(ValidationException, match="already have a live position-delete file"):
+        ic.commit_files(table, [], [], {}, added_delete_files=[write_delete_file(storage, table.location(), first, pa.array([1], pa.int64()))])
+    assert ids(table) == list(range(1, 15))

@@ -44,7 +44,7 @@ from .table.catalog import open_catalog
 from .table.context import TableContext
 from .write import alter as alter_
 from .write import publish as publish_
-from .write import table_write
+from .write import row_level_modes, table_write
 from .write.change_data import write_change_data
 from .write.stream import StreamWriter
 
@@ -149,8 +149,8 @@ class Lakehouse:
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
         `window` when one is given: a `Window` (a time range of one column) or a `Slice` (a window
         and/or sets of values of other columns, e.g. a Dagster static or multi-partition).
-        mode="merge" upserts by `merge=MergeOptions(keys=[...])` (copy-on-write); with a `window`, only into
-        the rows inside it (a partitioned asset merging its partition).
+        mode="merge" upserts by `merge=MergeOptions(keys=[...])` (copy-on-write, or merge-on-read on a table whose
+        write.merge.mode says so); with a `window`, only into the rows inside it (a partitioned asset merging its partition).
 
         `partition_by`: the partition terms of a new table (e.g. ["day(ts)", "bucket(4, id)"]); an existing
         table's must match. `table`: the other settings of a new table (`TableOptions`: formats, properties,
@@ -176,14 +176,26 @@ class Lakehouse:
 
     # ------------------------------------------------------------ schema operations
 
-    def alter(self, identifier: str, rename: Mapping[str, str] | None = None, drop: Sequence[str] | None = None) -> dict[str, Any]:
+    def alter(
+        self, identifier: str, rename: Mapping[str, str] | None = None, drop: Sequence[str] | None = None, *, write_mode: str | None = None
+    ) -> dict[str, Any]:
         """Rename (`{"old": "new"}`) and drop top-level columns: one Iceberg schema update, no data file rewritten.
 
         Delta-mirrored tables need Delta column mapping (`upgrade`, or `delta.columnMapping.mode=name` at
         creation): the same change is then one metadata-only Delta version. Older snapshots and Delta versions
         keep reading with their old names.
+
+        `write_mode`: "copy-on-write" or "merge-on-read", how later merges, CDC deletes and window overwrites
+        remove rows (Iceberg's write.merge.mode, write.delete.mode and write.update.mode, all three; see
+        docs/write-modes.md). Metadata only.
         """
-        return alter_.alter_columns(self.context, identifier, rename, drop)
+        if write_mode is None or rename or drop:
+            result = alter_.alter_columns(self.context, identifier, rename, drop)
+        else:
+            result = {}
+        if write_mode is not None:
+            result |= row_level_modes.set_row_level_mode(self.context, identifier, write_mode)
+        return result
 
     def upgrade(self, identifier: str, *, column_mapping: bool = True) -> dict[str, Any]:
         """Turn the Delta change data feed on for a Delta-mirrored table (one created before the feed was the default)

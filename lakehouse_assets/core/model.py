@@ -50,6 +50,7 @@ class FileChanges:
     # one, which the write lists in `removed_delete_files`.
     added_delete_files: list[DataFile] = field(default_factory=list)
     rows_written: int = 0  # rows of the caller's data (files rewritten to keep rows are not counted)
+    rows_deleted: int = 0  # rows the added position-delete files remove (merge-on-read)
     # The Delta `cdc` actions of the rows this operation changes, when it wrote them itself (a merge's rewrite,
     # core/write/merge_changes.py); None: the Delta mirror computes them from the files (core/write/change_data.py).
     change_data: list[dict] | None = None
@@ -63,6 +64,7 @@ class FileChanges:
         self.created += other.created
         self.removed_delete_files += other.removed_delete_files
         self.added_delete_files += other.added_delete_files
+        self.rows_deleted += other.rows_deleted
         return self
 
 

@@ -78,6 +78,9 @@ class SummaryKeys:
     MERGE_LIVE_FILES = "lakehouse.merge.live-files"
     MERGE_CANDIDATE_FILES = "lakehouse.merge.candidate-files"
     MERGE_REWRITTEN_FILES = "lakehouse.merge.rewritten-files"
+    MERGE_STRATEGY = "lakehouse.merge.strategy"  # copy-on-write or merge-on-read (the table's write.merge.mode then)
+    MERGE_DELETED_FILES = "lakehouse.merge.files-with-new-deletes"  # merge-on-read: data files given a new delete file
+    MERGE_ROWS_DELETED = "lakehouse.merge.rows-deleted"  # merge-on-read: rows those delete files remove anew
     COMPACTION_FILES_REWRITTEN = "lakehouse.compaction.files-rewritten"
     APPLIED_DELETE_FILES = "lakehouse.apply-deletes.delete-files"  # other engines' delete files an apply-deletes removed
     ROLLBACK_TARGET = "lakehouse.rollback.target-snapshot-id"  # the snapshot a rollback restored the rows of

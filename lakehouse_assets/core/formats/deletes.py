@@ -146,12 +146,15 @@ class RowDelta(_OverwriteFiles):
         out: list[ManifestFile] = []
         gone: dict[int, list[ManifestEntry]] = {}
         removed_data = {f.file_path for f in self._deleted_data_files}
+        kept_for: set[str | None] = set()  # data files whose live delete file stays
         for manifest in super()._existing_manifests():
             if manifest.content != ManifestContent.DELETES:
                 out.append(manifest)
                 continue
             entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
             dropped = [e for e in entries if e.data_file.file_path in self._removed_deletes or referenced_data_file(e.data_file) in removed_data]
+            gone_paths = {e.data_file.file_path for e in dropped}
+            kept_for |= {referenced_data_file(e.data_file) for e in entries if e.data_file.file_path not in gone_paths}
             if not dropped:
                 out.append(manifest)
                 continue
@@ -171,11 +174,14 @@ class RowDelta(_OverwriteFiles):
                 ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, sequence_number=None, file_sequence_number=None, data_file=f)
             )
         out += [self._write_entries(spec_id, entries) for spec_id, entries in added.items()]
+        from pyiceberg.exceptions import ValidationException
+
         missing = self._removed_deletes - {e.data_file.file_path for es in gone.values() for e in es}
         if missing:
-            from pyiceberg.exceptions import ValidationException
-
             raise ValidationException(f"Delete files to remove are no longer live: {sorted(missing)}")
+        # One position-delete file per data file (position_deletes.py): a concurrent write gave one of these its own.
+        if twice := sorted(p for p in kept_for & {referenced_data_file(f) for f in self._added_delete_files} if p is not None):
+            raise ValidationException(f"Data files already have a live position-delete file that this commit does not replace: {twice}")
         return out
 
     def _write(self, spec_id: int, entries: list[ManifestEntry], status: ManifestEntryStatus) -> ManifestFile:

@@ -3,10 +3,11 @@
 - `files_holding`: which candidates hold a key of a small batch whose keys are on the driver (one job
   that reads the candidates' key columns only);
 - `rewrite_in_one_job`: a small batch's matching and rewrite together: one job, no shuffle, the
-  upserts travelling with their partition's candidates and written by the writer's own `FileWriter`.
+  upserts travelling with their partition's candidates and written by the writer's own `FileWriter`;
+- `positions_holding`: merge-on-read's matching: per candidate, the positions of its rows holding a key.
 
 Only file paths, partition keys, the batch's keys and its upserts (bounded: `UPSERTS_ON_DRIVER_BYTES`)
-go to the executors; only file rows (path, size, footer...) and rewritten paths come back.
+go to the executors; only file rows (path, size, footer...), rewritten paths and row positions come back.
 """
 
 from __future__ import annotations
@@ -45,6 +46,37 @@ def files_holding(spark, target: "WriteTarget", files: list[DataFile], values: p
     schema = StructType([StructField("path", StringType(), False)])
     hits = map_paths(spark, [f.file_path for f in files], holder, schema, tasks=min(len(files), default_parallelism(spark)))
     return {r[0] for r in hits.collect()}
+
+
+def positions_holding(
+    spark, target: "WriteTarget", files: list[DataFile], values: pa.Table, earlier: dict[str, pa.Array] | None = None, upserts: pa.Table | None = None
+) -> tuple[dict[str, pa.Array], list[str], "merge_changes.MergeChanges | None"]:
+    """Per file of `files` holding a key of `values` (distinct keys, on the driver), the positions of the rows
+    that hold one, less its `earlier` deleted positions (sorted int64): one Spark job of pyarrow tasks reading
+    key columns only, as `files_holding`. Positions and paths come back, no row.
+
+    With `upserts` (the merge's upserts, in the table's columns: the Delta feed is on), the tasks also read the
+    rows at those positions and write them as the version's change data (merge_changes): the second item is
+    the tasks' rows, and the third the feed for `merge_changes.finish` (None without `upserts`)."""
+    from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+
+    feed = None
+    if upserts is not None:
+        spark_schema = target.spark_schema()
+        settings = _settings(target)
+        feed = (_change_data(target, settings, values.column_names, spark_schema.fieldNames(), uuid.uuid4().hex[:16]), target.row_reader(spark_schema), _ipc(upserts))
+    holder = _PositionHolder(*_key_reader(target, values), earlier or {}, feed)
+    schema = StructType([StructField("path", StringType()), StructField("positions", ArrayType(LongType(), False)), StructField(_CHANGE, StringType())])
+    hits = map_paths(spark, [f.file_path for f in files], holder, schema, tasks=min(len(files), default_parallelism(spark)))
+    rows = hits.collect()
+    positions = {r[0]: pa.array(r[1], pa.int64()) for r in rows if r[0] is not None}
+    return positions, [r[2] for r in rows if r[2] is not None], (feed[0] if feed is not None else None)
+
+
+def _settings(target: "WriteTarget") -> dict:
+    from .writer import table_write_settings
+
+    return table_write_settings(target.table, target.schema, target.target_file_size)
 
 
 def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None, constants=None) -> tuple[ParquetFileReader, bytes]:
@@ -91,19 +123,31 @@ class _Keys:
             return pc.any(pc.is_in(rows.column(0), value_set=self.single)).as_py() is True
         return rows.join(self.values, keys=self.names, join_type="left semi").num_rows > 0
 
+    def positions_in(self, uri: str) -> pa.Array:
+        """The positions of the file's rows holding one of the keys (sorted int64)."""
+        import pyarrow.compute as pc
+
+        rows = pa.Table.from_batches(list(self.reader(path_batches(uri))), schema=self.reader.arrow_schema)
+        return pc.indices_nonzero(self.held(rows)).cast(pa.int64())
+
     def split(self, rows: pa.RecordBatch) -> tuple[pa.Table, pa.Table]:
         """(`rows` minus those holding one of the keys, those rows): a null key never equals one, so its row stays."""
         import pyarrow.compute as pc
 
         table = pa.Table.from_batches([rows])
-        if self.single is not None:
-            held = pc.fill_null(pc.is_in(table.column(self.names[0]), value_set=self.single), False)
-        else:
-            # Composite keys: Arrow's join refuses nested non-key columns, so join the keys and a row number only.
-            positions = pa.array(range(table.num_rows), pa.int64())
-            keyed = table.select(self.names).append_column(_POSITION, positions)
-            held = pc.is_in(positions, value_set=keyed.join(self.values, keys=self.names, join_type="left semi").column(_POSITION))
+        held = self.held(table)
         return table.filter(pc.invert(held)), table.filter(held)
+
+    def held(self, table: pa.Table) -> pa.Array:
+        """Per row of `table`, whether its key is one of the keys (a null key never is)."""
+        import pyarrow.compute as pc
+
+        if self.single is not None:
+            return pc.fill_null(pc.is_in(table.column(self.names[0]), value_set=self.single), False)
+        # Composite keys: Arrow's join refuses nested non-key columns, so join the keys and a row number only.
+        positions = pa.array(range(table.num_rows), pa.int64())
+        keyed = table.select(self.names).append_column(_POSITION, positions)
+        return pc.is_in(positions, value_set=keyed.join(self.values, keys=self.names, join_type="left semi").column(_POSITION))
 
 
 @dataclass
@@ -118,6 +162,48 @@ class _KeyHolder:
         for batch in batches:
             hits = [uri for uri in batch.column(0).to_pylist() if keys.held_in(uri)]
             yield pa.RecordBatch.from_arrays([pa.array(hits, pa.string())], names=["path"])
+
+
+@dataclass
+class _PositionHolder:
+    """mapInArrow function: file paths in, (path, positions of its rows holding one of the keys, less the earlier
+    deleted ones) out; with `feed`, those rows are written as change data and the task's rows for the driver follow."""
+
+    reader: ParquetFileReader
+    keys_ipc: bytes
+    earlier: dict  # file URI -> positions deleted already (int64)
+    feed: tuple | None = None  # (merge_changes.MergeChanges, whole-row reader, the upserts as Arrow IPC)
+
+    def __call__(self, batches):
+        import pyarrow.compute as pc
+
+        keys = _Keys(self.reader, self.keys_ipc)
+        dropped = self.feed[0].dropped_rows(pa.ipc.open_stream(self.feed[2]).read_all()) if self.feed is not None else None
+        for batch in batches:
+            paths, positions = [], []
+            for uri in batch.column(0).to_pylist():
+                found = keys.positions_in(uri)
+                if uri in self.earlier and len(found):
+                    found = pc.filter(found, pc.invert(pc.is_in(found, value_set=self.earlier[uri])))
+                if len(found):
+                    paths.append(uri)
+                    positions.append(found)
+                    if dropped is not None:
+                        dropped.add(pa.Table.from_batches(list(self.feed[1](path_batches(uri))), schema=self.feed[1].arrow_schema).take(found))
+            values = pa.ListArray.from_arrays(pa.array(_offsets(positions), pa.int32()), pa.concat_arrays(positions) if positions else pa.array([], pa.int64()))
+            yield pa.RecordBatch.from_arrays([pa.array(paths, pa.string()), values, pa.nulls(len(paths), pa.string())], names=["path", "positions", _CHANGE])
+        changed = dropped.finish() if dropped is not None else []
+        if changed:
+            yield pa.RecordBatch.from_arrays(
+                [pa.nulls(len(changed), pa.string()), pa.nulls(len(changed), pa.list_(pa.int64())), pa.array(changed, pa.string())], names=["path", "positions", _CHANGE]
+            )
+
+
+def _offsets(arrays: list[pa.Array]) -> list[int]:
+    out = [0]
+    for a in arrays:
+        out.append(out[-1] + len(a))
+    return out
 
 
 def rewrite_in_one_job(

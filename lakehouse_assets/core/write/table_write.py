@@ -39,7 +39,7 @@ from ..table import branches, tables
 from ..table.context import TableContext
 from ..table.evolution import evolved_schema, types_were_widened
 from . import merge as merge_
-from . import transaction, write_modes
+from . import merge_batch, transaction, write_modes
 from .adoption import adoption_rewrite
 from .small_writes import SmallWritesRule
 from .target import WriteTarget
@@ -86,7 +86,7 @@ def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str,
     caller_cached = _is_cached(df)
     source = df if caller_cached else df.persist()
     try:
-        batch, key_stats = merge_.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
+        batch, key_stats = merge_batch.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
         if not key_stats.deduplicated:
             # A projection of the persisted source: recomputing it is free, caching it again is not.
             return _write(ctx, batch, request, started, foreign_default, key_stats)
@@ -100,10 +100,10 @@ def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str,
             source.unpersist()
 
 
-def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, key_stats: merge_.KeyStats | None = None) -> WriteResult:
+def _write(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, key_stats: merge_batch.KeyStats | None = None) -> WriteResult:
     """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
     identifier, window = request.spec.identifier, request.window
-    incoming = spark_schema_to_iceberg(identifier, merge_.data_schema(df) if request.merge else df.schema)
+    incoming = spark_schema_to_iceberg(identifier, merge_batch.data_schema(df) if request.merge else df.schema)
     for column in window.columns if window is not None else ():
         if column not in df.columns:
             raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")

@@ -51,11 +51,14 @@ class WriteTarget:
             changes.rows_written += sum(f.record_count for f in written)
         return adds
 
-    def read(self, spark, files: list[DataFile], *, cast_files: bool | None = None, path_column: str | None = None):
-        """Existing files as a DataFrame in the write's schema."""
+    def read(self, spark, files: list[DataFile], *, cast_files: bool | None = None, path_column: str | None = None, position_column: str | None = None):
+        """Existing files as a DataFrame in the write's schema (`path_column`, `position_column`: each row's file and position in it)."""
         cast = self.cast_files if cast_files is None else cast_files
         constants = partition_constants.of_files(self.table, files, self.schema)
-        return read_parquet_files(spark, [f.file_path for f in files], self.spark_schema(), self.storage, path_column=path_column, cast_files=cast, constants=constants)
+        return read_parquet_files(
+            spark, [f.file_path for f in files], self.spark_schema(), self.storage,
+            path_column=path_column, cast_files=cast, position_column=position_column, constants=constants,
+        )
 
     def spark_schema(self):
         """The write's schema for Spark; with Parquet field ids after renames (existing files are read by id)."""

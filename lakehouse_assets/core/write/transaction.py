@@ -98,7 +98,7 @@ def commit(
     result.files_removed = len(changes.removes)
     result.rows_written = changes.rows_written
     result.bytes_written = sum(f.file_size_in_bytes for f in changes.adds)
-    result.rows_removed = sum(f.record_count for f in changes.removes)
+    result.rows_removed = sum(f.record_count for f in changes.removes) + changes.rows_deleted
     result.iceberg_commit_seconds = iceberg_done - started
     if mirror is not None:
         known = {

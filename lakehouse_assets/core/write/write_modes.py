@@ -4,7 +4,9 @@
     overwrite           the new files; every live file removed
     overwrite_window    the new files (all rows inside the window or slice, see window.py); live files
                         wholly inside it removed; files straddling its edges rewritten without its rows
-    merge               see merge.py (`merge.plan`): matched files rewritten without the batch's keys,
+                        (merge-on-read, `write.delete.mode`: those rows deleted by position instead)
+    merge               see merge.py (`merge.plan`): matched files rewritten without the batch's keys
+                        (merge-on-read, `write.merge.mode`: those rows deleted by position instead),
                         plus the batch's upserts; with a window, only rows inside it are matched
     widen               added to another plan when a column type widens on a Delta-mirrored table
 
@@ -17,9 +19,10 @@ from __future__ import annotations
 from ..formats import iceberg_committer as ic
 from ..formats.deletes import refuse_delete_files, table_files
 from ..model import FileChanges, WriteRequest
-from ..properties import Operation
+from ..properties import Operation, TableProperties
 from ..schema.window import Slice, check_inside, files_inside
 from . import merge as merge_
+from . import merge_on_read
 from .target import WriteTarget
 
 
@@ -29,7 +32,11 @@ def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *
     if request.merge is not None or request.window is not None or widen_types:
         # These read or rewrite existing data files: with another engine's delete files they would resurrect rows.
         what = "A merge" if request.merge is not None else "A window overwrite" if request.window is not None else "Widening a column"
-        refuse_delete_files(target.table, what)
+        mode = TableProperties.MERGE_MODE if request.merge is not None else TableProperties.DELETE_MODE
+        if not widen_types and merge_on_read.chosen(target.table, mode):
+            merge_on_read.check_deletes(target.table, what)  # its own position deletes it applies; others are refused
+        else:
+            refuse_delete_files(target.table, what)
     if request.merge is not None:
         stats = merge_.plan(df.sparkSession, target, df, key_stats, request.merge, changes, window=request.window)
         extra = merge_.summary_properties(stats, request.merge)
@@ -63,6 +70,12 @@ def overwrite_window(target: WriteTarget, df, window: Slice, changes: FileChange
     check_inside(target.identifier, target.table, adds, window, lambda files: target.read(df.sparkSession, files))
     candidates = ic.live_data_files(target.table, row_filter=window.expression(target.table))
     whole, partial = files_inside(target.table, window, candidates)
+    if partial and merge_on_read.chosen(target.table, TableProperties.DELETE_MODE):
+        changes.removes += whole
+        by_uri = {f.file_path: f for f in partial}
+        positions = merge_on_read.positions_where(df.sparkSession, target, partial, lambda schema: ~window.outside_filter(schema))
+        merge_on_read.delete_positions(target, {by_uri[u]: p for u, p in positions.items()}, changes)
+        return changes
     changes.removes += whole + partial
     if partial:
         kept = target.read(df.sparkSession, partial)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lakehouse_assets import MergeOptions, SpecError, TableOptions, Window
+from lakehouse_assets import DeleteFilesError, MergeOptions, SpecError, TableOptions, Window
 from lakehouse_assets.core.formats import iceberg_committer
 from lakehouse_assets.core.formats.deletes import table_files
 from lakehouse_assets.core.formats.position_deletes import referenced_data_file
@@ -172,6 +172,13 @@ def test_the_write_mode_is_set_later_by_alter_and_the_next_merge_follows(lh, spa
         lh.alter(name, write_mode="fast")
     assert "write mode copy-on-write" in run("alter", name, "--write-mode", "copy-on-write", warehouse=warehouse).stdout
     assert lh.load(name).properties[TableProperties.MERGE_MODE] == "copy-on-write"
+    # Back to copy-on-write: merges refuse the table's own delete files until they are applied, then rewrite as before.
+    again = spark.createDataFrame([(3, "a", "v1", "u")], SCHEMA)
+    with pytest.raises(DeleteFilesError, match=rf"lakehouse repair {name} --apply-deletes"):
+        lh.write(again, name, mode="merge", merge=OPS)
+    lh.repair(name, apply_deletes=True)
+    assert lh.write(again, name, mode="merge", merge=OPS).files_removed == 1 and table_files(lh.load(name)).deletes == []
+    assert rows(lh, name) == [(0, "a", "v0"), (1, "a", "v1"), (3, "a", "v1")]
 
 
 @pytest.mark.parametrize("road", ["keys on the driver", "spark"])

@@ -38,20 +38,14 @@ ChangeData = Callable[[Table, SnapshotChange, str, StorageConfig, list[str]], li
 
 
 def commit_change(
-    root_uri: str,
-    storage: StorageConfig,
-    configuration: dict[str, str],
-    table: Table,
-    delta: DeltaTable,
-    change: SnapshotChange,
-    raw_removes: list[RemovedFile] | None = None,
-    reload: bool = True,
-    change_data: ChangeData | None = None,
+    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable, change: SnapshotChange,
+    raw_removes: list[RemovedFile] | None = None, reload: bool = True, change_data: ChangeData | None = None,
 ) -> int | None:
     """One Delta commit with the snapshot's adds and removes, tagged with its sequence number.
 
     When the table's change data feed is on and the snapshot replaced or deleted rows, `change_data` writes the
-    rows it changed and the commit carries them as `cdc` files (delta_cdc_commit). Returns the version it landed
+    rows it changed and the commit carries them as `cdc` files (delta_cdc_commit); position deletes become deletion
+    vectors (delta_vector_mirror). Returns the version it landed
     as when `reload` is False and `delta` was therefore not brought up to it (None when `delta` includes the commit)."""
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
@@ -79,14 +73,7 @@ def commit_change(
     rewrites = change.removes or raw_removes or (vectors is not None and vectors.vectors)
     feed = change_data is not None and change.data_change and rewrites and delta_cdc_commit.feed_enabled(delta)
     if feed or vectors is not None:
-        cdc = []
-        if feed:
-            if change.change_data is not None and not raw_removes:
-                cdc = change.change_data  # written by the write itself, with its data files
-            else:
-                cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
-        rendered, protocol = (vectors.actions, vectors.protocol) if vectors is not None else (actions, None)
-        version = delta_cdc_commit.commit(root_uri, storage, delta, rendered, cdc, app_transactions(snap, change.summary), metadata, protocol)
+        version = _commit_written_here(root_uri, storage, table, delta, change, actions, vectors, raw_removes, change_data if feed else None, metadata)
         if reload:
             delta.update_incremental()
             return None
@@ -108,6 +95,22 @@ def commit_change(
         return version
     delta.update_incremental()
     return None
+
+
+def _commit_written_here(
+    root_uri: str, storage: StorageConfig, table: Table, delta: DeltaTable, change: SnapshotChange, actions: list,
+    vectors: delta_vector_mirror.VectorCommit | None, raw_removes: list[RemovedFile] | None, change_data: ChangeData | None, metadata: dict,
+) -> int:
+    """The version as this project writes it (delta_cdc_commit), with change data files (`change_data` given), deletion
+    vectors (`vectors`), or both. Returns the version."""
+    cdc = []
+    if change_data is not None:
+        if change.change_data is not None and not raw_removes:
+            cdc = change.change_data  # written by the write itself, with its data files
+        else:
+            cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
+    rendered, protocol = (vectors.actions, vectors.protocol) if vectors is not None else (actions, None)
+    return delta_cdc_commit.commit(root_uri, storage, delta, rendered, cdc, app_transactions(change.snapshot, change.summary), metadata, protocol)
 
 
 def _replace_with_wider_types(

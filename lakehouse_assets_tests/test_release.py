@@ -42,3 +42,12 @@ def test_the_package_reports_the_released_version():
 
     assert version("lakehouse_assets") == PYPROJECT["project"]["version"]
     assert CliRunner().invoke(cli, ["--version"]).output.strip() == f"lakehouse, version {PYPROJECT['project']['version']}"
+
+
+def test_the_changelog_has_a_dated_section_for_the_version_in_keep_a_changelog_form():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    version = PYPROJECT["project"]["version"]
+    assert re.search(rf"^## \[{re.escape(version)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", text, re.M), f"no dated section for {version}"
+    assert text.index("## [Unreleased]") < text.index(f"## [{version}]")
+    kinds = set(re.findall(r"^### (.+)$", text, re.M))
+    assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, kinds

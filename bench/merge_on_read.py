@@ -234,7 +234,8 @@ def markdown(results: list[dict]) -> str:
         "`bench/merge_on_read.py` (run by `make bench`; see its docstring). Each size: "
         f"{len(results[0]['merges']['cow']['seconds']['all'])} merges into each table (sides alternating), then a full read of every value, then the",
         "compaction that folds the deletes. Seconds and MB written (new files under the table's folder, both",
-        "formats' metadata included), min / median / max.",
+        "formats' metadata included), min / median / max. Each size gives the machine's load average: other",
+        "work may have shared its cores.",
         "",
         "| rows | work | side | seconds min / median / max | MB written min / median / max |",
         "|---|---|---|---|---|",

@@ -17,6 +17,7 @@ from typing import Callable
 
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+from ..errors import SchemaError
 from ..model import WriteRequest, WriteResult
 from ..schema.spec import TableSpec
 from ..schema.type_mapping import iceberg_to_spark_schema
@@ -40,6 +41,8 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     checks = enforce.Checks()
     df = enforce.apply_schema_policy(identifier, df, contract, table_types, checks)
     rules_sql = contract.checked_rules(identifier, {f.name: f.dataType.simpleString() for f in df.schema.fields})
+    if table is not None and rules_sql and ctx.delta_enabled(table):
+        _refuse_widening(identifier, df, table_types)
     warnings: list[str] = []
     if table is not None and contract != previous:
         _change(ctx, identifier, table, df.sparkSession, contract, previous, rules_sql)
@@ -49,7 +52,7 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
         request = dataclasses.replace(request, spec=spec)
     merge = request.merge
     deletes = _merge_deletes(merge, df.columns) if merge is not None else None
-    enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, check_unique=merge is None)
+    df = enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, check_unique=merge is None)
     result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None))
     if table is None:
         warnings += table_contract.record(ctx, identifier, ctx.load(identifier), contract, rules_sql, None)
@@ -79,6 +82,31 @@ def _change(ctx, identifier: str, table, spark, contract: Contract, previous: Co
     table_contract.check_existing_rows(spark, identifier, rows, {n: s for n, s in new.items()}, new_not_null)
 
 
+def _refuse_widening(identifier: str, df, table_types: dict[str, str]) -> None:
+    """Widening a column replaces the Delta table (its typeWidening feature is out of delta-rs's reach), and delta-rs
+    cannot create a table whose configuration holds CHECK constraints: refused before any file."""
+    wider = [f.name for f in df.schema.fields if f.name in table_types and _widens(table_types[f.name], f.dataType.simpleString())]
+    if wider:
+        raise SchemaError(
+            f"Table {identifier}: the data widens column(s) {wider}, and the table's contract rules are Delta CHECK constraints: "
+            "widening replaces the Delta table, which delta-rs cannot create with constraints. Nothing was written. Cast the "
+            "column(s) to the table's type, or drop the rules from the contract, widen, and add them again."
+        )
+
+
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+
+
+def _widens(old: str, new: str) -> bool:
+    if old in _INTEGERS and new in _INTEGERS:
+        return _INTEGERS.index(new) > _INTEGERS.index(old)
+    if (old, new) == ("float", "double"):
+        return True
+    if old.startswith("decimal(") and new.startswith("decimal("):
+        return int(new[8:].split(",")[0]) > int(old[8:].split(",")[0])
+    return False
+
+
 def _merge_deletes(merge, columns):
     """A merge row that deletes its key (its operation or deleted-at column says so): no rule applies to it."""
     from pyspark.sql import functions as F
@@ -94,19 +122,19 @@ def _merge_deletes(merge, columns):
 def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: enforce.Checks, write: Write) -> WriteResult:
     identifier = request.spec.identifier
     if not checks.broken:
-        result = write(enforce.not_nullable(df, [*contract.not_null, *contract.unique]), request)
+        result = write(enforce.not_nullable(df.drop(*enforce.HELPERS), [*contract.not_null, *contract.unique]), request)
         result.contract = {"policy": contract.on_violation, "checks": {}, "discarded": _discarded(result, checks)}
         return result
-    flagged = enforce.flagged(df, checks)
     if contract.on_violation == "fail":
         try:
-            result = write(enforce.not_nullable(enforce.failing(flagged), [*contract.not_null, *contract.unique]), request)
+            result = write(enforce.not_nullable(enforce.failing(df, checks), [*contract.not_null, *contract.unique]), request)
         except Exception as e:
             if enforce.is_violation(e):
                 raise enforce.describe_failure(identifier, df, checks, e) from None
             raise
         result.contract = {"policy": "fail", "checks": {name: 0 for name in checks.broken}, "discarded": _discarded(result, checks)}
         return result
+    flagged = enforce.flagged(df, checks)
     if contract.on_violation == "drop":
         observed, observation = enforce.observed(flagged, checks)
         result = write(enforce.kept_rows(observed, contract), request)

@@ -31,6 +31,7 @@ Write = Callable[[object, WriteRequest, object], WriteResult]
 def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     """`write(df, request, table)` under the table's contract (a plain call when there is none)."""
     identifier = request.spec.identifier
+    cached = _is_cached(df)
     table = _load(ctx, identifier)
     previous = table_contract.stored(table)
     contract = Contract.of(request.contract) or previous
@@ -53,7 +54,7 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     merge = request.merge
     deletes = _merge_deletes(merge, df.columns) if merge is not None else None
     df = enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, check_unique=merge is None)
-    result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None))
+    result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None), cached)
     if table is None:
         warnings += table_contract.record(ctx, identifier, ctx.load(identifier), contract, rules_sql, None)
     result.warnings += warnings
@@ -119,7 +120,7 @@ def _merge_deletes(merge, columns):
     return delete
 
 
-def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: enforce.Checks, write: Write) -> WriteResult:
+def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: enforce.Checks, write, input_cached: bool) -> WriteResult:
     identifier = request.spec.identifier
     if not checks.broken:
         result = write(enforce.not_nullable(df.drop(*enforce.HELPERS), [*contract.not_null, *contract.unique]), request)
@@ -140,14 +141,15 @@ def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: e
         result = write(enforce.kept_rows(observed, contract), request)
         result.contract = None if result.duplicate_of_earlier_write else enforce.report(observation, checks, "drop")
         return result
-    return _quarantine(ctx, flagged, request, contract, checks, write)
+    return _quarantine(ctx, flagged, request, contract, checks, write, input_cached)
 
 
-def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks: enforce.Checks, write: Write) -> WriteResult:
-    """The broken rows to `<table>_quarantine` (committed first, so a write that fails later loses none), then the rest."""
+def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks: enforce.Checks, write, input_cached: bool) -> WriteResult:
+    """The broken rows to `<table>_quarantine` (committed first, so a write that fails later loses none), then the rest.
+    Both halves read the input once: from the caller's cache, or from a cache of the checked batch made here."""
     identifier = request.spec.identifier
     run_id = (request.writer or {}).get("dagster_run_id") or request.write_id or uuid.uuid4().hex
-    cached = flagged.persist()  # one scan of the input feeds both halves
+    cached = flagged if input_cached else flagged.persist()
     try:
         observed, observation = enforce.observed(cached, checks)
         target = contract.quarantine_table(identifier)
@@ -158,10 +160,16 @@ def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks:
         quarantined = write(enforce.quarantine_rows(observed, run_id), quarantine_request, False)
         result = write(enforce.kept_rows(cached, contract), request)
     finally:
-        cached.unpersist()
+        if not input_cached:
+            cached.unpersist()
     result.contract = enforce.report(observation, checks, "quarantine") if not quarantined.duplicate_of_earlier_write else {"policy": "quarantine"}
     result.contract |= {"quarantine_table": target, "rows_quarantined": quarantined.rows_written, "quarantine_snapshot_id": quarantined.iceberg_snapshot_id}
     return result
+
+
+def _is_cached(df) -> bool:
+    level = df.storageLevel  # Spark's cache manager, looked up by plan
+    return level.useMemory or level.useDisk or level.useOffHeap
 
 
 def _discarded(result: WriteResult, checks: enforce.Checks) -> dict[str, int]:

@@ -37,7 +37,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: setup system-deps demo test smoke connect lint dev bench docs clean
+.PHONY: setup system-deps demo test smoke connect lint dev bench docs reference clean
 
 setup: system-deps $(STAMP) $(SAIL_SETUP) $(AZURITE) $(DAGSTER_HOME)/dagster.yaml
 
@@ -107,6 +107,10 @@ bench: setup
 
 # The documentation site (MkDocs, Material theme); --strict fails on any warning. `make test` builds it too
 # (lakehouse_assets_tests/test_docs.py).
+# docs/cli.md and docs/api.md from the code, docs/changelog.md from CHANGELOG.md: generated, checked in (test_reference.py).
+reference: setup
+	$(PY) scripts/reference.py
+
 docs: setup
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 

@@ -172,3 +172,12 @@ def test_production_instance_config_runs_on_postgres(postgres, tmp_path, monkeyp
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         assert docs_job.execute_in_process(instance=instance).success
         assert instance.get_runs_count() >= 1
+
+
+def test_every_page_is_in_the_site_navigation_and_linked_from_the_home_page():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    home = (ROOT / "docs" / "index.md").read_text()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        if page.name != "index.md":
+            assert f": {page.name}" in nav, f"docs/{page.name} is not in mkdocs.yml's nav"
+            assert f"]({page.name})" in home, f"docs/{page.name} is not linked from docs/index.md"

@@ -215,3 +215,20 @@ def test_stream_micro_batches_keep_the_contract(lh, spark, duck):
     assert second.contract["checks"]["known_status"] == 1
     assert sink(orders(spark, [(1, 1.0, "new"), (2, -1.0, "new")]), 0).duplicate_of_earlier_write  # a replayed batch commits nothing
     assert_all_readers_agree(lh, spark, duck, "shop.orders", [(1.0, 1, "new"), (3.0, 3, "paid")])
+
+
+def test_constrained_delta_side_through_maintenance_and_a_refused_widening(lh, spark):
+    narrow = "id int, amount double, status string"
+    lh.write(spark.createDataFrame([(1, 1.0, "new")], narrow), "shop.orders", table=TableOptions(contract=Contract(rules=RULES)))
+    # Widening replaces the Delta table, which delta-rs cannot create with CHECK constraints: refused, nothing written.
+    with pytest.raises(SchemaError, match=r"widens column\(s\) \['id'\], and the table's contract rules are Delta CHECK constraints"):
+        lh.write(orders(spark, [(2, 2.0, "paid")]), "shop.orders")
+    for i in range(3):
+        lh.write(spark.createDataFrame([(10 + i, 1.0, "new")], narrow), "shop.orders")
+    lh.maintain("shop.orders", "compaction")
+    assert lh.verify("shop.orders")["agree"] and lh.delta_lag("shop.orders") == 0
+    delta = delta_of(lh, "shop.orders")
+    assert set(RULES) <= {k[len("delta.constraints."):] for k in delta.metadata().configuration if k.startswith("delta.constraints.")}
+    with pytest.raises(Exception, match="failed validation"):
+        row = pa.table({"id": pa.array([9], pa.int32()), "amount": [-1.0], "status": ["new"]})
+        write_deltalake(lh.load("shop.orders").location(), row, mode="append")

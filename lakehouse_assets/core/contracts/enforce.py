@@ -22,6 +22,8 @@ from ..errors import SchemaError
 from .model import Contract, ContractViolation
 
 BROKEN = "_lakehouse contract broken"  # a space: no user column can be named so (spec._check_names)
+KEY_COUNT = "_lakehouse contract key rows"  # rows of the batch with the row's unique key (a window count)
+HELPERS = (BROKEN, KEY_COUNT)
 MARKER = "LakehouseContractViolation:"
 RULES_COLUMN, RUN_COLUMN, TIME_COLUMN = "_contract_rules", "_contract_run_id", "_contract_quarantined_at"
 SAMPLES = 3
@@ -107,9 +109,10 @@ def _same_type(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
-def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks, *, merge_deletes=None, merge_keys=(), check_unique: bool = True) -> None:
+def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks, *, merge_deletes=None, merge_keys=(), check_unique: bool = True):
     """Fill `checks.broken` for the rows of `df`: the rules, NOT NULL columns (unique keys are NOT NULL too), unique keys.
-    A merge's delete rows keep no rule, but their `merge_keys` must not be NULL either: the key names the row to delete."""
+    A merge's delete rows keep no rule, but their `merge_keys` must not be NULL either: the key names the row to delete.
+    Returns `df`, with the unique key's row count as a column when there is one (a window cannot sit in a filter)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -121,43 +124,56 @@ def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks
         checks.broken[not_null_check(column)] = applies & F.col(f"`{column}`").isNull()
     if contract.unique and check_unique:
         keys = [F.col(f"`{c}`") for c in contract.unique]
-        checks.broken[unique_check(contract.unique)] = F.count(F.lit(1)).over(Window.partitionBy(*keys)) > 1
+        df = df.withColumn(KEY_COUNT, F.count(F.lit(1)).over(Window.partitionBy(*keys)))
+        checks.broken[unique_check(contract.unique)] = F.col(f"`{KEY_COUNT}`") > 1
+    return df
+
+
+def _names(checks: Checks):
+    """The names of the checks a row breaks, comma-separated ("" when it keeps them all). Plain expressions that
+    Spark compiles with the rest of the row's projection (an array filter would not be)."""
+    from pyspark.sql import functions as F
+
+    return F.concat_ws(",", *[F.when(cond, F.lit(name)) for name, cond in checks.broken.items()])
+
+
+def _any(checks: Checks):
+    from functools import reduce
+
+    return reduce(lambda a, b: a | b, checks.broken.values())
 
 
 def flagged(df, checks: Checks):
-    """`df` with the BROKEN column: the names of the checks each row breaks (empty when it keeps them all)."""
-    from pyspark.sql import functions as F
-
-    names = [F.when(cond, F.lit(name)) for name, cond in checks.broken.items()]
-    return df.withColumn(BROKEN, F.filter(F.array(*names), lambda x: x.isNotNull()))
+    """`df` with the BROKEN column: the names of the checks each row breaks ("" when it keeps them all)."""
+    return df.withColumn(BROKEN, _names(checks))
 
 
 def row_json(df):
     from pyspark.sql import functions as F
 
-    columns = [F.col(f"`{c}`") for c in df.columns if c != BROKEN]
+    columns = [F.col(f"`{c}`") for c in df.columns if c not in HELPERS]
     return F.to_json(F.struct(*columns), {"ignoreNullFields": "false"})
 
 
-def failing(df):
-    """`df` (flagged) that stops its job at the first row breaking a check, naming the checks and the row."""
+def failing(df, checks: Checks):
+    """`df` whose job stops at the first row breaking a check, naming the checks and the row (the message is built
+    for that row only: a row that keeps every check costs the checks' comparisons and nothing else)."""
     from pyspark.sql import functions as F
 
-    message = F.concat(F.lit(f"{MARKER} "), F.array_join(F.col(f"`{BROKEN}`"), ","), F.lit(" "), row_json(df))
-    stop = F.when(F.size(F.col(f"`{BROKEN}`")) > 0, F.raise_error(message)).otherwise(F.lit(True))
-    return df.filter(stop).drop(BROKEN)
+    message = F.concat(F.lit(f"{MARKER} "), _names(checks), F.lit(" "), row_json(df))
+    return df.filter(F.when(F.coalesce(_any(checks), F.lit(False)), F.raise_error(message)).otherwise(F.lit(True))).drop(*HELPERS)
 
 
 def observed(df, checks: Checks):
-    """(`df` flagged and observed, the Observation): rows per check, rows discarded, a few sample rows of broken ones."""
+    """(`df` flagged and observed, the Observation): rows per check, rows broken, a few sample rows of broken ones."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     observation = Observation(f"lakehouse_contract_{uuid.uuid4().hex[:12]}")
-    broken = F.size(F.col(f"`{BROKEN}`")) > 0
-    sample = F.when(broken, F.concat(F.array_join(F.col(f"`{BROKEN}`"), ","), F.lit(" "), row_json(df)))
+    broken = F.col(f"`{BROKEN}`") != F.lit("")
+    sample = F.when(broken, F.concat(F.col(f"`{BROKEN}`"), F.lit(" "), row_json(df)))
     metrics = [F.count(F.lit(1)).alias("rows"), F.sum(broken.cast("long")).alias("broken")]
-    metrics += [F.sum(F.array_contains(F.col(f"`{BROKEN}`"), name).cast("long")).alias(f"check {name}") for name in checks.broken]
+    metrics += [F.sum(F.coalesce(cond, F.lit(False)).cast("long")).alias(f"check {name}") for name, cond in checks.broken.items()]
     metrics += [F.first(sample, ignorenulls=True).alias("sample 0"), F.last(sample, ignorenulls=True).alias("sample 1")]
     return df.observe(observation, *metrics), observation
 
@@ -187,11 +203,11 @@ def quarantine_rows(df, run_id: str):
 
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     return (
-        df.filter(F.size(F.col(f"`{BROKEN}`")) > 0)
-        .withColumn(RULES_COLUMN, F.col(f"`{BROKEN}`"))
+        df.filter(F.col(f"`{BROKEN}`") != F.lit(""))
+        .withColumn(RULES_COLUMN, F.split(F.col(f"`{BROKEN}`"), ","))
         .withColumn(RUN_COLUMN, F.lit(run_id))
         .withColumn(TIME_COLUMN, F.lit(now).cast("timestamp"))
-        .drop(BROKEN)
+        .drop(*HELPERS)
     )
 
 
@@ -200,7 +216,7 @@ def kept_rows(df, columns):
     table's Iceberg fields are required and its Delta columns NOT NULL)."""
     from pyspark.sql import functions as F
 
-    df = df.filter(F.size(F.col(f"`{BROKEN}`")) == 0).drop(BROKEN)
+    df = df.filter(F.col(f"`{BROKEN}`") == F.lit("")).drop(*HELPERS)
     return not_nullable(df, columns)
 
 
@@ -242,10 +258,9 @@ def describe_failure(identifier: str, df, checks: Checks, error: BaseException) 
     reads the batch again, on this error path only."""
     from pyspark.sql import functions as F
 
-    flagged_df = flagged(df, checks)
-    counts = flagged_df.select(*[F.sum(F.array_contains(F.col(f"`{BROKEN}`"), n).cast("long")).alias(n) for n in checks.broken]).collect()[0]
+    counts = df.select(*[F.sum(F.coalesce(cond, F.lit(False)).cast("long")).alias(n) for n, cond in checks.broken.items()]).collect()[0]
     broken = {n: int(counts[n] or 0) for n in checks.broken if counts[n]}
-    rows = [r[0] for r in flagged_df.filter(F.size(F.col(f"`{BROKEN}`")) > 0).select(row_json(flagged_df)).limit(SAMPLES).collect()]
+    rows = [r[0] for r in df.filter(F.coalesce(_any(checks), F.lit(False))).select(row_json(df)).limit(SAMPLES).collect()]
     if not broken:  # the batch changed between the two reads (a nondeterministic input): report what the job saw
         rows = [_seen_row(error)]
         broken = {name: 1 for name in _seen_checks(error)}

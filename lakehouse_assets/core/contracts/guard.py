@@ -17,6 +17,7 @@ from typing import Callable
 
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+from ..errors import SchemaError
 from ..model import WriteRequest, WriteResult
 from ..schema.spec import TableSpec
 from ..schema.type_mapping import iceberg_to_spark_schema
@@ -30,6 +31,7 @@ Write = Callable[[object, WriteRequest, object], WriteResult]
 def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     """`write(df, request, table)` under the table's contract (a plain call when there is none)."""
     identifier = request.spec.identifier
+    cached = _is_cached(df)
     table = _load(ctx, identifier)
     previous = table_contract.stored(table)
     contract = Contract.of(request.contract) or previous
@@ -41,6 +43,8 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     control = request.merge.control_columns if request.merge is not None else ()  # a merge's operation columns are not data
     df = enforce.apply_schema_policy(identifier, df, contract, table_types, checks, exempt=control)
     rules_sql = contract.checked_rules(identifier, {f.name: f.dataType.simpleString() for f in df.schema.fields})
+    if table is not None and rules_sql and ctx.delta_enabled(table):
+        _refuse_widening(identifier, df, table_types)
     warnings: list[str] = []
     changed = table is not None and contract != previous
     if changed:  # checked against the table's rows now, recorded once the write has landed (a failed write changes nothing)
@@ -50,8 +54,8 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
         request = dataclasses.replace(request, spec=spec)
     merge = request.merge
     deletes = _merge_deletes(merge, df.columns) if merge is not None else None
-    enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, merge_keys=merge.keys if merge is not None else (), check_unique=merge is None)
-    result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None))
+    df = enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, merge_keys=merge.keys if merge is not None else (), check_unique=merge is None)
+    result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None), cached)
     if table is None or changed:
         warnings += table_contract.record(ctx, identifier, ctx.load(identifier), contract, rules_sql, previous if changed else None)
     result.warnings += warnings
@@ -80,6 +84,31 @@ def _change(ctx, identifier: str, table, spark, contract: Contract, previous: Co
     table_contract.check_existing_rows(spark, identifier, rows, {n: s for n, s in new.items()}, new_not_null)
 
 
+def _refuse_widening(identifier: str, df, table_types: dict[str, str]) -> None:
+    """Widening a column replaces the Delta table (its typeWidening feature is out of delta-rs's reach), and delta-rs
+    cannot create a table whose configuration holds CHECK constraints: refused before any file."""
+    wider = [f.name for f in df.schema.fields if f.name in table_types and _widens(table_types[f.name], f.dataType.simpleString())]
+    if wider:
+        raise SchemaError(
+            f"Table {identifier}: the data widens column(s) {wider}, and the table's contract rules are Delta CHECK constraints: "
+            "widening replaces the Delta table, which delta-rs cannot create with constraints. Nothing was written. Cast the "
+            "column(s) to the table's type, or drop the rules from the contract, widen, and add them again."
+        )
+
+
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+
+
+def _widens(old: str, new: str) -> bool:
+    if old in _INTEGERS and new in _INTEGERS:
+        return _INTEGERS.index(new) > _INTEGERS.index(old)
+    if (old, new) == ("float", "double"):
+        return True
+    if old.startswith("decimal(") and new.startswith("decimal("):
+        return int(new[8:].split(",")[0]) > int(old[8:].split(",")[0])
+    return False
+
+
 def _merge_deletes(merge, columns):
     """A merge row that deletes its key (its operation or deleted-at column says so): no rule applies to it."""
     from pyspark.sql import functions as F
@@ -92,35 +121,36 @@ def _merge_deletes(merge, columns):
     return delete
 
 
-def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: enforce.Checks, write: Write) -> WriteResult:
+def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: enforce.Checks, write, input_cached: bool) -> WriteResult:
     identifier = request.spec.identifier
     if not checks.broken:
-        result = write(enforce.not_nullable(df, [*contract.not_null, *contract.unique]), request)
+        result = write(enforce.not_nullable(df.drop(*enforce.HELPERS), [*contract.not_null, *contract.unique]), request)
         result.contract = {"policy": contract.on_violation, "checks": {}, "discarded": _discarded(result, checks)}
         return result
-    flagged = enforce.flagged(df, checks)
     if contract.on_violation == "fail":
         try:
-            result = write(enforce.not_nullable(enforce.failing(flagged), [*contract.not_null, *contract.unique]), request)
+            result = write(enforce.not_nullable(enforce.failing(df, checks), [*contract.not_null, *contract.unique]), request)
         except Exception as e:
             if enforce.is_violation(e):
                 raise enforce.describe_failure(identifier, df, checks, e) from None
             raise
         result.contract = {"policy": "fail", "checks": {name: 0 for name in checks.broken}, "discarded": _discarded(result, checks)}
         return result
+    flagged = enforce.flagged(df, checks)
     if contract.on_violation == "drop":
         observed, observation = enforce.observed(flagged, checks)
         result = write(enforce.kept_rows(observed, [*contract.not_null, *contract.unique]), request)
         result.contract = None if result.duplicate_of_earlier_write else enforce.report(observation, checks, "drop")
         return result
-    return _quarantine(ctx, flagged, request, contract, checks, write)
+    return _quarantine(ctx, flagged, request, contract, checks, write, input_cached)
 
 
-def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks: enforce.Checks, write: Write) -> WriteResult:
-    """The broken rows to `<table>_quarantine` (committed first, so a write that fails later loses none), then the rest."""
+def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks: enforce.Checks, write, input_cached: bool) -> WriteResult:
+    """The broken rows to `<table>_quarantine` (committed first, so a write that fails later loses none), then the rest.
+    Both halves read the input once: from the caller's cache, or from a cache of the checked batch made here."""
     identifier = request.spec.identifier
     run_id = (request.writer or {}).get("dagster_run_id") or request.write_id or uuid.uuid4().hex
-    cached = flagged.persist()  # one scan of the input feeds both halves
+    cached = flagged if input_cached else flagged.persist()
     try:
         observed, observation = enforce.observed(cached, checks)
         target = contract.quarantine_table(identifier)
@@ -131,10 +161,16 @@ def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks:
         quarantined = write(enforce.quarantine_rows(observed, run_id), quarantine_request, False)
         result = write(enforce.kept_rows(cached, [*contract.not_null, *contract.unique]), request)
     finally:
-        cached.unpersist()
+        if not input_cached:
+            cached.unpersist()
     result.contract = enforce.report(observation, checks, "quarantine") if not quarantined.duplicate_of_earlier_write else {"policy": "quarantine"}
     result.contract |= {"quarantine_table": target, "rows_quarantined": quarantined.rows_written, "quarantine_snapshot_id": quarantined.iceberg_snapshot_id}
     return result
+
+
+def _is_cached(df) -> bool:
+    level = df.storageLevel  # Spark's cache manager, looked up by plan
+    return level.useMemory or level.useDisk or level.useOffHeap
 
 
 def _discarded(result: WriteResult, checks: enforce.Checks) -> dict[str, int]:

@@ -103,18 +103,25 @@ def _record_delta(ctx, identifier: str, table: Table, contract: Contract, rules_
         if name in before:  # a rule the contract dropped (constraints other engines added stay)
             delta.alter.drop_constraint(name, commit_properties=props, post_commithook_properties=hooks)
             delta.update_incremental()
-    columns = {f.name: category(str(f.type.type) if hasattr(f.type, "type") else "other") for f in delta.schema().fields}
-    for name, sql in rules_sql.items():
-        if name in have and before.get(name) == contract.rules[name]:
-            continue  # recorded by an earlier change of the contract
-        if name in have:
-            delta.alter.drop_constraint(name, commit_properties=props, post_commithook_properties=hooks)
-            delta.update_incremental()
-        try:
-            delta.alter.add_constraint({name: sql}, commit_properties=props, post_commithook_properties=hooks)
-        except Exception as e:  # noqa: BLE001 - delta-rs's own refusal, named
-            raise ContractError(f"Table {identifier}: delta-rs refused the contract rule {name!r} ({sql}) as a Delta CHECK constraint: {e}") from e
+    changed = {name: sql for name, sql in rules_sql.items() if not (name in have and before.get(name) == contract.rules[name])}
+    for name in sorted(changed.keys() & have):  # a rule whose text changed: its old constraint goes first
+        delta.alter.drop_constraint(name, commit_properties=props, post_commithook_properties=hooks)
         delta.update_incremental()
+    if not changed:
+        return
+    try:  # one Delta version (and one scan of the rows, which delta-rs validates) for every new rule
+        delta.alter.add_constraint(changed, commit_properties=props, post_commithook_properties=hooks)
+    except Exception as e:  # noqa: BLE001 - delta-rs's own refusal, named
+        raise ContractError(f"Table {identifier}: delta-rs refused the contract rule(s) {sorted(changed)} as Delta CHECK constraints: {e}") from e
+    delta.update_incremental()
+    _check_stored(identifier, delta, sorted(changed), props, hooks)
+
+
+def _check_stored(identifier: str, delta, names: list[str], props, hooks) -> None:
+    """What delta-rs stored (its own rendering of each rule) must be portable SQL too, or Spark's Delta writer would not
+    read it as the rule: such a constraint is dropped again and the rule refused."""
+    columns = {f.name: category(str(f.type.type) if hasattr(f.type, "type") else "other") for f in delta.schema().fields}
+    for name in names:
         kept = (delta.metadata().configuration or {}).get(DELTA_CONSTRAINT + name, "")
         try:
             check_rule(kept, columns)

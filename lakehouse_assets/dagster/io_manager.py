@@ -283,17 +283,8 @@ class LakehouseIOManager(ConfigurableIOManager):
         if consumed:
             kwargs["snapshot_properties"] = incremental.snapshot_properties(consumed)
             context.add_output_metadata(incremental.metadata(consumed))
-        if audit.is_audited(asset, metadata, self.audit):
-            if self.lakehouse.branch:
-                raise SpecError(
-                    f"Asset {asset}: write-audit-publish stages on a branch of main and publishes to main, and this deployment writes to "
-                    f"the environment branch {self.lakehouse.branch!r}. Turn 'audit' off for this deployment, or unset its branch."
-                )
-            kwargs["branch"] = audit.audit_branch(context.run_id)
-            context.add_output_metadata({"lakehouse/staged_branch": MetadataValue.text(kwargs["branch"])})
-        elif self.lakehouse.branch:
-            kwargs["branch"] = self.lakehouse.branch
-            context.add_output_metadata({"lakehouse/branch": MetadataValue.text(self.lakehouse.branch)})
+        if (branch := self._branch_to_write(context, asset, metadata)) is not None:
+            kwargs["branch"] = branch
         result = lh.write(obj, identifier, mode=mode.value, **kwargs)
         for warning in result.warnings:
             context.log.warning(warning)
@@ -308,6 +299,22 @@ class LakehouseIOManager(ConfigurableIOManager):
             context.add_output_metadata(table_health_metadata(lh, identifier, table))
         except Exception as e:  # noqa: BLE001
             context.log.warning(f"Table {identifier}: table metadata not computed: {type(e).__name__}: {e}")
+
+    def _branch_to_write(self, context: OutputContext, asset: str, metadata) -> Optional[str]:
+        """The branch an output is written to: its run's audit branch (write-audit-publish), the deployment's environment
+        branch, or None (main)."""
+        if audit.is_audited(asset, metadata, self.audit):
+            if self.lakehouse.branch:
+                raise SpecError(
+                    f"Asset {asset}: write-audit-publish stages on a branch of main and publishes to main, and this deployment writes to "
+                    f"the environment branch {self.lakehouse.branch!r}. Turn 'audit' off for this deployment, or unset its branch."
+                )
+            branch = audit.audit_branch(context.run_id)
+            context.add_output_metadata({"lakehouse/staged_branch": MetadataValue.text(branch)})
+            return branch
+        if self.lakehouse.branch:
+            context.add_output_metadata({"lakehouse/branch": MetadataValue.text(self.lakehouse.branch)})
+        return self.lakehouse.branch or None
 
     def _branch_to_read(self, lh, identifier: str, asset: str, upstream, metadata) -> Optional[str]:
         """What an input reads instead of main: the branch its audited upstream's materialization staged (until

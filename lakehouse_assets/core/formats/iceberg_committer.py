@@ -99,11 +99,7 @@ def commit_files(
     with MetadataCachingTransaction(table) as tx:
         if stage is not None:
             stage(tx)  # e.g. the schema change these files need: same transaction, one atomic commit
-        if branch is not None and branch not in table.metadata.refs and branch_base_id is not None:
-            from pyiceberg.table.update.snapshot import ManageSnapshots
-
-            with ManageSnapshots(tx) as refs:
-                refs.create_branch(branch_base_id, branch)
+        _create_branch(tx, table, branch, branch_base_id)
         if removed_delete_files or added_delete_files or (removes and _has_deletes(table, branch)):
             from pyiceberg.table.snapshots import Operation
 
@@ -132,6 +128,15 @@ def commit_files(
                 for f in adds:
                     producer.append_data_file(f)
     return table.snapshot_by_name(branch) if branch is not None else table.current_snapshot()
+
+
+def _create_branch(tx, table: Table, branch: str | None, base_id: int | None) -> None:
+    """A branch that does not exist yet, created at `base_id` in the commit's own transaction."""
+    if branch is not None and branch not in table.metadata.refs and base_id is not None:
+        from pyiceberg.table.update.snapshot import ManageSnapshots
+
+        with ManageSnapshots(tx) as refs:
+            refs.create_branch(base_id, branch)
 
 
 def _has_deletes(table: Table, branch: str | None) -> bool:

@@ -4,8 +4,7 @@ One module fixture builds three small tables with the same rows deleted and upda
 merge-on-read merge (Iceberg v2 position-delete files, one per data file, and Delta deletion vectors), and Java
 Iceberg's own merge-on-read tables in format v2 (position deletes) and v3 (deletion vectors in Puffin files),
 written by DELETE and MERGE INTO in the suite's Spark session. Each reader either returns exactly the live rows
-or refuses with the error the docs quote; a reader that returned deleted rows would fail here. chdb, also in the
-docs' table, is not installed in the test environment.
+or refuses with the error the docs quote; a reader that returned deleted rows would fail here.
 """
 
 from __future__ import annotations
@@ -137,6 +136,24 @@ def _sail_delta(spark, t):
     return sail_reader.read(t.root, ["id", "v"], "delta")
 
 
+def _chdb(sql: str) -> list[tuple]:
+    from contextlib import chdir
+
+    import chdb
+
+    with chdir("/"):  # chdb reads local files below its working directory only
+        return [tuple(r.values()) for r in chdb.query(sql, "ArrowTable").to_pylist()]
+
+
+def _chdb_iceberg(spark, t):
+    metadata = t.metadata_location.removeprefix("file://").removeprefix(t.root + "/")  # relative to the table root
+    return _chdb(f"SELECT id, v FROM icebergLocal('{t.root}', SETTINGS iceberg_metadata_file_path = '{metadata}')")
+
+
+def _chdb_delta(spark, t):
+    return _chdb(f"SELECT id, v FROM deltaLakeLocal('{t.root}')")
+
+
 def _parquet_files(spark, t):
     """The table's data files read as plain Parquet: no table format, so no deletes applied."""
     files = ", ".join(f"'{p}'" for p in sorted(Path(t.root).rglob("*.parquet")) if "v" in pq.read_schema(p).names)  # not delete files
@@ -153,6 +170,8 @@ READERS = {  # label (the docs' first column starts with it) -> (reader, the tab
     "Java Iceberg": (_java_iceberg, ICEBERG),
     "Polars 2.1 `scan_iceberg`": (_polars_iceberg, ICEBERG),
     "Polars 2.1 `scan_delta`": (_polars_delta, DELTA),
+    "chdb 4.4 (ClickHouse 26.9) `icebergLocal`": (_chdb_iceberg, ICEBERG),
+    "chdb 4.4 (ClickHouse 26.9) `deltaLakeLocal`": (_chdb_delta, DELTA),
     'Sail 0.7.2 `format("iceberg")`': (_sail_iceberg, ICEBERG),
     'Sail 0.7.2 `format("delta")`': (_sail_delta, DELTA),
     "a plain Parquet read": (_parquet_files, ICEBERG + DELTA),
@@ -161,6 +180,7 @@ COLUMNS = {"ours": 1, "ours_delta": 2, "java_v2": 3, "java_v3": 4}  # the docs t
 WRONG = "WRONG"
 REFUSALS = {  # (reader, table) -> what its error says; every other pair must read the live rows exactly
     ('Sail 0.7.2 `format("iceberg")`', "ours"): "No metadata files found in table location",
+    ("chdb 4.4 (ClickHouse 26.9) `icebergLocal`", "java_v3"): "Position deletes are supported only for parquet format",
     ("delta-rs 1.6.6 `to_pyarrow_table`", "ours_delta"): "The table has set these reader features: {'deletionVectors'} but these are not yet supported by the deltalake reader.",
 }
 WRONG_READERS = {"a plain Parquet read"}  # they return deleted rows: the docs say so in bold

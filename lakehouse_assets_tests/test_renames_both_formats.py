@@ -163,15 +163,22 @@ def test_a_rename_by_another_engine_on_the_iceberg_side_is_mirrored(lh, spark, d
     assert_readers(lh, spark, duck, t, ["id", "label"], [(i, f"s{i}") for i in range(4)])
 
 
-def test_another_engines_iceberg_files_after_a_rename_are_refused_by_delta_then_rewritten(lh, spark, duck, warehouse):
-    """pyiceberg, as another engine, appends files naming the renamed column by its current name: Delta readers would
-    read NULL there, so the mirror refuses (loudly) and `repair(rewrite_files=True)` rewrites just those files."""
-    t = "ren.foreign_files"
+def renamed_with_a_foreign_file(lh, spark, t: str):
+    """A column-mapped table whose column `s` is renamed `label`, then a file pyiceberg (another engine) appends under
+    the current name (ids 3 and 4); returns the table as pyiceberg left it."""
     lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
     lh.alter(t, rename={"s": "label"})
     table = lh.load(t)
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string(), nullable=False)])
     table.append(pa.table({"id": [3, 4], "label": ["s3", "s4"]}, schema=schema))
+    return table
+
+
+def test_another_engines_iceberg_files_after_a_rename_are_refused_by_delta_then_rewritten(lh, spark, duck, warehouse):
+    """pyiceberg, as another engine, appends files naming the renamed column by its current name: Delta readers would
+    read NULL there, so the mirror refuses (loudly) and `repair(rewrite_files=True)` rewrites just those files."""
+    t = "ren.foreign_files"
+    renamed_with_a_foreign_file(lh, spark, t)
     report = lh.verify(t)
     assert not report["agree"] and report["delta_lag_snapshots"] == 1
     refused = lh.write(spark.sql("SELECT id, concat('s', id) AS label FROM range(5, 6)"), t)
@@ -192,11 +199,7 @@ def test_another_engines_misnamed_file_with_deleted_rows_is_not_rewritten_with_t
     from lakehouse_assets.core.formats.position_deletes import write_delete_file
 
     t = "ren.foreign_deleted"
-    lh.write(spark.sql("SELECT id, concat('s', id) AS s FROM range(3)"), t, table=TableOptions(properties={cm.MODE: "name"}))
-    lh.alter(t, rename={"s": "label"})
-    table = lh.load(t)
-    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string(), nullable=False)])
-    table.append(pa.table({"id": [3, 4], "label": ["s3", "s4"]}, schema=schema))
+    table = renamed_with_a_foreign_file(lh, spark, t)
     foreign = next(e.data_file for e in table_files(table).data if e.data_file.record_count == 2)
     ic.commit_files(table, [], [], {}, added_delete_files=[write_delete_file(lh.storage, table.location(), foreign, pa.array([0], pa.int64()))])
     with pytest.raises(DeleteFilesError, match=r"Table ren\.foreign_deleted: 1 data file\(s\) to rewrite .*--apply-deletes"):

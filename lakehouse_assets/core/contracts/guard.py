@@ -21,6 +21,7 @@ from ..errors import SchemaError
 from ..model import WriteRequest, WriteResult
 from ..schema.spec import TableSpec
 from ..schema.type_mapping import iceberg_to_spark_schema
+from ..spark.compat import is_cached
 from . import enforce, table_contract
 from .model import CONTRACT_PROPERTY, Contract
 
@@ -31,12 +32,12 @@ Write = Callable[[object, WriteRequest, object], WriteResult]
 def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     """`write(df, request, table)` under the table's contract (a plain call when there is none)."""
     identifier = request.spec.identifier
-    cached = _is_cached(df)
     table = _load(ctx, identifier)
     previous = table_contract.stored(table)
     contract = Contract.of(request.contract) or previous
     if contract is None:
         return write(df, request, table)
+    cached = is_cached(df)
     contract.check(identifier)
     table_types = {f.name: f.dataType.simpleString() for f in iceberg_to_spark_schema(table.schema()).fields} if table is not None else None
     checks = enforce.Checks()
@@ -168,9 +169,6 @@ def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks:
     return result
 
 
-def _is_cached(df) -> bool:
-    level = df.storageLevel  # Spark's cache manager, looked up by plan
-    return level.useMemory or level.useDisk or level.useOffHeap
 
 
 def _discarded(result: WriteResult, checks: enforce.Checks) -> dict[str, int]:

@@ -136,6 +136,12 @@ def has_input_file_name(spark) -> bool:
     return found
 
 
+def is_cached(df) -> bool:
+    """Whether Spark's cache holds this DataFrame's plan (cached through this object or another with the same plan)."""
+    level = df.storageLevel  # looked up in the session's cache manager by plan (a round trip on Connect)
+    return level.useMemory or level.useDisk or level.useOffHeap
+
+
 def collect_arrow(df) -> list:
     """`df`'s rows on the driver as Arrow record batches (PySpark's own Arrow collect, the one `toPandas` uses)."""
     if is_connect(df):

@@ -36,6 +36,7 @@ from ..schema.spec import ALL_FORMATS, DEFAULT_TARGET_FILE_SIZE, TableSpec
 from ..schema.statistics import policy_keys
 from ..schema.type_mapping import spark_schema_to_iceberg
 from ..schema.window import Slice
+from ..spark.compat import is_cached
 from ..spark.session import active_session
 from ..table import branches, tables
 from ..table.context import TableContext
@@ -90,7 +91,7 @@ def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, f
         return _write(ctx, df, request, started, foreign_default, loaded=loaded)
     # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
     # A batch the caller already cached stays cached: unpersisting it would drop the caller's cache.
-    caller_cached = _is_cached(df)
+    caller_cached = is_cached(df)
     source = df if caller_cached else df.persist()
     try:
         batch, key_stats = merge_batch.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
@@ -260,9 +261,3 @@ def _as_spark(df, spark):
     if isinstance(df, pd.DataFrame):
         return spark.createDataFrame(df)
     raise SpecError(f"Cannot write an object of type {type(df).__name__}: pass a Spark DataFrame, a pyarrow Table, a pandas or a Polars DataFrame.")
-
-
-def _is_cached(df) -> bool:
-    """Whether Spark's cache holds this DataFrame's plan (cached through this object or another with the same plan)."""
-    level = df.storageLevel  # looked up in the session's cache manager by plan
-    return level.useMemory or level.useDisk or level.useOffHeap

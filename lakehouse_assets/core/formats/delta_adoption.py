@@ -67,7 +67,10 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
     _check_adoptable(identifier, table, delta, before, versions, added, [p for p in removed if p not in live], new_columns, physical)
     adopted = ",".join(str(v.version) for v in versions)
     # On a merge-on-read table, other engines' deletion vectors become Iceberg position deletes (no file rewritten).
-    vectors = delta_vector_adoption.changed_vectors(before, delta, root_uri) if delta_vector_mirror.enabled(table.properties) else {}
+    vectors = (
+        delta_vector_adoption.changed_vectors(mirror.storage, root_uri, before.version(), delta.version(), [v.version for v in versions])
+        if delta_vector_mirror.enabled(table.properties) else {}
+    )
     created: list[str] = []
     try:
         with MetadataCachingTransaction(table) as tx:

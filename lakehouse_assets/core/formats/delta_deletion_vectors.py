@@ -252,6 +252,17 @@ def live_adds(storage: StorageConfig, root_uri: str, version: int, paths: set[st
     return state
 
 
+def added_paths(storage: StorageConfig, root_uri: str, versions: list[int]) -> set[str]:
+    """The paths (relative, decoded) the `add` actions of the given Delta versions name: the files a version added or
+    re-added with a new vector. Reads those commit files only."""
+    fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
+    out: set[str] = set()
+    for v in versions:
+        with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
+            out |= {unquote(a["add"]["path"]) for a in map(json.loads, f.read().decode().splitlines()) if "add" in a}
+    return out
+
+
 def descriptor_of(add: dict) -> Descriptor | None:
     return Descriptor.from_json(add["deletionVector"]) if add.get("deletionVector") else None
 

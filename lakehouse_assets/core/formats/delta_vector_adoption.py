@@ -51,10 +51,19 @@ def delete_files(storage: StorageConfig, root_uri: str, data_files: dict[str, Da
     return [write_delete_file(storage, root_uri, data_files[p], positions) for p, positions in sorted(deleted.items()) if len(positions)]
 
 
-def changed_vectors(before: DeltaTable, after: DeltaTable, root_uri: str) -> dict[str, pa.Array]:
-    """Relative path -> positions, for every file live at `after` whose vector is not the one it had at `before`."""
-    old = deleted_positions(before, root_uri)
-    return {p: pos for p, pos in deleted_positions(after, root_uri).items() if p not in old or not old[p].equals(pos)}
+def changed_vectors(storage: StorageConfig, root_uri: str, before_version: int, after_version: int, versions: list[int]) -> dict[str, pa.Array]:
+    """Relative path -> positions, for every file the Delta `versions` (between the two) added or re-added whose vector at
+    `after_version` is not the one it had at `before_version`. Reads those versions' commits and those files' vectors only."""
+    paths = dv.added_paths(storage, root_uri, versions)
+    if not paths:
+        return {}
+    after, before = dv.live_adds(storage, root_uri, after_version, paths), dv.live_adds(storage, root_uri, before_version, paths)
+    out = {}
+    for path, add in after.items():
+        new, old = dv.descriptor_of(add), dv.descriptor_of(before.get(path, {}))
+        if new is not None and (old is None or old.to_json() != new.to_json()):
+            out[path] = dv.read_vector(storage, root_uri, new)
+    return out
 
 
 def position_deletes(storage: StorageConfig, root_uri: str, table: Table, data_files: dict[str, DataFile], vectors: dict[str, pa.Array]) -> tuple[list[DataFile], list[DataFile]]:

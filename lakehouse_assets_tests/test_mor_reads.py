@@ -106,6 +106,6 @@ def test_equality_deletes_are_still_refused_by_the_spark_reader(lh, spark):
     _table(lh, spark, t)
     table = lh.load(t)
     fw.commit_deletes(table, [fw.equality_deletes(table, pa.table({"id": pa.array([2], pa.int64())}))])
-    with pytest.raises(DeleteFilesError, match=r"mor\.equality: snapshot \d+ has 1 equality-delete file\(s\) written by another engine.*"
+    with pytest.raises(DeleteFilesError, match=r"mor\.equality: snapshot \d+ has 1 equality-delete file\(s\) \(row-level deletes.*"
                        r"Lakehouse\.read does not apply equality-delete files.*--apply-deletes"):
         lh.read(spark, t)

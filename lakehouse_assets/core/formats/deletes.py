@@ -137,7 +137,7 @@ def refuse_delete_files(table: Table, operation: str, snapshot: Snapshot | None 
     ignored = "equality-delete files" if applies_position_deletes else "delete files"
     raise DeleteFilesError(
         f"Table {ident}: snapshot {snapshot.snapshot_id} has {describe_delete_files(table_files(table, snapshot))} "
-        f"written by another engine (row-level deletes, merge-on-read). {operation} does not apply {ignored}, "
+        f"(row-level deletes: a merge-on-read write's, this table's own or another engine's). {operation} does not apply {ignored}, "
         f"so it would bring the deleted rows back; refused, nothing was written. Run `lakehouse repair {ident} "
         "--apply-deletes` to rewrite the affected data files with the deletes applied (one Iceberg snapshot that "
         "Delta then mirrors), then retry. To keep other engines from writing delete files, set the table "

@@ -88,9 +88,11 @@ def plan(
 
 
 def named_data_files(storage: StorageConfig, delete_files: list[DataFile]) -> dict[str, list[DataFile]]:
-    """Data file URI -> the position-delete files among `delete_files` that name it."""
+    """Data file URI -> the position-delete files among `delete_files` that name it (equality-delete files name none)."""
     out: dict[str, list[DataFile]] = {}
     for f in delete_files:
+        if f.content != DataFileContent.POSITION_DELETES:
+            continue
         named = referenced_data_file(f)
         if named is None:  # another engine's delete file may name several data files
             fs, path = storage.filesystem(f.file_path)

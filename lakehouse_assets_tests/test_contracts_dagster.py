@@ -40,6 +40,7 @@ def _run(assets, resources, **kw):
     return materialize([*assets, *quarantine_specs(assets), *checks], resources=resources, raise_on_error=False, **kw), checks
 
 
+@pytest.mark.smoke
 def test_quarantine_policy_checks_and_quarantine_asset(dagster_resources, lh):
     orders = _orders("quarantine", [(1, 10.0, "new"), (2, -1.0, "new"), (3, -2.0, "paid")])
     result, checks = _run([orders], dagster_resources)

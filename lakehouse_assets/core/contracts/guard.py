@@ -21,9 +21,9 @@ from ..errors import SchemaError
 from ..model import WriteRequest, WriteResult
 from ..schema.spec import TableSpec
 from ..schema.type_mapping import iceberg_to_spark_schema
-from ..spark.compat import is_cached, observes
+from ..spark.compat import is_cached
 from . import enforce, table_contract
-from .model import CONTRACT_PROPERTY, Contract, ContractError
+from .model import CONTRACT_PROPERTY, Contract
 
 # (rows, request, the table as just loaded or None) -> the write's result: the rest of the write pipeline.
 Write = Callable[[object, WriteRequest, object], WriteResult]
@@ -74,6 +74,9 @@ def _load(ctx, identifier: str):
 def _refuse_unobserved(identifier: str, df, contract: Contract) -> None:
     """`drop`, `quarantine` and `discard_row` count rows with an Observation of the write's job: a session where
     none returns its metrics (compat.observes) is refused before any file, rather than after the commit."""
+    from ..spark.compat import observes
+    from .model import ContractError
+
     counted = [f"on_violation {contract.on_violation!r}"] if contract.on_violation != "fail" else []
     counted += [f"{mode} 'discard_row'" for mode in ("new_columns", "type_changes") if getattr(contract, mode) == "discard_row"]
     if counted and not observes(df.sparkSession):

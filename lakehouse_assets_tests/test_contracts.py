@@ -27,6 +27,7 @@ def delta_of(lh, identifier) -> DeltaTable:
     return DeltaTable(lh.load(identifier).location())
 
 
+@pytest.mark.smoke  # also on a Spark Connect session (`make connect`): the check stops the write's job with raise_error
 def test_fail_policy_refuses_and_nothing_lands(lh, spark, duck):
     good = [(1, 10.0, "new"), (2, 5.0, "paid")]
     lh.write(orders(spark, good), "shop.orders", table=TableOptions(contract=contract()))
@@ -52,6 +53,7 @@ def test_drop_policy_counts_and_reports(lh, spark, duck):
     assert_all_readers_agree(lh, spark, duck, "shop.orders", [(10.0, 1, "new")])
 
 
+@pytest.mark.smoke  # also on a Spark Connect session: the Observation's counts return with the write's job
 def test_quarantine_policy_writes_both_tables(lh, spark, duck):
     rows = [(1, 10.0, "new"), (2, -5.0, "paid"), (3, 1.0, "lost")]
     writer = {"dagster_run_id": "run-1"}

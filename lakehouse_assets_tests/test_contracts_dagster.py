@@ -40,6 +40,7 @@ def _run(assets, resources, **kw):
     return materialize([*assets, *quarantine_specs(assets), *checks], resources=resources, raise_on_error=False, **kw), checks
 
 
+@pytest.mark.smoke
 def test_quarantine_policy_checks_and_quarantine_asset(dagster_resources, lh):
     orders = _orders("quarantine", [(1, 10.0, "new"), (2, -1.0, "new"), (3, -2.0, "paid")])
     result, checks = _run([orders], dagster_resources)
@@ -75,3 +76,13 @@ def test_forbidden_schema_change_fails_the_materialization(dagster_resources, lh
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     text = failure.event_specific_data.error.to_string()
     assert "column 'channel' is new" in text and "'freeze'" in text
+
+
+def test_the_quarantine_asset_sits_in_its_tables_group():
+    @asset(key=["shop", "refunds"], group_name="shop", metadata={"contract": {"rules": {"positive": "amount > 0"}, "on_violation": "quarantine"}})
+    def refunds():
+        return None
+
+    (spec,) = quarantine_specs([refunds])
+    assert spec.key == AssetKey(["shop", "refunds_quarantine"]) and spec.group_name == "shop"
+    assert [d.asset_key for d in spec.deps] == [AssetKey(["shop", "refunds"])]

@@ -81,3 +81,40 @@ def test_sail_writes_appends_overwrites_merges_and_compactions(tmp_path, spark):
     feed = pa.table(DeltaTable(lh.load("sail.events").location()).load_cdf(starting_version=last).read_all()).to_pylist()
     assert sorted([r["id"], r["g"], r["_change_type"]] for r in feed) == out["changes"]  # the last merge's Delta feed, as `changes` reads it
     assert lh.verify("sail.events", deep=True)["agree"]
+
+
+_CONTRACT_SCRIPT = r"""
+import json, sys
+from pysail.spark import SparkConnectServer
+server = SparkConnectServer(ip="127.0.0.1", port=0)
+server.start(background=True)
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote("sc://127.0.0.1:%d" % server.listening_address[1]).getOrCreate()
+from lakehouse_assets import Contract, Lakehouse, TableOptions
+
+lh, out = Lakehouse(sys.argv[1]), {}
+rows = spark.createDataFrame([(1, 10.0), (2, -1.0)], "id bigint, amount double")
+for policy in ("fail", "drop", "quarantine"):
+    try:
+        lh.write(rows, f"sail.orders_{policy}", table=TableOptions(contract=Contract(rules={"positive": "amount >= 0"}, on_violation=policy)))
+        out[policy] = "written"
+    except Exception as e:  # noqa: BLE001 - the error each policy raises is the result
+        out[policy] = f"{type(e).__name__}: {e}"
+out["tables"] = lh.table_names()
+print(json.dumps(out))
+spark.stop()
+server.stop()
+"""
+
+
+def test_a_contract_on_sail_fails_bad_rows_and_refuses_policies_that_count_them(tmp_path):
+    """`fail` stops the write's job on Sail as on Spark; `drop` and `quarantine` count rows with an Observation, whose
+    metrics neither Sail nor a PySpark 3.5 Connect client return: refused before any file, naming the way out."""
+    done = subprocess.run([sys.executable, "-c", _CONTRACT_SCRIPT, str(tmp_path / "warehouse")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["fail"].startswith("ContractViolation: Table sail.orders_fail: the data breaks the contract (positive: 1 row(s))"), out
+    for policy in ("drop", "quarantine"):
+        assert out[policy].startswith(f"ContractError: Table sail.orders_{policy}: this Spark Connect session returns no observed metrics"), out
+        assert f"on_violation '{policy}'" in out[policy] and "PySpark 4 client" in out[policy]
+    assert out["tables"] == []  # nothing was written, not even a quarantine table

@@ -26,7 +26,9 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 PARTITION = "2024-01-01"
-DEMO_TABLES = ["demo.customers", "demo.events", "demo.daily_user_activity"]
+DEMO_TABLES = ["demo.customers", "demo.events", "demo.daily_user_activity", "demo.invoices", "demo.invoices_quarantine"]
+# demo/invoices' contract checks: the rows of its write that break each (it quarantines them).
+INVOICE_CHECKS = {"amount_positive": 8, "known_currency": 5, "not_null_invoice_id": 0, "unique_invoice_id": 0}
 AUTOMATIONS = [
     ("sensors", "lakehouse_compaction_sensor"),
     ("sensors", "lakehouse_delta_lag_sensor"),
@@ -267,9 +269,14 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
 
             # 2. Materialize the unpartitioned asset, then one partition of the partitioned ones.
             run_ids = []
-            with screens.step("02a-materialize-customers"):
-                page.goto(f"{base}/assets/demo/customers")
-                page.get_by_role("button").filter(has_text=re.compile(r"^Materialize$")).click()
+            #    The customers and demo/invoices (an asset under a data contract) in one run, selected in the catalog.
+            with screens.step("02a-materialize-customers-and-invoices"):
+                page.goto(f"{base}/assets/demo")
+                for name in ("customers", "invoices"):
+                    box = page.get_by_test_id(f"checkbox-demo/{name}")
+                    page.locator("label", has=box).click()
+                    expect(box).to_be_checked()
+                page.get_by_role("button").filter(has_text=re.compile(r"^Materialize selected")).click()
                 run_ids.append(_launched_run_id(page))
             with screens.step("03a-customers-run-succeeded"):
                 _assert_run_succeeded(page, base, port, run_ids[-1])
@@ -298,6 +305,27 @@ def test_dagster_ui_in_a_real_browser(dagster_ui, capsys):
                     expect(page.get_by_text("Succeeded", exact=True)).to_be_visible()
                     expect(page.get_by_text("Passed", exact=True)).to_be_visible()
                     expect(page.get_by_text("Failed", exact=True)).to_have_count(0)
+
+            # 4b. The data contract of demo/invoices: each rule, NOT NULL column and unique key is a check with the
+            #     rows the write broke as metadata (the docs' screenshot docs/screenshots/ui-contract-checks.png).
+            with screens.step("04b-contract-checks-invoices"):
+                page.goto(f"{base}/assets/demo/invoices?view=checks")
+                expect(page.get_by_text("Checks (6)", exact=True)).to_be_visible()
+                expect(page.get_by_text("Succeeded", exact=True)).to_have_count(4)  # formats_agree and the three kept
+                listed = page.inner_text("body")
+                for name, broken in INVOICE_CHECKS.items():
+                    status = re.search(rf"contract_{name}\n(?:contract_{name}\n)?(Failed|Succeeded)\n", listed)
+                    assert status and status.group(1) == ("Failed" if broken else "Succeeded"), (name, listed)
+                for name, broken in INVOICE_CHECKS.items():
+                    page.goto(f"{base}/assets/demo/invoices?view=checks&checkDetail=contract_{name}")
+                    expect(page.get_by_text(f"{broken} row(s) broke '{name}'", exact=False).first).to_be_visible()
+                    assert _int(_metadata_value(page, "rows_broken")) == broken and _int(_metadata_value(page, "rows_checked")) == 2_000
+                    assert _metadata_value(page, "policy") == "quarantine"
+                page.goto(f"{base}/assets/demo/invoices?view=checks&checkDetail=contract_amount_positive")
+                expect(page.get_by_text("they were quarantined", exact=False).first).to_be_visible()
+                assert _metadata_value(page, "rule") == "amount > 0"
+                quarantined = Lakehouse(warehouse).read_arrow("demo.invoices_quarantine")
+                assert quarantined.num_rows == sum(INVOICE_CHECKS.values()), quarantined.num_rows
 
             # 5. The asset pages show the Iceberg snapshot and Delta version; they match the tables.
             lh = Lakehouse(warehouse)

@@ -112,7 +112,7 @@ def quarantine_specs(assets: Iterable[AssetsDefinition]) -> list[AssetSpec]:
         for key in assets_def.keys:
             contract = contract_of(key.to_user_string(), assets_def.metadata_by_key.get(key) or {})
             if contract is not None and contract.on_violation == "quarantine":
-                out.append(AssetSpec(quarantine_key(key), deps=[key], description=f"Rows of {key.to_user_string()} that broke its contract, with the rules they broke, the run and the time."))
+                out.append(AssetSpec(quarantine_key(key), deps=[key], group_name=assets_def.group_names_by_key.get(key), description=f"Rows of {key.to_user_string()} that broke its contract, with the rules they broke, the run and the time."))
     return out
 
 

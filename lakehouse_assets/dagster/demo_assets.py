@@ -4,6 +4,7 @@
 * demo.customers           a customer dimension: a merge of CDC batches (inserts, updates, deletes)
 * demo.daily_user_activity a daily aggregate of both
 * demo.country_revenue     revenue per day and customer country: a multi-partitioned asset (date x country)
+* demo.invoices            invoices under a data contract: rows that break it go to demo.invoices_quarantine
 
 Generation is deterministic per partition, so re-running a day reproduces it exactly.
 """
@@ -19,6 +20,9 @@ from dagster import (
     DailyPartitionsDefinition,
     MultiPartitionsDefinition,
     StaticPartitionsDefinition,
+    TableColumn,
+    TableColumnConstraints,
+    TableSchema,
     asset,
     asset_check,
 )
@@ -238,6 +242,40 @@ def payments_amounts_positive(payments) -> AssetCheckResult:
 
 payments_published = publish_asset(payments, group_name=GROUP)
 
+INVOICES = 2_000
+INVOICE_COLUMNS = TableSchema(
+    columns=[
+        TableColumn("invoice_id", "bigint", constraints=TableColumnConstraints(nullable=False, unique=True)),
+        TableColumn("customer_id", "bigint", constraints=TableColumnConstraints(nullable=False)),
+        TableColumn("amount", "double"),
+        TableColumn("currency", "string"),
+    ]
+)
+
+
+@asset(
+    key_prefix=["demo"],
+    group_name=GROUP,
+    kinds=KINDS,
+    metadata={
+        "dagster/column_schema": INVOICE_COLUMNS,
+        "contract": {
+            "rules": {"amount_positive": "amount > 0", "known_currency": "currency IN ('EUR', 'USD', 'GBP')"},
+            "new_columns": "freeze",
+            "on_violation": "quarantine",
+        },
+    },
+    description="Invoices under a data contract: each rule is an asset check; rows that break one go to demo/invoices_quarantine.",
+)
+def invoices(pyspark: PySparkResource):
+    from pyspark.sql import functions as F
+
+    ids = pyspark.spark_session.range(0, INVOICES, numPartitions=2)
+    # An export with a few credit notes booked as negative invoices and a few in a currency nobody bills in.
+    amount = F.when(F.col("id") % 250 == 0, -F.lit(10.0)).otherwise((F.col("id") % 300) / 2 + 5)
+    currency = F.when(F.col("id") % 400 == 7, "XXX").otherwise(F.element_at(F.array(F.lit("EUR"), F.lit("USD"), F.lit("GBP")), (F.col("id") % 3 + 1).cast("int")))
+    return ids.select(F.col("id").alias("invoice_id"), (F.col("id") % 997).alias("customer_id"), amount.alias("amount"), currency.alias("currency"))
+
 # Orders exported as JSON files into a landing folder, streamed in (availableNow): each run ingests the new files once.
 ORDER_SCHEMA = "order_id long, customer_id long, amount decimal(10,2), ordered_at timestamp"
 landed_orders = streaming_ingest_asset(
@@ -250,4 +288,4 @@ landed_orders = streaming_ingest_asset(
     max_files_per_batch=2,
 )
 
-demo_assets = [events, customers, customer_changes, daily_user_activity, country_revenue, payments, landed_orders]
+demo_assets = [events, customers, customer_changes, daily_user_activity, country_revenue, payments, landed_orders, invoices]

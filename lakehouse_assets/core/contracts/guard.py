@@ -39,6 +39,7 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
         return write(df, request, table)
     cached = is_cached(df)
     contract.check(identifier)
+    _refuse_unobserved(identifier, df, contract)
     table_types = {f.name: f.dataType.simpleString() for f in iceberg_to_spark_schema(table.schema()).fields} if table is not None else None
     checks = enforce.Checks()
     control = request.merge.control_columns if request.merge is not None else ()  # a merge's operation columns are not data
@@ -68,6 +69,23 @@ def _load(ctx, identifier: str):
         return ctx.catalog.load_table(identifier)
     except (NoSuchTableError, NoSuchNamespaceError):
         return None
+
+
+def _refuse_unobserved(identifier: str, df, contract: Contract) -> None:
+    """`drop`, `quarantine` and `discard_row` count rows with an Observation of the write's job: a session where
+    none returns its metrics (compat.observes) is refused before any file, rather than after the commit."""
+    from ..spark.compat import observes
+    from .model import ContractError
+
+    counted = [f"on_violation {contract.on_violation!r}"] if contract.on_violation != "fail" else []
+    counted += [f"{mode} 'discard_row'" for mode in ("new_columns", "type_changes") if getattr(contract, mode) == "discard_row"]
+    if counted and not observes(df.sparkSession):
+        raise ContractError(
+            f"Table {identifier}: this Spark Connect session returns no observed metrics (a PySpark 3.5 client, or a server that "
+            f"cannot compute them, such as Sail), and the contract's {' and '.join(counted)} counts rows with them in the write's "
+            "job. Nothing was written. On this session use on_violation 'fail' (and 'freeze' or 'discard_value' for schema "
+            "changes), or connect with a PySpark 4 client to a Spark 4 Connect server."
+        )
 
 
 def _change(ctx, identifier: str, table, spark, contract: Contract, previous: Contract | None, rules_sql: dict[str, str]) -> None:

@@ -136,6 +136,37 @@ def has_input_file_name(spark) -> bool:
     return found
 
 
+_OBSERVES: dict[str, bool] = {}  # a Connect session's id -> whether an Observation returns its metrics there
+
+
+def observes(spark) -> bool:
+    """Whether an `Observation` of this session's DataFrames returns its metrics with the job that runs them.
+
+    Classic: yes. Connect: PySpark 3.5's client drops them (its Observation reads them from a JVM it has not); a
+    PySpark 4 client gets them with the query's result when the server computes them (Spark does; Sail refuses the
+    plan), found by one observed one-row query the first time a session asks."""
+    if not is_connect(spark):
+        return True
+    if is_spark3():
+        return False
+    key = spark.session_id
+    with _PARALLELISM_LOCK:
+        if key in _OBSERVES:
+            return _OBSERVES[key]
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    probe = Observation("lakehouse_observes")
+    try:
+        spark.range(1).observe(probe, F.count(F.lit(1)).alias("rows")).collect()
+        found = probe.get.get("rows") == 1
+    except Exception:  # noqa: BLE001 - the server refuses the plan: callers that need the metrics say so
+        found = False
+    with _PARALLELISM_LOCK:
+        _OBSERVES[key] = found
+    return found
+
+
 def is_cached(df) -> bool:
     """Whether Spark's cache holds this DataFrame's plan (cached through this object or another with the same plan)."""
     level = df.storageLevel  # looked up in the session's cache manager by plan (a round trip on Connect)

@@ -51,30 +51,37 @@ def _plain(column: pa.ChunkedArray) -> pa.ChunkedArray:
         return column.cast(pa.string())
     if pa.types.is_large_binary(t) or str(t) == "binary_view":
         return column.cast(pa.binary())
+    if t in _WIDER_SIGNED:  # Spark, Iceberg and Delta have signed integers only: the next wider one holds every value
+        return column.cast(_WIDER_SIGNED[t])
     if pa.types.is_timestamp(t) and t.unit != "us":
         return column.cast(pa.timestamp("us", t.tz), safe=False)
     return column
 
 
-def spark_schema(table: pa.Table):
+_WIDER_SIGNED = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
+
+
+def spark_schema(table: pa.Table, identifier: str = ""):
     """The Spark schema Spark gives the frame's rows (every column nullable, as a converted frame's are): the input
     of the shared Spark-to-Iceberg type mapping, so the table's schema does not depend on how its rows arrived."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
-    try:
-        converted = from_arrow_schema(table.schema)
-    except (TypeError, NotImplementedError) as e:  # e.g. unsigned integers, which no Spark or Iceberg type holds
-        raise SpecError(
-            f"Cannot write the frame: {e}. Cast the column to a type Iceberg and Delta hold (signed integers, strings, "
-            "decimals, timestamps...) before writing."
-        ) from None
-    return StructType([StructField(f.name, f.dataType, True) for f in converted.fields])
+    fields = []
+    for f in table.schema:
+        try:
+            fields.append(StructField(f.name, from_arrow_schema(pa.schema([f])).fields[0].dataType, True))
+        except (TypeError, NotImplementedError):  # e.g. uint64, whose values no signed 64-bit integer holds
+            raise SpecError(
+                f"Table {identifier}: column {f.name!r} of the frame has Arrow type {f.type}, which no Spark, Iceberg or Delta type holds. "
+                "Nothing was written. Cast the column to a type they hold (a signed integer, a decimal, a string...) before writing."
+            ) from None
+    return StructType(fields)
 
 
-def to_spark(table: pa.Table, spark):
+def to_spark(table: pa.Table, spark, identifier: str = ""):
     """The frame as a Spark DataFrame, for the steps that need Spark (a merge, a contract's rules)."""
-    return spark.createDataFrame(table.to_pandas(), schema=spark_schema(table))
+    return spark.createDataFrame(table.to_pandas(), schema=spark_schema(table, identifier))
 
 
 def write_files(
@@ -91,18 +98,18 @@ def write_files(
         root_uri, write_id, arrow_file_schema(schema, file_names, narrow), storage, target_file_size, compression, compression_level,
         input_names=tuple(f.name for f in schema.fields) if file_names else None,
     )
+    from ..formats.delta_values import UnrepresentableValue
+    from ..io.storage import storage_error
+
     try:
         if spec.fields:
             batches = _by_partition_key(batches, PartitionKeyer(schema.model_dump_json(), spec.model_dump_json(), tuple(delta_columns)))
         rows = [row for out in writer(iter(batches)) for row in out.to_pylist()]
-    except Exception as e:
-        from ..formats.delta_values import UnrepresentableValue
-        from ..io.storage import storage_error
-
-        if isinstance(e, UnrepresentableValue):
-            raise InputError(f"Table {table_name}: {e} Nothing was written or committed.") from e
+    except UnrepresentableValue as e:  # its message names the column, the value and the fix
+        raise InputError(f"Table {table_name}: {e}") from e
+    except OSError as e:
         if (clear := storage_error(storage, root_uri, e)) is not None:
-            raise clear from e
+            raise clear from e  # access denied, endpoint, region: the actionable storage advice
         raise
     return written_files(rows)
 

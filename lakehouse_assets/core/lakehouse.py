@@ -146,6 +146,9 @@ class Lakehouse:
     ) -> WriteResult:
         """Write a Spark DataFrame (or a pyarrow Table, a pandas or a Polars DataFrame) to both formats.
 
+        A pyarrow Table, pandas or Polars DataFrame is written in this process, without Spark, by the same Parquet
+        writer and commits; Spark starts only for a merge, a data contract, or existing rows to rewrite.
+
         mode="append" adds rows; mode="overwrite" replaces the whole table, or only the rows inside
         `window` when one is given: a `Window` (a time range of one column) or a `Slice` (a window
         and/or sets of values of other columns, e.g. a Dagster static or multi-partition).

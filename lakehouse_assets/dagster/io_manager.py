@@ -273,7 +273,9 @@ class LakehouseIOManager(ConfigurableIOManager):
             # Retried steps of the same run and partition(s) never commit twice.
             write_id=f"dagster:{context.run_id}:{identifier}:{label or '-'}",
             writer={"dagster_run_id": context.run_id, "asset": asset, "partition": label or ""},
-            spark=self.pyspark.spark_session,
+            # A frame that is not Spark's is written without Spark: the session starts only if a step needs it (through
+            # the resource's provider, with its settings).
+            spark=self.pyspark.spark_session if hasattr(obj, "sparkSession") else None,
         )
         if mode is WriteMode.merge:
             options = {key[len("merge_"):]: metadata[key] for key in ("merge_operation_column", "merge_delete_values", "merge_deleted_at_column", "merge_order_by") if key in metadata}

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import time
 
+import pyarrow as pa
 from pyiceberg.table import Table
 
 from ..contracts.guard import enforced as enforce_contract
@@ -41,8 +42,8 @@ from ..spark.session import active_session
 from ..table import branches, tables
 from ..table.context import TableContext
 from ..table.evolution import evolved_schema, types_were_widened
+from . import arrow_frames, merge_batch, transaction, write_modes
 from . import merge as merge_
-from . import merge_batch, transaction, write_modes
 from .adoption import adoption_rewrite
 from .small_writes import SmallWritesRule
 from .target import WriteTarget
@@ -76,19 +77,34 @@ def request_of(
 
 
 def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str, spark=None) -> WriteResult:
-    """Write `df` (Spark, Arrow, pandas or Polars) as `request` asks: see the module docstring for the order."""
+    """Write `df` (Spark, Arrow, pandas or Polars) as `request` asks: see the module docstring for the order.
+
+    An Arrow, pandas or Polars frame is written in this process (core/write/arrow_frames.py) unless a step needs
+    Spark: a merge, a contract (its rules are Spark SQL), existing rows to rewrite. Only then is a session started."""
     started = time.monotonic()
     check_access(ctx.storage, ctx.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
+    frame = arrow_frames.arrow_of(df)
+    if frame is not None and request.merge is not None:
+        frame, df = None, arrow_frames.to_spark(frame, active_session(spark), request.spec.identifier)
+    session = (lambda: active_session(spark)) if frame is not None else (lambda: df.sparkSession)
+
+    def write_rows(rows, req, loaded):
+        lazy = session if isinstance(rows, pa.Table) else (lambda: rows.sparkSession)
+        return _write_batch(ctx, rows, req, started, foreign_default, loaded, lazy)
+
     # The table's data contract checks the rows inside the write's own job (core/contracts/guard.py).
-    return enforce_contract(ctx, _as_spark(df, spark), request, lambda rows, req, loaded: _write_batch(ctx, rows, req, started, foreign_default, loaded))
+    if frame is None:
+        return enforce_contract(ctx, df, request, write_rows)
+    return enforce_contract(ctx, frame, request, write_rows, as_spark=lambda rows: arrow_frames.to_spark(rows, session(), request.spec.identifier))
 
 
-def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, loaded: Table | None = None) -> WriteResult:
-    """`loaded`: the table as the contract's check loaded it moments ago (None: not loaded yet)."""
+def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, loaded: Table | None, session) -> WriteResult:
+    """`loaded`: the table as the contract's check loaded it moments ago (None: not loaded yet). `session()`: the
+    Spark session, started when a step first needs it (`df` is a Spark DataFrame or a pyarrow Table)."""
     identifier = request.spec.identifier
     merge_opts = request.merge
     if merge_opts is None:
-        return _write(ctx, df, request, started, foreign_default, loaded=loaded)
+        return _write(ctx, df, request, started, foreign_default, loaded=loaded, session=session)
     # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
     # A batch the caller already cached stays cached: unpersisting it would drop the caller's cache.
     caller_cached = is_cached(df)
@@ -97,10 +113,10 @@ def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, f
         batch, key_stats = merge_batch.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
         if not key_stats.deduplicated:
             # A projection of the persisted source: recomputing it is free, caching it again is not.
-            return _write(ctx, batch, request, started, foreign_default, key_stats, loaded)
+            return _write(ctx, batch, request, started, foreign_default, key_stats, loaded, session)
         batch.persist()  # the deduplicated batch feeds the In-set, the matching join and the rewrite
         try:
-            return _write(ctx, batch, request, started, foreign_default, key_stats, loaded)
+            return _write(ctx, batch, request, started, foreign_default, key_stats, loaded, session)
         finally:
             batch.unpersist()
     finally:
@@ -109,14 +125,18 @@ def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, f
 
 
 def _write(
-    ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, key_stats: merge_batch.KeyStats | None = None, loaded: Table | None = None
+    ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, key_stats: merge_batch.KeyStats | None = None,
+    loaded: Table | None = None, session=None,
 ) -> WriteResult:
     """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
     identifier, window = request.spec.identifier, request.window
-    incoming = spark_schema_to_iceberg(identifier, merge_batch.data_schema(df) if request.merge else df.schema)
+    in_process = isinstance(df, pa.Table)
+    data_schema = arrow_frames.spark_schema(df, identifier) if in_process else merge_batch.data_schema(df) if request.merge else df.schema
+    incoming = spark_schema_to_iceberg(identifier, data_schema)
+    columns = data_schema.fieldNames()
     for column in window.columns if window is not None else ():
-        if column not in df.columns:
-            raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(df.columns)}).")
+        if column not in columns:
+            raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(columns)}).")
     table, schema_plan, created = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming, loaded)
     try:
         if request.branch is not None:
@@ -127,8 +147,9 @@ def _write(
             table = branches.on_branch(table, request.branch)
             if window is not None:
                 window.validate(identifier, table)
-            return _write_into(ctx, table, schema_plan, df, request, started, key_stats)
-        delta = None if created else foreign_delta_gate(ctx, identifier, table, foreign_default, df.sparkSession)
+            return _write_into(ctx, table, schema_plan, df, request, started, key_stats, session=session)
+        # An adoption that must rewrite foreign files starts Spark then (None: the active session, when needed).
+        delta = None if created else foreign_delta_gate(ctx, identifier, table, foreign_default, None if in_process else df.sparkSession)
         if delta is False:  # foreign versions were adopted: a new Iceberg snapshot, maybe new columns to plan against
             table, schema_plan, _ = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming)
             delta = None
@@ -139,7 +160,7 @@ def _write(
             )
         if window is not None:
             window.validate(identifier, table)
-        return _write_into(ctx, table, schema_plan, df, request, started, key_stats, delta)
+        return _write_into(ctx, table, schema_plan, df, request, started, key_stats, delta, session)
     except BaseException as e:
         if created and not isinstance(e, CommitOutcomeUnknown):  # a commit that may still land needs its table
             tables.drop_if_never_written(ctx.catalog, ctx.storage, table)
@@ -188,7 +209,7 @@ def foreign_delta_gate(ctx: TableContext, identifier: str, table: Table, foreign
     return delta
 
 
-def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: WriteRequest, started: float, key_stats, delta=None) -> WriteResult:
+def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: WriteRequest, started: float, key_stats, delta=None, session=None) -> WriteResult:
     identifier = request.spec.identifier
     delta_on = tables.delta_enabled(table) and request.branch is None
     if delta_on and schema_plan.widen and mapping_enabled(table.properties):
@@ -220,7 +241,7 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
     summary = request.summary()
     changes = FileChanges()
     try:
-        summary |= write_modes.plan(target, request, df, changes, widen_types=delta_on and bool(schema_plan.widen), key_stats=key_stats)
+        summary |= write_modes.plan(target, request, df, changes, widen_types=delta_on and bool(schema_plan.widen), key_stats=key_stats, session=session)
     except BaseException:
         delete_files(ctx.storage, changes.created)  # nothing was committed
         raise
@@ -240,24 +261,3 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
             result.warnings.append(advice)
             log.warning(advice)
     return result
-
-
-def _as_spark(df, spark):
-    """Spark DataFrames pass through; pyarrow Tables, pandas and Polars DataFrames (small assets) are converted."""
-    if hasattr(df, "sparkSession") and hasattr(df, "mapInArrow"):
-        return df
-    spark = active_session(spark)
-    if type(df).__module__.split(".")[0] == "polars":  # polars.DataFrame or LazyFrame (not a dependency of the core)
-        df = (df.collect() if hasattr(df, "collect") else df).to_arrow()
-    try:
-        import pyarrow as pa
-
-        if isinstance(df, pa.Table):
-            df = df.to_pandas()
-    except ImportError:  # pragma: no cover
-        pass
-    import pandas as pd
-
-    if isinstance(df, pd.DataFrame):
-        return spark.createDataFrame(df)
-    raise SpecError(f"Cannot write an object of type {type(df).__name__}: pass a Spark DataFrame, a pyarrow Table, a pandas or a Polars DataFrame.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -20,8 +21,9 @@ from ..model import FileChanges, WrittenFile
 from ..read.reader import ParquetFileReader, read_parquet_files
 from ..schema.type_mapping import SPARK_FIELD_ID_KEY, iceberg_to_spark_schema
 from ..table.evolution import column_names_moved
+from . import arrow_frames
 from .parquet_files import FileWriter
-from .writer import file_writer, write_table_files
+from .writer import file_writer, table_write_settings, write_table_files
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,11 @@ class WriteTarget:
     change_feed: bool = False  # the Delta side keeps a change data feed: a write that knows its changed rows writes them
 
     def write(self, df, changes: FileChanges, *, counts_as_written: bool = True) -> list[DataFile]:
-        """Write `df` as table files, record them in `changes`, and return their Iceberg DataFiles."""
+        """Write `df` as table files, record them in `changes`, and return their Iceberg DataFiles. A pyarrow Table (a
+        small frame) is written in this process, by the same file kit and with the same settings as a Spark job's."""
+        if isinstance(df, pa.Table):
+            settings = table_write_settings(self.table, self.schema, self.target_file_size)
+            return self.record(arrow_frames.write_files(df, storage=self.storage, **settings), changes, counts_as_written=counts_as_written)
         written = write_table_files(df, self.table, self.storage, schema=self.schema, target_file_size=self.target_file_size)
         return self.record(written, changes, counts_as_written=counts_as_written)
 

@@ -26,8 +26,12 @@ from . import merge_on_read
 from .target import WriteTarget
 
 
-def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *, widen_types: bool, key_stats=None) -> dict[str, str]:
-    """Run the request's mode into `changes`; returns the summary keys the mode adds (merge's pruning evidence)."""
+def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *, widen_types: bool, key_stats=None, session=None) -> dict[str, str]:
+    """Run the request's mode into `changes`; returns the summary keys the mode adds (merge's pruning evidence).
+
+    `df`: a Spark DataFrame, or a pyarrow Table written in this process (no merge); `session()`: the Spark session
+    for reading existing files, started only when a step reads them (default: `df`'s)."""
+    session = session or (lambda: df.sparkSession)
     extra: dict[str, str] = {}
     if request.merge is not None or request.window is not None or widen_types:
         # These read or rewrite existing data files: with another engine's delete files they would resurrect rows.
@@ -41,13 +45,13 @@ def plan(target: WriteTarget, request: WriteRequest, df, changes: FileChanges, *
         stats = merge_.plan(df.sparkSession, target, df, key_stats, request.merge, changes, window=request.window)
         extra = merge_.summary_properties(stats, request.merge)
     elif request.window is not None:
-        overwrite_window(target, df, request.window, changes)
+        overwrite_window(target, df, request.window, changes, session)
     elif request.mode == Operation.OVERWRITE:
         overwrite(target, df, changes)
     else:
         append(target, df, changes)
     if widen_types:
-        widen(target, df.sparkSession, changes)
+        widen(target, session(), changes)
     return extra
 
 
@@ -65,20 +69,21 @@ def overwrite(target: WriteTarget, df, changes: FileChanges) -> FileChanges:
     return changes
 
 
-def overwrite_window(target: WriteTarget, df, window: Slice, changes: FileChanges) -> FileChanges:
+def overwrite_window(target: WriteTarget, df, window: Slice, changes: FileChanges, session=None) -> FileChanges:
+    session = session or (lambda: df.sparkSession)
     adds = target.write(df, changes)
-    check_inside(target.identifier, target.table, adds, window, lambda files: target.read(df.sparkSession, files))
+    check_inside(target.identifier, target.table, adds, window, lambda files: target.read(session(), files))
     candidates = ic.live_data_files(target.table, row_filter=window.expression(target.table))
     whole, partial = files_inside(target.table, window, candidates)
     if partial and merge_on_read.chosen(target.table, TableProperties.DELETE_MODE):
         changes.removes += whole
         by_uri = {f.file_path: f for f in partial}
-        positions = merge_on_read.positions_where(df.sparkSession, target, partial, lambda schema: ~window.outside_filter(schema))
+        positions = merge_on_read.positions_where(session(), target, partial, lambda schema: ~window.outside_filter(schema))
         merge_on_read.delete_positions(target, {by_uri[u]: p for u, p in positions.items()}, changes)
         return changes
     changes.removes += whole + partial
     if partial:
-        kept = target.read(df.sparkSession, partial)
+        kept = target.read(session(), partial)
         kept = kept.filter(window.outside_filter(kept.schema))
         target.write(kept, changes, counts_as_written=False)
     return changes

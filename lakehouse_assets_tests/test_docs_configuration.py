@@ -1,8 +1,8 @@
 """The docs' configuration blocks run against the servers the suite starts (servers.py), so they cannot drift.
 
 A block preceded by `<!-- servers: SETUP -->` configures the lakehouse for a server this machine has only as
-the suite's own: PostgreSQL, S3 and the Iceberg REST catalog (SeaweedFS), AWS Glue (moto); a Spark master's settings (`spark-settings`) are read into the session's.
-Its exports run in bash as a user pastes them, with the values that name the user's own servers (host names,
+the suite's own: PostgreSQL, S3 and the Iceberg REST catalog (SeaweedFS), AWS Glue (moto); a Spark master's
+(`spark-settings`) and a Spark Connect server's (`spark-remote`) settings are read into the session's. Its exports run in bash as a user pastes them, with the values that name the user's own servers (host names,
 buckets, keys, marked by `example.com`, `my-bucket`, `...`, `PASSWORD`) pointed at the suite's; every other
 value stays as the page gives it. Then a table is written through the environment the block left (the
 lakehouse reads `LAKEHOUSE_*`, pyiceberg `PYICEBERG_CATALOG__*`, the storage `AWS_*`) and every reader of
@@ -68,6 +68,10 @@ def servers_of(setup: str, request) -> tuple[dict[str, str], dict[str, str]]:
         # Read into the session's settings, not connected to: test_spark_cluster.py runs the library on a real
         # standalone master. The executors' Python is this suite's own (the session's workers read it).
         return {}, {"PYSPARK_PYTHON": sys.executable}
+    if setup == "spark-remote":
+        # Read into the session's settings: `make connect SPARK=4` points the same variable at the Connect server
+        # the suite starts (conftest.py), and every session the project makes, the Dagster resource's too, uses it.
+        return {}, {}
     raise AssertionError(f"unknown servers setup {setup!r}")
 
 
@@ -105,6 +109,13 @@ def test_configuration_block_writes_a_table_both_formats_read(page, setup, lang,
 
         config = spark_config()
         assert config["spark.master"] == env["LAKEHOUSE_SPARK_MASTER"] and config["spark.executor.memory"] == "8g", f"{page}: {config}"
+        return
+    if setup == "spark-remote":
+        from lakehouse_assets.dagster.resources import spark_config, spark_resource
+
+        config = spark_config()
+        assert config["spark.remote"] == env["LAKEHOUSE_SPARK_REMOTE"] and "spark.master" not in config, f"{page}: {config}"
+        assert spark_resource().spark_config["spark.remote"] == env["LAKEHOUSE_SPARK_REMOTE"]
         return
     from lakehouse_assets import Lakehouse
     from lakehouse_assets.core.read import duckdb_readers

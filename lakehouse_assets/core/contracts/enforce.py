@@ -2,8 +2,8 @@
 writer consumes, so the rows are checked as they are written, never read twice.
 
 * Every check becomes a name in one array column of broken checks: each rule (broken unless TRUE), each NOT NULL
-  column, and, for writes that are not merges, each unique key (a window count over the batch: a merge resolves its
-  own duplicate keys). A merge row that deletes its key is checked by nothing.
+  column, and the unique key (a window count over the batch; for a merge, also the keys of the table rows the merge
+  keeps, `TAKEN`, joined in by guard.py). A merge row that deletes its key is checked by nothing.
 * `fail`: a row with a broken check stops the job with Spark's `raise_error` (the writer removes every file it
   wrote): nothing lands. Only then are the broken rows counted, by the error path (`describe_failure`).
 * `drop` and `quarantine`: an `Observation` counts the rows per check and keeps sample rows while the write's job
@@ -23,7 +23,8 @@ from .model import Contract, ContractViolation
 
 BROKEN = "_lakehouse contract broken"  # a space: no user column can be named so (spec._check_names)
 KEY_COUNT = "_lakehouse contract key rows"  # rows of the batch with the row's unique key (a window count)
-HELPERS = (BROKEN, KEY_COUNT)
+TAKEN = "_lakehouse contract key taken"  # a merge row's unique key is held by a table row the merge keeps
+HELPERS = (BROKEN, KEY_COUNT, TAKEN)
 MARKER = "LakehouseContractViolation:"
 RULES_COLUMN, RUN_COLUMN, TIME_COLUMN = "_contract_rules", "_contract_run_id", "_contract_quarantined_at"
 SAMPLES = 3
@@ -124,8 +125,16 @@ def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks
         checks.broken[not_null_check(column)] = applies & F.col(f"`{column}`").isNull()
     if contract.unique and check_unique:
         keys = [F.col(f"`{c}`") for c in contract.unique]
-        df = df.withColumn(KEY_COUNT, F.count(F.lit(1)).over(Window.partitionBy(*keys)))
-        checks.broken[unique_check(contract.unique)] = F.col(f"`{KEY_COUNT}`") > 1
+        window = Window.partitionBy(*keys)
+        if merge_deletes is None:
+            count = F.count(F.lit(1)).over(window)
+        else:  # the merge keeps one row per merge key (it resolves repeats): distinct merge keys of the upserts count
+            count = F.size(F.collect_set(F.when(~exempt, F.struct(*[F.col(f"`{c}`") for c in merge_keys]))).over(window))
+        df = df.withColumn(KEY_COUNT, count)
+        duplicate = F.col(f"`{KEY_COUNT}`") > 1
+        if TAKEN in df.columns:
+            duplicate = duplicate | F.coalesce(F.col(f"`{TAKEN}`"), F.lit(False))
+        checks.broken[unique_check(contract.unique)] = ~exempt & duplicate
     return df
 
 

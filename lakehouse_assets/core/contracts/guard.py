@@ -22,6 +22,7 @@ from ..model import WriteRequest, WriteResult
 from ..schema.spec import TableSpec
 from ..schema.type_mapping import iceberg_to_spark_schema
 from ..spark.compat import is_cached
+from ..table import branches
 from . import enforce, table_contract
 from .model import CONTRACT_PROPERTY, Contract
 
@@ -57,7 +58,7 @@ def enforced(ctx, df, request: WriteRequest, write: Write) -> WriteResult:
     deletes = _merge_deletes(merge, df.columns) if merge is not None else None
     check_unique = merge is None or not set(merge.keys) <= set(contract.unique)  # unique merge keys: the merge keeps them so
     if check_unique and merge is not None and table is not None and contract.unique:
-        df = _with_taken_keys(ctx, identifier, table, df, merge.keys, contract.unique)
+        df = _with_taken_keys(ctx, identifier, branches.on_branch(table, request.branch), df, merge.keys, contract.unique)
     df = enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, merge_keys=merge.keys if merge is not None else (), check_unique=check_unique)
     result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None), cached)
     if table is None or changed:

@@ -130,16 +130,15 @@ def _widens(old: str, new: str) -> bool:
     return False
 
 
-def _merge_deletes(merge, columns):
-    """A merge row that deletes its key (its operation or deleted-at column says so): no rule applies to it."""
-    from pyspark.sql import functions as F
-
-    delete = F.lit(False)
+def _merge_deletes(merge, columns) -> str:
+    """SQL TRUE for a merge row that deletes its key (its operation or deleted-at column says so): no rule applies to it."""
+    delete = ["false"]
     if merge.operation_column and merge.operation_column in columns:
-        delete = delete | F.coalesce(F.col(merge.operation_column).cast("string").isin(*[str(v) for v in merge.delete_values]), F.lit(False))
+        values = ", ".join(enforce.literal(str(v)) for v in merge.delete_values)
+        delete.append(f"coalesce(CAST({enforce.quoted(merge.operation_column)} AS STRING) IN ({values}), false)")
     if merge.deleted_at_column and merge.deleted_at_column in columns:
-        delete = delete | F.col(merge.deleted_at_column).isNotNull()
-    return delete
+        delete.append(f"{enforce.quoted(merge.deleted_at_column)} IS NOT NULL")
+    return " OR ".join(delete)
 
 
 def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: enforce.Checks, write, input_cached: bool) -> WriteResult:

@@ -234,3 +234,96 @@ def test_constrained_delta_side_through_maintenance_and_a_refused_widening(lh, s
     with pytest.raises(Exception, match="failed validation"):
         row = pa.table({"id": pa.array([9], pa.int32()), "amount": [-1.0], "status": ["new"]})
         write_deltalake(lh.load("shop.orders").location(), row, mode="append")
+
+
+def test_quarantine_of_a_branch_write_is_staged_on_the_branch_and_published_with_it(lh, spark, duck):
+    """Write-audit-publish: the quarantined rows wait on the write's branch, not on main, and reach main (both formats) with it."""
+    lenient = contract(on_violation="quarantine")
+    lh.write(orders(spark, [(1, 10.0, "new")]), "shop.orders", table=TableOptions(contract=lenient))
+    result = lh.write(orders(spark, [(2, 5.0, "paid"), (3, -1.0, "new")]), "shop.orders", branch="audit-1")
+    assert result.contract["rows_quarantined"] == 1 and result.branch == "audit-1"
+    assert lh.read_arrow("shop.orders_quarantine").num_rows == 0  # main: nothing until the publish
+    assert DeltaTable(lh.load("shop.orders_quarantine").location()).to_pyarrow_table().num_rows == 0
+    assert [r["id"] for r in lh.read_arrow("shop.orders_quarantine", branch="audit-1").to_pylist()] == [3]
+    published = lh.publish("shop.orders", "audit-1")
+    assert published.contract["quarantine_table"] == "shop.orders_quarantine"
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", [(10.0, 1, "new"), (5.0, 2, "paid")])
+    assert [r["id"] for r in DeltaTable(lh.load("shop.orders_quarantine").location()).to_pyarrow_table().to_pylist()] == [3]
+    assert lh.verify("shop.orders_quarantine")["agree"]
+    # A discarded branch takes its quarantined rows with it.
+    lh.write(orders(spark, [(4, -4.0, "new")]), "shop.orders", branch="audit-2")
+    assert lh.discard("shop.orders", "audit-2")["quarantine"]["branch"] == "audit-2"
+    assert "audit-2" not in lh.branches("shop.orders_quarantine")
+
+
+def test_a_merge_checks_unique_columns_against_the_rows_the_table_keeps(lh, spark, duck):
+    """Unique columns other than the merge keys: a batch row may not take a value a table row keeps, nor repeat one."""
+    from lakehouse_assets import MergeOptions
+
+    users = "id bigint, email string"
+    lh.write(spark.createDataFrame([(1, "a"), (2, "b"), (9, "z")], users), "shop.users",
+             table=TableOptions(contract=Contract(unique=["email"], on_violation="drop")))
+    batch = spark.createDataFrame(
+        [(3, "a", "u"), (2, "c", "u"), (4, "b", "u"), (5, "d", "u"), (6, "d", "u"), (9, None, "d"), (10, "z", "u")], users + ", op string"
+    )
+    result = lh.write(batch, "shop.users", mode="merge", merge=MergeOptions(keys="id", operation_column="op"))
+    # 3 takes the "a" row 1 keeps; 5 and 6 share "d". 4 takes the "b" that 2 gives up, 10 the "z" of 9, deleted: both fine.
+    assert result.contract["checks"]["unique_email"] == 3, result.contract
+    assert_all_readers_agree(lh, spark, duck, "shop.users", [("a", 1), ("c", 2), ("b", 4), ("z", 10)])
+
+
+def test_not_null_on_an_existing_optional_column_checks_the_rows_then_reaches_both_formats(lh, spark, duck):
+    lh.write(orders(spark, [(1, 10.0, "new"), (2, 5.0, None)]), "shop.orders")
+    assert not lh.load("shop.orders").schema().find_field("amount").required
+    with pytest.raises(ContractViolation, match=r"not_null_status: 1 row\(s\), e.g. .*\"id\":2"):
+        lh.write(orders(spark, [(3, 1.0, "new")]), "shop.orders", table=TableOptions(contract=Contract(not_null=["status"])))
+    lh.write(orders(spark, [(3, 1.0, "new")]), "shop.orders", table=TableOptions(contract=Contract(not_null=["id", "amount"])))
+    schema = lh.load("shop.orders").schema()
+    assert schema.find_field("id").required and schema.find_field("amount").required and not schema.find_field("status").required
+    delta = delta_of(lh, "shop.orders")
+    assert {f.name: f.nullable for f in delta.schema().fields} == {"id": False, "amount": False, "status": True}
+    assert lh.verify("shop.orders")["agree"]
+    null_amount = pa.table({"id": pa.array([9], pa.int64()), "amount": pa.array([None], pa.float64()), "status": ["new"]})
+    with pytest.raises(Exception, match="failed validation"):
+        write_deltalake(lh.load("shop.orders").location(), null_amount, mode="append")  # delta-rs keeps the NOT NULL itself
+    lh.write(orders(spark, [(4, 4.0, "paid")]), "shop.orders")  # the mirror goes on over the tightened schema
+    assert lh.verify("shop.orders")["agree"]
+    assert_all_readers_agree(lh, spark, duck, "shop.orders")
+
+
+def test_verify_names_where_the_delta_side_no_longer_holds_the_contract(lh, spark):
+    lh.write(orders(spark, [(1, 10.0, "new")]), "shop.orders", table=TableOptions(contract=contract()))
+    assert lh.verify("shop.orders")["agree"]
+    delta = delta_of(lh, "shop.orders")
+    delta.alter.drop_constraint("amount_positive")  # another engine changes the Delta side's constraints
+    delta.alter.add_constraint({"small": "amount < 1000"})
+    differences = lh.verify("shop.orders")["differences"]
+    assert "contract rule 'amount_positive' (amount >= 0) is no Delta CHECK constraint (delta.constraints.amount_positive)" in differences
+    assert any(d.startswith("Delta CHECK constraint 'small' (amount < 1000) is not in the table's contract") for d in differences)
+    assert not any("known_status" in d or "NOT NULL" in d for d in differences)
+
+
+@pytest.mark.parametrize("policy", ["quarantine", "drop"])
+def test_a_merge_on_read_table_under_a_contract_deletes_the_positions_of_the_rows_that_land(lh, spark, duck, policy):
+    """A broken upsert lands nowhere: its key's old row stays, so its position is not deleted in either format."""
+    from lakehouse_assets import MergeOptions
+    from lakehouse_assets.core.formats.deletes import table_files
+    from lakehouse_assets.core.properties import TableProperties
+
+    mor = {p: TableProperties.MERGE_ON_READ for p in TableProperties.ROW_LEVEL_MODES}
+    rows = [(i, float(i), "new") for i in range(10)]
+    lh.write(orders(spark, rows).coalesce(1), "shop.orders", table=TableOptions(properties=mor, contract=contract(on_violation=policy)))
+    batch = spark.createDataFrame(
+        [(2, 20.0, "paid", "u"), (5, 50.0, "paid", "u"), (7, -7.0, "paid", "u"), (3, None, None, "d"), (20, 1.0, "new", "u"), (21, 1.0, "lost", "u")],
+        ORDERS + ", op string",
+    )
+    result = lh.write(batch, "shop.orders", mode="merge", merge=MergeOptions(keys="id", operation_column="op", delete_values="d"))
+    assert result.contract["checks"]["amount_positive"] == 1 and result.contract["checks"]["known_status"] == 1
+    files = table_files(lh.load("shop.orders"))
+    assert len(files.data) == 2 and [e.data_file.record_count for e in files.deletes] == [3]  # ids 2, 3 and 5: not 7
+    kept = {i: (float(i), "new") for i in range(10) if i != 3} | {2: (20.0, "paid"), 5: (50.0, "paid"), 20: (1.0, "new")}
+    assert_all_readers_agree(lh, spark, duck, "shop.orders", [(a, i, s) for i, (a, s) in kept.items()])
+    report = lh.verify("shop.orders", deep=True)
+    assert report["agree"], report["differences"]
+    if policy == "quarantine":
+        assert sorted(r.id for r in lh.read(spark, "shop.orders_quarantine").collect()) == [7, 21]

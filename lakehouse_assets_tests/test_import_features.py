@@ -125,27 +125,43 @@ def test_a_delta_table_feature_the_import_cannot_keep_is_refused_by_name_before_
     assert "imp.featured" not in lh.table_names()
 
 
-def test_check_constraints_are_refused_naming_them_and_imported_once_dropped(lh, spark, duck, tmp_path):
-    """delta-rs writes CHECK constraints (`alter.add_constraint`); the lakehouse's writes do not evaluate them, so a table
-    with one is refused naming it. Once dropped, the feature stays in the protocol with nothing to enforce: imported,
-    and the protocol stays as it was through the lakehouse's writes."""
+def test_portable_check_constraints_become_the_contract_and_the_others_are_refused(lh, spark, duck, tmp_path):
+    """delta-rs writes CHECK constraints (`alter.add_constraint`). One in the portable rule subset becomes the imported
+    table's contract rule (its rows checked first), which the lakehouse's writes then keep; one outside it is refused
+    naming it, since Spark and delta-rs would not evaluate it alike."""
+    from lakehouse_assets import Contract, ContractViolation
+
     root = str(tmp_path / "checked")
     rows = source_rows()
     write_deltalake(root, pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]}), partition_by=["country"])
-    DeltaTable(root).alter.add_constraint({"id_not_negative": "id >= 0"})
+    DeltaTable(root).alter.add_constraint({"half_positive": "id / 2 >= 0"})
     before = tree_digest(root)
-    with pytest.raises(ImportRefused, match=r"feature 'checkConstraints' .*constraint 'id_not_negative' \(id >= 0\).*drop_constraint"):
+    with pytest.raises(ImportRefused, match=r"CHECK constraint\(s\) outside the SQL subset .*'half_positive' \(id / 2 >= 0\), which uses the division operator.*drop_constraint"):
         lh.import_table("imp.checked", root)
     assert tree_digest(root) == before
 
-    DeltaTable(root).alter.drop_constraint("id_not_negative")
+    DeltaTable(root).alter.drop_constraint("half_positive")
+    DeltaTable(root).alter.add_constraint({"id_not_negative": "id >= 0"})
     protocol = DeltaTable(root).protocol()
     assert protocol.min_writer_version == 3
 
     lh.import_table("imp.checked", root)
+    assert Contract.from_json(lh.load("imp.checked").properties["lakehouse.contract"]) == Contract(rules={"id_not_negative": "id >= 0"})
+    with pytest.raises(ContractViolation, match="id_not_negative: 1 row"):
+        lh.write(spark.createDataFrame([(-1, "x", "NL")], "id bigint, name string, country string"), "imp.checked")
 
     still_agrees_after_writes(lh, spark, duck, "imp.checked", rows)
     assert DeltaTable(root).protocol() == protocol
+
+
+def test_rows_that_break_an_adopted_constraint_refuse_the_import_naming_them(lh, tmp_path):
+    """A writer that did not check the constraint (here: set as a bare table property) left rows that break it."""
+    root = str(tmp_path / "unchecked")
+    write_deltalake(root, pa.table({"id": [1, -2, -3], "name": ["a", "b", "c"]}))
+    DeltaTable(root).alter.set_table_properties({"delta.constraints.id_not_negative": "id >= 0"}, raise_if_not_exists=False)
+    with pytest.raises(ImportRefused, match=r"break its CHECK constraint\(s\).*id_not_negative \(id >= 0\): 2 row\(s\), e.g. .*-2.*Nothing was imported"):
+        lh.import_table("imp.unchecked", root)
+    assert "imp.unchecked" not in lh.table_names()
 
 
 def test_features_a_table_declares_without_using_them_are_imported_and_the_protocol_is_kept(lh, spark, duck, tmp_path):

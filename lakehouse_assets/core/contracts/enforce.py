@@ -2,8 +2,8 @@
 writer consumes, so the rows are checked as they are written, never read twice.
 
 * Every check becomes a name in one array column of broken checks: each rule (broken unless TRUE), each NOT NULL
-  column, and, for writes that are not merges, each unique key (a window count over the batch: a merge resolves its
-  own duplicate keys). A merge row that deletes its key is checked by nothing.
+  column, and the unique key (a window count over the batch; for a merge, also the keys of the table rows the merge
+  keeps, `TAKEN`, joined in by guard.py). A merge row that deletes its key is checked by nothing.
 * `fail`: a row with a broken check stops the job with Spark's `raise_error` (the writer removes every file it
   wrote): nothing lands. Only then are the broken rows counted, by the error path (`describe_failure`).
 * `drop` and `quarantine`: an `Observation` counts the rows per check and keeps sample rows while the write's job
@@ -23,7 +23,8 @@ from .model import Contract, ContractViolation
 
 BROKEN = "_lakehouse contract broken"  # a space: no user column can be named so (spec._check_names)
 KEY_COUNT = "_lakehouse contract key rows"  # rows of the batch with the row's unique key (a window count)
-HELPERS = (BROKEN, KEY_COUNT)
+TAKEN = "_lakehouse contract key taken"  # a merge row's unique key is held by a table row the merge keeps
+HELPERS = (BROKEN, KEY_COUNT, TAKEN)
 MARKER = "LakehouseContractViolation:"
 RULES_COLUMN, RUN_COLUMN, TIME_COLUMN = "_contract_rules", "_contract_run_id", "_contract_quarantined_at"
 SAMPLES = 3
@@ -39,9 +40,11 @@ def unique_check(columns) -> str:
 
 @dataclass
 class Checks:
-    """What one write checks: check name -> a Spark Column that is TRUE when a row breaks it."""
+    """What one write checks: check name -> a Spark Column that is TRUE when a row breaks it, made from its SQL text
+    (`sql`) by one `F.expr`: each Column built piece by piece is a round trip to the JVM, a cost every write pays."""
 
     broken: dict = field(default_factory=dict)
+    sql: dict = field(default_factory=dict)
     discarded: dict = field(default_factory=dict)  # schema-mode drops: name -> Column TRUE when the row is discarded
     discard_observations: list = field(default_factory=list)  # count `discarded` while the write runs
 
@@ -109,32 +112,43 @@ def _same_type(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
+def quoted(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def add_checks(df, contract: Contract, rules_sql: dict[str, str], checks: Checks, *, merge_deletes=None, merge_keys=(), check_unique: bool = True):
-    """Fill `checks.broken` for the rows of `df`: the rules, NOT NULL columns (unique keys are NOT NULL too), unique keys.
-    A merge's delete rows keep no rule, but their `merge_keys` must not be NULL either: the key names the row to delete.
-    Returns `df`, with the unique key's row count as a column when there is one (a window cannot sit in a filter)."""
-    from pyspark.sql import Window
+    """Fill `checks` for the rows of `df`: the rules, NOT NULL columns (unique keys are NOT NULL too), unique keys.
+    `merge_deletes`: SQL TRUE for a merge row that deletes its key; such rows keep no rule, but their `merge_keys` must
+    not be NULL either: the key names the row to delete. Returns `df`, with the unique key's row count as a column when
+    there is one (a window cannot sit in a filter)."""
     from pyspark.sql import functions as F
 
-    exempt = merge_deletes if merge_deletes is not None else F.lit(False)
-    for name, sql in rules_sql.items():
-        checks.broken[name] = ~exempt & ~F.coalesce(F.expr(sql), F.lit(False))
+    kept = f"NOT ({merge_deletes})" if merge_deletes is not None else "true"
+    sql = {name: f"{kept} AND NOT coalesce({rule}, false)" for name, rule in rules_sql.items()}
     for column in dict.fromkeys([*contract.not_null, *contract.unique]):
-        applies = F.lit(True) if column in merge_keys else ~exempt
-        checks.broken[not_null_check(column)] = applies & F.col(f"`{column}`").isNull()
+        sql[not_null_check(column)] = f"{'true' if column in merge_keys else kept} AND {quoted(column)} IS NULL"
     if contract.unique and check_unique:
-        keys = [F.col(f"`{c}`") for c in contract.unique]
-        df = df.withColumn(KEY_COUNT, F.count(F.lit(1)).over(Window.partitionBy(*keys)))
-        checks.broken[unique_check(contract.unique)] = F.col(f"`{KEY_COUNT}`") > 1
+        window = f"OVER (PARTITION BY {', '.join(quoted(c) for c in contract.unique)})"
+        if merge_deletes is None:
+            count = f"count(1) {window}"
+        else:  # the merge keeps one row per merge key (it resolves repeats): distinct merge keys of the upserts count
+            count = f"size(collect_set(CASE WHEN {kept} THEN struct({', '.join(quoted(c) for c in merge_keys)}) END) {window})"
+        df = df.withColumn(KEY_COUNT, F.expr(count))
+        taken = f" OR coalesce({quoted(TAKEN)}, false)" if TAKEN in df.columns else ""
+        sql[unique_check(contract.unique)] = f"{kept} AND ({quoted(KEY_COUNT)} > 1{taken})"
+    checks.sql |= sql
+    checks.broken |= {name: F.expr(text) for name, text in sql.items()}
     return df
 
 
-def _names(checks: Checks):
+def _names_sql(checks: Checks) -> str:
     """The names of the checks a row breaks, comma-separated ("" when it keeps them all). Plain expressions that
     Spark compiles with the rest of the row's projection (an array filter would not be)."""
-    from pyspark.sql import functions as F
-
-    return F.concat_ws(",", *[F.when(cond, F.lit(name)) for name, cond in checks.broken.items()])
+    return "concat_ws(',', " + ", ".join(f"CASE WHEN {text} THEN {literal(name)} END" for name, text in checks.sql.items()) + ")"
 
 
 def _any(checks: Checks):
@@ -145,14 +159,19 @@ def _any(checks: Checks):
 
 def flagged(df, checks: Checks):
     """`df` with the BROKEN column: the names of the checks each row breaks ("" when it keeps them all)."""
-    return df.withColumn(BROKEN, _names(checks))
+    from pyspark.sql import functions as F
+
+    return df.withColumn(BROKEN, F.expr(_names_sql(checks)))
+
+
+def _row_json_sql(columns) -> str:
+    return f"to_json(struct({', '.join(quoted(c) for c in columns if c not in HELPERS)}), map('ignoreNullFields', 'false'))"
 
 
 def row_json(df):
     from pyspark.sql import functions as F
 
-    columns = [F.col(f"`{c}`") for c in df.columns if c not in HELPERS]
-    return F.to_json(F.struct(*columns), {"ignoreNullFields": "false"})
+    return F.expr(_row_json_sql(df.columns))
 
 
 def failing(df, checks: Checks):
@@ -160,8 +179,11 @@ def failing(df, checks: Checks):
     for that row only: a row that keeps every check costs the checks' comparisons and nothing else)."""
     from pyspark.sql import functions as F
 
-    message = F.concat(F.lit(f"{MARKER} "), _names(checks), F.lit(" "), row_json(df))
-    return df.filter(F.when(F.coalesce(_any(checks), F.lit(False)), F.raise_error(message)).otherwise(F.lit(True))).drop(*HELPERS)
+    columns = df.columns
+    message = f"concat({literal(MARKER + ' ')}, {_names_sql(checks)}, ' ', {_row_json_sql(columns)})"
+    any_broken = " OR ".join(f"({text})" for text in checks.sql.values())
+    df = df.filter(F.expr(f"CASE WHEN coalesce({any_broken}, false) THEN raise_error({message}) ELSE true END"))
+    return df.drop(*[c for c in HELPERS if c in columns])
 
 
 def observed(df, checks: Checks):
@@ -225,13 +247,10 @@ def not_nullable(df, columns):
     rows with NULL there were removed or stopped the job)."""
     from pyspark.sql import functions as F
 
-    for column in dict.fromkeys(columns):
-        if column not in df.columns:
-            continue
-        zero = _zero(df.schema[column].dataType)
-        if zero is not None:
-            df = df.withColumn(column, F.coalesce(F.col(f"`{column}`"), zero))
-    return df
+    types = {f.name: f.dataType for f in df.schema.fields}
+    zeros = {column: _zero(types[column]) for column in dict.fromkeys(columns) if column in types}
+    coalesced = {column: F.coalesce(F.col(quoted(column)), zero) for column, zero in zeros.items() if zero is not None}
+    return df.withColumns(coalesced) if coalesced else df
 
 
 def _zero(data_type):

@@ -22,6 +22,7 @@ from ..model import WriteRequest, WriteResult
 from ..schema.spec import TableSpec
 from ..schema.type_mapping import iceberg_to_spark_schema
 from ..spark.compat import is_cached
+from ..table import branches
 from . import enforce, table_contract
 from .model import CONTRACT_PROPERTY, Contract
 
@@ -58,7 +59,10 @@ def enforced(ctx, df, request: WriteRequest, write: Write, as_spark=None) -> Wri
         request = dataclasses.replace(request, spec=spec)
     merge = request.merge
     deletes = _merge_deletes(merge, df.columns) if merge is not None else None
-    df = enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, merge_keys=merge.keys if merge is not None else (), check_unique=merge is None)
+    check_unique = merge is None or not set(merge.keys) <= set(contract.unique)  # unique merge keys: the merge keeps them so
+    if check_unique and merge is not None and table is not None and contract.unique:
+        df = _with_taken_keys(ctx, identifier, branches.on_branch(table, request.branch), df, merge.keys, contract.unique)
+    df = enforce.add_checks(df, contract, rules_sql, checks, merge_deletes=deletes, merge_keys=merge.keys if merge is not None else (), check_unique=check_unique)
     result = _write_checked(ctx, df, request, contract, checks, lambda rows, req, same=True: write(rows, req, table if same else None), cached)
     if table is None or changed:
         warnings += table_contract.record(ctx, identifier, ctx.load(identifier), contract, rules_sql, previous if changed else None)
@@ -105,6 +109,22 @@ def _change(ctx, identifier: str, table, spark, contract: Contract, previous: Co
     table_contract.check_existing_rows(spark, identifier, rows, {n: s for n, s in new.items()}, new_not_null)
 
 
+def _with_taken_keys(ctx, identifier: str, table, df, merge_keys, unique):
+    """`df` with `enforce.TAKEN`: TRUE where the row's unique key is held by a table row the merge keeps (one whose merge
+    key the batch does not name). The table's merge and unique key columns only are read, in the write's own job."""
+    from pyspark.sql import functions as F
+
+    table_columns = {f.name for f in table.schema().fields}
+    if table.current_snapshot() is None or not set(unique) | set(merge_keys) <= table_columns:
+        return df
+    from ..read.table_reader import read_table
+
+    existing = read_table(df.sparkSession, identifier, table, ctx.storage, ctx.mirror(table)).select(*dict.fromkeys([*merge_keys, *unique]))
+    kept = existing.join(df.select(*merge_keys).distinct(), on=list(merge_keys), how="left_anti")
+    taken = kept.select(*unique).distinct().withColumn(enforce.TAKEN, F.lit(True))
+    return df.join(taken, on=list(unique), how="left").select(*[F.col(f"`{c}`") for c in [*df.columns, enforce.TAKEN]])
+
+
 def _refuse_widening(identifier: str, df, table_types: dict[str, str]) -> None:
     """Widening a column replaces the Delta table (its typeWidening feature is out of delta-rs's reach), and delta-rs
     cannot create a table whose configuration holds CHECK constraints: refused before any file."""
@@ -130,16 +150,15 @@ def _widens(old: str, new: str) -> bool:
     return False
 
 
-def _merge_deletes(merge, columns):
-    """A merge row that deletes its key (its operation or deleted-at column says so): no rule applies to it."""
-    from pyspark.sql import functions as F
-
-    delete = F.lit(False)
+def _merge_deletes(merge, columns) -> str:
+    """SQL TRUE for a merge row that deletes its key (its operation or deleted-at column says so): no rule applies to it."""
+    delete = ["false"]
     if merge.operation_column and merge.operation_column in columns:
-        delete = delete | F.coalesce(F.col(merge.operation_column).cast("string").isin(*[str(v) for v in merge.delete_values]), F.lit(False))
+        values = ", ".join(enforce.literal(str(v)) for v in merge.delete_values)
+        delete.append(f"coalesce(CAST({enforce.quoted(merge.operation_column)} AS STRING) IN ({values}), false)")
     if merge.deleted_at_column and merge.deleted_at_column in columns:
-        delete = delete | F.col(merge.deleted_at_column).isNotNull()
-    return delete
+        delete.append(f"{enforce.quoted(merge.deleted_at_column)} IS NOT NULL")
+    return " OR ".join(delete)
 
 
 def _write_checked(ctx, df, request: WriteRequest, contract: Contract, checks: enforce.Checks, write, input_cached: bool) -> WriteResult:
@@ -177,7 +196,7 @@ def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks:
         target = contract.quarantine_table(identifier)
         quarantine_request = WriteRequest(
             TableSpec(target, formats=request.spec.formats), "append", write_id=f"{request.write_id}:quarantine" if request.write_id else None,
-            writer=request.writer,
+            writer=request.writer, branch=request.branch,  # staged with the write: published (or discarded) with it
         )
         quarantined = write(enforce.quarantine_rows(observed, run_id), quarantine_request, False)
         result = write(enforce.kept_rows(cached, [*contract.not_null, *contract.unique]), request)
@@ -187,8 +206,6 @@ def _quarantine(ctx, flagged, request: WriteRequest, contract: Contract, checks:
     result.contract = enforce.report(observation, checks, "quarantine") if not quarantined.duplicate_of_earlier_write else {"policy": "quarantine"}
     result.contract |= {"quarantine_table": target, "rows_quarantined": quarantined.rows_written, "quarantine_snapshot_id": quarantined.iceberg_snapshot_id}
     return result
-
-
 
 
 def _discarded(result: WriteResult, checks: enforce.Checks) -> dict[str, int]:

@@ -294,8 +294,11 @@ def commit_schema(
     return version
 
 
-def commit_configuration(root_uri: str, storage: StorageConfig, delta: DeltaTable, configuration: Mapping[str, str], commit_info: Mapping[str, str]) -> int:
-    """One Delta version whose metaData sets the table properties `configuration`, schema and protocol left as they are.
+def commit_configuration(
+    root_uri: str, storage: StorageConfig, delta: DeltaTable, configuration: Mapping[str, str], commit_info: Mapping[str, str], schema_string: str | None = None
+) -> int:
+    """One Delta version whose metaData sets the table properties `configuration`, schema and protocol left as they are
+    (`schema_string`: the schema instead, e.g. a column made NOT NULL, which delta-rs has no operation for).
 
     For a table with table features (writer version 7), whose protocol delta-rs's SET TBLPROPERTIES rewrites: it adds
     `appendOnly`, `invariants` and, at reader version 3, `variantType`, and raises reader version 1 to 2, whatever the
@@ -304,7 +307,7 @@ def commit_configuration(root_uri: str, storage: StorageConfig, delta: DeltaTabl
     version = delta.version() + 1
     metadata_action = {
         "id": md.id, "name": md.name, "description": md.description, "format": {"provider": "parquet", "options": {}},
-        "schemaString": delta.schema().to_json(), "partitionColumns": list(md.partition_columns),
+        "schemaString": schema_string or delta.schema().to_json(), "partitionColumns": list(md.partition_columns),
         "configuration": {**(md.configuration or {}), **configuration}, "createdTime": md.created_time,
     }  # fmt: skip
     info = {"timestamp": int(time.time() * 1000), "operation": "SET TBLPROPERTIES", "operationParameters": {}, "clientVersion": CLIENT,

@@ -7,9 +7,11 @@ write-time checks. So a feature is imported only where delta-rs can write the ta
 project's later writes keep its promise; every other feature is refused before any work, naming it, saying what it
 is and what to do. One table (`FEATURES`) holds the decision for each name; a name not in it is refused.
 
-Features that only constrain what may be written (invariants, check constraints, generated columns) are imported
-when the table declares none of them: the project's writes do not evaluate Delta expressions, so a table that
-declares one is refused rather than silently accepting rows that break it.
+Features that only constrain what may be written (invariants, generated columns) are imported when the table declares
+none of them: the project's writes do not evaluate Delta expressions, so a table that declares one is refused rather
+than silently accepting rows that break it. CHECK constraints in the portable rule subset (core/contracts/rules.py)
+are the exception: they become the imported table's contract rules, which every later write checks (the others
+are refused by name, core/contracts/table_contract.py).
 """
 
 from __future__ import annotations
@@ -49,10 +51,6 @@ def _field_metadata(key: str) -> Callable[[dict, list[dict]], list[str]]:
     return lambda configuration, fields: [f"column {f['name']!r}" for f in fields if key in (f.get("metadata") or {})]
 
 
-def _constraints(configuration: dict, fields: list[dict]) -> list[str]:
-    return [f"constraint {k[len('delta.constraints.'):]!r} ({v})" for k, v in configuration.items() if k.startswith("delta.constraints.")]
-
-
 _NOT_ENFORCED = "the lakehouse's writes add files without evaluating Delta expressions, so later writes could break it"
 _DELTA_RS = "delta-rs 1.6.6, which commits every later Delta version of the table, cannot write a table with this feature"
 
@@ -62,11 +60,8 @@ FEATURES: dict[str, Feature] = {
         "column invariants (`delta.invariants` expressions)", _NOT_ENFORCED,
         f"drop the invariants with the engine that wrote the table, or {_COPY}", _field_metadata("delta.invariants"),
     ),
-    "checkConstraints": Feature(
-        "CHECK constraints (`delta.constraints.*`)", _NOT_ENFORCED,
-        "drop the constraints (`ALTER TABLE ... DROP CONSTRAINT name`; delta-rs: `DeltaTable.alter.drop_constraint`), import, and check the rule in your pipeline",
-        _constraints,
-    ),
+    # Each CHECK constraint becomes a contract rule, or is refused by name (core/contracts/table_contract.adoptable).
+    "checkConstraints": Feature("CHECK constraints (`delta.constraints.*`), kept as the table's contract rules"),
     "changeDataFeed": Feature("the change data feed (`_change_data/` files, not live data)"),
     "generatedColumns": Feature(
         "generated columns (`delta.generationExpression`)", _NOT_ENFORCED,

@@ -24,6 +24,7 @@ from typing import Any
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import StaticTable, Table
 
+from ..contracts import table_contract
 from ..errors import ImportRefused
 from ..formats import delta_features, delta_vector_adoption
 from ..formats.deletes import describe_delete_files, table_files
@@ -55,6 +56,8 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
                 raise refusal from e
             raise
         delta_features.refuse_unsupported(identifier, delta, location)  # before any work
+        adopted = table_contract.adoptable(identifier, delta, location)  # CHECK constraints: the table's contract rules
+        table_contract.check_delta_rows(identifier, delta, adopted)
         import_files.refuse_float_partitions(identifier, delta, location)
         import_files.refuse_variant_columns(identifier, delta, location)
         purged = import_files.purge_deletion_vectors(identifier, delta) if apply_deletes else 0
@@ -64,6 +67,7 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
         try:
             # The Delta side is the source's own versions: one version of ours marks the snapshot as mirrored.
             ctx.mirror(table).record_adoption(table, delta, table.current_snapshot(), adds=[], removes=[])
+            table_contract.adopt(table, adopted)
         except BaseException:
             import_files.drop_created(ctx, identifier, location)
             raise

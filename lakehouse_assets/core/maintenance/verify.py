@@ -35,6 +35,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform, YearTransform
 from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, StringType, TimestampType, TimestamptzType
 
+from ..contracts import table_contract
 from ..errors import SchemaError
 from ..formats import delta_column_mapping, delta_glue, delta_logged_stats, delta_values, foreign_delta
 from ..formats.deletes import TableFiles, describe_delete_files, table_files
@@ -88,6 +89,7 @@ def verify_table(table: Table, mirror: DeltaMirror | None, *, deep: bool = False
     listed = Counter(_relative(root, e.data_file.file_path) for e in files.data)
     differences += [f"Iceberg lists data file {p} {n} times (its readers read its rows {n} times; Delta lists it once)" for p, n in sorted(listed.items()) if n > 1]
     differences += _schema_differences(table, delta)
+    differences += table_contract.format_differences(table, delta)  # the data contract, in both formats
     if foreign := foreign_delta.foreign_versions(delta):
         report["delta_foreign_versions"] = [v.to_dict() for v in foreign]
         differences.append(foreign_delta.explain(".".join(table.name()), foreign))

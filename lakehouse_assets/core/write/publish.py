@@ -27,6 +27,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from ..contracts.model import QUARANTINE_SUFFIX
 from ..errors import CommitConflict, DeleteFilesError, SpecError
 from ..formats import history
 from ..formats import iceberg_committer as ic
@@ -48,10 +49,33 @@ FAST_FORWARD_ATTEMPTS = 3  # main moving between reading it and fast-forwarding 
 
 def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default: str, spark=None) -> PublishResult:
     """Make `branch`'s staged snapshots main's, then mirror main to Delta. The branch is kept (now at main's head
-    or behind it); `discard` removes it."""
+    or behind it); `discard` removes it. Rows a data contract quarantined on the same branch (`<table>_quarantine`)
+    are published first, so a publish that stops half-way loses none of them."""
     branch = branches.target_branch(identifier, branch)
     if branch is None:
         raise SpecError(f"Table {identifier}: name the branch to publish; main is what a publish goes to.")
+    quarantine = _quarantine_on(ctx, identifier, branch)
+    staged_quarantine = _publish(ctx, quarantine, branch, foreign_default, spark) if quarantine is not None else None
+    table = ctx.load(identifier)
+    if staged_quarantine is not None and branches.head(table, branch) is None:  # the contract quarantined every row written
+        result = _result(ctx, identifier, table, branch, NOTHING, table.current_snapshot(), 0)
+    else:
+        result = _publish(ctx, identifier, branch, foreign_default, spark)
+    if staged_quarantine is not None:
+        result.contract = {"quarantine_table": quarantine, "quarantine_published": staged_quarantine.published,
+                           "quarantine_snapshot_id": staged_quarantine.iceberg_snapshot_id}
+    return result
+
+
+def _quarantine_on(ctx: TableContext, identifier: str, branch: str) -> str | None:
+    """`<table>_quarantine` when it holds `branch` (a contract quarantined rows of a write to that branch)."""
+    quarantine = identifier + QUARANTINE_SUFFIX
+    if not ctx.catalog.table_exists(quarantine):
+        return None
+    return quarantine if branches.head(ctx.load(quarantine), branch) is not None else None
+
+
+def _publish(ctx: TableContext, identifier: str, branch: str, foreign_default: str, spark) -> PublishResult:
     table = ctx.load(identifier)
     head = branches.require_head(identifier, table, branch)
     fork = branches.fork_point(table, head)
@@ -100,10 +124,22 @@ def publish(ctx: TableContext, identifier: str, branch: str, *, foreign_default:
 
 def discard(ctx: TableContext, identifier: str, branch: str) -> dict:
     """Remove `branch` (its ref only). Its snapshots are no branch's head any more: snapshot expiry removes them,
-    and orphan cleanup then the files only they referenced. Main and Delta are not touched."""
+    and orphan cleanup then the files only they referenced. Main and Delta are not touched. The rows a contract
+    quarantined on the same branch are discarded with it."""
     branch = branches.target_branch(identifier, branch)
     if branch is None:
         raise SpecError(f"Table {identifier}: main cannot be discarded; name a branch (see lakehouse tables).")
+    quarantine = _quarantine_on(ctx, identifier, branch)
+    if quarantine is not None and branches.head(ctx.load(identifier), branch) is None:  # the contract quarantined every row written
+        result = {"table": identifier, "branch": branch, "head_snapshot_id": None, "unpublished_snapshots": 0}
+    else:
+        result = _discard(ctx, identifier, branch)
+    if quarantine is not None:
+        result["quarantine"] = _discard(ctx, quarantine, branch)
+    return result
+
+
+def _discard(ctx: TableContext, identifier: str, branch: str) -> dict:
     table = ctx.load(identifier)
     head = branches.require_head(identifier, table, branch)
     fork = branches.fork_point(table, head)

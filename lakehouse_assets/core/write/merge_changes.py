@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..read.changes import CHANGE_TYPE, DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
+from ..read.change_types import CHANGE_TYPE, DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from .change_data import ChangeDataWriter, file_actions
 
 _INDEX = "_lakehouse merge upsert"  # helper columns hold a space, which user column names cannot

@@ -37,8 +37,8 @@ _CHANGE = "_lakehouse merge change"  # the tasks' rows on their change data (mer
 
 @dataclass
 class Matched:
-    """What the one job found and wrote: per candidate with new deleted rows, their positions (sorted int64);
-    whether it wrote the upserts (recorded in `changes`); and whether it wrote the version's change data."""
+    """What the one job found and wrote: per candidate with new deleted rows, their positions (sorted int64), and
+    whether it wrote the upserts (recorded in `changes`; if not, the caller writes them)."""
 
     positions: dict[str, pa.Array]
     wrote_upserts: bool

@@ -228,6 +228,58 @@ def test_both_formats_read_merge_on_read_merges_and_feed_their_changes_as_copy_o
     assert "deletionVectors" in (DeltaTable(lh.load(mor).location()).protocol().reader_features or [])
 
 
+def test_a_small_merge_matches_writes_and_feeds_in_one_job_unless_its_upserts_are_too_large(lh, spark, monkeypatch):
+    """A cached small batch: the positions, the upserts and the Delta change data come from one Spark job, as many
+    jobs as the copy-on-write twin's one-job rewrite. Upserts too large to travel with the tasks are written by
+    Spark's writer after the matching job. Either way: the twin's rows, and its change data feed row for row."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from lakehouse_assets.core.write import merge_on_read_tasks, merge_tasks
+
+    from .conftest import spark_jobs
+
+    roads = []
+    real = merge_on_read_tasks.match_and_write
+
+    def match_and_write(*args, **kwargs):
+        out = real(*args, **kwargs)
+        roads.append(out.wrote_upserts)
+        return out
+
+    monkeypatch.setattr(merge_on_read_tasks, "match_and_write", match_and_write)
+    mor, cow = "mor.small", "mor.small_cow"
+    for name, props in ((mor, MOR), (cow, {})):
+        for lo in (0, 20):  # two files per partition
+            data = [(i, "a" if i % 2 else "b", "v0") for i in range(lo, lo + 20)]
+            lh.write(spark.createDataFrame(data, "id long, part string, v string").coalesce(1), name, partition_by=["part"], table=TableOptions(properties=props))
+
+    def feed(name: str, version: int) -> list[tuple]:
+        table = pa.table(DeltaTable(lh.load(name).location()).load_cdf(starting_version=version, ending_version=version).read_all())
+        return sorted((r["id"], r["part"], r["v"], r["_change_type"]) for r in table.to_pylist())
+
+    batches = [[(1, "a", "v1", "u"), (22, "b", None, "d"), (5, "a", "v0", "u"), (50, "a", "new", "u")], [(3, "a", "v2", "u"), (24, "b", None, "d"), (1, "b", "moved", "u")]]
+    for i, data in enumerate(batches):
+        if i == 1:  # upserts too large to travel: neither on the driver with the batch's rows nor collected
+            monkeypatch.setattr(merge_batch, "ROWS_ON_DRIVER_BYTES", 0)
+            monkeypatch.setattr(merge_tasks, "UPSERTS_ON_DRIVER_BYTES", 0)
+        cached = spark.createDataFrame(data, SCHEMA).cache()
+        cached.count()
+        jobs = spark_jobs(spark)
+        r = lh.write(cached, mor, mode="merge", merge=OPS)
+        jobs, twin_jobs = spark_jobs(spark) - jobs, spark_jobs(spark)
+        t = lh.write(cached, cow, mode="merge", merge=OPS)
+        twin_jobs = spark_jobs(spark) - twin_jobs
+        cached.unpersist()
+        assert not r.delta_lagging, r.delta_error
+        assert rows(lh, mor) == rows(lh, cow)
+        assert feed(mor, r.delta_version) == feed(cow, t.delta_version)
+        assert r.rows_removed == 3  # the equal upsert of 5 too: its row is replaced by position
+        if i == 0:
+            assert jobs == twin_jobs, (jobs, twin_jobs)
+    assert roads == [True, False]
+
+
 def test_an_asset_opts_in_by_its_metadata(lh, spark, dagster_resources):
     from dagster import asset, materialize
 

@@ -35,16 +35,21 @@ from ..schema.type_mapping import iceberg_to_spark_schema
 from ..spark.session import active_session
 from ..table.context import TableContext
 from ..table.evolution import column_names_moved, types_were_widened
+from .change_types import (  # noqa: F401 - the feed's columns and labels, named here too
+    CHANGE_COLUMNS,
+    CHANGE_TYPE,
+    COMMIT_SNAPSHOT_ID,
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    DELETE,
+    INSERT,
+    UPDATE_POSTIMAGE,
+    UPDATE_PREIMAGE,
+)
 from .delete_rows import PATH, POSITION, dropped_rows
 from .reader import read_parquet_files
 from .table_reader import read_table
 
-CHANGE_TYPE = "_change_type"
-COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
-COMMIT_VERSION = "_commit_version"
-COMMIT_TIMESTAMP = "_commit_timestamp"
-INSERT, DELETE, UPDATE_PREIMAGE, UPDATE_POSTIMAGE = "insert", "delete", "update_preimage", "update_postimage"
-CHANGE_COLUMNS = (CHANGE_TYPE, COMMIT_SNAPSHOT_ID, COMMIT_VERSION, COMMIT_TIMESTAMP)
 _SIGN, _NET = "_lakehouse_sign", "_lakehouse_net"
 
 

@@ -1,17 +1,39 @@
 """PySpark's Python worker daemon, with Spark's own archives kept indexed in every worker it forks
-(core/spark/archives.py: no re-read of Spark's zips and jars before each task).
+(core/spark/archives.py: no re-read of Spark's zips and jars before each task), and the libraries every task of the
+project imports loaded once, before any fork.
 
 Spark starts it when `spark.python.daemon.module` names this module (the project's session does;
 see `core/spark/session.py`). Executors need the project installed, as they already do for its write functions.
+
+Spark forks a worker from this daemon for each Python task that finds no idle one, and stops workers idle for a
+minute: a merge every few minutes meets no idle worker. A fresh worker imports what its task needs, pyarrow,
+pandas (PySpark's Arrow serializers) and pyiceberg (the project's file readers and writers), seconds of CPU on a
+loaded machine; imported here, every fork starts with them. The only threads the imports start are numpy's
+(PySpark's own daemon imports numpy before it forks too) and pyarrow's jemalloc background thread, whose fork
+handlers reset it in the child.
 """
 
 from __future__ import annotations
+
+import importlib
 
 from .archives import keep_spark_archives_indexed
 
 keep_spark_archives_indexed()
 
+PRELOADED = ("pyarrow.parquet", "pyarrow.compute", "pyarrow.dataset", "pyarrow.ipc", "pandas", "pyiceberg.manifest", "pyiceberg.io.pyarrow", "pyiceberg.table", "pyspark.sql.pandas.serializers")
+
+
+def preload() -> None:
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a library that does not load here is imported (and fails) in the task as before
+            pass
+
+
 if __name__ == "__main__":
     from pyspark.daemon import manager
 
+    preload()
     manager()

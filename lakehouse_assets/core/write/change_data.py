@@ -27,7 +27,7 @@ from ..formats.delta_cdc_commit import CHANGE_DATA_DIR
 from ..formats.delta_values import partition_value
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import StorageConfig, join_uri
-from ..read.changes import CHANGE_TYPE, rows_changed_between, snapshot_changed_rows
+from ..read.change_types import CHANGE_TYPE
 from ..schema.conform import conform_batch
 from ..schema.spec import delta_partition_columns
 from ..schema.type_mapping import arrow_file_schema, iceberg_to_spark_schema, narrow_integers
@@ -47,6 +47,8 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
     Delta log leave, `change.adds` come in): its rows are the difference of the two file sets.
     An empty list is never returned: a version whose rows did not change gets one empty file, so readers of the
     feed take that version from its cdc files (none), not its add/remove actions."""
+    from ..read.changes import rows_changed_between, snapshot_changed_rows  # the driver's; the executors' writer needs none of it
+
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
     spark = active_session()

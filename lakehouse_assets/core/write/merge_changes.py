@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..read.changes import CHANGE_TYPE, DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
+from ..read.change_types import CHANGE_TYPE, DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from .change_data import ChangeDataWriter, file_actions
 
 _INDEX = "_lakehouse merge upsert"  # helper columns hold a space, which user column names cannot
@@ -105,7 +105,7 @@ class DroppedRows:
         """After the task's data files closed: its change data files written; the task's rows for the driver (JSON)."""
         out = [json.dumps({"counts": [[i, n, self.equal.get(i, 0)] for i, n in self.dropped.items()]})] if self.dropped else []
         if self.labelled:
-            table = pa.concat_tables(self.labelled)
+            table = pa.concat_tables(self.labelled).combine_chunks()  # one batch: one row group per file written, not one per file read
             for batch in self.spec.writer(iter(table.to_batches())):
                 out += [json.dumps({"file": row}) for row in batch.to_pylist()]
         return out
@@ -133,7 +133,8 @@ def finish(spec: MergeChanges, upserts: pa.Table | None, task_rows: list[str], s
     if upserts is not None and upserts.num_rows:
         labels = [None if equal.get(i) else (UPDATE_POSTIMAGE if dropped.get(i) else INSERT) for i in range(upserts.num_rows)]
         rows = upserts.select(list(spec.columns)).append_column(CHANGE_TYPE, pa.array(labels, pa.string()))
-        rows = rows.filter(pa.array([label is not None for label in labels]))
+        # One batch: the upserts arrive in a chunk per partition and collected batch, and each chunk written is a row group.
+        rows = rows.filter(pa.array([label is not None for label in labels])).combine_chunks()
         if rows.num_rows:
             for batch in dataclasses.replace(spec.writer, write_id=upserts_write_id)(iter(rows.to_batches())):
                 files += batch.to_pylist()

@@ -7,9 +7,9 @@ ones; the commit removes the earlier file (`FileChanges.removed_delete_files`). 
 overwrite on a table whose `write.delete.mode` is `merge-on-read` does the same for the files straddling the
 window's edge (files wholly inside it are dropped as they are, with their delete files).
 
-Positions come from the matching step: pyarrow tasks reading the candidates' key columns
-(`merge_tasks.positions_holding`) for a small batch, Spark's semi-join over the candidates read with a
-position column otherwise. Only (file, position) pairs reach the driver, never rows. Rows an earlier delete
+Positions come from the matching step: for a small batch, one job of pyarrow tasks reading the candidates'
+key columns and writing the upserts (merge_on_read_tasks.py); otherwise Spark's semi-join over the candidates
+read with a position column. Only (file, position) pairs reach the driver, never rows. Rows an earlier delete
 file removed already are not matched again: they are no longer in the table.
 """
 
@@ -26,7 +26,7 @@ from ..model import FileChanges
 from ..properties import TableProperties, merge_on_read
 from ..read.reader import file_uris
 from ..spark.compat import collect_arrow
-from . import merge_changes, merge_tasks
+from . import merge_on_read_tasks
 from .merge_batch import PATH
 from .merge_plan import MergePlan
 from .target import WriteTarget
@@ -49,22 +49,24 @@ def check_deletes(table: Table, operation: str) -> None:
 def merge_by_position(spark, plan: MergePlan, changes: FileChanges) -> None:
     """Write the batch's upserts and the position-delete files of the rows it replaces or deletes into `changes`.
 
-    On the pyarrow road with the Delta feed on and the upserts on the driver, the matching tasks also write the
-    replaced rows as the version's change data and the merge writes its upserts' (merge_changes.py), as the
-    one-job copy-on-write rewrite does; otherwise the Delta mirror computes them from the files."""
+    A batch whose keys are on the driver is matched and its upserts written in one job of pyarrow tasks, which
+    with the Delta feed on also write the replaced rows and the upserts as the version's change data
+    (merge_on_read_tasks.py), as the one-job copy-on-write rewrite does; otherwise Spark matches, and the Delta
+    mirror computes the change data from the files."""
     target = plan.target
     earlier = _live_delete_files(target.table)
+    wrote_upserts = False
     if plan.candidates and plan.values is not None and not plan.straddling:
         deleted_before = {f.file_path: position_deletes.read_positions(target.storage, earlier[f.file_path], f.file_path) for f in plan.candidates if f.file_path in earlier}
-        upserts = plan.upserts_on_driver() if target.change_feed else None
-        positions, task_rows, feed = merge_tasks.positions_holding(spark, target, plan.candidates, plan.values, deleted_before, upserts)
-        if feed is not None and positions:  # (new positions only) its change data files, recorded in `created` first
-            changes.change_data = merge_changes.finish(feed, upserts, task_rows, target.storage, f"{feed.writer.write_id}-upserts", changes.created)
+        on_driver = plan.upserts_on_driver()
+        matched = merge_on_read_tasks.match_and_write(spark, target, plan.candidates, plan.values, deleted_before, plan.upserts, changes, upserts_on_driver=on_driver)
+        positions, wrote_upserts = matched.positions, matched.wrote_upserts
     else:
-        positions = _matched_positions(spark, plan)
-    target.write(plan.upserts(), changes)
+        positions, deleted_before = _matched_positions(spark, plan), None
+    if not wrote_upserts:
+        target.write(plan.upserts(), changes)
     by_uri = {f.file_path: f for f in plan.candidates}
-    deleted = delete_positions(target, {by_uri[u]: p for u, p in positions.items()}, changes, earlier)
+    deleted = delete_positions(target, {by_uri[u]: p for u, p in positions.items()}, changes, earlier, deleted_before)
     plan.stats.matched_files = plan.stats.delete_files = len(deleted)
     plan.stats.rows_deleted = sum(deleted.values())
 
@@ -106,10 +108,14 @@ def _collect_positions(hits, uris: list[str]) -> dict[str, pa.Array]:
     return out
 
 
-def delete_positions(target: WriteTarget, positions: dict[DataFile, pa.Array], changes: FileChanges, earlier: dict[str, list[DataFile]] | None = None) -> dict[str, int]:
+def delete_positions(
+    target: WriteTarget, positions: dict[DataFile, pa.Array], changes: FileChanges, earlier: dict[str, list[DataFile]] | None = None,
+    deleted_before: dict[str, pa.Array] | None = None,
+) -> dict[str, int]:
     """For every data file given positions: ONE position-delete file with those and its earlier deleted positions,
-    replacing its earlier delete file(s) (`earlier`: the live ones per data file, when the caller has them), recorded
-    in `changes`. Positions already deleted are not new deletes. Returns, per data file that lost rows, how many it lost."""
+    replacing its earlier delete file(s) (`earlier`: the live ones per data file, when the caller has them; `deleted_before`:
+    their positions per data file, when the caller read them), recorded in `changes`. Positions already deleted are not
+    new deletes. Returns, per data file that lost rows, how many it lost."""
     import pyarrow.compute as pc
 
     earlier = _live_delete_files(target.table) if earlier is None else earlier
@@ -117,7 +123,10 @@ def delete_positions(target: WriteTarget, positions: dict[DataFile, pa.Array], c
     out: dict[str, int] = {}
     for data_file, found in positions.items():
         old_files = earlier.get(data_file.file_path, [])
-        old = position_deletes.read_positions(target.storage, old_files, data_file.file_path)
+        if deleted_before is not None:
+            old = deleted_before.get(data_file.file_path, pa.array([], pa.int64()))
+        else:
+            old = position_deletes.read_positions(target.storage, old_files, data_file.file_path)
         new = pc.filter(found, pc.invert(pc.is_in(found, value_set=old))) if len(old) else found
         if not len(new):
             continue  # every row it names is deleted already

@@ -4,7 +4,7 @@
   that reads the candidates' key columns only);
 - `rewrite_in_one_job`: a small batch's matching and rewrite together: one job, no shuffle, the
   upserts travelling with their partition's candidates and written by the writer's own `FileWriter`;
-- `positions_holding`: merge-on-read's matching: per candidate, the positions of its rows holding a key.
+- the same for merge-on-read (merge_on_read_tasks.py, with `Keys.positions_in`): positions, not rewrites.
 
 Only file paths, partition keys, the batch's keys and its upserts (bounded: `UPSERTS_ON_DRIVER_BYTES`)
 go to the executors; only file rows (path, size, footer...), rewritten paths and row positions come back.
@@ -42,44 +42,13 @@ def files_holding(spark, target: "WriteTarget", files: list[DataFile], values: p
     table's types) and test them against the keys. No row leaves the executors; only paths come back."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    holder = _KeyHolder(*_key_reader(target, values))
+    holder = _KeyHolder(*key_reader(target, values))
     schema = StructType([StructField("path", StringType(), False)])
     hits = map_paths(spark, [f.file_path for f in files], holder, schema, tasks=min(len(files), default_parallelism(spark)))
     return {r[0] for r in hits.collect()}
 
 
-def positions_holding(
-    spark, target: "WriteTarget", files: list[DataFile], values: pa.Table, earlier: dict[str, pa.Array] | None = None, upserts: pa.Table | None = None
-) -> tuple[dict[str, pa.Array], list[str], "merge_changes.MergeChanges | None"]:
-    """Per file of `files` holding a key of `values` (distinct keys, on the driver), the positions of the rows
-    that hold one, less its `earlier` deleted positions (sorted int64): one Spark job of pyarrow tasks reading
-    key columns only, as `files_holding`. Positions and paths come back, no row.
-
-    With `upserts` (the merge's upserts, in the table's columns: the Delta feed is on), the tasks also read the
-    rows at those positions and write them as the version's change data (merge_changes): the second item is
-    the tasks' rows, and the third the feed for `merge_changes.finish` (None without `upserts`)."""
-    from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
-
-    feed = None
-    if upserts is not None:
-        spark_schema = target.spark_schema()
-        settings = _settings(target)
-        feed = (_change_data(target, settings, values.column_names, spark_schema.fieldNames(), uuid.uuid4().hex[:16]), target.row_reader(spark_schema), _ipc(upserts))
-    holder = _PositionHolder(*_key_reader(target, values), earlier or {}, feed)
-    schema = StructType([StructField("path", StringType()), StructField("positions", ArrayType(LongType(), False)), StructField(_CHANGE, StringType())])
-    hits = map_paths(spark, [f.file_path for f in files], holder, schema, tasks=min(len(files), default_parallelism(spark)))
-    rows = hits.collect()
-    positions = {r[0]: pa.array(r[1], pa.int64()) for r in rows if r[0] is not None}
-    return positions, [r[2] for r in rows if r[2] is not None], (feed[0] if feed is not None else None)
-
-
-def _settings(target: "WriteTarget") -> dict:
-    from .writer import table_write_settings
-
-    return table_write_settings(target.table, target.schema, target.target_file_size)
-
-
-def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None, constants=None) -> tuple[ParquetFileReader, bytes]:
+def key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None, constants=None) -> tuple[ParquetFileReader, bytes]:
     """A reader of the table's key columns (by field id after renames, in the table's types) and the
     batch's distinct keys cast to those types, as an Arrow IPC stream for the executors. `spark_schema`:
     the table's, with field ids after renames, when the caller has it already; `constants`: the target's
@@ -95,17 +64,17 @@ def _key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None, cons
     # The table's types: schema evolution only widens a table's key type to the batch's, so this never narrows.
     values = values.cast(pa.schema([pa.field(f.name, f.type) for f in key_schema]))
     constants = target.partition_constants() if constants is None else constants  # key columns a file lacks (partition_constants)
-    return ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None, constants=constants or None), _ipc(values)
+    return ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None, constants=constants or None), ipc(values)
 
 
-def _ipc(table: pa.Table) -> bytes:
+def ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
     return sink.getvalue().to_pybytes()
 
 
-class _Keys:
+class Keys:
     """The batch's distinct keys on an executor: which files hold one, and a file's rows without them."""
 
     def __init__(self, reader: ParquetFileReader, keys_ipc: bytes):
@@ -158,52 +127,10 @@ class _KeyHolder:
     keys_ipc: bytes  # the distinct keys, an Arrow IPC stream
 
     def __call__(self, batches):
-        keys = _Keys(self.reader, self.keys_ipc)
+        keys = Keys(self.reader, self.keys_ipc)
         for batch in batches:
             hits = [uri for uri in batch.column(0).to_pylist() if keys.held_in(uri)]
             yield pa.RecordBatch.from_arrays([pa.array(hits, pa.string())], names=["path"])
-
-
-@dataclass
-class _PositionHolder:
-    """mapInArrow function: file paths in, (path, positions of its rows holding one of the keys, less the earlier
-    deleted ones) out; with `feed`, those rows are written as change data and the task's rows for the driver follow."""
-
-    reader: ParquetFileReader
-    keys_ipc: bytes
-    earlier: dict  # file URI -> positions deleted already (int64)
-    feed: tuple | None = None  # (merge_changes.MergeChanges, whole-row reader, the upserts as Arrow IPC)
-
-    def __call__(self, batches):
-        import pyarrow.compute as pc
-
-        keys = _Keys(self.reader, self.keys_ipc)
-        dropped = self.feed[0].dropped_rows(pa.ipc.open_stream(self.feed[2]).read_all()) if self.feed is not None else None
-        for batch in batches:
-            paths, positions = [], []
-            for uri in batch.column(0).to_pylist():
-                found = keys.positions_in(uri)
-                if uri in self.earlier and len(found):
-                    found = pc.filter(found, pc.invert(pc.is_in(found, value_set=self.earlier[uri])))
-                if len(found):
-                    paths.append(uri)
-                    positions.append(found)
-                    if dropped is not None:
-                        dropped.add(pa.Table.from_batches(list(self.feed[1](path_batches(uri))), schema=self.feed[1].arrow_schema).take(found))
-            values = pa.ListArray.from_arrays(pa.array(_offsets(positions), pa.int32()), pa.concat_arrays(positions) if positions else pa.array([], pa.int64()))
-            yield pa.RecordBatch.from_arrays([pa.array(paths, pa.string()), values, pa.nulls(len(paths), pa.string())], names=["path", "positions", _CHANGE])
-        changed = dropped.finish() if dropped is not None else []
-        if changed:
-            yield pa.RecordBatch.from_arrays(
-                [pa.nulls(len(changed), pa.string()), pa.nulls(len(changed), pa.list_(pa.int64())), pa.array(changed, pa.string())], names=["path", "positions", _CHANGE]
-            )
-
-
-def _offsets(arrays: list[pa.Array]) -> list[int]:
-    out = [0]
-    for a in arrays:
-        out.append(out[-1] + len(a))
-    return out
 
 
 def rewrite_in_one_job(
@@ -233,7 +160,7 @@ def rewrite_in_one_job(
         return None
     settings = table_write_settings(table, target.schema, target.target_file_size)
     keyer = PartitionKeyer(target.schema.model_dump_json(), spec.model_dump_json(), tuple(settings["delta_columns"]))
-    upserts_by_key = _upserts_by_partition(target, spec, keyer, settings, upserts, upserts_on_driver)
+    upserts_by_key = upserts_by_partition(target, spec, keyer, settings, upserts, upserts_on_driver)
     if upserts_by_key is None:
         return None
     groups = _task_groups(spec, keyer, candidates, upserts_by_key)
@@ -245,8 +172,8 @@ def rewrite_in_one_job(
     spark_schema = target.spark_schema()
     row_reader = target.row_reader(spark_schema)
     # With the Delta feed on, the tasks also write the rows they drop as the version's change data (merge_changes).
-    feed = _change_data(target, settings, values.column_names, spark_schema.fieldNames(), write_id) if target.change_feed else None
-    rewrite = _GroupRewriter(*_key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, groups, tasks, writer, feed)
+    feed = change_data(target, settings, values.column_names, spark_schema.fieldNames(), write_id) if target.change_feed else None
+    rewrite = _GroupRewriter(*key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, groups, tasks, writer, feed)
     out_schema = StructType([*file_row_schema().fields, StructField(_REWRITTEN, StringType()), StructField(_CHANGE, StringType())])
     mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(rewrite, out_schema)  # one index per task
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
@@ -259,14 +186,14 @@ def rewrite_in_one_job(
     return [f for f in candidates if f.file_path in rewritten]
 
 
-def _change_data(target: "WriteTarget", settings: dict, keys: list[str], columns: list[str], write_id: str) -> "merge_changes.MergeChanges":
+def change_data(target: "WriteTarget", settings: dict, keys: list[str], columns: list[str], write_id: str) -> "merge_changes.MergeChanges":
     from .change_data import change_data_writer
 
     writer = change_data_writer(target.table, target.schema, settings["root_uri"], target.storage, write_id)
     return merge_changes.MergeChanges(writer, tuple(keys), tuple(columns))
 
 
-def _upserts_by_partition(target: "WriteTarget", spec, keyer, settings: dict, upserts, on_driver: pa.Table | None) -> dict[str, list[pa.RecordBatch]] | None:
+def upserts_by_partition(target: "WriteTarget", spec, keyer, settings: dict, upserts, on_driver: pa.Table | None) -> dict[str, list[pa.RecordBatch]] | None:
     """The batch's upserts per partition key (the writer's keys), on the driver; None: not this road
     (a transform only pyiceberg computes for collected upserts, or more than UPSERTS_ON_DRIVER_BYTES)."""
     from ..formats.delta_values import UnrepresentableValue
@@ -330,7 +257,7 @@ def _task_groups(spec, keyer, candidates: list[DataFile], upserts_by_key: dict[s
         chunks = [files[i : i + FILES_PER_TASK_GROUP] for i in range(0, len(files), FILES_PER_TASK_GROUP)] or [[]]
         rows = upserts_by_key.get(key)
         for i, chunk in enumerate(chunks):
-            upserts_ipc = _ipc(pa.Table.from_batches(rows)) if rows and i == 0 else None
+            upserts_ipc = ipc(pa.Table.from_batches(rows)) if rows and i == 0 else None
             groups.append((key, [f.file_path for f in chunk], upserts_ipc))
             cost.append((upserts_ipc is not None, sum(f.file_size_in_bytes for f in chunk)))
     return [g for _, g in sorted(zip(cost, groups), key=lambda cg: cg[0], reverse=True)]
@@ -370,7 +297,7 @@ class _GroupRewriter:
     def __call__(self, batches):
         from .parquet_files import FILE_ROW_ARROW
 
-        keys = _Keys(self.key_reader, self.keys_ipc)
+        keys = Keys(self.key_reader, self.keys_ipc)
         rewritten: list[str] = []
         dropped = self.feed.dropped_rows(merge_changes.all_upserts(g[2] for g in self.groups)) if self.feed is not None else None
 
@@ -384,11 +311,11 @@ class _GroupRewriter:
                             rewritten.append(uri)
                             for b in self.row_reader(path_batches(uri)):
                                 kept, gone = keys.split(b)
-                                yield from _keyed(kept, key)
+                                yield from keyed(kept, key)
                                 if dropped is not None:
                                     dropped.add(gone)
                         if upserts_ipc is not None:
-                            yield from _keyed(pa.ipc.open_stream(upserts_ipc).read_all(), key)
+                            yield from keyed(pa.ipc.open_stream(upserts_ipc).read_all(), key)
 
         for out in self.writer(rows()):
             yield out.append_column(_REWRITTEN, pa.nulls(out.num_rows, pa.string())).append_column(_CHANGE, pa.nulls(out.num_rows, pa.string()))
@@ -402,7 +329,7 @@ class _GroupRewriter:
             )
 
 
-def _keyed(rows: pa.Table, key: str):
+def keyed(rows: pa.Table, key: str):
     """`rows` as record batches carrying their partition key (the writer's key-column input)."""
     from .partition_keys import with_partition_key
 

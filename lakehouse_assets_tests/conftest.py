@@ -23,6 +23,9 @@ CONNECT = os.environ.get("LAKEHOUSE_TEST_SPARK", "classic") == "connect"
 
 
 def pytest_collection_modifyitems(config, items):
+    # Modules marked `slow` go first: the workers (pytest-xdist, one module per worker at a time) then finish
+    # together instead of one of them starting a multi-minute module at the end. A stable sort keeps the rest in order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if not CONNECT:
         return
     deselected = [item for item in items if "spark" not in getattr(item, "fixturenames", ())]

@@ -157,6 +157,8 @@ from lakehouse_assets.dagster.checks import build_formats_agree_checks
 from lakehouse_assets.dagster.io_manager import LakehouseIOManager
 from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
 
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
+
 
 @asset(key_prefix=["small"], metadata={"partition_by": ["bucket(4, id)"]})
 def rates():

@@ -25,6 +25,8 @@ from pyspark.sql import functions as F
 from .conftest import assert_all_readers_agree, unreadable_delta_log
 from .dagster_dev import LOCATION, graphql, running_dagster_dev, tail
 
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
+
 # About a minute when the machine is idle; generous because each run is a process with its own Spark
 # driver, and this 2-core machine is often shared.
 WAIT_FOR_RUNS_S = 420

@@ -15,7 +15,7 @@ import pytest
 
 from .conftest import CONNECT
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 
 @pytest.mark.smoke

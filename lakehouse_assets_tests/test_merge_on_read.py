@@ -22,6 +22,8 @@ from lakehouse_assets.core.write import merge_batch
 from .conftest import rows_of
 from .test_write_modes import events
 
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
+
 ICEBERG = ("iceberg",)
 MOR = {p: TableProperties.MERGE_ON_READ for p in TableProperties.ROW_LEVEL_MODES}
 OPS = MergeOptions(keys=["id"], operation_column="op")

@@ -12,11 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import random
 
+import pytest
+
 from lakehouse_assets import MergeOptions, Window
 from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import _norm
 from .versions import assert_same_at
+
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
 
 SEED = 20240611
 N_OPS = 30

@@ -42,6 +42,8 @@ from lakehouse_assets.core.read import duckdb_readers
 from . import java_iceberg
 from .isolated_duckdb import IsolatedDuckDB
 
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
+
 # `ci` (`make test`): the explicit all-boundaries example plus CI_EXAMPLES generated tables, the same ones on
 # every run (derandomize: a fixed seed), not shrunk (a failure prints the table and a reproduce blob; run the
 # nightly profile to shrink it). `nightly`: 200 tables (LAKEHOUSE_HYPOTHESIS_MAX_EXAMPLES overrides), random

@@ -16,6 +16,8 @@ from lakehouse_assets import MergeOptions, TableOptions, Window
 
 from .conftest import CONNECT, assert_all_readers_agree
 
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
+
 SCHEMA = "id long, name string, amount long, op string"
 
 

@@ -20,6 +20,8 @@ from .conftest import assert_all_readers_agree
 from .stream_process import report, sink_for
 from .test_streaming import expected, land, rows, run_stream
 
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
+
 PHASES = ["offsets_written", "files_written", "iceberg_committed", "delta_committed", "commit_written"]
 
 

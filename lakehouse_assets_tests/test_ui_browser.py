@@ -20,6 +20,8 @@ import pytest
 
 from .dagster_dev import LOCATION, graphql, running_dagster_dev
 
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

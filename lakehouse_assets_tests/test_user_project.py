@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 # A new environment, a project and four Spark runs in subprocesses: minutes each on a busy 2-core machine.
-pytestmark = pytest.mark.timeout(2700)
+pytestmark = [pytest.mark.timeout(2700), pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent

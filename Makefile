@@ -70,11 +70,12 @@ demo: setup
 	@$(PY) -m lakehouse_assets.demo
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each with its own Spark session and its own servers; a
-# module's tests stay in one process, so its fixtures are made once. Most of a test's time is spent waiting (on the
+# module's tests stay in one process, so its fixtures are made once, and modules go out in the order the suite collects
+# them (conftest.py puts the `slow` ones first; xdist would otherwise order them by test count). Most of a test's time is spent waiting (on the
 # JVM, servers, subprocesses), so three workers beat two on a 2-core machine. The slowest tests are listed at the end:
 # the suite is meant to stay under 25 minutes on this machine. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 3
-XDIST := -n $(TEST_WORKERS) --dist loadfile
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(XDIST) $(PYTEST_MARKS) $(PYTEST_ARGS)
 

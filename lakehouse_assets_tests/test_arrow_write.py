@@ -24,6 +24,8 @@ from lakehouse_assets import Lakehouse, MergeOptions, SpecError, TableOptions, W
 
 from .conftest import assert_all_readers_agree, rows_of, spark_jobs
 
+pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
+
 PARTITIONINGS = {
     "identity": ["region"],
     "day": ["day(ts)"],
@@ -156,8 +158,6 @@ from dagster import DailyPartitionsDefinition, Definitions, asset
 from lakehouse_assets.dagster.checks import build_formats_agree_checks
 from lakehouse_assets.dagster.io_manager import LakehouseIOManager
 from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
-
-pytestmark = pytest.mark.slow  # minutes: scheduled first (conftest.py)
 
 
 @asset(key_prefix=["small"], metadata={"partition_by": ["bucket(4, id)"]})

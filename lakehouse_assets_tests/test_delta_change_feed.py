@@ -252,6 +252,20 @@ def test_verify_deep_checks_the_change_data_files_against_the_iceberg_changes(lh
     assert any("missing change data file" in d for d in lh.verify(t, deep=True)["differences"])
 
 
+def test_line_separators_inside_values_leave_the_delta_log_readable(lh, spark):
+    # The Delta log is JSON lines ending at "\n"; JSON leaves U+2028, U+2029 and U+0085 unescaped inside strings,
+    # and a string column's statistics carry its values: a log reader splitting at them would break a commit apart.
+    t = "cdf.separators"
+    names = ["a\u2028b", "c\u2029d", "e\x85f", "g\x1ch"]
+    first = lh.write(people(spark, [(i, names[i % 4], "US") for i in range(8)]), t)
+    merged = lh.write(people(spark, [(0, "\u2028z", "US"), (9, "\x85", "US")]), t, mode="merge", merge=MergeOptions(keys=["id"]))
+    report = lh.verify(t, deep=True)
+    assert report["agree"], report["differences"]
+    assert report["content"]["change_data"]["version"] == merged.delta_version
+    changes = assert_feed_equals_changes(lh, t, first)
+    assert {r[1] for r in changes if r[-2] in ("update_postimage", "insert")} == {"\u2028z", "\x85"}
+
+
 @pytest.mark.parametrize("backend", ["postgres-s3"], indirect=True)
 def test_the_feed_on_s3(backend, spark):
     """On an S3 warehouse (SeaweedFS): the executors write the cdc files to the bucket and the commit is created there

@@ -32,7 +32,7 @@ def cdc_actions(storage: StorageConfig, root_uri: str, version: int) -> list[dic
     fs, path = storage.filesystem(join_uri(root_uri, f"_delta_log/{version:020d}.json"))
     try:
         with fs.open_input_stream(path) as f:
-            lines = f.read().decode().splitlines()
+            lines = f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks at U+2028, U+0085... inside a string value
     except FileNotFoundError:
         return None
     return [a["cdc"] for a in map(json.loads, filter(None, lines)) if "cdc" in a]

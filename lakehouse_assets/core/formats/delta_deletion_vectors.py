@@ -243,7 +243,7 @@ def live_adds(storage: StorageConfig, root_uri: str, version: int, paths: set[st
         start += 1
     for v in range(start, version + 1):
         with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
-            actions = [json.loads(line) for line in f.read().decode().splitlines() if line]
+            actions = [json.loads(line) for line in f.read().decode().split("\n") if line]  # JSON lines end at "\n" only: splitlines() also breaks at U+2028, U+0085... inside a string value
         # A commit's actions are a set, not a sequence: its removes apply before its adds (a file re-added with a new vector).
         for a in actions:
             if "remove" in a:
@@ -259,7 +259,7 @@ def added_paths(storage: StorageConfig, root_uri: str, versions: list[int]) -> s
     out: set[str] = set()
     for v in versions:
         with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
-            out |= {unquote(a["add"]["path"]) for a in map(json.loads, f.read().decode().splitlines()) if "add" in a}
+            out |= {unquote(a["add"]["path"]) for a in map(json.loads, filter(None, f.read().decode().split("\n"))) if "add" in a}  # JSON lines end at "\n" only: splitlines() also breaks at U+2028, U+0085... inside a string value
     return out
 
 

@@ -35,7 +35,7 @@ def logged_stats(storage, root_uri: str, version: int, paths: set[str]) -> dict[
     for v in commits:  # the newest add of a live path is its live one
         try:
             with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
-                lines = f.read().decode().splitlines()
+                lines = f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks at U+2028, U+0085... inside a string value
         except OSError:
             return found
         for line in lines:

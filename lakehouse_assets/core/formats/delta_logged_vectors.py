@@ -35,7 +35,7 @@ def vector_file_uris(storage: StorageConfig, root_uri: str, first: DeltaTable, l
     fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
     for v in range(first.version() + 1, last_version + 1):
         with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
-            for line in f.read().decode().splitlines():
+            for line in f.read().decode().split("\n"):  # JSON lines end at "\n" only: splitlines() also breaks at U+2028, U+0085... inside a string value
                 add = (json.loads(line) if line.strip() else {}).get("add")
                 if add is not None and (d := dv.descriptor_of(add)) is not None and (u := d.file_uri(root_uri)) is not None:
                     out.add(u)

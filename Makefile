@@ -71,8 +71,8 @@ demo: setup
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each with its own Spark session and its own servers; a
 # module's tests stay in one process, so its fixtures are made once, and modules go out in the order the suite collects
-# them (conftest.py puts the `slow` ones first; xdist would otherwise order them by test count). Most of a test's time is spent waiting (on the
-# JVM, servers, subprocesses), so three workers beat two on a 2-core machine. The slowest tests are listed at the end:
+# them (conftest.py puts the `slow` ones first; xdist would otherwise order them by test count). Workers overlap the time tests spend waiting on the
+# JVM, servers and subprocesses; on a 2-core machine the CPU is the limit beyond that. The slowest tests are listed at the end:
 # the suite is meant to stay under 25 minutes on this machine. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

@@ -65,15 +65,18 @@ def main(warehouse: str, landing: str, checkpoint: str, identifier: str, mode: s
     def armed(phase: str) -> bool:
         return kill_at == phase and current["batch"] == target
 
-    run_write_job = writer.run_write_job
+    def killed_after(run_job):
+        def write_job(*args, **kwargs):
+            rows = run_job(*args, **kwargs)
+            if armed("files_written"):
+                die()
+            return rows
 
-    def write_job(*args, **kwargs):
-        rows = run_write_job(*args, **kwargs)
-        if armed("files_written"):
-            die()
-        return rows
+        return write_job
 
-    writer.run_write_job = write_job
+    # A write's files come from one of the two: a job over the batch's rows, or one over task indexes (a merge's).
+    writer.run_write_job = killed_after(writer.run_write_job)
+    writer.run_write_tasks = killed_after(writer.run_write_tasks)
     mirror_to_delta = transaction.mirror_to_delta
 
     def mirror(*args, **kwargs):

@@ -180,6 +180,32 @@ def collect_arrow(df) -> list:
     return df._collect_as_arrow()
 
 
+def run_indexed_tasks(spark, tasks: int, fn, schema) -> list[dict]:
+    """`fn`, a mapInArrow function, run in `tasks` tasks, task `i` given the one-row batch `id = i`; every row it
+    yields, on the driver, as a dict (`schema`: their Spark types, for the DataFrame road).
+
+    A classic session runs it as an RDD job: no SQL plan to analyse and optimise and no Arrow stream to open,
+    about 75 ms less per job (two trivial tasks here: 0.12 s against 0.20 s through `spark.range(...).mapInArrow`),
+    which a small merge or compaction pays once. A Connect session has no RDDs: the DataFrame road."""
+    if is_connect(spark):
+        return [r.asDict() for r in spark.range(tasks, numPartitions=tasks).mapInArrow(fn, schema).collect()]
+    return spark.sparkContext.range(tasks, numSlices=tasks).mapPartitions(_ArrowTask(fn)).collect()
+
+
+class _ArrowTask:
+    """RDD function over task indexes: `fn` (a mapInArrow function) given them as one batch; its rows as dicts."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, indexes):
+        import pyarrow as pa
+
+        batch = pa.record_batch([pa.array(list(indexes), pa.int64())], names=["id"])
+        for out in self.fn(iter([batch])):
+            yield from out.to_pylist()
+
+
 def filled_cache_figures(df) -> tuple[int, int] | None:
     """(rows, bytes) of the filled Spark cache `df` reads through projections only, or None (not cached, not
     filled, or not knowable).

@@ -31,7 +31,7 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     the new files, recorded in `changes` (None: a file is not of the current spec, nothing done).
     `deleted`: {file URI: its deleted positions (`read.deleted_positions`)}, rows left out of the new files."""
     from .partition_keys import UNPARTITIONED_KEY, PartitionKeyer
-    from .writer import file_row_schema, run_write_job, table_write_settings, written_files
+    from .writer import file_row_schema, run_write_tasks, table_write_settings, written_files
 
     table = target.table
     spec = table.spec()
@@ -57,8 +57,7 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
         for i, (key, files) in enumerate(bins)
     ]
     compactor = _BinRewriter(reader, per_bin, tasks)
-    mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(compactor, file_row_schema())  # one index per task
-    rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
+    rows = run_write_tasks(spark, tasks, compactor, file_row_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     return target.record(written_files(rows), changes, counts_as_written=False)
 
 

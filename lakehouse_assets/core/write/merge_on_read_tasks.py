@@ -53,7 +53,7 @@ def match_and_write(
     (`upserts`: their DataFrame factory, `upserts_on_driver`: their rows, when the batch brought them) and, with
     the Delta feed on, the version's change data (`changes.change_data`, merge_changes)."""
     from .partition_keys import PartitionKeyer
-    from .writer import file_row_schema, run_write_job, table_write_settings, written_files
+    from .writer import file_row_schema, run_write_tasks, table_write_settings, written_files
 
     table, spec = target.table, target.table.spec()
     settings = table_write_settings(table, target.schema, target.target_file_size)
@@ -68,8 +68,7 @@ def match_and_write(
     task = _MatchAndWrite(
         *merge_tasks.key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, earlier, parts, work, target.file_writer(settings, write_id), feed
     )
-    mapped = spark.range(len(work), numPartitions=len(work)).mapInArrow(task, _out_schema(file_row_schema()))  # one index per task
-    rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
+    rows = run_write_tasks(spark, len(work), task, _out_schema(file_row_schema()), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     target.record(written_files([r for r in rows if r[_PATH] is None and r[_CHANGE] is None]), changes)
     positions = {r[_PATH]: pa.array(r[_POSITIONS], pa.int64()) for r in rows if r[_PATH] is not None}
     if feed is not None and positions:

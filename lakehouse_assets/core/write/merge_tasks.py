@@ -152,7 +152,7 @@ def rewrite_in_one_job(
     from pyspark.sql.types import StringType, StructField, StructType
 
     from .partition_keys import PartitionKeyer
-    from .writer import file_row_schema, run_write_job, table_write_settings, written_files
+    from .writer import file_row_schema, run_write_tasks, table_write_settings, written_files
 
     table = target.table
     spec = table.spec()
@@ -175,8 +175,7 @@ def rewrite_in_one_job(
     feed = change_data(target, settings, values.column_names, spark_schema.fieldNames(), write_id) if target.change_feed else None
     rewrite = _GroupRewriter(*key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, groups, tasks, writer, feed)
     out_schema = StructType([*file_row_schema().fields, StructField(_REWRITTEN, StringType()), StructField(_CHANGE, StringType())])
-    mapped = spark.range(tasks, numPartitions=tasks).mapInArrow(rewrite, out_schema)  # one index per task
-    rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
+    rows = run_write_tasks(spark, tasks, rewrite, out_schema, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     rewritten = {r[_REWRITTEN] for r in rows if r[_REWRITTEN] is not None}
     target.record(written_files([r for r in rows if r[_REWRITTEN] is None and r[_CHANGE] is None]), changes)
     if feed is not None and rewritten:

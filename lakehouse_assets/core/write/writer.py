@@ -101,13 +101,24 @@ def run_write_job(mapped, write_id: str, *, storage: StorageConfig, root_uri: st
     return one small row per file (never table rows). If any task fails, every file of the write is
     removed before the error (one line, naming the table and the executor's cause, which stays the
     `__cause__`) reaches the caller."""
+    return _run(mapped.sparkSession, mapped.collect, write_id, storage=storage, root_uri=root_uri, table_name=table_name)
+
+
+def run_write_tasks(spark, tasks: int, fn, schema, write_id: str, *, storage: StorageConfig, root_uri: str, table_name: str) -> list[dict]:
+    """`run_write_job` for a job whose input is its task indexes only (`fn`: a mapInArrow function, task `i` given
+    `id = i`; `schema`: its rows' Spark types): run as `compat.run_indexed_tasks`, its rows as dicts."""
+    from ..spark.compat import run_indexed_tasks
+
+    return _run(spark, lambda: run_indexed_tasks(spark, tasks, fn, schema), write_id, storage=storage, root_uri=root_uri, table_name=table_name)
+
+
+def _run(spark, collect, write_id: str, *, storage: StorageConfig, root_uri: str, table_name: str) -> list:
     from ..spark.compat import tagged_jobs
 
-    spark = mapped.sparkSession
     tag = f"lakehouse-write-{write_id}"
     try:
         with tagged_jobs(spark, tag):  # this write's jobs, to stop their tasks if it fails
-            return mapped.collect()
+            return collect()
     except Exception as e:
         _stop_tasks_and_remove_files(spark, tag, storage, root_uri, write_id)
         raise executor_error(table_name, storage, root_uri, e) from e

@@ -126,7 +126,7 @@ def page(data: dict, when: str, wall_s: float | None, note: str = "") -> str:
         "",
         "## Reproduce",
         "",
-        "<!-- not-run: the benchmark takes many minutes and loads every core -->",
+        "<!-- not-run: the benchmark runs for hours on every core; test_bench_merge_on_read.py runs its merge-on-read workload at a small size -->",
         "```bash",
         "make bench                                        # default size, all workloads",
         'make bench BENCH_ARGS="--rows 200000 --only write_day"   # a quick subset',

@@ -26,6 +26,10 @@ ifeq ($(SPARK),4)
 SAIL_SETUP := $(SAIL_STAMP)
 export LAKEHOUSE_TEST_SAIL_PYTHON := $(CURDIR)/$(SAIL_VENV)/bin/python
 endif
+# The single-format Dagster integrations the bench's dagster_step workload compares a small Arrow asset with
+# (dagster-iceberg needs pyiceberg<0.12): a venv of their own.
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
 # Azurite (Azure Blob emulator for the conformance tests), from the npm registry into a project-local folder.
 # 3.37 is the first release that honours List Blobs' startFrom, which delta-rs uses to list the Delta log.
 AZURITE_VERSION := 3.37.0
@@ -57,6 +61,12 @@ $(SAIL_STAMP): constraints/sail-client.txt
 	@echo "[setup]   installing Sail and the Spark Connect client it supports into $(SAIL_VENV) (log $(SAIL_VENV)/pip.log)"
 	@$(SAIL_VENV)/bin/python -m pip install -q pysail pyspark-client -c constraints/sail-client.txt > $(SAIL_VENV)/pip.log 2>&1 || { tail -n 40 $(SAIL_VENV)/pip.log; exit 1; }
 	@touch $(SAIL_STAMP)
+
+$(PEERS_STAMP): constraints/peers.txt
+	@test -x $(PEERS_VENV)/bin/python || python3 -m venv $(PEERS_VENV)
+	@echo "[setup]   installing dagster-iceberg and dagster-deltalake into $(PEERS_VENV) (log $(PEERS_VENV)/pip.log)"
+	@$(PEERS_VENV)/bin/python -m pip install -q dagster dagster-iceberg dagster-deltalake -c constraints/peers.txt > $(PEERS_VENV)/pip.log 2>&1 || { tail -n 40 $(PEERS_VENV)/pip.log; exit 1; }
+	@touch $(PEERS_STAMP)
 
 $(AZURITE):
 	npm install --silent --no-audit --no-fund --no-save --prefix .node azurite@$(AZURITE_VERSION)
@@ -102,7 +112,7 @@ dev: setup
 # MOR_ARGS e.g. "--rows 2000000 --merges 5": the merge-on-read workload (bench/merge_on_read.py), its own section.
 # Writes docs/performance.md and docs/performance.svg from this run (bench/docs_page.py), then adds our own
 # timings on both Spark lines side by side (Java Iceberg exists here for Spark 3.5 only).
-bench: setup
+bench: setup $(PEERS_STAMP)
 	@start=$$(date +%s); $(PY) bench/vs_java_iceberg.py --json $(VENV)/bench.json $(BENCH_ARGS) && \
 	$(PY) bench/docs_page.py $(VENV)/bench.json --docs docs --wall-seconds $$(( $$(date +%s) - start ))
 	$(PY) bench/merge_on_read.py $(MOR_ARGS) --json $(VENV)/bench-mor.json --markdown docs/performance.md

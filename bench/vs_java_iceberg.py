@@ -39,7 +39,9 @@ Workloads (`--only a,b` to pick):
                   side (the first warms the JVM), files, and the Python driver's peak RSS (flat: metadata only)
   dagster_step    one Dagster step as a whole process: `dagster asset materialize` of a 10,000-row asset in a
                   fresh process (interpreter, imports, code location, Spark session, catalog, commits), ours vs the
-                  same asset written with Spark + Java Iceberg `writeTo().append()` (bench/dagster_step.py)
+                  same asset written with Spark + Java Iceberg `writeTo().append()` (bench/dagster_step.py); and
+                  `dagster_step arrow`: the asset returned as a pyarrow Table (no JVM, with the formats_agree
+                  check) vs dagster-iceberg + dagster-deltalake writing it to the two formats, and vs our Spark step
   scale_write     one size of `scale` (`--rows`), run alone: `--only scale_write`
   write_contract  the write_day write without a data contract, with five rules, and with 1% of rows quarantined
                   (bench/contracts.py)
@@ -600,6 +602,10 @@ class Bench:
         cpu = {k: statistics.median(v["cpu"]) for k, v in runs.items()}
         self.report(Row("dagster_step", ours, [java], note=f"10,000-row asset, `dagster asset materialize` in a fresh process; "
                                                           f"CPU of its processes (median) ours {cpu['ours']:.2f} s, Java {cpu['java']:.2f} s"))
+        arrow, peers = Side("ours", runs["arrow"]["wall"]), Side("dagster-iceberg + dagster-deltalake", runs["peers"]["wall"])
+        self.report(Row("dagster_step arrow", arrow, [peers, Side("our Spark step", runs["ours"]["wall"])],
+                        note=f"the asset as a pyarrow Table, no JVM, with the formats_agree check (targets: <= 1.0x the peers, <= 0.4x our "
+                             f"Spark step); CPU (median) ours {cpu['arrow']:.2f} s, peers {cpu['peers']:.2f} s"))
 
     # ------------------------------------------------------------ driver
 

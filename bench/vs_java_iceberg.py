@@ -43,6 +43,8 @@ Workloads (`--only a,b` to pick):
                   `dagster_step arrow`: the asset returned as a pyarrow Table (no JVM, with the formats_agree
                   check) vs dagster-iceberg + dagster-deltalake writing it to the two formats, and vs our Spark step
   scale_write     one size of `scale` (`--rows`), run alone: `--only scale_write`
+  small_writes    300 appends of 1,000 rows (each within one day) into one day-partitioned table, the sides taking
+                  turns in one session: ours vs Java `writeTo().append()`, median of the last 100 (bench/small_writes.py)
   write_contract  the write_day write without a data contract, with five rules, and with 1% of rows quarantined
                   (bench/contracts.py)
 
@@ -75,7 +77,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = (
     "write_day", "write_day_bucket", "write_unpartitioned", "merge_cdc", "merge_all", "compaction", "read_pruned", "read_full", "read_after_commit", "commit_latency",
-    "write_wide", "changes_cdc", "write_partitioning", "stream", "scale", "dagster_step", "write_contract",
+    "write_wide", "changes_cdc", "write_partitioning", "stream", "scale", "dagster_step", "write_contract", "small_writes",
 )
 INPUT_PARTITIONS = (2, 8, 64, 200)
 PARTITIONING_REPS = 5  # at least, per write_partitioning cell: a 1-2 s write on a shared machine varies by +-0.1 s
@@ -653,6 +655,10 @@ class Bench:
                 from contracts import contract_workload  # bench/contracts.py
 
                 contract_workload(self, Side, Row)
+            elif w == "small_writes":
+                from small_writes import small_writes_workload  # bench/small_writes.py
+
+                small_writes_workload(self, Side, Row)
             else:
                 raise SystemExit(f"unknown workload {w}; choose from {', '.join(WORKLOADS)}")
         self.summary()

@@ -6,6 +6,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_assets import MergeOptions, TableOptions
+from lakehouse_assets.core.schema.spec import DEFAULT_TARGET_FILE_SIZE
 from lakehouse_assets.core.spark.compat import coalesced_partitions, plan_size_bytes
 from lakehouse_assets.core.spark.planning import at_most, by_key, write_tasks
 
@@ -147,3 +148,24 @@ def test_the_shuffle_by_key_reads_its_input_in_the_writes_tasks(spark):
         plan = shuffled._jdf.queryExecution().optimizedPlan().toString() if hasattr(shuffled, "_jdf") else shuffled._explain_string(mode="extended")
         assert "Repartition 2, false" in plan, plan
         assert sorted(r.id for r in shuffled.collect()) == list(range(2000))
+
+
+def test_a_partitioned_write_of_one_tasks_data_runs_without_a_shuffle(lh, spark, duck, monkeypatch):
+    """Data small enough for one write task needs no shuffle by key: that one task holds every key, and a small
+    append (an hourly job's, a stream's micro-batch) saves a stage. Its days still land in one file each."""
+    from lakehouse_assets.core.write import writer
+
+    plans = []
+    run = writer.run_write_job
+
+    def recording(mapped, *args, **kwargs):
+        plans.append(mapped._jdf.queryExecution().optimizedPlan().toString())
+        return run(mapped, *args, **kwargs)
+
+    monkeypatch.setattr(writer, "run_write_job", recording)
+    df = many_partitions(spark, 0, 3000, partitions=6)
+    assert write_tasks(df, DEFAULT_TARGET_FILE_SIZE) == 1
+    r = lh.write(df, "t.one_task_by_day", partition_by=["day(event_time)"])
+    assert len(plans) == 1 and "RepartitionByExpression" not in plans[0], plans  # a coalesce only ("Repartition 1, false")
+    assert r.files_added == len({f.partition[0] for f in data_files(lh, "t.one_task_by_day")}) == 3
+    assert_all_readers_agree(lh, spark, duck, "t.one_task_by_day", rows_of(events(spark, 0, 3000).collect(), COLUMNS))

@@ -68,7 +68,8 @@ def write_files(
             key_columns = tuple(f"{PARTITION_VALUE_PREFIX}{i}" for i in range(len(exprs)))
             # The shuffle's map side in as many tasks as the write too (200 input partitions: 200 tasks' overhead).
             # Each key in one task (the writer fans out by key, no sort); the values are added after the shuffle.
-            df = by_key(at_most(df, tasks), tasks, exprs, dense_keys(spec))
+            # Data for one task needs no shuffle: its one task holds every key (a small write saves a stage).
+            df = by_key(at_most(df, tasks), tasks, exprs, dense_keys(spec)) if tasks > 1 else at_most(df, 1)
             df = df.select("*", *[e.alias(k) for e, k in zip(exprs, key_columns)])
         else:
             keyed_schema = StructType([*df.schema.fields, StructField(PARTITION_KEY_COLUMN, StringType(), False)])

@@ -1,0 +1,45 @@
+"""The `small_writes` workload of bench/vs_java_iceberg.py: the fixed cost of a write.
+
+300 appends of 1,000 rows into one day-partitioned table per side, in one Spark session, the sides taking turns
+(which goes first alternates): ours (both formats) against Java Iceberg's `writeTo().append()`. Each append's
+rows fall in one day (ten appends per day, as an hourly job's would), and arrive like every bench input, in
+3 partitions per core, computed from `spark.range` (not cached: an asset computes its rows). The figure is the
+median of the last 100 appends, when both tables hold 200 commits of history; the note gives the first 20's
+median too (a cost that grew with the history would show as a gap). Target: ours <= 1.0x Java."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+APPENDS, ROWS, LAST, FIRST = 300, 1_000, 100, 20
+
+
+def small_writes_workload(bench, side_cls, row_cls, appends: int = APPENDS) -> None:
+    F = bench.F
+
+    def batch(i: int):
+        day = F.lit("2024-01-01").cast("timestamp") + F.make_interval(days=F.lit(i // 10))
+        return bench.events(i * ROWS, (i + 1) * ROWS).withColumn("event_time", day + F.make_interval(secs=(F.col("id") % 86_400).cast("int")))
+
+    ours_name, java_name = bench.name("small_writes"), bench.name("small_writes")
+    bench.lh.write(batch(0), f"b.{ours_name}", partition_by=["day(event_time)"])  # the tables exist before the first timed append
+    bench.java_create(java_name, batch(0), [F.days("event_time")])
+    runs = {"ours": lambda df: bench.lh.write(df, f"b.{ours_name}"), "java": lambda df: df.writeTo(f"java.b.{java_name}").append()}
+    times: dict[str, list[float]] = {"ours": [], "java": []}
+    for i in range(1, appends + 1):
+        for side in (("ours", "java") if i % 2 else ("java", "ours")):
+            df = batch(i)
+            t0 = time.perf_counter()
+            runs[side](df)
+            times[side].append(time.perf_counter() - t0)
+        if i % 50 == 0:
+            print(f"  small_writes {i} appends: median of the last 50 ours {statistics.median(times['ours'][-50:]):.3f}s "
+                  f"java {statistics.median(times['java'][-50:]):.3f}s", flush=True)
+    ours, java = side_cls("ours", times["ours"][-LAST:]), side_cls("java", times["java"][-LAST:])
+    ours.files, ours.bytes = bench.ours_files(ours_name)
+    java.files, java.bytes = bench.java_files(java_name)
+    first = {side: statistics.median(t[:FIRST]) for side, t in times.items()}
+    bench.report(row_cls("small_writes", ours, [java], note=(
+        f"{appends} appends of {ROWS:,} rows into one day-partitioned table, median of the last {LAST} (target <= 1.0x); "
+        f"first {FIRST}: ours {first['ours']:.3f} s, java {first['java']:.3f} s; files after all appends")))

@@ -158,6 +158,26 @@ def test_a_code_location_with_the_io_manager_loads_without_the_core():
     assert out.strip().splitlines()[-1] == "[]"
 
 
+def test_a_code_location_of_the_factory_loads_without_catalogs_or_delta():
+    """`lakehouse_definitions` (checks, maintenance jobs, sensors) builds its jobs' config from the operation registry
+    alone: the catalogs (SQLAlchemy), delta-rs and the table context load only when a run or a tick touches a table."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dagster import asset\n"
+        "from lakehouse_assets import LakehouseResource, lakehouse_definitions\n"
+        "@asset\n"
+        "def t(): ...\n"
+        "lakehouse_definitions([t], LakehouseResource(warehouse='w'))\n"
+        "heavy = ('lakehouse_assets.core.table.context', 'pyiceberg.catalog.sql', 'sqlalchemy', 'deltalake', 'dagster_aws', 'boto3')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
 def test_spark_config_can_point_at_a_cluster(monkeypatch):
     from lakehouse_assets.dagster.resources import spark_config
 

@@ -5,12 +5,16 @@ Iceberg snapshot and Delta version, and plots it over time. The keys are the one
 maintenance observations use, so both kinds of events land on the same plots.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from dagster import MetadataValue
 
 from ..core import maintenance
-from ..core.lakehouse import Lakehouse
+
+if TYPE_CHECKING:
+    from ..core.lakehouse import Lakehouse
 
 
 def health_metadata(health: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 from deltalake import DeltaTable
 
 from ..errors import ForeignDeltaCommits, LakehouseError
+from ..memo import ByImmutableFiles
 from ..properties import DeltaCommitKeys, Operation, SummaryKeys, TableProperties
 
 REVERTED_VERSIONS = "lakehouse.delta.reverted-versions"
@@ -65,8 +66,19 @@ def is_ours(commit: dict[str, Any]) -> bool:
     return commit.get("version") == 0 or any(k in commit for k in _OURS)
 
 
+# A Delta log's commits up to a version never change (each is put once), so which versions are foreign is known
+# from the table's id and its version: a write checks the log before its job, before its Iceberg commit and before
+# its Delta commit, and reads the log's history again only when a version landed in between.
+_FOREIGN = ByImmutableFiles(max_weight=1024)
+
+
 def foreign_versions(delta: DeltaTable) -> list[ForeignVersion]:
     """Versions newer than the newest version of ours that the mirror did not write, oldest first."""
+    key = (delta.table_uri, delta.metadata().id, delta.version())
+    return list(_FOREIGN.get(key, lambda: tuple(_read_foreign_versions(delta))))
+
+
+def _read_foreign_versions(delta: DeltaTable) -> list[ForeignVersion]:
     limit = 4
     while True:
         commits = delta.history(limit)

@@ -1,0 +1,213 @@
+"""The `table_size` workload: what a write costs as the table grows, when the change does not.
+
+Per size (1,000, 10,000 and 100,000 files; `--files`), in a fresh process: that many tiny Parquet files (10 rows
+each) in 100 Hive-style day folders, where the first day always holds the same 10 files and the others share the
+rest; imported in place (`Lakehouse.import_table`, both formats over the files as they are). A second copy of the
+folder is imported into a second warehouse, whose table Java Iceberg writes through its JdbcCatalog over that
+warehouse's SQLite catalog (the same Iceberg table kind, the same files). Then, the sides taking turns:
+
+- append: 10 new rows into the first day (ours, both formats; Java `writeTo().append()`);
+- merge: 10 rows of the first day updated by key (ours; Java `MERGE INTO`);
+- verify: the blocking `formats_agree` check's comparison (`Lakehouse.verify`; Java has no second format);
+- read: the first day's rows counted (ours `Lakehouse.read` with a row filter; Java `spark.table(...).where(...)`).
+
+Each figure is the median of `--reps`; the Python driver's peak RSS is the process's after all of them. The target:
+each of ours within 1.5x between the smallest and the largest table, and the peak memory flat.
+
+    .venv/bin/python bench/table_size.py [--files 1000,10000,100000] [--reps 5] [--json out.json] [--markdown page.md]
+    .venv/bin/python bench/table_size.py --render out.json --markdown page.md   # the section from an earlier run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+DAYS, ROWS_PER_FILE, HOT_FILES = 100, 10, 10
+HOT_DAY = "2024-01-01"
+OPERATIONS = ("append", "merge", "verify", "read")
+
+
+def make_files(root: str, files: int) -> None:
+    """`files` Parquet files of ROWS_PER_FILE rows under `root/day=.../`: HOT_FILES in the first day, the rest spread over the others."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    days = [(dt.date(2024, 1, 1) + dt.timedelta(days=d)).isoformat() for d in range(DAYS)]
+    for i in range(files):
+        day = days[0] if i < HOT_FILES else days[1 + (i - HOT_FILES) % (DAYS - 1)]
+        folder = os.path.join(root, f"day={day}")
+        os.makedirs(folder, exist_ok=True)
+        ids = pa.array(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE), pa.int64())
+        pq.write_table(pa.table({"id": ids, "v": ids}), os.path.join(folder, f"part-{i:06d}.parquet"))
+
+
+def one_size(spark, files: int, reps: int, root: str) -> dict:
+    """The four operations on tables of `files` files made under `root`, on `spark` (with Java Iceberg's jars)."""
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets import Lakehouse, MergeOptions
+    from lakehouse_assets_tests import java_iceberg
+
+    t0 = time.perf_counter()
+    make_files(os.path.join(root, "ours-files"), files)
+    shutil.copytree(os.path.join(root, "ours-files"), os.path.join(root, "java-files"))
+    made = time.perf_counter() - t0
+    ours = Lakehouse(os.path.join(root, "ours"))
+    t0 = time.perf_counter()
+    ours.import_table("ts.t", os.path.join(root, "ours-files"))
+    imported = time.perf_counter() - t0
+    # Java's JdbcCatalog names its catalog like the lakehouse's; a catalog is built once per session: one name per warehouse.
+    java_catalog = f"table_size_{uuid.uuid4().hex[:8]}"
+    Lakehouse(os.path.join(root, "java"), catalog_name=java_catalog).import_table("ts.t", os.path.join(root, "java-files"))
+    for key, value in java_iceberg.jdbc_catalog_conf(java_catalog, os.path.join(root, "java")).items():
+        spark.conf.set(key, value)
+    java_table = f"{java_catalog}.ts.t"
+    hot_ids = list(range(0, ROWS_PER_FILE * HOT_FILES, ROWS_PER_FILE))  # one row of each of the first day's files
+
+    def new_rows(rep: int):
+        start = 10 * files * ROWS_PER_FILE + rep * 10
+        return spark.range(start, start + 10, numPartitions=1).select("id", F.col("id").alias("v"), F.lit(HOT_DAY).alias("day"))
+
+    def updates(rep: int):
+        return spark.createDataFrame([(i, -rep - 1, HOT_DAY) for i in hot_ids], "id long, v long, day string")
+
+    def java_merge(df):
+        df.createOrReplaceTempView("table_size_batch")
+        spark.sql(f"MERGE INTO {java_table} t USING table_size_batch b ON t.id = b.id AND t.day = b.day "
+                  "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+
+    day_filter = f"day = '{HOT_DAY}'"
+    sides = {
+        "append": {"ours": lambda rep: ours.write(new_rows(rep), "ts.t"),
+                   "java": lambda rep: new_rows(rep).writeTo(java_table).append()},
+        "merge": {"ours": lambda rep: ours.write(updates(rep), "ts.t", mode="merge", merge=MergeOptions(keys=["id"])),
+                  "java": lambda rep: java_merge(updates(rep))},
+        "verify": {"ours": lambda rep: _agree(ours.verify("ts.t"))},
+        "read": {"ours": lambda rep: ours.read(spark, "ts.t", row_filter=day_filter).count(),
+                 "java": lambda rep: spark.table(java_table).where(day_filter).count()},
+    }
+    times = {op: {side: [] for side in fns} for op, fns in sides.items()}
+    for rep in range(reps + 1):  # the first round warms both sides up, untimed
+        for op, fns in sides.items():
+            for side in (list(fns) if rep % 2 == 0 else list(fns)[::-1]):
+                t0 = time.perf_counter()
+                fns[side](rep)
+                if rep:
+                    times[op][side].append(time.perf_counter() - t0)
+        if rep:
+            print(f"  table_size {files:,} files rep {rep}: " + ", ".join(f"{op} {side} {t[-1]:.2f}s" for op, s in times.items() for side, t in s.items()), flush=True)
+    expected = files * ROWS_PER_FILE + 10 * (reps + 1)
+    counted = {"ours": ours.read(spark, "ts.t").count(), "java": spark.table(java_table).count()}
+    if set(counted.values()) != {expected}:
+        raise AssertionError(f"table_size {files}: expected {expected} rows on each side, found {counted}")
+    return {
+        "files": files, "live_files": len(ours.load("ts.t").inspect.files()), "make_seconds": made, "import_seconds": imported,
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "times": times,
+    }
+
+
+def _one_process(files: int, reps: int, tmp: str | None) -> dict:
+    from lakehouse_assets.core.spark.session import spark_session
+    from lakehouse_assets_tests import java_iceberg
+
+    root = tempfile.mkdtemp(prefix=f"bench-table-size-{files}-", dir=tmp)
+    spark = spark_session({**java_iceberg.spark_conf(os.path.join(root, "java-hadoop")), "spark.app.name": "bench-table-size", "spark.sql.shuffle.partitions": "8"})
+    try:
+        return one_size(spark, files, reps, root)
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _agree(report: dict) -> None:
+    if not report["agree"]:
+        raise AssertionError(f"verify disagrees: {report['differences'][:3]}")
+
+
+def measure(sizes: list[int], reps: int, tmp: str | None = None) -> list[dict]:
+    """Each size in a fresh process (its peak RSS is that size's alone)."""
+    out = []
+    for files in sizes:
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", str(files), "--reps", str(reps)] + (["--tmp", tmp] if tmp else [])
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        print(done.stdout[-4000:], flush=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"table_size {files} failed:\n{done.stderr[-4000:]}")
+        out.append(json.loads(next(line for line in done.stdout.splitlines() if line.startswith("TABLE_SIZE ")).split(" ", 1)[1]))
+    return out
+
+
+def render(results: list[dict]) -> str:
+    """The section of the performance page: per operation and size, ours and Java (median s), and ours' growth."""
+    small, large = results[0], results[-1]
+    sizes = ", ".join(f"{r['files']:,}" for r in results)
+    lines = [
+        "## Cost as the table grows (`table_size`)",
+        "",
+        f"Tables of {sizes} tiny files in {DAYS} day folders, imported in place; "
+        f"the first day always holds the same {HOT_FILES} files, and every operation touches only that day. Median seconds "
+        f"of {len(small['times']['append']['ours'])} runs; ours writes both formats, Java Iceberg (through its JdbcCatalog, "
+        "on a copy of the same table) one. Target: each of ours within 1.5x from the smallest to the largest table.",
+        "",
+        "| operation | " + " | ".join(f"ours, {r['files']:,} files" for r in results) + f" | ours {large['files']:,} / {small['files']:,} | "
+        + " | ".join(f"Java, {r['files']:,} files" for r in results) + " |",
+        "|---|" + "---|" * (2 * len(results) + 1),
+    ]
+    for op in OPERATIONS:
+        ours = [statistics.median(r["times"][op]["ours"]) for r in results]
+        java = [statistics.median(r["times"][op]["java"]) if "java" in r["times"][op] else None for r in results]
+        lines.append(f"| {op} | " + " | ".join(f"{v:.2f}" for v in ours) + f" | {ours[-1] / ours[0]:.2f}x | "
+                     + " | ".join("" if v is None else f"{v:.2f}" for v in java) + " |")
+    lines.append("| driver peak RSS (MB) | " + " | ".join(f"{r['rss_mb']:.0f}" for r in results) + f" | {large['rss_mb'] / small['rss_mb']:.2f}x | " + " | " * (len(results) - 1) + " |")
+    lines += ["", "Setup per size (not timed above): " + "; ".join(
+        f"{r['files']:,} files made in {r['make_seconds']:.0f} s and imported in {r['import_seconds']:.0f} s" for r in results) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--files", default="1000,10000,100000")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--tmp", default=None)
+    p.add_argument("--json")
+    p.add_argument("--markdown", help="append the section to this page")
+    p.add_argument("--render", default=None, help="measure nothing: the section from this --json file")
+    a = p.parse_args()
+    if a.render:
+        section = render(json.loads(open(a.render).read()))
+        print(section)
+        if a.markdown:
+            with open(a.markdown, "a") as f:
+                f.write("\n" + section)
+        return
+    if a.one:
+        print("TABLE_SIZE " + json.dumps(_one_process(a.one, a.reps, a.tmp)), flush=True)
+        return
+    results = measure([int(n) for n in a.files.split(",")], a.reps, a.tmp)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    section = render(results)
+    print(section)
+    if a.markdown:
+        with open(a.markdown, "a") as f:
+            f.write("\n" + section)
+
+
+if __name__ == "__main__":
+    main()

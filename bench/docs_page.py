@@ -114,6 +114,10 @@ def page(data: dict, when: str, wall_s: float | None, note: str = "") -> str:
     if notes:
         lines += ["", *notes]
     lines += ["", "![Ratios](performance.svg)", ""]
+    if any(r["workload"] == "small_writes" for r in data["results"]):
+        from small_writes import WHERE_THE_TIME_GOES  # bench/small_writes.py: what a profile of small writes shows
+
+        lines += [*WHERE_THE_TIME_GOES, ""]
     if described := workloads():
         lines += ["## What each workload does", "", "```text", *described, "```", ""]
     lines += [

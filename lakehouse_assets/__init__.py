@@ -18,6 +18,7 @@ from .core.errors import (
     TableNotFound,
     WriteError,
 )
+from .core.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from .core.contracts import Contract, ContractViolation
@@ -55,14 +56,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        from importlib import import_module
-
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -159,7 +159,7 @@ def test_a_partitioned_write_of_one_tasks_data_runs_without_a_shuffle(lh, spark,
     run = writer.run_write_job
 
     def recording(mapped, *args, **kwargs):
-        plans.append(mapped._jdf.queryExecution().optimizedPlan().toString())
+        plans.append(mapped._jdf.queryExecution().optimizedPlan().toString() if hasattr(mapped, "_jdf") else mapped._explain_string(mode="extended"))
         return run(mapped, *args, **kwargs)
 
     monkeypatch.setattr(writer, "run_write_job", recording)

@@ -75,6 +75,32 @@ def test_a_hive_partitioned_pyarrow_dataset_is_imported_in_both_formats_over_its
     still_agrees_after_writes(lh, spark, duck, "imp.events", rows)
 
 
+def test_a_merge_into_a_hive_style_import_reads_only_the_manifests_of_its_partitions(lh, spark, duck, tmp_path, monkeypatch):
+    """The partition values the files lack come from the files the write reads: a merge into one country never
+    lists the table's live files (which grow with the table); a compaction, which plans over the whole table,
+    reads the files it rewrites with their values."""
+    from lakehouse_assets.core.formats import deletes
+
+    root = tmp_path / "events"
+    rows = source_rows()
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    for part in range(3):  # three files per country
+        pq.write_to_dataset(data.slice(part * 4, 4), str(root), partition_cols=["country"], basename_template=f"part-{part}-{{i}}.parquet")
+    lh.import_table("imp.hive_merge", str(root))
+
+    def every_live_file(*_a, **_k):
+        raise AssertionError("the write listed every live file of the table")
+
+    monkeypatch.setattr(deletes, "table_files", every_live_file)
+    lh.write(spark.createDataFrame([(0, "changed", "DE"), (2, "also", "DE")], COLUMNS), "imp.hive_merge", mode="merge", merge=MergeOptions(keys=["id", "country"]))
+    monkeypatch.undo()
+    compacted = lh.maintain("imp.hive_merge", "compaction", spark=spark, compaction_min_input_files=2)
+    assert compacted["committed"], compacted
+    expected = sorted([(c, i, {0: "changed", 2: "also"}.get(i, n)) for i, n, c in rows], key=repr)
+    assert_all_readers_agree(lh, spark, duck, "imp.hive_merge", expected, columns=["country", "id", "name"])
+    assert lh.verify("imp.hive_merge", deep=True)["agree"]
+
+
 def test_a_flat_spark_written_dataset_is_imported(lh, spark, duck, tmp_path):
     root = tmp_path / "flat"
     rows = source_rows(8)

@@ -65,15 +65,6 @@ def of_files(table: Table, files: Iterable[DataFile], schema: Schema | None = No
     return missing_values(table, schema or table.schema(), files)
 
 
-def of_table(table: Table, schema: Schema | None = None) -> Constants:
-    """The current snapshot's files that lack identity partition columns (manifests read only on a marked table)."""
-    if not marked(table) or table.current_snapshot() is None:
-        return {}
-    from .deletes import table_files
-
-    return missing_values(table, schema or table.schema(), (e.data_file for e in table_files(table).data))
-
-
 def of_delta(table: Table, delta, root_uri: str) -> Constants:
     """Every file of a Delta version of a marked, partitioned table with its partition values (the reader
     fills a column from them only where the file lacks it)."""

@@ -49,7 +49,7 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     tasks = min(len(bins), default_parallelism(spark) * TASKS_PER_CORE)
     write_id = uuid.uuid4().hex[:16]
     writer = target.file_writer(settings, write_id)
-    reader = replace(target.row_reader(), deleted=deleted or None)
+    reader = replace(target.row_reader([f for files in groups for f in files]), deleted=deleted or None)
     # One writer per bin, named apart (`<write_id>-<bin>-...`, still swept as this write's on failure): a bin's
     # file closes when the bin ends, and it is never rolled (a bin holds at most ~1.65 targets of input).
     per_bin = [

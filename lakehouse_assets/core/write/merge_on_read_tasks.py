@@ -62,11 +62,11 @@ def match_and_write(
     parts = [(key, merge_tasks.ipc(pa.Table.from_batches(rows).combine_chunks())) for key, rows in (by_key or {}).items() if sum(b.num_rows for b in rows)]
     write_id = uuid.uuid4().hex[:16]
     spark_schema = target.spark_schema()
-    row_reader = target.row_reader(spark_schema)
+    row_reader = target.row_reader(files, spark_schema)
     feed = merge_tasks.change_data(target, settings, values.column_names, spark_schema.fieldNames(), write_id) if target.change_feed and by_key is not None else None
     work = _shares(files, parts, default_parallelism(spark))
     task = _MatchAndWrite(
-        *merge_tasks.key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, earlier, parts, work, target.file_writer(settings, write_id), feed
+        *merge_tasks.key_reader(target, values, spark_schema, constants=row_reader.constants or {}), row_reader, earlier, parts, work, target.file_writer(settings, write_id), feed
     )
     rows = run_write_tasks(spark, len(work), task, _out_schema(file_row_schema()), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     target.record(written_files([r for r in rows if r[_PATH] is None and r[_CHANGE] is None]), changes)

@@ -42,17 +42,17 @@ def files_holding(spark, target: "WriteTarget", files: list[DataFile], values: p
     table's types) and test them against the keys. No row leaves the executors; only paths come back."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    holder = _KeyHolder(*key_reader(target, values))
+    holder = _KeyHolder(*key_reader(target, values, constants=target.partition_constants(files)))
     schema = StructType([StructField("path", StringType(), False)])
     hits = map_paths(spark, [f.file_path for f in files], holder, schema, tasks=min(len(files), default_parallelism(spark)))
     return {r[0] for r in hits.collect()}
 
 
-def key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None, constants=None) -> tuple[ParquetFileReader, bytes]:
+def key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None, *, constants: dict) -> tuple[ParquetFileReader, bytes]:
     """A reader of the table's key columns (by field id after renames, in the table's types) and the
     batch's distinct keys cast to those types, as an Arrow IPC stream for the executors. `spark_schema`:
     the table's, with field ids after renames, when the caller has it already; `constants`: the target's
-    `partition_constants()`, likewise."""
+    `partition_constants(files)` of the files it reads."""
     from pyspark.sql.types import StructType
 
     from ..spark.compat import arrow_schema as to_arrow_schema
@@ -63,7 +63,6 @@ def key_reader(target: "WriteTarget", values: pa.Table, spark_schema=None, const
     field_ids = {k: spark_schema[k].metadata[SPARK_FIELD_ID_KEY] for k in keys if SPARK_FIELD_ID_KEY in (spark_schema[k].metadata or {})}
     # The table's types: schema evolution only widens a table's key type to the batch's, so this never narrows.
     values = values.cast(pa.schema([pa.field(f.name, f.type) for f in key_schema]))
-    constants = target.partition_constants() if constants is None else constants  # key columns a file lacks (partition_constants)
     return ParquetFileReader(target.storage, key_schema, field_ids=field_ids or None, constants=constants or None), ipc(values)
 
 
@@ -170,10 +169,10 @@ def rewrite_in_one_job(
     write_id = uuid.uuid4().hex[:16]
     writer = target.file_writer(settings, write_id)
     spark_schema = target.spark_schema()
-    row_reader = target.row_reader(spark_schema)
+    row_reader = target.row_reader(candidates, spark_schema)
     # With the Delta feed on, the tasks also write the rows they drop as the version's change data (merge_changes).
     feed = change_data(target, settings, values.column_names, spark_schema.fieldNames(), write_id) if target.change_feed else None
-    rewrite = _GroupRewriter(*key_reader(target, values, spark_schema, row_reader.constants or {}), row_reader, groups, tasks, writer, feed)
+    rewrite = _GroupRewriter(*key_reader(target, values, spark_schema, constants=row_reader.constants or {}), row_reader, groups, tasks, writer, feed)
     out_schema = StructType([*file_row_schema().fields, StructField(_REWRITTEN, StringType()), StructField(_CHANGE, StringType())])
     rows = run_write_tasks(spark, tasks, rewrite, out_schema, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     rewritten = {r[_REWRITTEN] for r in rows if r[_REWRITTEN] is not None}

@@ -74,19 +74,20 @@ class WriteTarget:
         """The write's schema for Spark; with Parquet field ids after renames (existing files are read by id)."""
         return iceberg_to_spark_schema(self.schema, field_ids=column_names_moved(self.table))
 
-    def row_reader(self, spark_schema=None) -> ParquetFileReader:
-        """A pyarrow reader of existing files' whole rows for executor tasks, in the write's types (by field id
-        after renames). `spark_schema`: `self.spark_schema()`, when the caller has it already."""
+    def row_reader(self, files: list[DataFile], spark_schema=None) -> ParquetFileReader:
+        """A pyarrow reader of the whole rows of `files` (existing ones) for executor tasks, in the write's types (by
+        field id after renames). `spark_schema`: `self.spark_schema()`, when the caller has it already."""
         from ..spark.compat import arrow_schema as to_arrow_schema
 
         spark_schema = spark_schema or self.spark_schema()
         field_ids = {f.name: f.metadata[SPARK_FIELD_ID_KEY] for f in spark_schema.fields if SPARK_FIELD_ID_KEY in (f.metadata or {})}
-        return ParquetFileReader(self.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None, constants=self.partition_constants() or None)
+        return ParquetFileReader(self.storage, to_arrow_schema(spark_schema), field_ids=field_ids or None, constants=self.partition_constants(files) or None)
 
-    def partition_constants(self) -> dict:
-        """Identity partition values of the table's files that lack those columns (`partition_constants`; empty,
-        at no cost, unless the table holds such files): what executor readers of whole files need."""
-        return partition_constants.of_table(self.table, self.schema)
+    def partition_constants(self, files: list[DataFile]) -> dict:
+        """Identity partition values of those of `files` that lack those columns (`partition_constants`; empty, at
+        no cost, unless the table holds such files): what executor readers of whole files need. From the files
+        given, never the table's manifests: the cost follows what the write reads."""
+        return partition_constants.of_files(self.table, files, self.schema)
 
     def file_writer(self, settings: dict, write_id: str) -> FileWriter:
         """The writer's own file writer for executor tasks whose rows carry their partition key, with the

@@ -7,8 +7,11 @@ folder is imported into a second warehouse, whose table Java Iceberg writes thro
 warehouse's SQLite catalog (the same Iceberg table kind, the same files). Then, the sides taking turns:
 
 - append: 10 new rows into the first day (ours, both formats; Java `writeTo().append()`);
-- merge: 10 rows of the first day updated by key (ours; Java `MERGE INTO`);
-- verify: the blocking `formats_agree` check's comparison (`Lakehouse.verify`; Java has no second format);
+- merge: 10 rows of the first day updated by key and day (ours `keys=["id", "day"]`; Java `MERGE INTO ... ON t.id = b.id
+  AND t.day = b.day`: the same condition);
+- check: the blocking `formats_agree` check after those writes, which compares what changed since the pair of
+  versions its previous run found agreeing (`Lakehouse.verify(..., since=...)`; Java has no second format);
+- verify: the full comparison of every live file (`lakehouse verify`, on demand and in maintenance);
 - read: the first day's rows counted (ours `Lakehouse.read` with a row filter; Java `spark.table(...).where(...)`).
 
 Each figure is the median of `--reps`; the Python driver's peak RSS is the process's after all of them. The target:
@@ -36,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 DAYS, ROWS_PER_FILE, HOT_FILES = 100, 10, 10
 HOT_DAY = "2024-01-01"
-OPERATIONS = ("append", "merge", "verify", "read")
+OPERATIONS = ("append", "merge", "check", "verify", "read")
 
 
 def make_files(root: str, files: int) -> None:
@@ -59,7 +62,7 @@ def one_size(spark, files: int, reps: int, root: str) -> dict:
 
     from pyspark.sql import functions as F
 
-    from lakehouse_assets import Lakehouse, MergeOptions
+    from lakehouse_assets import Lakehouse, MergeOptions, VerifiedPair
     from lakehouse_assets_tests import java_iceberg
 
     t0 = time.perf_counter()
@@ -91,11 +94,20 @@ def one_size(spark, files: int, reps: int, root: str) -> dict:
                   "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 
     day_filter = f"day = '{HOT_DAY}'"
+    first = _agree(ours.verify("ts.t"))
+    verified = [VerifiedPair(first["iceberg_snapshot_id"], first["delta_version"])]
+
+    def check(rep: int) -> None:
+        report = _agree(ours.verify("ts.t", since=verified[-1]))
+        if not report["compared"].startswith("what changed since"):
+            raise AssertionError(f"the check compared {report['compared']}, not what changed since the last one")
+        verified.append(VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"]))
     sides = {
         "append": {"ours": lambda rep: ours.write(new_rows(rep), "ts.t"),
                    "java": lambda rep: new_rows(rep).writeTo(java_table).append()},
-        "merge": {"ours": lambda rep: ours.write(updates(rep), "ts.t", mode="merge", merge=MergeOptions(keys=["id"])),
+        "merge": {"ours": lambda rep: ours.write(updates(rep), "ts.t", mode="merge", merge=MergeOptions(keys=["id", "day"])),
                   "java": lambda rep: java_merge(updates(rep))},
+        "check": {"ours": check},
         "verify": {"ours": lambda rep: _agree(ours.verify("ts.t"))},
         "read": {"ours": lambda rep: ours.read(spark, "ts.t", row_filter=day_filter).count(),
                  "java": lambda rep: spark.table(java_table).where(day_filter).count()},
@@ -133,9 +145,10 @@ def _one_process(files: int, reps: int, tmp: str | None) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _agree(report: dict) -> None:
+def _agree(report: dict) -> dict:
     if not report["agree"]:
         raise AssertionError(f"verify disagrees: {report['differences'][:3]}")
+    return report
 
 
 def measure(sizes: list[int], reps: int, tmp: str | None = None) -> list[dict]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .core.formats.delta_glue import GlueDeltaRegistration
     from .core.io.storage import StorageConfig
     from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
+    from .core.maintenance.verify_changes import VerifiedPair
     from .core.model import MergeOptions, TableOptions
     from .core.spark.session import spark_session
     from .dagster.component import LakehouseComponent
@@ -46,6 +47,7 @@ _LAZY = {
     "Contract": ".core.contracts",
     "ContractViolation": ".core.contracts",
     "spark_session": ".core.spark.session",
+    "VerifiedPair": ".core.maintenance.verify_changes",
     # The Dagster layer, for a project's code location (docs/dagster-project.md).
     "LakehouseComponent": ".dagster.component",
     "lakehouse_definitions": ".dagster.definitions_factory",
@@ -91,6 +93,7 @@ __all__ = [
     "StorageConfig",
     "TableNotFound",
     "TableOptions",
+    "VerifiedPair",
     "Window",
     "WriteError",
     "WriteResult",

@@ -31,6 +31,7 @@ from .maintenance import rollback as rollback_
 from .maintenance.import_table import import_table as import_table_
 from .maintenance.repair import repair_table
 from .maintenance.verify import verify_table
+from .maintenance.verify_changes import VerifiedPair
 from .model import MergeOptions, PublishResult, TableOptions, WriteResult
 from .properties import DEFAULT_DELTA_CONFIGURATION
 from .read import changes as changes_
@@ -333,11 +334,13 @@ class Lakehouse:
         """Run a maintenance operation (`lakehouse maintain --help` lists them) on one table; returns what it did."""
         return maintenance_.run(self.context, identifier, operation, dry_run=dry_run, spark=spark, **settings)
 
-    def verify(self, identifier: str, *, deep: bool = False) -> dict[str, Any]:
+    def verify(self, identifier: str, *, deep: bool = False, since: VerifiedPair | None = None) -> dict[str, Any]:
         """Do the formats agree? Per live file: presence, rows, partition values and stats; the schema.
-        `deep=True` also compares the content as DuckDB reads each format."""
+        `deep=True` also compares the content as DuckDB reads each format. `since`: a pair of versions an earlier
+        verify found agreeing (its report's `iceberg_snapshot_id` and `delta_version`): when both logs confirm it,
+        only the files changed since are compared, and the report's `compared` says so."""
         table = self.load(identifier)
-        return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None, deep=deep)
+        return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None, deep=deep, since=since)
 
     def delta_lag(self, identifier: str) -> int | None:
         """Iceberg snapshots the Delta log has not mirrored yet, from metadata only (no manifests, no file lists).

@@ -1,12 +1,32 @@
-"""Asset checks: the Iceberg and Delta states of a table agree."""
+"""Asset checks: the Iceberg and Delta states of a table agree.
 
+After every materialization the blocking `formats_agree` check compares what changed since the pair of versions
+its last passing evaluation recorded (`iceberg_snapshot_id`, `delta_version`): its cost follows the write, not
+the table (core/maintenance/verify_changes.py). Without such an evaluation, or when the logs do not confirm the
+pair, it compares every live file.
+"""
 
+import logging
 from typing import Iterable, Sequence
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckExecutionContext,
+    AssetCheckKey,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetKey,
+    MetadataValue,
+    asset_check,
+)
 
 from .io_manager import table_identifier
 from .resources import LakehouseResource
+
+log = logging.getLogger("lakehouse.checks")
+CHECK_NAME = "formats_agree"
+RECENT_EVALUATIONS = 10  # looked through for the last passing one (a failing one records a pair that disagreed)
 
 
 def verify_metadata(report: dict) -> dict:
@@ -20,6 +40,8 @@ def verify_metadata(report: dict) -> dict:
         # Plain text reads inline in the UI's metadata table: "none", or every difference.
         "differences": MetadataValue.text("; ".join(report["differences"]) or "none"),
     }
+    if report.get("compared"):
+        md["compared"] = MetadataValue.text(report["compared"])
     if report.get("delta_files_without_row_count"):  # older writers' adds without stats: their rows are not in delta_rows
         md["delta_files_without_row_count"] = MetadataValue.int(report["delta_files_without_row_count"])
     if report.get("delta_lag_snapshots") is not None:
@@ -34,12 +56,12 @@ def build_formats_agree_check(asset_key: AssetKey) -> AssetChecksDefinition:
 
     @asset_check(
         asset=asset_key,
-        name="formats_agree",
+        name=CHECK_NAME,
         blocking=True,
         description=f"Iceberg and Delta list the same live files, rows and columns for {identifier}.",
     )
     def _check(context: AssetCheckExecutionContext, lakehouse: LakehouseResource) -> AssetCheckResult:
-        report = lakehouse.get().verify(identifier)
+        report = lakehouse.get().verify(identifier, since=last_agreeing_pair(context, asset_key))
         agree = bool(report["agree"])
         description = (
             f"Iceberg snapshot {report.get('iceberg_snapshot_id')} and Delta version {report.get('delta_version')} agree."
@@ -49,6 +71,26 @@ def build_formats_agree_check(asset_key: AssetKey) -> AssetChecksDefinition:
         return AssetCheckResult(passed=agree, severity=AssetCheckSeverity.ERROR, metadata=verify_metadata(report), description=description)
 
     return _check
+
+
+def last_agreeing_pair(context: AssetCheckExecutionContext, asset_key: AssetKey):
+    """The Iceberg snapshot and Delta version the last passing `formats_agree` evaluation of `asset_key` recorded, or
+    None (never passed, or the instance cannot tell: the check then compares everything)."""
+    from ..core.maintenance.verify_changes import VerifiedPair
+
+    try:
+        records = context.instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(asset_key, CHECK_NAME), limit=RECENT_EVALUATIONS)
+        for record in records:
+            evaluation = record.evaluation  # (the running evaluation's record holds its plan)
+            if not isinstance(evaluation, AssetCheckEvaluation) or not evaluation.passed:
+                continue
+            snapshot, version = evaluation.metadata.get("iceberg_snapshot_id"), evaluation.metadata.get("delta_version")
+            if snapshot is None or version is None or snapshot.value is None or version.value is None:
+                return None
+            return VerifiedPair(int(snapshot.value), int(version.value))
+    except Exception as e:  # noqa: BLE001 - the full comparison is always right, only slower
+        log.debug("no earlier formats_agree evaluation of %s: %s", asset_key.to_user_string(), e)
+    return None
 
 
 def build_formats_agree_checks(asset_keys: Iterable[AssetKey]) -> Sequence[AssetChecksDefinition]:

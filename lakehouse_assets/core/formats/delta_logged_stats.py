@@ -5,12 +5,17 @@ never recorded (Spark keeps no min/max of booleans, none of an all-NULL column, 
 The two mean different things to `verify`: an absent statistic only stops readers skipping the file, an unreadable
 one may be misread by a reader that parses it differently. This reads the log itself for the few adds that need the
 distinction: the commits newer than the latest checkpoint, newest first, then that checkpoint's Parquet parts.
+
+It also reads what a run of commits changed (`logged_changes`): delta-rs loads the live state of one version, not
+the actions of a commit, and the formats-agree check of a write compares the files that write's versions added
+and removed with the files its snapshots did.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..io.storage import delta_path, join_uri
@@ -72,3 +77,46 @@ def _note(found: dict[str, dict[str, Any]], paths: set[str], path: str | None, s
             found[p] = json.loads(stats) if stats else {}
         except ValueError:
             found[p] = None
+
+
+@dataclass
+class LoggedChanges:
+    """What the commits after one version did to the live files, net (decoded relative paths)."""
+
+    added: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> its newest add action, as logged
+    removed: set[str] = field(default_factory=set)  # paths live before the first commit and removed since
+    commits: dict[int, dict[str, Any]] = field(default_factory=dict)  # version -> its commitInfo (`{}` when none)
+
+
+def logged_changes(storage, root_uri: str, after: int, upto: int) -> LoggedChanges | None:
+    """The net file changes of the commits `after + 1 .. upto`, and the commitInfo of each of `after .. upto`; None
+    when one of those commits cannot be read (cleaned up with the log's retention)."""
+    fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
+    out = LoggedChanges()
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    for v in range(after, upto + 1):
+        try:
+            with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
+                lines = f.read().decode().split("\n")  # JSON lines end at "\n" only (see `logged_stats`)
+        except OSError:
+            return None
+        actions = [json.loads(line) for line in lines if line.strip()]
+        out.commits[v] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if v > after:  # within one commit, its removes first: a path removed and added again is live after it
+            events += [("remove", delta_path(a["remove"]["path"]), a["remove"]) for a in actions if "remove" in a]
+            events += [("add", delta_path(a["add"]["path"]), a["add"]) for a in actions if "add" in a]
+    out.added, out.removed = net_changes(events)
+    return out
+
+
+def net_changes(events) -> tuple[dict[str, Any], set[str]]:
+    """(path -> payload of its last add, for paths whose last event adds them; paths live before the events, i.e.
+    whose first event removes them, and whose last removes them) of a run of ("add" | "remove", path, payload)."""
+    first: dict[str, str] = {}
+    last: dict[str, tuple[str, Any]] = {}
+    for kind, path, payload in events:
+        first.setdefault(path, kind)
+        last[path] = (kind, payload)
+    added = {p: payload for p, (kind, payload) in last.items() if kind == "add"}
+    removed = {p for p, (kind, _) in last.items() if kind == "remove" and first[p] == "remove"}
+    return added, removed

@@ -19,6 +19,7 @@ a `_delta_log/` it started), so the source is left as it was.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -35,6 +36,8 @@ from ..table.tables import check_delta_partitioning
 from ..write import transaction
 from . import import_files
 from .apply_deletes import apply_deletes as apply
+
+log = logging.getLogger("lakehouse.import")
 
 ICEBERG, DELTA, PARQUET = "iceberg", "delta", "parquet"
 
@@ -83,6 +86,7 @@ def import_table(ctx: TableContext, identifier: str, source: str | None = None, 
         import_files.drop_created(ctx, identifier, location)
         _delete_folder(ctx, join_uri(location, "_delta_log"))
         raise
+    _checkpoint(ctx, table)
     return _report(identifier, kind, location, ctx.load(identifier), version, len(existing.files))
 
 
@@ -170,6 +174,7 @@ def _import_iceberg(ctx: TableContext, identifier: str, metadata_location: str |
         if registered:
             ctx.catalog.drop_table(identifier)  # the catalog entry only: the source's files stay
         raise
+    _checkpoint(ctx, table)
     report = _report(identifier, ICEBERG, source, ctx.load(identifier), version, None)
     report.update(registered=registered, apply_deletes=applied)
     return report
@@ -244,6 +249,17 @@ def _delete_folder(ctx: TableContext, uri: str) -> None:
         pass
 
 
+def _checkpoint(ctx: TableContext, table: Table) -> None:
+    """A Delta checkpoint of the log the import created: its first commit lists every imported file, and every later
+    load of the log (each write, each check) would replay that JSON; delta-rs reads a checkpoint's Parquet instead
+    (at 100,000 files, about 0.2 s instead of 0.5-0.9 s)."""
+    try:
+        if (delta := ctx.mirror(table).load()) is not None:
+            delta.create_checkpoint()
+    except Exception as e:  # noqa: BLE001 - the import is committed; the log's checkpoint interval writes one later
+        log.warning("Table %s: imported, but its Delta checkpoint was not written: %s", ".".join(table.name()), e)
+
+
 def _report(identifier: str, kind: str, source: str | None, table: Table, delta_version: int | None, files: int | None) -> dict[str, Any]:
     snapshot = table.current_snapshot()
     return {
@@ -253,6 +269,15 @@ def _report(identifier: str, kind: str, source: str | None, table: Table, delta_
         "location": table.location(),
         "iceberg_snapshot_id": snapshot.snapshot_id if snapshot else None,
         "delta_version": delta_version,
-        "files": files if files is not None else (len(table_files(table).data) if snapshot else 0),
+        "files": files if files is not None else _live_files(table),
         "rows": int(snapshot.summary.get("total-records", 0)) if snapshot and snapshot.summary else None,
     }
+
+
+def _live_files(table: Table) -> int:
+    """From the snapshot summary when its writer kept the total (pyiceberg and Java do), else from the manifests."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return 0
+    total = snapshot.summary.additional_properties.get("total-data-files") if snapshot.summary else None
+    return int(total) if total is not None else len(table_files(table).data)

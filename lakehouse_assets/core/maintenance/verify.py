@@ -65,8 +65,10 @@ def verify_table(
     loaded = None
     if since is not None and mirror is not None and not deep:
         loaded = _load_delta(mirror)[0]
-        if (changed := _trusted_changes(table, snap, mirror, loaded, since, root)) is not None:
-            return _verify_changes(table, snap, mirror, loaded, changed)
+        changed = _trusted_changes(table, snap, mirror, loaded, since, root)
+        # (a log whose adds delta-rs cannot list is a finding the full comparison reports)
+        if changed is not None and (adds := _delta_adds_or_none(loaded)) is not None:
+            return _verify_changes(table, snap, mirror, loaded, changed, adds)
     # From the manifests, not scan planning: pyiceberg's planning raises on equality deletes.
     files = table_files(table, snap)
     live = {_relative(root, e.data_file.file_path): e.data_file for e in files.data}
@@ -147,24 +149,27 @@ def _trusted_changes(table: Table, snap, mirror: DeltaMirror, delta, since: Veri
     file, `deletion_vector_check.py`)."""
     if delta is None or snap is None or deletion_vector_check.compares(table, delta) or has_delete_files(table, snap):
         return None
-    if mirror.pending_snapshots(table, snap, mirror.mirrored_sequence_number(delta)) != [] or mirror.glue is not None:
+    mirrored = mirror.mirrored_sequence_number(delta)
+    if mirror.pending_snapshots(table, snap, mirrored) != [] or mirror.glue is not None:
         return None
-    return verify_changes.changes_since(table, snap, mirror, delta, since, root)
+    if (changed := verify_changes.changes_since(table, snap, mirror, delta, since, root)) is not None:
+        changed.mirrored_sequence_number = mirrored
+    return changed
 
 
-def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta, changed: Changes) -> dict[str, Any]:
+def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta, changed: Changes, adds: pa.Table) -> dict[str, Any]:
     """The report of a check over what changed since a verified pair: the same findings as the full check, about
-    the files the two logs added and removed since, and the totals of both against each other."""
+    the files the two logs added and removed since, and the totals of both (`adds`: Delta's live ones) against
+    each other."""
     summary = snap.summary.additional_properties if snap.summary else {}
     iceberg_files, iceberg_rows = summary.get("total-data-files"), summary.get("total-records")
     report = _iceberg_report(table, snap, {}, 0, delta_enabled=True, deep=False)
     report.update(iceberg_files=int(iceberg_files) if iceberg_files else None, iceberg_rows=int(iceberg_rows) if iceberg_rows else None,
                   compared=f"what changed since Iceberg snapshot {changed.since.snapshot_id} and Delta version {changed.since.delta_version}")
-    adds = _delta_adds(delta)
     counts = adds.column("num_records")
     delta_rows = pc.sum(counts).as_py() or 0
     report.update(delta_version=delta.version(), delta_files=adds.num_rows, delta_rows=delta_rows, delta_files_without_row_count=counts.null_count,
-                  delta_mirrored_sequence_number=mirror.mirrored_sequence_number(delta), delta_lag_snapshots=0)
+                  delta_mirrored_sequence_number=changed.mirrored_sequence_number, delta_lag_snapshots=0)
     differences = changed.set_differences()
     if report["iceberg_files"] is not None and report["iceberg_files"] != adds.num_rows:
         differences.append(f"file counts differ: Iceberg's snapshot summary {report['iceberg_files']}, Delta {adds.num_rows}")
@@ -173,7 +178,8 @@ def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta, changed: Cha
     raw = [a["path"] for a in changed.delta.added.values()]
     added = {delta_path(a["path"]): a for a in _flat_rows(adds.filter(pc.is_in(adds.column("path"), value_set=pa.array(raw, pa.string()))), delta)}
     both = {p: (f, added[p]) for p, f in changed.iceberg_added.items() if p in added}
-    differences += [f"{p}: Iceberg {f.record_count} rows, Delta {a['num_records']}" for p, (f, a) in sorted(both.items()) if a.get("num_records") not in (None, f.record_count)][:MAX_LISTED]
+    if miscounted := [f"{p}: Iceberg {f.record_count} rows, Delta {a['num_records']}" for p, (f, a) in sorted(both.items()) if a.get("num_records") not in (None, f.record_count)]:
+        differences.append(f"{len(miscounted)} added file(s) have different row counts in the two logs, e.g. {miscounted[:MAX_LISTED]}")
     differences += _schema_differences(table, delta)
     differences += table_contract.format_differences(table, delta)
     if foreign := foreign_delta.foreign_versions(delta):
@@ -210,6 +216,13 @@ def _read_delta_adds(mirror: DeltaMirror, report: dict[str, Any], loaded=None) -
         report["differences"] = [f"the Delta log cannot be read: {type(e).__name__}: {e}"]
         return None, []
     return delta, add_rows
+
+
+def _delta_adds_or_none(delta) -> pa.Table | None:
+    try:
+        return _delta_adds(delta)
+    except Exception:  # noqa: BLE001 - e.g. a NULL partition value in a NOT NULL column: the full comparison says so
+        return None
 
 
 def _delta_adds(delta) -> pa.Table:

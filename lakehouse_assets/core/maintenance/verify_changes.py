@@ -45,6 +45,7 @@ class Changes:
     iceberg_removed: set[str]
     iceberg_added_twice: list[str]  # paths added again while live: Iceberg readers read their rows twice
     delta: LoggedChanges
+    mirrored_sequence_number: int | None = None  # the Iceberg sequence number the Delta log says it mirrored
 
     def set_differences(self) -> list[str]:
         """Files one log added or removed since the pair and the other did not."""

@@ -1,26 +1,19 @@
 """A real Spark standalone cluster on this machine: a master and one worker, each its own JVM process.
 
 pyspark's package is a Spark home (`bin/spark-class`), so no download is needed. Both bind to 127.0.0.1
-on free ports, log to files in `work_dir`, and are stopped by PID.
+on ports the kernel picks (port 0), which their logs name: a port chosen here and bound later could be taken
+meanwhile by another test's server. They log to files in `work_dir` and are stopped by PID.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spark_home() -> str:
@@ -53,33 +46,31 @@ class SparkCluster:
 
     def start(self, timeout: float = 120) -> "SparkCluster":
         os.makedirs(self.work_dir, exist_ok=True)
-        self.master_port, self.master_ui_port = free_port(), free_port()
-        self._spawn(
-            "master", "org.apache.spark.deploy.master.Master",
-            "--host", "127.0.0.1", "--port", str(self.master_port), "--webui-port", str(self.master_ui_port),
-        )
+        deadline = time.monotonic() + timeout
+        self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0")
+        self.master_port = int(self._wait_for_log("master", r"Starting Spark master at spark://127\.0\.0\.1:(\d+)", deadline))
+        self.master_ui_port = int(self._wait_for_log("master", r"Successfully started service 'MasterUI' on port (\d+)", deadline))
         self._spawn(
             "worker", "org.apache.spark.deploy.worker.Worker",
-            "--host", "127.0.0.1", "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-            "--webui-port", str(free_port()), "--work-dir", os.path.join(self.work_dir, "work"), self.master_url,
+            "--host", "127.0.0.1", "--port", "0", "--cores", str(self.worker_cores), "--memory", self.worker_memory,
+            "--webui-port", "0", "--work-dir", os.path.join(self.work_dir, "work"), self.master_url,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for p in self.processes:
-                if p.poll() is not None:
-                    raise RuntimeError(f"Spark {('master', 'worker')[self.processes.index(p)]} exited early; see logs in {self.work_dir}")
-            if self.alive_workers() >= 1:
-                return self
-            time.sleep(0.5)
-        raise TimeoutError(f"no Spark worker registered with {self.master_url} within {timeout} s; logs in {self.work_dir}")
+        self._wait_for_log("worker", r"Successfully registered with (master)", deadline)
+        return self
 
-    def alive_workers(self) -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui_port}/json/", timeout=2) as r:
-                state = json.load(r)
-        except OSError:
-            return 0
-        return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+    def _wait_for_log(self, name: str, pattern: str, deadline: float) -> str:
+        """The first group of `pattern` once the process's log has a matching line."""
+        proc = self.processes[-1]
+        path = os.path.join(self.work_dir, f"{name}.log")
+        while time.monotonic() < deadline:
+            with open(path, errors="replace") as f:
+                found = re.search(pattern, f.read())
+            if found:
+                return found.group(1)
+            if proc.poll() is not None:
+                raise RuntimeError(f"Spark {name} exited early; see {path}")
+            time.sleep(0.2)
+        raise TimeoutError(f"Spark {name} did not log {pattern!r} in time; see {path}")
 
     def stop(self) -> None:
         for p in reversed(self.processes):  # worker first (it kills its executors), then the master

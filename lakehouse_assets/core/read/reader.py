@@ -65,6 +65,23 @@ class ParquetFileReader:
                     position += rows
                     yield out
 
+    def rows_at(self, uri: str, positions: pa.Array) -> pa.Table:
+        """The rows of `uri` at `positions` (sorted int64 positions in the file), as this reader reads them. Each
+        batch keeps only its rows of them as it is read: a file's whole rows are never held at once. Needs a reader
+        that leaves no rows out (no `deleted`), so that batch offsets are file positions."""
+        import numpy as np
+
+        if self.deleted:
+            raise ValueError("rows_at needs a reader that leaves no deleted rows out: its batch offsets are file positions")
+        wanted = positions.to_numpy(zero_copy_only=False)
+        taken, start = [], 0
+        for rb in self(path_batches(uri)):
+            low, high = np.searchsorted(wanted, [start, start + rb.num_rows])
+            if high > low:
+                taken.append(rb.take(pa.array(wanted[low:high] - start)))
+            start += rb.num_rows
+        return pa.Table.from_batches(taken, schema=self.arrow_schema)
+
     @staticmethod
     def _batches(parquet: pq.ParquetFile, columns: list[str]) -> Iterator[pa.RecordBatch]:
         if columns:

@@ -4,8 +4,8 @@ A merge-on-read merge rewrites no data file, so its work is what the batch bring
 its keys replace, those rows as Delta change data (feed on), and its upserts as new files. For a batch whose
 keys are on the driver (merge_batch.py) one job of pyarrow tasks does all three, as the copy-on-write road
 does its rewrite (merge_tasks.rewrite_in_one_job): each task reads the key columns of its share of the
-candidates (the whole rows only with the feed on: the replaced rows are the change data's preimages, and the
-keys come from the same read), and writes its share of the upserts, grouped by partition, with the writer's
+candidates, with the feed on then the whole rows of those it replaces (the change data's preimages; a file
+holding none is never read whole), and writes its share of the upserts, grouped by partition, with the writer's
 own `FileWriter`. A second job for the upserts would cost a job's latency and a shuffle of a few rows.
 
 Only paths, the batch's keys, the files' earlier deleted positions and its upserts go to the executors;
@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 
 from ..model import FileChanges
-from ..read.reader import ParquetFileReader, path_batches
+from ..read.reader import ParquetFileReader
 from ..spark.compat import default_parallelism
 from . import merge_changes, merge_tasks
 from .parquet_files import FILE_ROW_ARROW
@@ -137,15 +137,15 @@ class _MatchAndWrite:
             yield _with_matches(nulls, [u for u, _ in found] + [None] * m, [p for _, p in found] + [None] * m, [None] * n + changed)
 
     def _positions(self, keys: "merge_tasks.Keys", uri: str, dropped) -> pa.Array:
-        """The positions of `uri`'s rows holding a key, less its earlier deleted ones; with `dropped`, those rows are added to it."""
+        """The positions of `uri`'s rows holding a key, less its earlier deleted ones; with `dropped`, those rows are
+        added to it. The key columns find them; only a file with such rows is read whole, and only they are kept."""
         import pyarrow.compute as pc
 
-        whole = pa.Table.from_batches(list(self.row_reader(path_batches(uri))), schema=self.row_reader.arrow_schema) if dropped is not None else None
-        found = pc.indices_nonzero(keys.held(whole)).cast(pa.int64()) if whole is not None else keys.positions_in(uri)
+        found = keys.positions_in(uri)
         if uri in self.earlier and len(found):
             found = pc.filter(found, pc.invert(pc.is_in(found, value_set=self.earlier[uri])))
-        if whole is not None and len(found):
-            dropped.add(whole.take(found))
+        if dropped is not None and len(found):
+            dropped.add(self.row_reader.rows_at(uri, found))
         return found
 
 

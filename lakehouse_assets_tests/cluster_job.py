@@ -30,6 +30,7 @@ def main(master: str, warehouse: str, out: str) -> None:
             "spark.executor.memory": "1g",
             "spark.cores.max": "2",
             "spark.sql.shuffle.partitions": "4",
+            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",  # short JVMs on tiny data, as conftest.py's drivers
         }
     )
     sc = spark.sparkContext

@@ -37,6 +37,7 @@ class SparkCluster:
 
     def _spawn(self, name: str, *args: str) -> subprocess.Popen:
         env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+        env["SPARK_DAEMON_JAVA_OPTS"] = f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} -XX:TieredStopAtLevel=1".strip()  # as conftest.py's drivers
         log = open(os.path.join(self.work_dir, f"{name}.log"), "wb")
         proc = subprocess.Popen(
             [os.path.join(spark_home(), "bin", "spark-class"), *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -313,6 +313,38 @@ def test_checkpoint_and_metadata_cleanup_bound_the_logs(lh, spark, duck):
     assert_all_readers_agree(lh, spark, duck, "m.logs", expected_rows(spark, [(0, 120), (500, 10)]))
 
 
+@pytest.mark.parametrize("operation", ["snapshot_expiry", "metadata_cleanup"])
+def test_a_maintenance_commit_that_loses_the_catalogs_race_to_another_writer_is_tried_again(lh, spark, duck, monkeypatch, operation):
+    """A stream's batch commits inside maintenance's own metadata commit: after the SQL catalog read the table and
+    before it swaps the metadata pointer, so the swap finds another pointer and fails. Maintenance reads the
+    table again and commits again; the batch is kept and both formats agree."""
+    from lakehouse_assets.core.table.catalog import LakehouseSqlCatalog
+
+    for start in range(0, 60, 10):
+        lh.write(batch(spark, start), "m.catalog_race")
+    lh.maintain("m.catalog_race", "delta_checkpoint")
+    real_write_metadata = LakehouseSqlCatalog._write_metadata
+    raced = []
+
+    def another_writer_commits_meanwhile(metadata, io, metadata_path):
+        real_write_metadata(metadata, io, metadata_path)
+        if not raced:  # once: the first metadata commit maintenance makes
+            raced.append(metadata_path)
+            lh.write(batch(spark, 500), "m.catalog_race")
+
+    monkeypatch.setattr(LakehouseSqlCatalog, "_write_metadata", staticmethod(another_writer_commits_meanwhile))
+    report = lh.maintain("m.catalog_race", operation, **AGGRESSIVE)
+    monkeypatch.undo()
+    assert raced, f"{operation} made no metadata commit"
+    table = lh.load("m.catalog_race")
+    if operation == "snapshot_expiry":
+        assert report["snapshots_expired"] >= 5 and len(table.metadata.snapshots) <= 2
+    else:
+        assert int(table.properties[maintenance.RETENTION_DELTA_MIN_VERSION]) > 0
+    assert_all_readers_agree(lh, spark, duck, "m.catalog_race", expected_rows(spark, [(0, 60), (500, 10)]))
+    assert lh.verify("m.catalog_race")["agree"]
+
+
 @pytest.mark.smoke
 def test_repair_of_a_lagging_delta_log(lh, spark, duck):
     first = lh.write(batch(spark, 0), "m.lag")

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from deltalake.transaction import CommitProperties
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from ..formats import history
@@ -19,7 +20,7 @@ from ..properties import Operation, SummaryKeys, TableProperties
 from ..table.context import TableContext
 from .references import list_files, mtime_ms, now_ms
 from .reports import CheckpointReport, DeltaLogStats, MetadataCleanupReport
-from .settings import MaintenanceSettings
+from .settings import CONCURRENT_COMMIT_ATTEMPTS, MaintenanceSettings
 
 
 def delta_log_stats(ctx: TableContext, table: Table) -> DeltaLogStats:
@@ -102,6 +103,23 @@ def _iceberg_metadata_cleanup(ctx: TableContext, table: Table, settings: Mainten
     }
 
 
+def _record_delta_min_version(table: Table, oldest: int, attempts: int = CONCURRENT_COMMIT_ATTEMPTS) -> None:
+    """Move the recorded oldest time-travel Delta version up to `oldest` (never down). A commit of another writer
+    since `table` was read (a stream's next batch) fails this property commit: read the table again and retry."""
+    for attempt in range(attempts):
+        recorded = table.properties.get(TableProperties.RETENTION_DELTA_MIN_VERSION)
+        if recorded is not None and int(recorded) >= oldest:
+            return
+        try:
+            with table.transaction() as tx:
+                tx.set_properties({TableProperties.RETENTION_DELTA_MIN_VERSION: str(oldest)})
+            return
+        except CommitFailedException:
+            if attempt == attempts - 1:
+                raise
+            table = table.refresh()
+
+
 def _delta_log_cleanup(ctx: TableContext, table: Table, settings: MaintenanceSettings, dry_run: bool) -> dict[str, Any]:
     """delta-rs `cleanup_metadata`: log files older than `delta.logRetentionDuration` that a checkpoint covers."""
     delta = ctx.mirror(table).load() if ctx.delta_enabled(table) else None
@@ -125,10 +143,8 @@ def _delta_log_cleanup(ctx: TableContext, table: Table, settings: MaintenanceSet
     if not dry_run:
         # Versions whose log is gone cannot be time-travelled to: move the recorded boundary up.
         oldest = history.oldest_delta_version(ctx.mirror(table).load())
-        recorded = table.properties.get(TableProperties.RETENTION_DELTA_MIN_VERSION)
-        if oldest is not None and (recorded is None or int(recorded) < oldest) and oldest > 0:
-            with table.transaction() as tx:
-                tx.set_properties({TableProperties.RETENTION_DELTA_MIN_VERSION: str(oldest)})
+        if oldest is not None and oldest > 0:
+            _record_delta_min_version(table, oldest)
     return {
         "delta_log_retention": wanted,
         "delta_log_files_removed": max(0, before["delta_log_files"] - after["delta_log_files"]) if not dry_run else 0,

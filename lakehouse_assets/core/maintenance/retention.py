@@ -9,8 +9,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from deltalake.exceptions import DeltaError
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from ..formats import history
@@ -38,7 +40,9 @@ from .references import (
     snapshot_files,
 )
 from .reports import ExpiryReport, OrphanReport
-from .settings import MaintenanceSettings
+from .settings import CONCURRENT_COMMIT_ATTEMPTS, MaintenanceSettings
+
+log = logging.getLogger("lakehouse.maintenance")
 
 
 def _unpublished(table) -> set[int]:
@@ -54,6 +58,19 @@ def _unpublished(table) -> set[int]:
 
 
 def snapshot_expiry(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> ExpiryReport:
+    """Expire what the retention window leaves out. Its one metadata commit fails when another writer committed since
+    the table was read (a stream's next batch); nothing was deleted yet, so the whole expiry is planned again."""
+    for attempt in range(CONCURRENT_COMMIT_ATTEMPTS):
+        try:
+            return _snapshot_expiry(ctx, identifier, settings, dry_run)
+        except CommitFailedException as e:
+            if attempt == CONCURRENT_COMMIT_ATTEMPTS - 1:
+                raise
+            log.info("Table %s: snapshot expiry raced another commit (%s); planning it again", identifier, e)
+    raise AssertionError("unreachable")
+
+
+def _snapshot_expiry(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool) -> ExpiryReport:
     table = ctx.load(identifier)
     root = normalize_uri(table.location())
     now = now_ms()

@@ -14,6 +14,9 @@ from .delete_figures import FileDeletes
 PROPERTY_PREFIX = TableProperties.MAINTENANCE_PREFIX
 _INTEGERS = ("min_snapshots_to_keep", "compaction_min_input_files", "compaction_max_attempts", "compaction_delete_files")
 MB = 1024 * 1024
+# A maintenance metadata commit (snapshot expiry, a recorded boundary) that lost a race with another writer's commit
+# (a stream's next batch) is planned again this often.
+CONCURRENT_COMMIT_ATTEMPTS = 5
 
 
 @dataclass

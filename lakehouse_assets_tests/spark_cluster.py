@@ -1,7 +1,7 @@
 """A real Spark standalone cluster on this machine: a master and one worker, each its own JVM process.
 
 pyspark's package is a Spark home (`bin/spark-class`), so no download is needed. Both bind to 127.0.0.1
-on ports the kernel picks (port 0), which their logs name: a port chosen here and bound later could be taken
+on ports the kernel picks (port 0), which their logs name (the master's URL, the worker's registration): a port chosen here and bound later could be taken
 meanwhile by another test's server. They log to files in `work_dir` and are stopped by PID.
 """
 
@@ -28,7 +28,6 @@ class SparkCluster:
     worker_cores: int = 2
     worker_memory: str = "2g"
     master_port: int = 0
-    master_ui_port: int = 0
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -50,7 +49,6 @@ class SparkCluster:
         deadline = time.monotonic() + timeout
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0")
         self.master_port = int(self._wait_for_log("master", r"Starting Spark master at spark://127\.0\.0\.1:(\d+)", deadline))
-        self.master_ui_port = int(self._wait_for_log("master", r"Successfully started service 'MasterUI' on port (\d+)", deadline))
         self._spawn(
             "worker", "org.apache.spark.deploy.worker.Worker",
             "--host", "127.0.0.1", "--port", "0", "--cores", str(self.worker_cores), "--memory", self.worker_memory,

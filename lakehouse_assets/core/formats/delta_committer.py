@@ -41,6 +41,7 @@ from .delta_refusals import (
 )
 from .delta_schema_evolution import evolve_schema, schema_differs
 from .delta_snapshot_commit import ChangeData, commit_change, commit_full_diff
+from .kept_delta_logs import KEPT
 from .snapshot_changes import SnapshotChange, snapshot_change
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,16 @@ class DeltaMirror:
             return DeltaTable(self.root_uri, version=version, storage_options=self.storage.delta_options(self.root_uri))
         except TableNotFoundError:
             return None
+
+    def load_current(self, table: Table) -> DeltaTable | None:
+        """The current log: the one this process last read of the table (a write's, a check's), brought up to date
+        (core/formats/kept_delta_logs.py), else loaded. Give it back with `keep` when done with it."""
+        kept = KEPT.take(self.root_uri, str(table.metadata.table_uuid), self.storage)
+        return kept if kept is not None else self.load()
+
+    def keep(self, table: Table, delta: DeltaTable) -> None:
+        """Keep a log read of this table for the process's next `load_current` of it."""
+        KEPT.give_back(self.root_uri, str(table.metadata.table_uuid), self.storage, delta)
 
     def hand_over(self, delta: DeltaTable) -> None:
         """A log this process read moments ago (the write's foreign-version check): `next_version` updates it instead of loading."""
@@ -159,6 +170,7 @@ class DeltaMirror:
             # Reading our own commit back would merge it into the state of every live file: skip it when the
             # current Iceberg schema needs nothing from Delta.
             if not (at_current and schema_differs(delta, table.schema(), delta_column_mapping.file_names(table, table.schema()), narrow_integers(table.properties))):
+                self.keep(table, delta)  # the next write follows the log from here
                 return landed
             delta.update_incremental()
         if at_current:
@@ -170,6 +182,7 @@ class DeltaMirror:
         delta.update_incremental()
         # Not simply the latest version: a concurrent writer may have mirrored `target` for us, or committed after it.
         mirrored = history.delta_version_of(delta, target.snapshot_id) if target is not None else None
+        self.keep(table, delta)
         return mirrored if mirrored is not None else delta.version()
 
     def record_adoption(self, table: Table, delta: DeltaTable, snapshot: Snapshot, adds: list[DataFile], removes: list[DataFile]) -> None:

@@ -64,11 +64,14 @@ def verify_table(
     snap = table.current_snapshot()
     loaded = None
     if since is not None and mirror is not None and not deep:
-        loaded = _load_delta(mirror)[0]
+        # The check after a write follows the log that write read (core/formats/kept_delta_logs.py).
+        loaded = _load_delta(mirror, table)[0]
         changed = _trusted_changes(table, snap, mirror, loaded, since, root)
         # (a log whose adds delta-rs cannot list is a finding the full comparison reports)
         if changed is not None and (adds := _delta_adds_or_none(loaded)) is not None:
-            return _verify_changes(table, snap, mirror, loaded, changed, adds)
+            report = _verify_changes(table, snap, mirror, loaded, changed, adds)
+            mirror.keep(table, loaded)
+            return report
     # From the manifests, not scan planning: pyiceberg's planning raises on equality deletes.
     files = table_files(table, snap)
     live = {_relative(root, e.data_file.file_path): e.data_file for e in files.data}
@@ -191,10 +194,11 @@ def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta, changed: Cha
     return report
 
 
-def _load_delta(mirror: DeltaMirror) -> tuple[Any, str | None]:
-    """The Delta log, or None and why (missing or unreadable: a finding, not a crash)."""
+def _load_delta(mirror: DeltaMirror, table: Table | None = None) -> tuple[Any, str | None]:
+    """The Delta log (`table`'s as this process last read it, brought up to date, when given), or None and why
+    (missing or unreadable: a finding, not a crash)."""
     try:
-        delta = mirror.load()
+        delta = mirror.load() if table is None else mirror.load_current(table)
         return delta, None if delta is not None else "the Delta log does not exist at the table root"
     except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
         return None, f"the Delta log cannot be read: {type(e).__name__}: {e}"

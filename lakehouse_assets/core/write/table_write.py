@@ -198,7 +198,7 @@ def foreign_delta_gate(ctx: TableContext, identifier: str, table: Table, foreign
     policy = foreign_delta.policy_of(table.properties, foreign_default)
     mirror = ctx.mirror(table)
     try:
-        delta = mirror.load()
+        delta = mirror.load_current(table)
     except Exception as e:  # noqa: BLE001 - an unreadable Delta log never fails the Iceberg write (repair fixes it)
         log.warning("Table %s: the Delta log cannot be read to look for foreign versions: %s", identifier, e)
         return None

@@ -105,6 +105,23 @@ def test_merges_delete_by_position_and_read_as_copy_on_write(lh, spark, road):
     assert lh.load(cow).current_snapshot().summary[SummaryKeys.MERGE_STRATEGY] == "copy-on-write"
 
 
+def test_the_next_merge_and_the_delta_mirror_take_a_merges_positions_from_memory(lh, spark, monkeypatch, road):
+    """A merge replaces a data file's delete file with the union of its positions and the new ones, and the Delta
+    mirror turns each into a vector: neither reads back a delete file this process wrote. Both formats agree."""
+    from lakehouse_assets.core.formats import position_deletes
+
+    t = "mor.memory"
+    lh.write(spark.createDataFrame([(i, "a", "v0", "u") for i in range(10)], SCHEMA).drop("op"), t, table=TableOptions(properties=MOR))
+    reads = []
+    original = position_deletes._read
+    monkeypatch.setattr(position_deletes, "_read", lambda *a: reads.append(a[1].file_path) or original(*a))
+    for data in ([(1, "a", "v1", "u"), (2, "a", None, "d")], [(1, "a", "v2", "u"), (3, "a", None, "d")]):
+        lh.write(road.batch(data), t, mode="merge", merge=OPS)
+    assert reads == []
+    assert rows(lh, t) == [(0, "a", "v0"), (1, "a", "v2"), *[(i, "a", "v0") for i in range(4, 10)]]
+    assert lh.verify(t)["agree"] and reads, "the check reads the delete files themselves"
+
+
 def test_a_window_overwrite_deletes_the_windows_rows_by_position(lh, spark):
     """Unpartitioned: every file straddles the window; its rows inside it are deleted by position, twice over."""
     day2 = Window("event_time", dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc), dt.datetime(2024, 1, 3, tzinfo=dt.timezone.utc))

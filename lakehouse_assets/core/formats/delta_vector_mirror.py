@@ -28,7 +28,7 @@ from ..errors import MirrorRefused
 from ..io.storage import StorageConfig, delta_path, relative_to
 from ..properties import SummaryKeys, TableProperties, merge_on_read
 from . import delta_deletion_vectors as dv
-from .position_deletes import read_positions, referenced_data_file, union
+from .position_deletes import positions_as_written, referenced_data_file, union
 from .snapshot_changes import SnapshotChange
 
 
@@ -107,7 +107,7 @@ def named_data_files(storage: StorageConfig, delete_files: list[DataFile]) -> di
 def _vector(storage: StorageConfig, root_uri: str, path: str, files: list[DataFile], logged: dict | None, accumulate: bool) -> dv.Descriptor | None:
     """Write the vector of the data file at `path` (relative) from its delete files; its descriptor (None: no position)."""
     uri = _data_file_uri(root_uri, path, files, storage)
-    positions = read_positions(storage, files, uri)
+    positions = positions_as_written(storage, files, uri)
     if accumulate and logged is not None and (old := dv.descriptor_of(logged)) is not None:
         positions = union(positions, dv.read_vector(storage, root_uri, old))
     if len(positions) == 0:

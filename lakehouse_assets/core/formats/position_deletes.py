@@ -25,6 +25,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.types import LongType, StringType
 
 from ..io.storage import StorageConfig, join_uri
+from ..memo import ByImmutableFiles
 
 DELETES_FOLDER = "_deletes"
 PATH_FIELD_ID, POS_FIELD_ID = 2147483546, 2147483545  # the Iceberg spec's reserved field ids
@@ -32,6 +33,12 @@ FILE_SCHEMA = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(PATH_FIELD_ID).encode()}),
     pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_FIELD_ID).encode()}),
 ])
+
+
+# The positions a delete file deletes from one data file (sorted, distinct, int64), under (delete file, data file):
+# a delete file is written once under a new name, so a merge that replaces it, and the Delta mirror that turns it
+# into a deletion vector, take the positions this process wrote instead of reading them back (positions_as_written).
+_POSITIONS = ByImmutableFiles(max_weight=4_000_000, weight=len)  # positions in all: 32 MB
 
 
 def referenced_data_file(delete_file: DataFile) -> str | None:
@@ -55,6 +62,7 @@ def write_delete_file(storage: StorageConfig, table_root: str, data_file: DataFi
     with fs.open_output_stream(path) as out:
         pq.write_table(rows, out, compression="zstd")
     size = fs.get_file_info(path).size
+    _POSITIONS.get((uri, data_file.file_path), lambda: positions)
     path_bound = to_bytes(StringType(), data_file.file_path)
     entry = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
@@ -78,19 +86,33 @@ def write_delete_file(storage: StorageConfig, table_root: str, data_file: DataFi
 def read_positions(storage: StorageConfig, delete_files: list[DataFile], data_file_path: str) -> pa.Array:
     """Every position the given position-delete files delete from `data_file_path`: sorted, distinct, int64.
 
-    Reads only the delete files (small: two columns, one value per deleted row), on the caller's process."""
+    Reads only the delete files (small: two columns, one value per deleted row), on the caller's process: what the
+    checks compare, so a file changed under its name is seen."""
+    return _union([_read(storage, f, data_file_path) for f in delete_files])
+
+
+def positions_as_written(storage: StorageConfig, delete_files: list[DataFile], data_file_path: str) -> pa.Array:
+    """`read_positions` for the write path: the positions this process wrote into (or read from) a delete file are
+    taken from memory, not read back (a merge replacing the file, the Delta mirror turning it into a vector)."""
+    return _union([_POSITIONS.get((f.file_path, data_file_path), lambda f=f: _read(storage, f, data_file_path)) for f in delete_files])
+
+
+def _union(chunks: list[pa.Array]) -> pa.Array:
     import pyarrow.compute as pc
 
-    chunks = []
-    for f in delete_files:
-        fs, path = storage.filesystem(f.file_path)
-        rows = pq.read_table(path, filesystem=fs, columns=["file_path", "pos"])
-        if referenced_data_file(f) != data_file_path:  # a delete file of another engine may name several data files
-            rows = rows.filter(pc.equal(rows.column("file_path"), data_file_path))
-        chunks.append(rows.column("pos").combine_chunks().cast(pa.int64()))
     if not chunks:
         return pa.array([], pa.int64())
-    return pc.unique(pa.concat_arrays(chunks)).sort()
+    return chunks[0] if len(chunks) == 1 else pc.unique(pa.concat_arrays(chunks)).sort()
+
+
+def _read(storage: StorageConfig, delete_file: DataFile, data_file_path: str) -> pa.Array:
+    import pyarrow.compute as pc
+
+    fs, path = storage.filesystem(delete_file.file_path)
+    rows = pq.read_table(path, filesystem=fs, columns=["file_path", "pos"])
+    if referenced_data_file(delete_file) != data_file_path:  # a delete file of another engine may name several data files
+        rows = rows.filter(pc.equal(rows.column("file_path"), data_file_path))
+    return pc.unique(rows.column("pos").combine_chunks().cast(pa.int64())).sort()
 
 
 def union(existing: pa.Array, new: pa.Array) -> pa.Array:

@@ -152,6 +152,8 @@ def keys_on_driver(df, keys: Sequence[str], cached_rows: int | None, whole: bool
     if cached_rows is None or cached_rows > KEYS_ON_DRIVER_ROWS:
         return None
     collected = df if whole else df.select(*keys)  # (a select of every column costs py4j round trips, ~30 ms)
+    # A filled small cache is read in one task: one wave of the job, however many partitions the batch came in.
+    collected = collected.coalesce(1)
     try:
         batches = collect_arrow(collected)  # PySpark's Arrow collect (toPandas uses it)
     except AttributeError:  # a private API: if it goes, the Spark road remains

@@ -57,7 +57,7 @@ def merge_by_position(spark, plan: MergePlan, changes: FileChanges) -> None:
     earlier = _live_delete_files(target.table)
     wrote_upserts = False
     if plan.candidates and plan.values is not None and not plan.straddling:
-        deleted_before = {f.file_path: position_deletes.read_positions(target.storage, earlier[f.file_path], f.file_path) for f in plan.candidates if f.file_path in earlier}
+        deleted_before = {f.file_path: position_deletes.positions_as_written(target.storage, earlier[f.file_path], f.file_path) for f in plan.candidates if f.file_path in earlier}
         on_driver = plan.upserts_on_driver()
         matched = merge_on_read_tasks.match_and_write(spark, target, plan.candidates, plan.values, deleted_before, plan.upserts, changes, upserts_on_driver=on_driver)
         positions, wrote_upserts = matched.positions, matched.wrote_upserts
@@ -126,7 +126,7 @@ def delete_positions(
         if deleted_before is not None:
             old = deleted_before.get(data_file.file_path, pa.array([], pa.int64()))
         else:
-            old = position_deletes.read_positions(target.storage, old_files, data_file.file_path)
+            old = position_deletes.positions_as_written(target.storage, old_files, data_file.file_path)
         new = pc.filter(found, pc.invert(pc.is_in(found, value_set=old))) if len(old) else found
         if not len(new):
             continue  # every row it names is deleted already

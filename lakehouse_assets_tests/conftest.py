@@ -22,6 +22,15 @@ if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
     os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} -XX:TieredStopAtLevel=1".strip()
 
 
+def pytest_configure(config):
+    # And they start from a class-data-sharing archive of Spark's classes (spark_classes.py), made once per venv by the
+    # first test session and handed to the xdist workers, which this process starts after it, through the environment.
+    if not hasattr(config, "workerinput") and "SharedArchiveFile" not in os.environ["SPARK_SUBMIT_OPTS"]:
+        from .spark_classes import jvm_options
+
+        os.environ["SPARK_SUBMIT_OPTS"] = jvm_options(os.environ["SPARK_SUBMIT_OPTS"])
+
+
 # LAKEHOUSE_TEST_SPARK=connect (`make connect SPARK=4`): the `spark` fixture is a Spark Connect session to a server
 # the suite starts in a process of its own, and every Spark session the project makes (the Dagster resource's too)
 # goes there. Tests that use no Spark session from the fixture are deselected: they would only repeat the classic run.

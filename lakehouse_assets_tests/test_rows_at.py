@@ -30,6 +30,25 @@ def test_rows_at_positions_across_batches_equal_a_whole_read_taken_there(tmp_pat
     assert reader.rows_at(path.as_uri(), pa.array([], pa.int64())).num_rows == 0
 
 
+def test_rows_at_takes_the_columns_it_is_given_and_reads_only_the_others(tmp_path):
+    rows = 100_000
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table({"name": [f"n{i}" for i in range(rows)], "id": pa.array(range(rows), pa.int32())}), path)
+    schema = pa.schema([pa.field("name", pa.string()), pa.field("id", pa.int64())])  # the table's type, wider than the file's
+    reader = ParquetFileReader(StorageConfig(), schema)
+    positions = pa.array([3, 65_536, rows - 1], pa.int64())
+    # Given values that differ from the file's: they are what comes back, so the column was not read again.
+    known = pa.table({"id": pa.array([-i for i in range(rows)], pa.int32())})
+
+    got = reader.rows_at(path.as_uri(), positions, known=known)
+
+    assert got.schema == schema
+    assert got.to_pylist() == [{"name": "n3", "id": -3}, {"name": "n65536", "id": -65_536}, {"name": f"n{rows - 1}", "id": -(rows - 1)}]
+    assert reader.rows_at(path.as_uri(), pa.array([], pa.int64()), known=known).num_rows == 0
+    only_keys = ParquetFileReader(StorageConfig(), pa.schema([pa.field("id", pa.int64())]))
+    assert only_keys.rows_at(path.as_uri(), positions, known=known).column("id").to_pylist() == [-3, -65_536, -(rows - 1)]
+
+
 def test_rows_at_refuses_a_reader_that_leaves_deleted_rows_out(tmp_path):
     path = tmp_path / "f.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3]}), path)

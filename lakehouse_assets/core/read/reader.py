@@ -9,7 +9,7 @@ names were reused); columns missing from older files read as null.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import pyarrow as pa
@@ -65,22 +65,31 @@ class ParquetFileReader:
                     position += rows
                     yield out
 
-    def rows_at(self, uri: str, positions: pa.Array) -> pa.Table:
+    def rows_at(self, uri: str, positions: pa.Array, known: pa.Table | None = None) -> pa.Table:
         """The rows of `uri` at `positions` (sorted int64 positions in the file), as this reader reads them. Each
-        batch keeps only its rows of them as it is read: a file's whole rows are never held at once. Needs a reader
-        that leaves no rows out (no `deleted`), so that batch offsets are file positions."""
+        batch keeps only its rows of them as it is read: a file's whole rows are never held at once. `known`: some
+        of its columns as read already, every row in file order (a merge's key columns): taken from it, not
+        decoded again. Needs a reader that leaves no rows out (no `deleted`), so that batch offsets are file positions."""
         import numpy as np
 
         if self.deleted:
             raise ValueError("rows_at needs a reader that leaves no deleted rows out: its batch offsets are file positions")
+        given = set(known.column_names) if known is not None else set()
+        rest = pa.schema([f for f in self.arrow_schema if f.name not in given])
         wanted = positions.to_numpy(zero_copy_only=False)
         taken, start = [], 0
-        for rb in self(path_batches(uri)):
+        for rb in replace(self, arrow_schema=rest)(path_batches(uri)) if len(rest) and len(wanted) else ():
             low, high = np.searchsorted(wanted, [start, start + rb.num_rows])
             if high > low:
                 taken.append(rb.take(pa.array(wanted[low:high] - start)))
             start += rb.num_rows
-        return pa.Table.from_batches(taken, schema=self.arrow_schema)
+        read = pa.Table.from_batches(taken, schema=rest)
+        if known is None:
+            return read
+        at = known.take(positions)
+        return pa.Table.from_arrays(
+            [at.column(f.name).cast(f.type) if f.name in given else read.column(f.name) for f in self.arrow_schema], schema=self.arrow_schema
+        )
 
     @staticmethod
     def _batches(parquet: pq.ParquetFile, columns: list[str]) -> Iterator[pa.RecordBatch]:

@@ -91,11 +91,15 @@ class Keys:
             return pc.any(pc.is_in(rows.column(0), value_set=self.single)).as_py() is True
         return rows.join(self.values, keys=self.names, join_type="left semi").num_rows > 0
 
-    def positions_in(self, uri: str) -> pa.Array:
-        """The positions of the file's rows holding one of the keys (sorted int64)."""
+    def rows_of(self, uri: str) -> pa.Table:
+        """The file's key columns, every row, in file order."""
+        return pa.Table.from_batches(list(self.reader(path_batches(uri))), schema=self.reader.arrow_schema)
+
+    def positions_in(self, uri: str, rows: pa.Table | None = None) -> pa.Array:
+        """The positions of the file's rows holding one of the keys (sorted int64); `rows`: its `rows_of`, when read."""
         import pyarrow.compute as pc
 
-        rows = pa.Table.from_batches(list(self.reader(path_batches(uri))), schema=self.reader.arrow_schema)
+        rows = self.rows_of(uri) if rows is None else rows
         return pc.indices_nonzero(self.held(rows)).cast(pa.int64())
 
     def split(self, rows: pa.RecordBatch) -> tuple[pa.Table, pa.Table]:

@@ -129,9 +129,10 @@ def test_a_write_does_no_work_that_grows_with_history(lh, spark, duck, monkeypat
     assert 1 <= calls["staged"] <= 4, calls  # the snapshot and its branch ref (transaction), the catalog's commit
     assert calls["load"] <= 2 and calls["delta_load"] == 1, calls  # our load and the commit's compare-and-swap base
     # The log read once, before anything is written (versions of other engines are refused then), and brought up to
-    # date twice: before the Iceberg commit and before the Delta commit (each reads only the versions since, to catch
-    # another engine's racing commit); the commit is not read back (it replays every live file).
-    assert calls.get("delta_update", 0) <= 2, calls
+    # date once, before the Iceberg commit (reading only the versions since, to catch another engine's racing commit);
+    # the Delta commit is put-if-absent, so a version landing after that fails it and the retry reads the log again
+    # (test_foreign_delta's racing commit); the commit is not read back (it replays every live file).
+    assert calls.get("delta_update", 0) <= 1, calls
     table = lh.load("o.meta")
     assert table.current_snapshot().snapshot_id == r.iceberg_snapshot_id and len(table.metadata.snapshots) == 13
     assert table.current_snapshot().summary["total-records"] == "130"
@@ -142,9 +143,9 @@ def test_a_write_does_no_work_that_grows_with_history(lh, spark, duck, monkeypat
     theirs = other.write(_rows(spark, 130, 140), "o.meta")
     r, calls = counts(lambda: lh.write(_rows(spark, 140, 150), "o.meta"))
     assert calls.get("parse", 0) == 1 and calls.get("deep_copy", 0) == 0, calls
-    # The Delta log the write before it read (the other writer's, in this process), brought up to date three times:
-    # before the job, the Iceberg commit and the Delta commit.
-    assert calls.get("delta_load", 0) == 0 and calls.get("delta_update", 0) <= 3, calls
+    # The Delta log the write before it read (the other writer's, in this process), brought up to date twice:
+    # before the job and before the Iceberg commit.
+    assert calls.get("delta_load", 0) == 0 and calls.get("delta_update", 0) <= 2, calls
     table = other.load("o.meta")
     assert table.current_snapshot().snapshot_id == r.iceberg_snapshot_id
     assert table.current_snapshot().parent_snapshot_id == theirs.iceberg_snapshot_id

@@ -70,6 +70,11 @@ class DeltaMirror:
         # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the
         # log replays its last checkpoint (every live file), so one load per write instead of two.
         self._loaded: DeltaTable | None = None
+        # Whether `next_version` brought `_loaded` up to date just before the Iceberg commit: `sync` then commits on
+        # it without listing the log again. A version landing in between fails that commit (Delta commits are
+        # put-if-absent) and the retry policy reads the log afresh.
+        self._updated = False
+        self._mirrored_seq: int | None = None  # its `mirrored_sequence_number`, as `next_version` read it
 
     def load(self, version: int | None = None) -> DeltaTable | None:
         try:
@@ -89,7 +94,7 @@ class DeltaMirror:
 
     def hand_over(self, delta: DeltaTable) -> None:
         """A log this process read moments ago (the write's foreign-version check): `next_version` updates it instead of loading."""
-        self._loaded = delta
+        self._loaded, self._updated = delta, False
 
     def append_only(self) -> bool:
         """Whether the Delta table sets `delta.appendOnly=true` (the log `next_version` read, else loaded). A log that
@@ -117,9 +122,11 @@ class DeltaMirror:
                 delta.update_incremental()  # what landed since it was read (another engine's version is refused before the commit)
             else:
                 delta = self._loaded = self.load()
+            self._updated = delta is not None
             if delta is None:
                 return None
-            pending = self.pending_snapshots(table, table.current_snapshot(), self.mirrored_sequence_number(delta))
+            self._mirrored_seq = self.mirrored_sequence_number(delta)
+            pending = self.pending_snapshots(table, table.current_snapshot(), self._mirrored_seq)
             return delta.version() + len(pending or []) + 1
         except Exception as e:  # noqa: BLE001 - Delta trouble must never fail the Iceberg commit
             log.debug("cannot predict the next Delta version: %s", e)
@@ -138,14 +145,16 @@ class DeltaMirror:
         known = known or {}
         target = target if target is not None else table.current_snapshot()
         delta, self._loaded = self._loaded, None
+        updated, self._updated = self._updated, False
         if delta is not None:
-            delta.update_incremental()  # commits since `next_version` read it (another writer's, or none)
+            if not updated:
+                delta.update_incremental()  # commits since it was read (another writer's, or none)
         else:
             delta = self.load()
         if delta is None:
             delta = self._create(table)
         foreign_delta.refuse_to_mirror_over(".".join(table.name()), delta)  # never mirror over another engine's versions
-        chain = self.pending_snapshots(table, target, self.mirrored_sequence_number(delta))
+        chain = self.pending_snapshots(table, target, self._mirrored_seq if updated else self.mirrored_sequence_number(delta))
         landed = None  # the Delta version of the last commit made here, when the loaded log does not include it yet
         if chain is None:
             refuse_unless_whole(table, delta, target, self.root_uri, "the snapshots Delta lags behind were expired")

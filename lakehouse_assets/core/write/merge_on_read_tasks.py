@@ -146,7 +146,7 @@ class _MatchAndWrite:
         if uri in self.earlier and len(found):
             found = pc.filter(found, pc.invert(pc.is_in(found, value_set=self.earlier[uri])))
         if dropped is not None and len(found):
-            # The key columns as just read: a tenth of a file's decoding at one key among five columns.
+            # The key columns as just read, not decoded a second time.
             dropped.add(self.row_reader.rows_at(uri, found, known=key_rows))
         return found
 

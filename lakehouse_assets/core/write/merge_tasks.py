@@ -86,7 +86,7 @@ class Keys:
         import pyarrow.compute as pc
 
         # One test per file (each builds a hash table of the keys): the key columns of a file are small.
-        rows = pa.Table.from_batches(list(self.reader(path_batches(uri))), schema=self.reader.arrow_schema)
+        rows = self.rows_of(uri)
         if self.single is not None:
             return pc.any(pc.is_in(rows.column(0), value_set=self.single)).as_py() is True
         return rows.join(self.values, keys=self.names, join_type="left semi").num_rows > 0

@@ -10,6 +10,9 @@ process (interpreter start, imports, code location, Spark session if any, catalo
 
 Each side first creates its table (untimed); then the sides take turns in a rotating order, each run appending
 10,000 rows. Per run: wall seconds and the CPU seconds of the step's processes (Python and any JVM it starts).
+Also per run, for the sides without Spark (arrow, peers): loading the code location alone, a fresh interpreter
+that runs the definitions file and nothing else (what the run's process, the code server and the daemon each pay
+before any step).
 
     .venv/bin/python bench/dagster_step.py [--reps 5] [--sides ours,java,arrow,peers]
 """
@@ -67,19 +70,34 @@ def run_step(side: str, root: str) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def load_location(side: str, root: str) -> float:
+    """Wall seconds of a fresh interpreter that loads the side's code location (its definitions file) and exits."""
+    code = f"import runpy; runpy.run_path({os.path.join(HERE, 'step_assets', f'{side}.py')!r})"
+    t0 = time.perf_counter()
+    subprocess.run([_bin(side, "python"), "-W", "ignore", "-c", code], env=_env(side, root), cwd=root, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+LOADED = ("arrow", "peers")  # the sides whose code location is timed alone too
+
+
 def measure(reps: int, root: str | None = None, sides: tuple[str, ...] = SIDES) -> dict[str, dict[str, list[float]]]:
-    """{side: {"wall": [...], "cpu": [...]}} over `reps` runs per side in a rotating order, after one untimed run per side."""
+    """{side: {"wall": [...], "cpu": [...], "load": [...]}} over `reps` runs per side in a rotating order, after one
+    untimed run per side ("load": the code location alone, the sides in LOADED)."""
     root = root or tempfile.mkdtemp(prefix="bench-dagster-step-")
     for side in sides:
         prepare(side, root)
         run_step(side, root)  # creates the table
-    out = {side: {"wall": [], "cpu": []} for side in sides}
+    out = {side: {"wall": [], "cpu": [], "load": []} for side in sides}
     for rep in range(reps):
         for side in sides[rep % len(sides):] + sides[:rep % len(sides)]:
             wall, cpu = run_step(side, root)
             out[side]["wall"].append(wall)
             out[side]["cpu"].append(cpu)
-            print(f"  dagster_step rep {rep + 1} {side}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+            if side in LOADED:
+                out[side]["load"].append(load_location(side, root))
+            print(f"  dagster_step rep {rep + 1} {side}: {wall:.2f} s wall, {cpu:.2f} s CPU" +
+                  (f", code location {out[side]['load'][-1]:.2f} s" if side in LOADED else ""), flush=True)
     return out
 
 
@@ -92,7 +110,8 @@ def main() -> None:
     out = measure(a.reps, sides=sides)
     wall = {side: statistics.median(out[side]["wall"]) for side in sides}
     for side in sides:
-        print(f"{side}: median {wall[side]:.2f} s wall (min {min(out[side]['wall']):.2f}, max {max(out[side]['wall']):.2f}), {statistics.median(out[side]['cpu']):.2f} s CPU")
+        print(f"{side}: median {wall[side]:.2f} s wall (min {min(out[side]['wall']):.2f}, max {max(out[side]['wall']):.2f}), {statistics.median(out[side]['cpu']):.2f} s CPU"
+              + (f"; code location {statistics.median(out[side]['load']):.2f} s" if out[side]["load"] else ""))
     for a_side, b_side in (("ours", "java"), ("arrow", "peers"), ("arrow", "ours")):
         if a_side in wall and b_side in wall:
             print(f"{a_side}/{b_side} wall {wall[a_side] / wall[b_side]:.2f}")

@@ -158,23 +158,31 @@ def test_a_code_location_with_the_io_manager_loads_without_the_core():
     assert out.strip().splitlines()[-1] == "[]"
 
 
-def test_a_code_location_of_the_factory_loads_without_catalogs_or_delta():
+@pytest.mark.parametrize("location", ["factory", "demo"])
+def test_a_code_location_loads_without_catalogs_delta_or_pyiceberg_tables(location):
     """`lakehouse_definitions` (checks, maintenance jobs, sensors) builds its jobs' config from the operation registry
-    alone: the catalogs (SQLAlchemy), delta-rs and the table context load only when a run or a tick touches a table."""
+    alone: the catalogs (SQLAlchemy), delta-rs, the table context and pyiceberg's table and pyarrow FileIO modules (which
+    bring pyarrow.dataset and pandas) load only when a run or a tick touches a table. So does the demo's code location."""
     import subprocess
     import sys
 
+    load = {
+        "factory": (
+            "from dagster import asset\n"
+            "from lakehouse_assets import LakehouseResource, MergeOptions, lakehouse_definitions\n"
+            "@asset\n"
+            "def t(): ...\n"
+            "lakehouse_definitions([t], LakehouseResource(warehouse='w'))\n"
+        ),
+        "demo": "import lakehouse_assets.definitions\n",
+    }[location]
     code = (
-        "import sys\n"
-        "from dagster import asset\n"
-        "from lakehouse_assets import LakehouseResource, lakehouse_definitions\n"
-        "@asset\n"
-        "def t(): ...\n"
-        "lakehouse_definitions([t], LakehouseResource(warehouse='w'))\n"
-        "heavy = ('lakehouse_assets.core.table.context', 'pyiceberg.catalog.sql', 'sqlalchemy', 'deltalake', 'dagster_aws', 'boto3')\n"
+        "import sys\n" + load +
+        "heavy = ('lakehouse_assets.core.table.context', 'pyiceberg.catalog.sql', 'sqlalchemy', 'deltalake', 'dagster_aws', 'boto3',\n"
+        "         'pyiceberg.table', 'pyiceberg.io.pyarrow', 'pyarrow.dataset', 'pandas')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
 
 

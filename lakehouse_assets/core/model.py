@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
 
 from .errors import SpecError
 from .io.storage import normalize_uri
 from .properties import Operation, SummaryKeys
 from .schema.spec import TableSpec
 from .schema.window import Slice
+
+if TYPE_CHECKING:  # (pyiceberg's table and manifest modules: imported where a table is loaded, not where a code location loads)
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
 
 
 @dataclass(frozen=True)

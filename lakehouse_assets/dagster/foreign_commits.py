@@ -17,7 +17,6 @@ import json
 import os
 
 from dagster import AssetMaterialization, DefaultSensorStatus, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor
-from pyiceberg.table.snapshots import Operation as IcebergOperation
 
 from ..core.formats import history
 from ..core.properties import Operation, SummaryKeys
@@ -30,6 +29,8 @@ INTERVAL_S = int(os.environ.get("LAKEHOUSE_FOREIGN_COMMITS_SENSOR_INTERVAL_S", "
 
 def foreign_commits(table, seen_snapshot_id: int) -> list:
     """Snapshots committed after `seen_snapshot_id` (oldest first) that no Dagster run wrote and that changed rows."""
+    from pyiceberg.table.snapshots import Operation as IcebergOperation  # (pyiceberg's table module: not at code location load)
+
     out = []
     for snap in history.ancestors(table):
         if snap.snapshot_id == seen_snapshot_id:

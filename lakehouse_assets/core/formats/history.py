@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Iterator
-
-from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
+from typing import TYPE_CHECKING, Iterator
 
 from ..properties import DeltaCommitKeys, SummaryKeys
+
+if TYPE_CHECKING:  # (pyiceberg's table module: imported where a table is loaded, not where a code location loads)
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 
 def ancestors(table: Table, snapshot: Snapshot | None = None) -> Iterator[Snapshot]:

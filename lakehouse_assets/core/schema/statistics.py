@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Iterable, Mapping
+from functools import cache, cached_property
+from typing import TYPE_CHECKING, Iterable, Mapping
 
-from pyiceberg.io.pyarrow import MetricModeTypes, MetricsMode, match_metrics_mode
 from pyiceberg.schema import Schema
 from pyiceberg.types import BinaryType, ListType, MapType, NestedField, StringType, StructType
 
 from ..errors import SpecError
+
+if TYPE_CHECKING:
+    from pyiceberg.io.pyarrow import MetricsMode
 
 METRICS_DEFAULT = "write.metadata.metrics.default"
 METRICS_COLUMN_PREFIX = "write.metadata.metrics.column."
@@ -47,10 +49,24 @@ DELTA_NUM_INDEXED_COLUMNS_DEFAULT = 32  # Delta's default
 # Keys that decide the policy: copied from a resource-wide Delta configuration into a new table's properties.
 POLICY_KEYS = (METRICS_DEFAULT, MAX_INFERRED_COLUMNS, DELTA_STATS_COLUMNS, DELTA_NUM_INDEXED_COLUMNS)
 
-NONE = MetricsMode(MetricModeTypes.NONE)
-COUNTS = MetricsMode(MetricModeTypes.COUNTS)
-FULL = MetricsMode(MetricModeTypes.FULL)
-DEFAULT_MODE = MetricsMode(MetricModeTypes.TRUNCATE, 16)
+
+
+@cache
+def _iceberg():
+    """pyiceberg's metrics modes, imported when a policy is first resolved: they live in its pyarrow FileIO module,
+    whose import brings pyarrow.dataset and with it pandas (about 0.2 s), which loading a code location does not need."""
+    from pyiceberg.io import pyarrow
+
+    return pyarrow
+
+
+def _mode(kind: str, length: int | None = None) -> "MetricsMode":
+    """pyiceberg's metrics mode `kind` (NONE, COUNTS, TRUNCATE, FULL)."""
+    return _iceberg().MetricsMode(_iceberg().MetricModeTypes[kind], length)
+
+
+def _is(mode: "MetricsMode", *kinds: str) -> bool:
+    return mode.type.name in kinds
 
 
 def policy_keys(properties: Mapping[str, str]) -> dict[str, str]:
@@ -67,20 +83,20 @@ class StatisticsPolicy:
     partition_columns: tuple[str, ...] = ()  # Delta partition columns: their values, not statistics
 
     def mode(self, field_id: int) -> MetricsMode:
-        return self.modes.get(field_id, NONE)
+        return self.modes.get(field_id) or _mode("NONE")
 
     def has_bounds(self, field_id: int) -> bool:
-        return self.mode(field_id).type in (MetricModeTypes.TRUNCATE, MetricModeTypes.FULL)
+        return _is(self.mode(field_id), "TRUNCATE", "FULL")
 
     def has_counts(self, field_id: int) -> bool:
-        return self.mode(field_id).type != MetricModeTypes.NONE
+        return not _is(self.mode(field_id), "NONE")
 
     def iceberg_properties(self) -> dict[str, str]:
         """Properties for pyiceberg's `compute_statistics_plan` that yield exactly these modes."""
         out = {METRICS_DEFAULT: "none"}
         for field_id, mode in self.modes.items():
             name = self.schema.find_column_name(field_id)
-            if name is not None and mode.type != MetricModeTypes.NONE:
+            if name is not None and not _is(mode, "NONE"):
                 out[METRICS_COLUMN_PREFIX + name] = _mode_text(mode)
         return out
 
@@ -116,7 +132,7 @@ class StatisticsPolicy:
 def table_policy(identifier: str, schema: Schema, properties: Mapping[str, str], partition_columns: Iterable[str] = ()) -> StatisticsPolicy:
     """Resolve the table's statistics properties (Iceberg's and Delta's, see the module docstring)."""
     partition_columns = tuple(partition_columns)
-    base = _parse_mode(identifier, METRICS_DEFAULT, properties[METRICS_DEFAULT]) if METRICS_DEFAULT in properties else DEFAULT_MODE
+    base = _parse_mode(identifier, METRICS_DEFAULT, properties[METRICS_DEFAULT]) if METRICS_DEFAULT in properties else _mode("TRUNCATE", 16)
     top = schema.fields
     if properties.get(DELTA_STATS_COLUMNS):
         named = set(parse_column_list(properties[DELTA_STATS_COLUMNS]))
@@ -133,7 +149,7 @@ def table_policy(identifier: str, schema: Schema, properties: Mapping[str, str],
     modes: dict[int, MetricsMode] = {}
     for f in top:
         for leaf in _leaves(f):
-            modes[leaf.field_id] = base if f.field_id in chosen else NONE
+            modes[leaf.field_id] = base if f.field_id in chosen else _mode("NONE")
     for key, value in properties.items():
         if key.startswith(METRICS_COLUMN_PREFIX):
             name = key[len(METRICS_COLUMN_PREFIX):]
@@ -148,10 +164,10 @@ def table_policy(identifier: str, schema: Schema, properties: Mapping[str, str],
     # nested fields get counts at most.
     for field_id, mode in list(modes.items()):
         leaf_type = schema.find_type(field_id)
-        if mode.type == MetricModeTypes.TRUNCATE and not isinstance(leaf_type, (StringType, BinaryType)):
-            modes[field_id] = FULL
-        if "." in (schema.find_column_name(field_id) or "") and modes[field_id].type in (MetricModeTypes.TRUNCATE, MetricModeTypes.FULL):
-            modes[field_id] = COUNTS
+        if _is(mode, "TRUNCATE") and not isinstance(leaf_type, (StringType, BinaryType)):
+            modes[field_id] = _mode("FULL")
+        if "." in (schema.find_column_name(field_id) or "") and _is(modes[field_id], "TRUNCATE", "FULL"):
+            modes[field_id] = _mode("COUNTS")
     return StatisticsPolicy(schema, modes, partition_columns)
 
 
@@ -236,12 +252,12 @@ def _first_leaves(schema: Schema, partition_columns: tuple[str, ...], n: int) ->
 
 
 def _mode_text(mode: MetricsMode) -> str:
-    return f"truncate({mode.length})" if mode.type == MetricModeTypes.TRUNCATE else mode.type.value
+    return f"truncate({mode.length})" if _is(mode, "TRUNCATE") else mode.type.value
 
 
 def _parse_mode(identifier: str, key: str, value: str) -> MetricsMode:
     try:
-        return match_metrics_mode(value)
+        return _iceberg().match_metrics_mode(value)
     except ValueError:
         raise SpecError(f"Table {identifier}: table property {key}={value!r} is not a metrics mode; use none, counts, truncate(N) or full.") from None
 

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, In, LessThan
 from pyiceberg.expressions.visitors import ROWS_MUST_MATCH, _StrictMetricsEvaluator
-from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
 from pyiceberg.types import BooleanType, DateType, IntegerType, LongType, StringType, TimestampType, TimestamptzType
 
 from ..errors import InputError, SpecError
+
+if TYPE_CHECKING:  # (pyiceberg's table and manifest modules: imported where a table is loaded, not where a code location loads)
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
 
 # Column types a set of partition values can name (Dagster partition keys are strings).
 VALUE_TYPES = (StringType, IntegerType, LongType, DateType, BooleanType)

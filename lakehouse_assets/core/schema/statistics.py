@@ -50,7 +50,6 @@ DELTA_NUM_INDEXED_COLUMNS_DEFAULT = 32  # Delta's default
 POLICY_KEYS = (METRICS_DEFAULT, MAX_INFERRED_COLUMNS, DELTA_STATS_COLUMNS, DELTA_NUM_INDEXED_COLUMNS)
 
 
-
 @cache
 def _iceberg():
     """pyiceberg's metrics modes, imported when a policy is first resolved: they live in its pyarrow FileIO module,

@@ -311,21 +311,27 @@ def test_maintenance_runs_while_a_stream_of_small_batches_writes_and_compaction_
     assert_all_readers_agree(lh, spark, duck, "db.small", expected(rows(0, 45)))
 
 
-def test_two_hundred_small_batches_then_scheduled_maintenance_leave_bounded_files_and_snapshots(lh, spark, tmp_path):
+def test_a_hundred_and_twenty_small_batches_then_scheduled_maintenance_leave_bounded_files_and_snapshots(lh, spark, tmp_path):
+    """More commits than Delta's checkpoint interval and Iceberg's manifest merge count (100 each): the log gets a
+    checkpoint and the manifests merge mid-stream, and maintenance still leaves one file and two snapshots."""
     from lakehouse_assets.core.formats.iceberg_committer import live_data_files
 
+    batches = 120
     landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
-    for i in range(200):
+    for i in range(batches):
         land(landing, f"{i:03d}.json", rows(i * 2, 2))
     sink = lh.stream_writer("db.trickle", table=TableOptions(properties={"lakehouse.small-writes.commits": "0"}))
     run_stream(spark, landing, checkpoint, sink)
     table = lh.load("db.trickle")
-    assert len(sink.results) == 200 and len(live_data_files(table)) == 200
+    assert len(sink.results) == batches and len(live_data_files(table)) == batches
+    log = table.location().removeprefix("file://") + "/_delta_log"
+    assert os.path.exists(f"{log}/_last_checkpoint")  # delta-rs checkpointed the log at its 100th version
+    assert len(table.current_snapshot().manifests(table.io)) < batches  # Iceberg merged the manifests
     # What the maintenance schedule runs (full_maintenance), with a retention of 0 days and at least 2 snapshots kept.
     lh.maintain("db.trickle", "full_maintenance", spark=spark, snapshot_retention_days=0, min_snapshots_to_keep=2)
     table = lh.load("db.trickle")
     assert len(live_data_files(table)) == 1 and len(table.metadata.snapshots) == 2
-    assert lh.read(spark, "db.trickle").count() == 400
+    assert lh.read(spark, "db.trickle").count() == 2 * batches
     assert lh.verify("db.trickle", deep=True)["agree"]
 
 

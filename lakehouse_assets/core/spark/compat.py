@@ -10,9 +10,12 @@ project lives in this module or behind `is_connect` (the reader's relations).
 from __future__ import annotations
 
 import logging
+import pickle
 import re
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -165,6 +168,52 @@ def observes(spark) -> bool:
     with _PARALLELISM_LOCK:
         _OBSERVES[key] = found
     return found
+
+
+_UDFS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # SparkContext -> {function's pickle: its Python UDF}
+_UDFS_LOCK = threading.Lock()
+_UDFS_PER_CONTEXT = 32
+
+
+def map_in_arrow(df, fn, schema, *, reuse: bool = False):
+    """`df.mapInArrow(fn, schema)`. With `reuse` on a classic session, the Python UDF of an equal `fn` (equal pickle)
+    is made once per SparkContext and reused: PySpark makes a new one per call (pickles `fn` and registers it in the
+    JVM, about 9 ms), which a stream of small batches would pay per batch. A reused `fn` must not hold what differs
+    per write (the file writer reads its write id from the job's tag, `task_tag`). Connect: PySpark's own call."""
+    if not reuse or is_connect(df):
+        return df.mapInArrow(fn, schema)
+    from pyspark.sql import DataFrame
+
+    udf = _reused_udf(df.sparkSession.sparkContext, fn, schema)
+    column = udf(*[df[name] for name in df.columns])  # what PySpark's mapInArrow passes: every column of `df`
+    if is_spark3():
+        return DataFrame(df._jdf.pythonMapInArrow(column._jc.expr(), False), df.sparkSession)
+    return DataFrame(df._jdf.pythonMapInArrow(column._jc, False, None), df.sparkSession)
+
+
+def _reused_udf(sc, fn, schema):
+    from pyspark.rdd import PythonEvalType
+    from pyspark.sql.pandas.functions import pandas_udf
+
+    key = (pickle.dumps(fn), schema.json())
+    with _UDFS_LOCK:
+        udfs = _UDFS.setdefault(sc, OrderedDict())
+        udf = udfs.get(key)
+        if udf is None:
+            udf = udfs[key] = pandas_udf(fn, returnType=schema, functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+            while len(udfs) > _UDFS_PER_CONTEXT:
+                udfs.popitem(last=False)
+        else:
+            udfs.move_to_end(key)
+    return udf
+
+
+def task_tag() -> str | None:
+    """In an executor task of a classic session: the tag its job carries (`tagged_jobs`), else None."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.getLocalProperty(_JOB_GROUP) if ctx is not None else None
 
 
 def is_cached(df) -> bool:

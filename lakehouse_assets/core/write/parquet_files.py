@@ -31,6 +31,7 @@ FANOUT_PENDING_BYTES = 256 * 1024 * 1024
 DICTIONARY_SAMPLE_ROWS = 10_000
 # A task holding several keys groups its rows this many bytes at a time (see FileWriter._groups).
 STAGE_BYTES = 32 * 1024 * 1024
+WRITE_TAG_PREFIX = "lakehouse-write-"  # + write id: the tag of a write's Spark jobs (core/write/writer.py)
 FILE_ROW_FIELDS = (("path", "string"), ("size", "long"), ("record_count", "long"), ("partition_key", "string"), ("footer", "binary"))
 
 @dataclass
@@ -38,7 +39,9 @@ class FileWriter:
     """The mapInArrow function that writes Parquet files and yields one metadata row per file."""
 
     root_uri: str
-    write_id: str
+    # The prefix of this write's file names. None: the write id in the tag of the Spark job running the task, so
+    # one writer (and its Python UDF) serves every write of equal settings, e.g. a stream's batches.
+    write_id: str | None
     arrow_schema: pa.Schema
     storage: StorageConfig
     target_file_size: int
@@ -57,6 +60,8 @@ class FileWriter:
         keep_spark_archives_indexed()  # for this worker's later tasks
         ctx = TaskContext.get()
         self._attempt = ctx.taskAttemptId() if ctx else 0
+        if self.write_id is None:
+            self.write_id = _tagged_write_id()
         self._seq = 0
         self._fs, _ = self.storage.filesystem(self.root_uri)
         self._opened: list[str] = []  # full paths this task created: removed again if the task fails
@@ -144,6 +149,15 @@ class FileWriter:
         self._seq += 1
         name = f"{self.write_id}-{self._attempt:05d}-{self._seq:05d}.parquet"
         return "/".join(p for p in ("data", key_dir, name) if p)
+
+
+def _tagged_write_id() -> str:
+    from ..spark.compat import task_tag
+
+    tag = task_tag() or ""
+    if not tag.startswith(WRITE_TAG_PREFIX):
+        raise RuntimeError(f"a file writer without a write id runs in a Spark job not tagged as a write (tag {tag!r})")
+    return tag.removeprefix(WRITE_TAG_PREFIX)
 
 
 def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -24,8 +24,9 @@ from ..errors import InputError, WriteError
 from ..io.storage import StorageConfig, join_uri
 from ..model import WrittenFile
 from ..schema.type_mapping import arrow_file_schema, narrow_integers
+from ..spark.compat import is_connect, map_in_arrow
 from ..spark.planning import at_most, by_key, write_tasks
-from .parquet_files import FILE_ROW_FIELDS, FileWriter
+from .parquet_files import FILE_ROW_FIELDS, WRITE_TAG_PREFIX, FileWriter
 from .partition_keys import PARTITION_KEY_COLUMN, PARTITION_VALUE_PREFIX, PartitionKeyer, decode_partition_value
 
 log = logging.getLogger("lakehouse")
@@ -77,11 +78,13 @@ def write_files(
             df = keyed.repartition(tasks, F.col(PARTITION_KEY_COLUMN)).sortWithinPartitions(PARTITION_KEY_COLUMN)
     else:
         df = at_most(df, tasks)  # no shuffle; fewer partitions only (an input with fewer keeps its own)
+    # Classic sessions: the writer takes the write id from the job's tag, so equal writes reuse one Python UDF.
+    reuse = not is_connect(df)
     writer = FileWriter(
-        root_uri, write_id, arrow_schema, storage, target_file_size, compression, compression_level,
+        root_uri, None if reuse else write_id, arrow_schema, storage, target_file_size, compression, compression_level,
         key_columns=key_columns, keyer=keyer if key_columns else None, input_names=_input_names(schema, file_names),
     )
-    rows = run_write_job(df.mapInArrow(writer, file_row_schema()), write_id, storage=storage, root_uri=root_uri, table_name=table_name)
+    rows = run_write_job(map_in_arrow(df, writer, file_row_schema(), reuse=reuse), write_id, storage=storage, root_uri=root_uri, table_name=table_name)
     return written_files(rows)
 
 
@@ -116,7 +119,7 @@ def run_write_tasks(spark, tasks: int, fn, schema, write_id: str, *, storage: St
 def _run(spark, collect, write_id: str, *, storage: StorageConfig, root_uri: str, table_name: str) -> list:
     from ..spark.compat import tagged_jobs
 
-    tag = f"lakehouse-write-{write_id}"
+    tag = f"{WRITE_TAG_PREFIX}{write_id}"
     try:
         with tagged_jobs(spark, tag):  # this write's jobs, to stop their tasks if it fails
             return collect()

@@ -231,6 +231,37 @@ def test_python_workers_keep_sparks_own_archives_indexed(spark):
     assert {name for name, _ in seen} == {"_invalidate_unless_spark_archive"}
 
 
+def _frozen_objects(_):
+    """In a Python worker: how many objects its garbage collections skip (frozen before the daemon forked it)."""
+    import gc
+
+    yield gc.get_freeze_count()
+
+
+def test_python_workers_collect_only_what_their_tasks_made(spark):
+    """PySpark's reused workers run a full gc.collect() after every task. The daemon froze the libraries it preloaded
+    (pyarrow, pandas, pyiceberg: over 100,000 objects) before forking, so that collection walks the task's objects only."""
+    counts = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_frozen_objects).collect()
+    assert min(counts) > 50_000, counts
+
+
+def test_writes_of_equal_settings_share_one_python_udf_and_name_files_by_their_own_write(lh, spark, duck):
+    """A stream's batches are writes of equal settings: the file writer's Python UDF is made (pickled, registered
+    in the JVM) once, and each write's files still carry that write's id (which its failure cleanup removes by)."""
+    from lakehouse_assets.core.spark import compat
+
+    lh.write(_rows(spark, 0, 10), "db.shared_udf")
+    before = set(compat._UDFS[spark.sparkContext])
+    for lo in (10, 20):
+        lh.write(_rows(spark, lo, lo + 10), "db.shared_udf", "append")
+    assert set(compat._UDFS[spark.sparkContext]) == before  # no new UDF for the appends
+    files = [os.path.basename(task.file.file_path) for task in lh.load("db.shared_udf").scan().plan_files()]
+    write_ids = {name.split("-")[0] for name in files}  # <write id>-<task attempt>-<sequence>.parquet
+    assert len(files) == 3, files
+    assert len(write_ids) == 3
+    assert_all_readers_agree(lh, spark, duck, "db.shared_udf", expected=[(i, i % 40) for i in range(30)])
+
+
 def test_a_write_task_keeps_sparks_archives_indexed_in_any_session(tmp_path, monkeypatch):
     """A session without the project's daemon (a user's own SparkSession): the first write task a worker runs
     installs the invalidation, so the worker's later tasks skip re-reading Spark's archives."""

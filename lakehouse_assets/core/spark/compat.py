@@ -188,7 +188,7 @@ def map_in_arrow(df, fn, schema, *, reuse: bool = False):
     column = udf(*[df[name] for name in df.columns])  # what PySpark's mapInArrow passes: every column of `df`
     if is_spark3():
         return DataFrame(df._jdf.pythonMapInArrow(column._jc.expr(), False), df.sparkSession)
-    return DataFrame(df._jdf.pythonMapInArrow(column._jc, False, None), df.sparkSession)
+    return DataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)  # Spark 4: (column, barrier, resource profile)
 
 
 def _reused_udf(sc, fn, schema):

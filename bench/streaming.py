@@ -17,7 +17,7 @@ BATCHES = int(os.environ.get("BENCH_STREAM_BATCHES", "100"))
 ROWS_PER_BATCH = int(os.environ.get("BENCH_STREAM_ROWS", "10000"))
 
 
-def stream_workload(bench, side_cls, row_cls, reps: int = 3) -> None:
+def stream_workload(bench, side_cls, row_cls, reps: int = 5) -> None:
     spark = bench.spark
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(BATCHES + 10))
     landing = os.path.join(bench.root, "landing")

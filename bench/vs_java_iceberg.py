@@ -33,7 +33,7 @@ Workloads (`--only a,b` to pick):
                   and (a subprocess) on a plain `SparkSession.builder` session: ours vs Java `writeTo().create()`,
                   with the files each side wrote; medians of at least 5 runs per cell
   stream          100 micro-batches of 10,000 rows (one landing file each, availableNow) through our stream sink
-                  vs Java Iceberg's `writeStream.format("iceberg")`, three queries a side taking turns, both tables
+                  vs Java Iceberg's `writeStream.format("iceberg")`, five queries a side taking turns, both tables
                   created first: rows/s and median batch latency (bench/streaming.py)
   scale           2,000,000 and 20,000,000 rows (`--scale-rows`) straight from spark.range (not cached) into a
                   day-partitioned table, ours and Java, each size in a fresh process: the second of two runs per

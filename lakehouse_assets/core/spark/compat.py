@@ -185,6 +185,8 @@ def map_in_arrow(df, fn, schema, *, reuse: bool = False):
     from pyspark.sql import DataFrame
 
     udf = _reused_udf(df.sparkSession.sparkContext, fn, schema)
+    if udf is None:
+        return df.mapInArrow(fn, schema)
     column = udf(*[df[name] for name in df.columns])  # what PySpark's mapInArrow passes: every column of `df`
     if is_spark3():
         return DataFrame(df._jdf.pythonMapInArrow(column._jc.expr(), False), df.sparkSession)
@@ -195,7 +197,10 @@ def _reused_udf(sc, fn, schema):
     from pyspark.rdd import PythonEvalType
     from pyspark.sql.pandas.functions import pandas_udf
 
-    key = (pickle.dumps(fn), schema.json())
+    try:
+        key = (pickle.dumps(fn), schema.json())
+    except Exception:  # noqa: BLE001 - a function plain pickle cannot key (cloudpickle still ships it): not reused
+        return None
     with _UDFS_LOCK:
         udfs = _UDFS.setdefault(sc, OrderedDict())
         udf = udfs.get(key)

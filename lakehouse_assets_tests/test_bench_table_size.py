@@ -22,5 +22,7 @@ def test_the_table_size_workload_runs_on_tiny_tables(spark, tmp_path):
         for op in table_size.OPERATIONS:
             assert len(r["times"][op]["ours"]) == 1
             assert ("java" in r["times"][op]) == (op not in ("check", "verify"))
+            assert r["peak_mb"][op] > 50  # the driver's resident memory while that operation ran (a Python process with Spark: well above)
     section = table_size.render(results)
     assert "| merge | " in section and "ours 200 / 110" in section and "Java, 200 files" in section
+    assert "| driver peak RSS (MB), append, merge, check, read | " in section and "| driver peak RSS (MB), verify | " in section

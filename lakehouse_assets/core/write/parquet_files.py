@@ -60,8 +60,7 @@ class FileWriter:
         keep_spark_archives_indexed()  # for this worker's later tasks
         ctx = TaskContext.get()
         self._attempt = ctx.taskAttemptId() if ctx else 0
-        if self.write_id is None:
-            self.write_id = _tagged_write_id()
+        self._write_id = self.write_id if self.write_id is not None else _tagged_write_id()  # this task's write
         self._seq = 0
         self._fs, _ = self.storage.filesystem(self.root_uri)
         self._opened: list[str] = []  # full paths this task created: removed again if the task fails
@@ -147,7 +146,7 @@ class FileWriter:
 
     def next_path(self, key_dir: str) -> str:
         self._seq += 1
-        name = f"{self.write_id}-{self._attempt:05d}-{self._seq:05d}.parquet"
+        name = f"{self._write_id}-{self._attempt:05d}-{self._seq:05d}.parquet"
         return "/".join(p for p in ("data", key_dir, name) if p)
 
 

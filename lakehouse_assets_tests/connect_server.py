@@ -1,7 +1,8 @@
 """A real Spark Connect server on this machine, in a process of its own (its own JVM, its own executors).
 
 PySpark 4's package is a Spark home that bundles the server (`jars/spark-connect_*.jar`): `spark-submit` runs its
-main class, as `sbin/start-connect-server.sh` does. It binds 127.0.0.1 on a free port, logs to a file, runs its
+main class, as `sbin/start-connect-server.sh` does. It binds 127.0.0.1 on a port the kernel picks (port 0: a port chosen
+here and passed on could be taken by another process while the JVM starts, and the server does not retry), logs to a file, runs its
 Python tasks with this interpreter (so the executors import this package, as a cluster's executors must) and is
 stopped by its PID. Tests then talk to it only through `SparkSession.builder.remote(...)`: nothing of the test
 process is shared with the JVM.
@@ -10,6 +11,7 @@ process is shared with the JVM.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,12 +20,8 @@ import time
 from dataclasses import dataclass, field
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# What the server logs once it listens, with the port it bound.
+STARTED = re.compile(r"Spark Connect server started at: 127\.0\.0\.1:(\d+)")
 
 
 def spark_home() -> str:
@@ -62,12 +60,11 @@ class ConnectServer:
 
     def start(self, timeout: float = 180) -> "ConnectServer":
         os.makedirs(self.work_dir, exist_ok=True)
-        self.port = free_port()
         conf = {
             **server_conf(),
             **self.conf,
             "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.connect.grpc.binding.port": "0",
             "spark.local.dir": os.path.join(self.work_dir, "tmp"),
         }
         args = [os.path.join(spark_home(), "bin", "spark-submit"), "--class", SERVER_CLASS, "--name", "lakehouse-connect"]
@@ -83,11 +80,14 @@ class ConnectServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the Spark Connect server exited with {self.process.returncode}: {self._log_tail()}")
-            if "Spark Connect server started" in self._log_tail(20_000) and self._listening():
-                return self
+            started = STARTED.search(self._log_tail(20_000))
+            if started:
+                self.port = int(started.group(1))
+                if self._listening():
+                    return self
             time.sleep(0.25)
         self.stop()
-        raise TimeoutError(f"no Spark Connect server on 127.0.0.1:{self.port} after {timeout} s: {self._log_tail()}")
+        raise TimeoutError(f"no Spark Connect server on 127.0.0.1 after {timeout} s: {self._log_tail()}")
 
     def _listening(self) -> bool:
         with socket.socket() as s:

@@ -61,6 +61,45 @@ def graphql(base: str, query: str, variables: dict | None = None) -> dict:
     return body["data"]
 
 
+# A free port is free until the webserver binds it, seconds later: when another process took it meanwhile, the
+# webserver exits and `dagster dev` is started again on a new one.
+PORT_ATTEMPTS = 3
+ADDRESS_IN_USE = "address already in use"
+
+
+def _serving(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
+    """Start `dagster dev` on a free port and wait until its webserver answers: (process, port)."""
+    dagster = Path(sys.executable).with_name("dagster")
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = free_port()
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(REPO / "workspace.yaml")],
+                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                # A shell's background job inherits SIGINT ignored; dagster dev needs it to shut down cleanly.
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        try:
+            while True:
+                if proc.poll() is not None:
+                    if attempt < PORT_ATTEMPTS and ADDRESS_IN_USE in log.read_text(errors="replace").lower():
+                        break
+                    pytest.fail(f"dagster dev exited with {proc.returncode} before serving; log {log}:\n{tail(log)}")
+                with contextlib.suppress(requests.RequestException):
+                    if requests.get(f"{base}/server_info", timeout=2).status_code == 200:
+                        return proc, port
+                if time.monotonic() > deadline:
+                    pytest.fail(f"dagster dev not up on {base} after {STARTUP_TIMEOUT_S}s; log {log}:\n{tail(log)}")
+                time.sleep(1)
+        except BaseException:
+            stop(proc)
+            raise
+        stop(proc)  # what is left of its process group
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None = None, instance_yaml: str = ""):
     """Start `dagster dev` with DAGSTER_HOME=root/dagster_home (the repository's dagster.yaml plus
@@ -68,7 +107,6 @@ def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None 
     home, log = root / "dagster_home", root / "dagster-dev.log"
     home.mkdir(parents=True)
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text() + instance_yaml)  # telemetry off
-    port = free_port()
     full_env = {k: v for k, v in os.environ.items() if k != "LAKEHOUSE_CATALOG"}  # the embedded catalog in the fresh warehouse
     full_env.update(
         DAGSTER_HOME=str(home),
@@ -79,26 +117,13 @@ def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None 
         SPARK_LOCAL_IP="127.0.0.1",
         **(env or {}),
     )
-    dagster = Path(sys.executable).with_name("dagster")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(REPO / "workspace.yaml")],
-            cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            # A shell's background job inherits SIGINT ignored; dagster dev needs it to shut down cleanly.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    try:
+        proc, port = _serving(full_env, log)
+    except BaseException:
+        shutil.rmtree(home, ignore_errors=True)
+        raise
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"dagster dev exited with {proc.returncode} before serving; log {log}:\n{tail(log)}")
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{base}/server_info", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"dagster dev not up on {base} after {STARTUP_TIMEOUT_S}s; log {log}:\n{tail(log)}")
-            time.sleep(1)
         yield {"base": base, "port": port, "home": str(home), "log": log, "proc": proc}
     finally:
         stop(proc)

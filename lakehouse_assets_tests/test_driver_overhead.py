@@ -245,6 +245,67 @@ def test_python_workers_collect_only_what_their_tasks_made(spark):
     assert min(counts) > 50_000, counts
 
 
+def _worker_input_reader(_):
+    """In a Python worker: the raw readers of its open buffered inputs (PySpark's `infile` among them)."""
+    import gc
+    import io
+
+    yield sorted({type(o.raw).__name__ for o in gc.get_objects() if isinstance(o, io.BufferedReader) and not o.closed})
+
+
+def test_python_workers_read_their_input_acknowledging_it_at_once(spark):
+    """The daemon's workers read the executor's socket through QuickAckReader (core/spark/worker_socket.py): a
+    reused worker would otherwise hold its ACK for the kernel's 40 ms delayed-ACK timer, and the executor's last
+    segment with it."""
+    readers = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_input_reader).collect()
+    assert all("QuickAckReader" in names for names in readers), readers
+
+
+def test_quick_ack_reader_reads_a_socket_exactly(tmp_path):
+    """What the worker reads through QuickAckReader is byte for byte what was sent, in reads of any size, up to the end."""
+    import io
+    import random
+    import socket
+    import threading
+
+    from lakehouse_assets.core.spark.worker_socket import QuickAckReader, applies_to
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(listener.getsockname())
+    receiver, _ = listener.accept()
+    listener.close()
+    assert applies_to(receiver)
+    rnd = random.Random(7)
+    chunks = [rnd.randbytes(n) for n in (1, 4, 65_536, 65_537, 3, 200_000, 17)]
+    sent = threading.Thread(target=lambda: (sender.sendall(b"".join(chunks)), sender.close()))
+    sent.start()
+    infile = io.BufferedReader(QuickAckReader(os.dup(receiver.fileno()), receiver), 65_536)
+    got = [infile.read(len(c)) for c in chunks]
+    sent.join()
+    assert got == chunks and infile.read(1) == b""
+    infile.close()
+    receiver.close()
+
+    left, right = socket.socketpair()  # not TCP: the worker reads as PySpark's does
+    assert not applies_to(left)
+    left.close()
+    right.close()
+
+
+def test_every_module_the_daemon_preloads_loads():
+    """The daemon skips a module that fails to load (its tasks import it as before): a misspelt name would silently
+    cost every fresh worker that import again. Each one loads in this environment, the one the executors run."""
+    import subprocess
+    import sys
+
+    from lakehouse_assets.core.spark.daemon import PRELOADED
+
+    script = "import sys; from lakehouse_assets.core.spark.daemon import PRELOADED, preload; preload(); print([n for n in PRELOADED if n not in sys.modules])"
+    missing = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    assert missing == "[]", f"not loaded: {missing}"
+    assert "lakehouse_assets.core.write.parquet_files" in PRELOADED
+
+
 def test_writes_of_equal_settings_share_one_python_udf_and_name_files_by_their_own_write(lh, spark, duck):
     """A stream's batches are writes of equal settings: the file writer's Python UDF is made (pickled, registered
     in the JVM) once, and each write's files still carry that write's id (which its failure cleanup removes by)."""

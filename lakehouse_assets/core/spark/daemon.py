@@ -16,6 +16,9 @@ A reused worker runs a full `gc.collect()` after every task (PySpark's daemon do
 every object the process tracks: with these libraries loaded, about 115,000 objects and 30-45 ms of CPU per task,
 spent just as the driver commits. The daemon freezes what it preloaded (`gc.freeze`) before it forks, so its
 workers' collections walk only what their tasks made; the forks also keep sharing those pages with the daemon.
+
+Its workers acknowledge their input as they read it (core/spark/worker_socket.py): a reused worker otherwise waits
+40 ms, the kernel's delayed-ACK timer, for one task's input in about five.
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ from .archives import keep_spark_archives_indexed
 
 keep_spark_archives_indexed()
 
-PRELOADED = ("pyarrow.parquet", "pyarrow.compute", "pyarrow.dataset", "pyarrow.ipc", "pandas", "pyiceberg.manifest", "pyiceberg.io.pyarrow", "pyiceberg.table", "pyspark.sql.pandas.serializers")
+# distutils.version: PySpark 3.5 imports it in every Arrow task (`to_arrow_type`); under setuptools' distutils shim
+# the first import in a process takes about 120 ms of CPU. parquet_files: the file writer every write task unpickles.
+PRELOADED = (
+    "pyarrow.parquet", "pyarrow.compute", "pyarrow.dataset", "pyarrow.ipc", "pandas", "pyiceberg.manifest", "pyiceberg.io.pyarrow", "pyiceberg.table",
+    "pyspark.sql.pandas.serializers", "distutils.version", "lakehouse_assets.core.write.parquet_files",
+)  # fmt: skip
 
 
 def preload() -> None:
@@ -39,8 +47,11 @@ def preload() -> None:
 
 
 if __name__ == "__main__":
-    from pyspark.daemon import manager
+    import pyspark.daemon
 
+    from .worker_socket import reading_with_quick_acks
+
+    pyspark.daemon.worker = reading_with_quick_acks(pyspark.daemon)  # called in each forked worker
     preload()
     gc.freeze()  # see the module docstring: workers' collections skip what every fork shares
-    manager()
+    pyspark.daemon.manager()

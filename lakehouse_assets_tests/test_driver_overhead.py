@@ -292,6 +292,32 @@ def test_quick_ack_reader_reads_a_socket_exactly(tmp_path):
     right.close()
 
 
+def test_a_reused_workers_tasks_each_read_through_one_quick_ack_reader():
+    """PySpark's daemon calls `worker` once per task of a reused worker: every task's input is a QuickAckReader over
+    the real `os`, however many tasks the worker ran before."""
+    import socket
+    import types
+
+    from lakehouse_assets.core.spark.worker_socket import QuickAckReader, reading_with_quick_acks
+
+    daemon = types.ModuleType("pyspark_daemon")
+    daemon.os = os
+    seen = []
+
+    def pyspark_worker(sock, authenticated):  # what PySpark's worker does with the socket first
+        infile = daemon.os.fdopen(daemon.os.dup(sock.fileno()), "rb", 65536)
+        seen.append((type(infile.raw), daemon.os._real))
+        infile.close()
+        return 0
+
+    daemon.worker = pyspark_worker
+    worker = reading_with_quick_acks(daemon)
+    with socket.create_server(("127.0.0.1", 0)) as listener, socket.create_connection(listener.getsockname()) as sock:
+        for _ in range(3):
+            assert worker(sock, True) == 0
+    assert seen == [(QuickAckReader, os)] * 3
+
+
 def test_every_module_the_daemon_preloads_loads():
     """The daemon skips a module that fails to load (its tasks import it as before): a misspelt name would silently
     cost every fresh worker that import again. Each one loads in this environment, the one the executors run."""

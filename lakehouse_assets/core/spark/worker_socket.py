@@ -76,12 +76,13 @@ def reading_with_quick_acks(pyspark_daemon: types.ModuleType) -> Callable[[socke
     """PySpark's `pyspark.daemon.worker(sock, authenticated)`, its input read through `QuickAckReader`.
 
     PySpark's worker opens its input with `os.fdopen(os.dup(sock.fileno()), "rb", ...)` (3.5 and 4.x alike). The
-    daemon calls `worker` in the forked child, so the `os` it sees is replaced there only, for that one socket."""
-    run = pyspark_daemon.worker
+    daemon calls `worker` in the forked child, once per task of a reused worker, so the `os` it sees is replaced
+    there only, for that worker's socket."""
+    run, real_os = pyspark_daemon.worker, pyspark_daemon.os
 
     def worker(sock: socket.socket, authenticated: bool) -> int:
         if applies_to(sock):
-            pyspark_daemon.os = _OsReadingWith(pyspark_daemon.os, sock)
+            pyspark_daemon.os = _OsReadingWith(real_os, sock)
         return run(sock, authenticated)
 
     return worker

@@ -4,7 +4,7 @@ The executor writes a task's input to the worker over a loopback TCP socket with
 not set TCP_NODELAY there): a small segment waits until the worker acknowledges what came before it. A worker reused
 across tasks is in the kernel's interactive mode, where the ACK of a lone segment waits for the delayed-ACK timer,
 40 ms. Measured in a stream of 10,000-row batches: about one task in five waited 40-47 ms for its input, taking 60 ms
-instead of 20; with immediate ACKs (a `quickack` route on loopback, or this module) no task waited over 3 ms.
+instead of 20; with immediate ACKs (a `quickack` route on loopback, or this module) no task waited over 10 ms.
 
 The worker cannot turn Nagle off at the other end; it can acknowledge at once. `QuickAckReader` sets TCP_QUICKACK
 before each read of the socket (the option is not sticky: the kernel returns to delayed ACKs on its own), so the

@@ -7,7 +7,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,16 +15,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from .servers import ADDRESS_IN_USE, PortTaken, free_ports, start_on_free_ports
+
 REPO = Path(__file__).resolve().parents[1]
 LOCATION = "lakehouse_assets.definitions"  # code location name (workspace.yaml python_module)
 STARTUP_TIMEOUT_S = 180
-
-
-def free_port() -> int:
-    # Other engineers run servers concurrently: let the kernel pick an unused port.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tail(path: Path, n: int = 40) -> str:
@@ -61,17 +55,14 @@ def graphql(base: str, query: str, variables: dict | None = None) -> dict:
     return body["data"]
 
 
-# A free port is free until the webserver binds it, seconds later: when another process took it meanwhile, the
-# webserver exits and `dagster dev` is started again on a new one.
-PORT_ATTEMPTS = 3
-ADDRESS_IN_USE = "address already in use"
-
-
 def _serving(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
-    """Start `dagster dev` on a free port and wait until its webserver answers: (process, port)."""
+    """Start `dagster dev` on a free port and wait until its webserver answers: (process, port). A port is free
+    until the webserver binds it, seconds later: when another process took it meanwhile, the webserver exits and
+    `dagster dev` is started again on a new one (servers.start_on_free_ports)."""
     dagster = Path(sys.executable).with_name("dagster")
-    for attempt in range(1, PORT_ATTEMPTS + 1):
-        port = free_port()
+
+    def start() -> tuple[subprocess.Popen, int]:
+        (port,) = free_ports(1)
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(REPO / "workspace.yaml")],
@@ -84,8 +75,8 @@ def _serving(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
         try:
             while True:
                 if proc.poll() is not None:
-                    if attempt < PORT_ATTEMPTS and ADDRESS_IN_USE in log.read_text(errors="replace").lower():
-                        break
+                    if ADDRESS_IN_USE.search(log.read_text(errors="replace")):
+                        raise PortTaken(f"dagster dev's webserver could not bind port {port}; log {log}:\n{tail(log)}")
                     pytest.fail(f"dagster dev exited with {proc.returncode} before serving; log {log}:\n{tail(log)}")
                 with contextlib.suppress(requests.RequestException):
                     if requests.get(f"{base}/server_info", timeout=2).status_code == 200:
@@ -96,8 +87,8 @@ def _serving(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
         except BaseException:
             stop(proc)
             raise
-        stop(proc)  # what is left of its process group
-    raise AssertionError("unreachable")
+
+    return start_on_free_ports(start)
 
 
 @contextlib.contextmanager

@@ -52,12 +52,15 @@ system-deps:
 # requirement, constraints and wheels as pip, resolved in seconds where pip takes a minute and a half. Compiled to
 # bytecode at install, as pip does: processes started with -B (multiprocessing's, Dagster's) never write .pyc files
 # and would compile every import again. The output goes to .venv/pip.log; it is shown only when the install fails.
+# uv's cache keeps what it unpacked and built for earlier installs until pruned: on a machine that sets up many clones
+# it grew to 71 GB (54 GB of source builds, PySpark's among them) and filled the disk. Pruning keeps what is in use.
 UV_REQUIREMENT := $(shell grep -o '"uv==[^"]*"' pyproject.toml | tr -d '"')
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "[setup]   installing Python packages for Spark $(SPARK) into $(VENV) (log $(VENV)/pip.log)"
 	@$(PY) -m pip install -q --upgrade pip '$(UV_REQUIREMENT)' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[$(EXTRAS)]' -c $(CONSTRAINTS) >> $(VENV)/pip.log 2>&1 || { tail -n 60 $(VENV)/pip.log; exit 1; }
+	@$(VENV)/bin/uv cache prune >> $(VENV)/pip.log 2>&1 || true
 	@touch $(STAMP)
 
 $(SAIL_STAMP): constraints/sail-client.txt

@@ -150,6 +150,13 @@ def _venv_bin(name: str) -> str:
     return found
 
 
+# `weed mini` otherwise sizes itself from the disk's free space: one 1 GiB volume per free GiB, and each bucket takes
+# volumes of its own. On a disk with a few GiB free, writes failed with "no free volumes left". Volumes are sparse files,
+# so a fixed count of small ones reserves nothing and holds far more than the suite writes.
+SEAWEEDFS_VOLUME_MB = 64
+SEAWEEDFS_VOLUMES = 64
+
+
 def start_seaweedfs(base: Path) -> Server:
     """`weed mini` with S3 and the Iceberg REST catalog; every port it opens is chosen here."""
     data = base / "seaweedfs"
@@ -165,6 +172,7 @@ def start_seaweedfs(base: Path) -> Server:
         "-s3.port.lance=0", f"-admin.port={ports['admin']}", f"-admin.port.grpc={ports['admin.grpc']}", "-admin.ui=false",
         "-webdav=false", f"-webdav.port={ports['webdav']}", f"-metricsPort={ports['metrics']}",
         "-master.telemetry=false", f"-bucket={S3_BUCKET}", f"-tableBucket={REST_BUCKET}",
+        f"-master.volumeSizeLimitMB={SEAWEEDFS_VOLUME_MB}", f"-volume.max={SEAWEEDFS_VOLUMES}",
     ]  # fmt: skip
     identities = {
         "identities": [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .servers import PortTaken, free_ports, start_on_free_ports, stop_pid, wait_for_port
+from .servers import SEAWEEDFS_VOLUME_MB, SEAWEEDFS_VOLUMES, PortTaken, free_ports, seaweedfs, servers_dir, start_on_free_ports, stop_pid, wait_for_port  # noqa: F401 - fixtures
 
 
 def _http_server(tmp_path: Path, port: int) -> tuple[subprocess.Popen, int]:
@@ -61,3 +62,10 @@ def test_a_server_that_fails_for_another_reason_is_not_started_again(tmp_path):
     with pytest.raises(RuntimeError, match="no such config") as raised:
         start_on_free_ports(start)
     assert not isinstance(raised.value, PortTaken) and starts == [1]
+
+
+def test_the_s3_servers_capacity_does_not_depend_on_the_disks_free_space(seaweedfs):
+    """Sized from free space, the server had a few volumes on a nearly full disk and refused writes to new buckets."""
+    log = (seaweedfs.data_dir / "weed.log").read_text(errors="replace")
+    assert re.search(rf"Volume Size:\s+{SEAWEEDFS_VOLUME_MB}\.00 MiB", log), log[-2000:]
+    assert re.search(rf"Free Volumes:\s+{SEAWEEDFS_VOLUMES}\b", log), log[-2000:]

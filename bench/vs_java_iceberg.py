@@ -68,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 
 from lakehouse_assets import MergeOptions, TableOptions
@@ -202,6 +203,16 @@ class Bench:
         files = [t.file for t in self.lh.load(f"b.{table}").scan().plan_files()]
         return len(files), sum(f.file_size_in_bytes for f in files)
 
+    def drop(self, ours: str, java: str) -> None:
+        """Both sides' tables of a measured cell, gone once their files are counted: a full run writes tens of GB."""
+        if self.args.keep:
+            return
+        ident = f"b.{ours}"
+        location = urllib.parse.urlparse(self.lh.table_location(ident)).path  # file:// under the bench's root
+        self.lh.catalog.drop_table(ident)
+        shutil.rmtree(location)
+        self.spark.sql(f"DROP TABLE java.b.{java} PURGE")
+
     def alternate(self, rep: int, fns: dict):
         order = list(fns)
         if rep % 2:
@@ -250,6 +261,8 @@ class Bench:
             plain.files, plain.bytes = dir_stats(path)
             print(f"  {workload} rep {rep + 1}: ours {ours.times[-1]:.2f}s java {java.times[-1]:.2f}s spark {plain.times[-1]:.2f}s", flush=True)
             shutil.rmtree(path, ignore_errors=True)
+            if workload != "write_day" or rep < self.args.reps - 1:  # the reads run on write_day's last tables
+                self.drop(o_name, j_name)
         self.last_day_tables = (o_name, j_name) if workload == "write_day" else getattr(self, "last_day_tables", None)
         self.report(Row(workload, ours, [java, plain]))
 
@@ -522,8 +535,10 @@ class Bench:
         # One untimed write per side and layout first: the first configuration measured would otherwise pay the
         # session's first Python workers and JIT (its first repetition ran twice as long as the next on both sides).
         for ours_terms, java_terms in (([], []), (["day(event_time)"], [F.days("event_time")])):
-            self.lh.write(self.df, f"b.{self.name('wp_warm')}", partition_by=ours_terms)
-            self.java_create(self.name("wp_warm"), self.df, java_terms)
+            o_name, j_name = self.name("wp_warm"), self.name("wp_warm")
+            self.lh.write(self.df, f"b.{o_name}", partition_by=ours_terms)
+            self.java_create(j_name, self.df, java_terms)
+            self.drop(o_name, j_name)
         for parts in [int(p) for p in self.args.partitionings.split(",")]:
             df = self.df.repartition(parts).cache()  # round-robin: `parts` even partitions, computed once
             df.count()
@@ -541,6 +556,7 @@ class Bench:
                         java.times.append(res["java"][0])
                         ours.files, ours.bytes = res["ours"][1].files_added, res["ours"][1].bytes_written
                         java.files, java.bytes = self.java_files(j_name)
+                        self.drop(o_name, j_name)
                     label = f"write_partitioning {layout}, {parts} input partitions, AQE {'on' if aqe == 'true' else 'off'}, {session}"
                     self.report(Row(label, ours, [java]))
             df.unpersist()

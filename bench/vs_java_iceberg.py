@@ -746,7 +746,7 @@ def main() -> None:
     p.add_argument("--driver-memory", default="4g")
     p.add_argument("--shuffle-partitions", type=int, default=8)
     p.add_argument("--tmp", default=None, help="where tables go (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the tables afterwards")
+    p.add_argument("--keep", action="store_true", help="keep every table (otherwise a cell's tables go once measured, the rest at the end)")
     p.add_argument("--plain-session", action="store_true", help="run on a plain SparkSession.builder session (write_partitioning runs itself so)")
     p.add_argument("--scale-rows", default="2000000,20000000", help="row counts of the scale workload (each a process of its own)")
     p.add_argument("--partitionings", default=",".join(map(str, INPUT_PARTITIONS)), help="input partitions for write_partitioning")

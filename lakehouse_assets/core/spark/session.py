@@ -91,4 +91,3 @@ def session_provider(provider: Callable[[], Any]) -> Iterator[None]:
         yield
     finally:
         _providers.remove(provider)
-

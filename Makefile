@@ -52,8 +52,8 @@ system-deps:
 # requirement, constraints and wheels as pip, resolved in seconds where pip takes a minute and a half. Compiled to
 # bytecode at install, as pip does: processes started with -B (multiprocessing's, Dagster's) never write .pyc files
 # and would compile every import again. The output goes to .venv/pip.log; it is shown only when the install fails.
-# uv's cache keeps what it unpacked and built for earlier installs until pruned: on a machine that sets up many clones
-# it grew to 71 GB (54 GB of source builds, PySpark's among them) and filled the disk. Pruning keeps what is in use.
+# PySpark is a source distribution, and each install builds it again into a new entry of uv's cache (about 1 GB); uv
+# keeps the old ones until pruned. On a machine that sets up many clones the cache grew to 71 GB and filled the disk.
 UV_REQUIREMENT := $(shell grep -o '"uv==[^"]*"' pyproject.toml | tr -d '"')
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || python3 -m venv $(VENV)

@@ -52,7 +52,7 @@ system-deps:
 # requirement, constraints and wheels as pip, resolved in seconds where pip takes a minute and a half. Compiled to
 # bytecode at install, as pip does: processes started with -B (multiprocessing's, Dagster's) never write .pyc files
 # and would compile every import again. The output goes to .venv/pip.log; it is shown only when the install fails.
-# PySpark is a source distribution, and each install builds it again into a new entry of uv's cache (about 1 GB); uv
+# PySpark is a source distribution, and a fresh venv's install built it again into a new entry of uv's cache (1 GB); uv
 # keeps the old ones until pruned. On a machine that sets up many clones the cache grew to 71 GB and filled the disk.
 UV_REQUIREMENT := $(shell grep -o '"uv==[^"]*"' pyproject.toml | tr -d '"')
 $(STAMP): pyproject.toml $(CONSTRAINTS)

@@ -1,4 +1,5 @@
-"""The test servers' start: a port chosen free can be taken by another process before the server binds it."""
+"""The test servers' start: a port chosen free can be taken by another process before the server binds it, and a
+server's capacity must not follow the disk's free space."""
 
 from __future__ import annotations
 

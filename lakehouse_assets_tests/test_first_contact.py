@@ -28,7 +28,7 @@ def _first_contact(barrier, warehouses: list[str], catalog_properties: list[dict
         barrier.wait(timeout=120)
         try:
             lh = Lakehouse(warehouse, catalog_name="first_contact" if props else None, catalog_properties=props)
-            table, _, created = create_or_load(lh.catalog, lh.warehouse, TableSpec("first.events"), schema)
+            table, _, created = create_or_load(lh.catalog, lh.storage, lh.warehouse, TableSpec("first.events"), schema)
             results.put(("ok", warehouse, created, table.metadata_location))
         except BaseException:  # noqa: BLE001 - reported to the test, which fails on it
             results.put(("error", warehouse, traceback.format_exc(), None))

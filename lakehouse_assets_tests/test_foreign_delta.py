@@ -8,11 +8,11 @@ import pytest
 from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable, write_deltalake
 
-from lakehouse_assets import ForeignDeltaCommits, MergeOptions
+from lakehouse_assets import ForeignDeltaCommits, LocationInUse, MergeOptions
 from lakehouse_assets.core.formats import foreign_delta
 
 from . import java_iceberg
-from .conftest import read_everywhere
+from .conftest import assert_all_readers_agree, read_everywhere
 from .servers import backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
 
@@ -560,3 +560,47 @@ def test_a_foreign_append_and_delete_on_s3_are_refused_then_adopted(backend, spa
     before = sorted([("US", 0, "n0"), ("DE", 1, "n1"), ("US", 2, "n2"), ("DE", 3, "n3")], key=repr)
     for reader, rows in read_everywhere(lh, spark, duck, name, snapshot_id=snapshot, delta_version=mirrored).items():
         assert rows == before, reader
+
+
+def _files_under(location: str) -> dict[str, int]:
+    import os
+
+    root = location.removeprefix("file://")
+    return {os.path.relpath(os.path.join(d, f), root): os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs}
+
+
+def test_a_table_dropped_from_the_catalog_with_its_files_kept_is_not_written_over_and_comes_back_registered(lh, spark, duck):
+    """A DROP TABLE that keeps the files (Spark's, pyiceberg's) leaves the Delta log at the location. A new table
+    there would take that log's versions for its own: its mirror wrote nothing and Delta readers kept the old rows."""
+    rows = pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]})
+    lh.write(rows, "fd.dropped")
+    lh.write(pa.table({"id": [4], "name": ["d"]}), "fd.dropped")
+    table = lh.load("fd.dropped")
+    location, last_metadata = table.location(), table.metadata_location
+    lh.catalog.drop_table("fd.dropped")
+    before = _files_under(location)
+
+    with pytest.raises(LocationInUse) as refused:
+        lh.write(pa.table({"id": [10], "name": ["x"]}), "fd.dropped")
+    message = str(refused.value)
+    assert "Table fd.dropped does not exist in the catalog" in message and location in message and "00000000000000000002.json" in message, message
+    assert _files_under(location) == before, "the refused write changed the files at the location"
+    assert "fd.dropped" not in lh.context.table_names()
+
+    # The error's way back: register the newest Iceberg metadata it names; history and the mirror carry on.
+    assert refused.value.location == location and refused.value.metadata_location == last_metadata
+    assert f"register_table('fd.dropped', {last_metadata!r})" in message, message
+    lh.catalog.register_table("fd.dropped", refused.value.metadata_location)
+    assert lh.verify("fd.dropped", deep=True)["agree"]
+    lh.write(pa.table({"id": [5], "name": ["e"]}), "fd.dropped")
+    assert DeltaTable(location).version() == 3
+    assert_all_readers_agree(lh, spark, duck, "fd.dropped", [(i, n) for i, n in zip(range(1, 6), "abcde")])
+
+    # A Delta table another tool wrote where a new table would go: refused, and importing it is the way in.
+    other = lh.table_location("fd.theirs")
+    write_deltalake(other, pa.table({"id": [7, 8], "name": ["g", "h"]}))
+    with pytest.raises(LocationInUse, match=r"lakehouse import fd\.theirs ") as refused:
+        lh.write(pa.table({"id": [9], "name": ["i"]}), "fd.theirs")
+    assert refused.value.metadata_location is None and DeltaTable(other).version() == 0 and "fd.theirs" not in lh.context.table_names()
+    lh.import_table("fd.theirs", other)
+    assert_all_readers_agree(lh, spark, duck, "fd.theirs", [(7, "g"), (8, "h")])

@@ -35,6 +35,18 @@ class TableNotFound(LakehouseError, LookupError):
     """The table does not exist in the catalog."""
 
 
+class LocationInUse(LakehouseError):
+    """A new table's location already holds another table's Delta log (a table dropped from the catalog with its
+    files kept, or another tool's table): nothing was written, and the files there were left as they were.
+    `metadata_location` is the newest Iceberg metadata this project left there (None if there is none): register it
+    in the catalog to bring that table back."""
+
+    def __init__(self, message: str, location: str, metadata_location: str | None = None):
+        super().__init__(message)
+        self.location = location
+        self.metadata_location = metadata_location
+
+
 class CatalogError(LakehouseError):
     """The catalog or the storage under it cannot be reached or is misconfigured."""
 

@@ -8,7 +8,9 @@ then; later writes may evolve its schema (`evolution.py`), committed together wi
 from __future__ import annotations
 
 import logging
+import re
 
+import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.schema import INITIAL_SCHEMA_ID, Schema
@@ -16,7 +18,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BinaryType
 
-from ..errors import SpecError
+from ..errors import LocationInUse, SpecError
 from ..formats import delta_column_mapping
 from ..io.storage import StorageConfig, delete_files, join_uri
 from ..properties import METADATA_FOLDER, TableProperties
@@ -40,7 +42,9 @@ def delta_enabled(table: Table) -> bool:
     return "delta" in formats(table)
 
 
-def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_schema: Schema, loaded: Table | None = None) -> tuple[Table, SchemaPlan, bool]:
+def create_or_load(
+    catalog: Catalog, storage: StorageConfig, warehouse: str, spec: TableSpec, incoming_schema: Schema, loaded: Table | None = None
+) -> tuple[Table, SchemaPlan, bool]:
     """The table (created if new), the schema change the data needs (committed with the data), and whether
     this call created the table (a first write that then fails drops it again: `drop_if_never_written`).
     `loaded`: the table as the caller loaded it moments ago (not loaded again)."""
@@ -57,6 +61,12 @@ def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_s
             check_delta_partitioning(spec.identifier, incoming_schema, partition_spec)
         ensure_namespace(catalog, spec.namespace)
         location = table_location(warehouse, spec.identifier)
+        if (in_use := location_in_use(storage, spec.identifier, location)) is not None:
+            try:  # another writer's first write of this table: its Delta log follows its catalog entry
+                table = catalog.load_table(spec.identifier)
+            except (NoSuchTableError, NoSuchNamespaceError):
+                raise in_use from None
+            return create_or_load(catalog, storage, warehouse, spec, incoming_schema, table)
         properties = {
             **TableProperties.DEFAULTS,
             TableProperties.METADATA_PATH: join_uri(location, METADATA_FOLDER),
@@ -85,6 +95,42 @@ def create_or_load(catalog: Catalog, warehouse: str, spec: TableSpec, incoming_s
     if not plan.empty:
         log.info("Table %s: evolving schema: %s", spec.identifier, plan.describe())
     return table, plan, False
+
+
+def location_in_use(storage: StorageConfig, identifier: str, location: str) -> LocationInUse | None:
+    """Why a new table cannot be created at `location`, or None. A Delta log already there belongs to another table:
+    this one's mirror would take its versions for its own (the log's last mirrored snapshot is not this table's)
+    and Delta readers of the folder would go on reading the old rows. Iceberg metadata left there is harmless: each
+    file has a name of its own, and the catalog points at one."""
+    fs, log_path = storage.filesystem(join_uri(location, "_delta_log"))
+    commits = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(log_path, allow_not_found=True)) if i.is_file and i.base_name.endswith(".json"))
+    if not commits:
+        return None
+    newest = None
+    for folder in (METADATA_FOLDER, "metadata"):  # this project's tables; an Iceberg table imported in place
+        fs, metadata_path = storage.filesystem(join_uri(location, folder))
+        found = [i.base_name for i in fs.get_file_info(pafs.FileSelector(metadata_path, allow_not_found=True)) if i.base_name.endswith(".metadata.json")]
+        if found:
+            newest = join_uri(location, folder, max(found, key=_metadata_version))
+            break
+    if newest is not None:  # this project's table, dropped from the catalog with its files kept
+        back = f"To bring that table back with its history, register its newest Iceberg metadata: `lh.catalog.register_table({identifier!r}, {newest!r})`. "
+    else:
+        back = f"To manage that Delta table, import it: `lakehouse import {identifier} {location}`. "
+    return LocationInUse(
+        f"Table {identifier} does not exist in the catalog, but its location {location} holds a Delta log "
+        f"({len(commits)} commit file(s), the last {commits[-1]}): a table of that name was dropped from the catalog with its "
+        f"files kept, or another tool wrote there. Nothing was written, and those files were left as they were. {back}"
+        "To start afresh instead, delete the folder, or write the data under another table name.",
+        location,
+        newest,
+    )
+
+
+def _metadata_version(name: str) -> int:
+    """The version of `00012-<uuid>.metadata.json` (catalogs) or `v12.metadata.json` (Hadoop tables)."""
+    digits = re.match(r"v?(\d+)", name)
+    return int(digits.group(1)) if digits else -1
 
 
 def drop_if_never_written(catalog: Catalog, storage: StorageConfig, table: Table) -> None:

@@ -137,7 +137,7 @@ def _write(
     for column in window.columns if window is not None else ():
         if column not in columns:
             raise SpecError(f"Table {identifier}: partition column {column!r} is not in the data ({', '.join(columns)}).")
-    table, schema_plan, created = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming, loaded)
+    table, schema_plan, created = tables.create_or_load(ctx.catalog, ctx.storage, ctx.warehouse, request.spec, incoming, loaded)
     try:
         if request.branch is not None:
             # Main and the Delta log stay as they are: foreign Delta versions are for the publish to meet.
@@ -151,7 +151,7 @@ def _write(
         # An adoption that must rewrite foreign files starts Spark then (None: the active session, when needed).
         delta = None if created else foreign_delta_gate(ctx, identifier, table, foreign_default, None if in_process else df.sparkSession)
         if delta is False:  # foreign versions were adopted: a new Iceberg snapshot, maybe new columns to plan against
-            table, schema_plan, _ = tables.create_or_load(ctx.catalog, ctx.warehouse, request.spec, incoming)
+            table, schema_plan, _ = tables.create_or_load(ctx.catalog, ctx.storage, ctx.warehouse, request.spec, incoming)
             delta = None
         if delta is not None and (renames := unfollowed_renames(table, delta)):
             raise SchemaError(

@@ -46,6 +46,9 @@ class LocationInUse(LakehouseError):
         self.location = location
         self.metadata_location = metadata_location
 
+    def __reduce__(self):  # pickled whole (a Spark Connect sink's process hands its errors back)
+        return type(self), (str(self), self.location, self.metadata_location)
+
 
 class CatalogError(LakehouseError):
     """The catalog or the storage under it cannot be reached or is misconfigured."""

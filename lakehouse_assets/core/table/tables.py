@@ -11,6 +11,7 @@ import logging
 import re
 
 import pyarrow.fs as pafs
+from deltalake import DeltaTable
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.schema import INITIAL_SCHEMA_ID, Schema
@@ -59,7 +60,6 @@ def create_or_load(
         partition_spec = build_partition_spec(spec.identifier, incoming_schema, spec.partition_by)
         if "delta" in spec.formats:
             check_delta_partitioning(spec.identifier, incoming_schema, partition_spec)
-        ensure_namespace(catalog, spec.namespace)
         location = table_location(warehouse, spec.identifier)
         if (in_use := location_in_use(storage, spec.identifier, location)) is not None:
             try:  # another writer's first write of this table: its Delta log follows its catalog entry
@@ -67,6 +67,7 @@ def create_or_load(
             except (NoSuchTableError, NoSuchNamespaceError):
                 raise in_use from None
             return create_or_load(catalog, storage, warehouse, spec, incoming_schema, table)
+        ensure_namespace(catalog, spec.namespace)
         properties = {
             **TableProperties.DEFAULTS,
             TableProperties.METADATA_PATH: join_uri(location, METADATA_FOLDER),
@@ -102,25 +103,25 @@ def location_in_use(storage: StorageConfig, identifier: str, location: str) -> L
     this one's mirror would take its versions for its own (the log's last mirrored snapshot is not this table's)
     and Delta readers of the folder would go on reading the old rows. Iceberg metadata left there is harmless: each
     file has a name of its own, and the catalog points at one."""
-    fs, log_path = storage.filesystem(join_uri(location, "_delta_log"))
-    commits = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(log_path, allow_not_found=True)) if i.is_file and i.base_name.endswith(".json"))
-    if not commits:
+    options = storage.delta_options(location)
+    if not DeltaTable.is_deltatable(location, options):
         return None
+    version = DeltaTable(location, storage_options=options).version()
     newest = None
     for folder in (METADATA_FOLDER, "metadata"):  # this project's tables; an Iceberg table imported in place
         fs, metadata_path = storage.filesystem(join_uri(location, folder))
-        found = [i.base_name for i in fs.get_file_info(pafs.FileSelector(metadata_path, allow_not_found=True)) if i.base_name.endswith(".metadata.json")]
+        found = [i for i in fs.get_file_info(pafs.FileSelector(metadata_path, allow_not_found=True)) if i.base_name.endswith(".metadata.json")]
         if found:
-            newest = join_uri(location, folder, max(found, key=_metadata_version))
+            newest = join_uri(location, folder, max(found, key=lambda i: (_metadata_version(i.base_name), i.mtime_ns or 0)).base_name)
             break
     if newest is not None:  # this project's table, dropped from the catalog with its files kept
         back = f"To bring that table back with its history, register its newest Iceberg metadata: `lh.catalog.register_table({identifier!r}, {newest!r})`. "
     else:
         back = f"To manage that Delta table, import it: `lakehouse import {identifier} {location}`. "
     return LocationInUse(
-        f"Table {identifier} does not exist in the catalog, but its location {location} holds a Delta log "
-        f"({len(commits)} commit file(s), the last {commits[-1]}): a table of that name was dropped from the catalog with its "
-        f"files kept, or another tool wrote there. Nothing was written, and those files were left as they were. {back}"
+        f"Table {identifier} does not exist in the catalog, but its location {location} holds a Delta table (version {version}): "
+        "a table of that name was dropped from the catalog with its files kept, renamed (then write under its new name), "
+        f"or another tool wrote there. Nothing was written, and those files were left as they were. {back}"
         "To start afresh instead, delete the folder, or write the data under another table name.",
         location,
         newest,
@@ -128,9 +129,9 @@ def location_in_use(storage: StorageConfig, identifier: str, location: str) -> L
 
 
 def _metadata_version(name: str) -> int:
-    """The version of `00012-<uuid>.metadata.json` (catalogs) or `v12.metadata.json` (Hadoop tables)."""
-    digits = re.match(r"v?(\d+)", name)
-    return int(digits.group(1)) if digits else -1
+    """The version of `00012-<uuid>.metadata.json` (catalogs) or `v12.metadata.json` (Hadoop tables); -1 otherwise."""
+    found = re.match(r"(?:v(\d+)\.|(\d+)-)", name)
+    return int(found.group(1) or found.group(2)) if found else -1
 
 
 def drop_if_never_written(catalog: Catalog, storage: StorageConfig, table: Table) -> None:

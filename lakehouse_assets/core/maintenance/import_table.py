@@ -32,7 +32,7 @@ from ..formats.deletes import describe_delete_files, table_files
 from ..io.storage import join_uri, normalize_uri, relative_to
 from ..schema.type_mapping import delta_schema
 from ..table.context import TableContext
-from ..table.tables import check_delta_partitioning
+from ..table.tables import check_delta_partitioning, newest_metadata_json
 from ..write import transaction
 from . import import_files
 from .apply_deletes import apply_deletes as apply
@@ -123,23 +123,17 @@ def _hadoop_metadata(ctx: TableContext, root: str) -> str | None:
 
     fs, path = ctx.storage.filesystem(join_uri(root, "metadata"))
     try:
-        names = [i.base_name for i in fs.get_file_info(FileSelector(path)) if i.is_file]
+        files = [i for i in fs.get_file_info(FileSelector(path)) if i.is_file]
     except (FileNotFoundError, OSError):
         return None
+    names = {i.base_name for i in files}
     if "version-hint.text" in names:
         with fs.open_input_stream(join_uri(path, "version-hint.text")) as f:
             hinted = f"v{f.read().decode().strip()}.metadata.json"
         if hinted in names:
             return join_uri(root, "metadata", hinted)
-    candidates = [n for n in names if n.endswith(".metadata.json")]
-    if not candidates:
-        return None
-
-    def version(name: str) -> int:
-        head = name.split(".", 1)[0].lstrip("v").split("-", 1)[0]
-        return int(head) if head.isdigit() else -1
-
-    return join_uri(root, "metadata", max(candidates, key=version))
+    newest = newest_metadata_json(files)
+    return None if newest is None else join_uri(root, "metadata", newest.base_name)
 
 
 # ---------------------------------------------------------------- an Iceberg table

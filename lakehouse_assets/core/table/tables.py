@@ -110,9 +110,8 @@ def location_in_use(storage: StorageConfig, identifier: str, location: str) -> L
     newest = None
     for folder in (METADATA_FOLDER, "metadata"):  # this project's tables; an Iceberg table imported in place
         fs, metadata_path = storage.filesystem(join_uri(location, folder))
-        found = [i for i in fs.get_file_info(pafs.FileSelector(metadata_path, allow_not_found=True)) if i.base_name.endswith(".metadata.json")]
-        if found:
-            newest = join_uri(location, folder, max(found, key=lambda i: (_metadata_version(i.base_name), i.mtime_ns or 0)).base_name)
+        if (found := newest_metadata_json(fs.get_file_info(pafs.FileSelector(metadata_path, allow_not_found=True)))) is not None:
+            newest = join_uri(location, folder, found.base_name)
             break
     if newest is not None:  # this project's table, dropped from the catalog with its files kept
         back = f"To bring that table back with its history, register its newest Iceberg metadata: `lh.catalog.register_table({identifier!r}, {newest!r})`. "
@@ -126,6 +125,12 @@ def location_in_use(storage: StorageConfig, identifier: str, location: str) -> L
         location,
         newest,
     )
+
+
+def newest_metadata_json(files: list[pafs.FileInfo]) -> pafs.FileInfo | None:
+    """The Iceberg metadata JSON of the highest version among a folder's files (then the latest written), or None."""
+    found = [i for i in files if i.is_file and i.base_name.endswith(".metadata.json")]
+    return max(found, key=lambda i: (_metadata_version(i.base_name), i.mtime_ns or 0)) if found else None
 
 
 def _metadata_version(name: str) -> int:

@@ -59,7 +59,7 @@ WHERE_THE_TIME_GOES = [
     "  estimate, the `mapInArrow` plan, whose Python UDF the table's earlier writes already made); the commit 19 ms",
     "  (Iceberg 11.6 ms: manifest, manifest list, metadata file and the catalog's row; Delta 3.7 ms; the Delta log",
     "  brought up to date and checked for other engines' versions before it 1.4 ms); the same check before the job",
-    "  2.8 ms: the process follows the Delta log its previous write read (core/formats/kept_delta_logs.py) instead of",
+    "  2.8 ms: the process follows the Delta log its previous write read (core/formats/delta/kept_logs.py) instead of",
     "  loading it again.",
     "- A stream's 10,000-row micro-batch (the `stream` row): our sink 90 ms, of which the job 46 ms, building it",
     "  9 ms, the commit 20 ms (Iceberg 12.5 ms, Delta 4.7 ms) and the check before the job 4 ms. Spark's own",

@@ -221,7 +221,7 @@ delta-rs alone on a copy of that table's log):
 
 - append and check: the Delta log, in delta-rs. A process's first write or check of a table loads it, and delta-rs
   reads the entry of every live file (0.28 s from the checkpoint the import wrote). Later writes and checks in the
-  process bring the log it kept up to date instead (core/formats/kept_delta_logs.py): delta-rs reads only the
+  process bring the log it kept up to date instead (core/formats/delta/kept_logs.py): delta-rs reads only the
   commits since, but merges them into its state of every live file (0.14 s for one commit). Its commit does that
   too: once the version is written, delta-rs brings a copy of its state up to it (0.15 s), and its Python binding
   (`DeltaTable.create_write_transaction`) drops that copy, so the next read of the log merges the same commit
@@ -237,7 +237,7 @@ delta-rs alone on a copy of that table's log):
 - the driver's memory: each operation's peak includes what the process already holds, here mostly what importing
   both 100,000-file copies left resident (the allocator keeps freed pages). Measured apart, in a fresh process
   without Spark on the same table (2026-11-29): delta-rs's state of the log, every live file's entry with its
-  statistics, takes 74 MB once loaded and stays for the next write (core/formats/kept_delta_logs.py); an append
+  statistics, takes 74 MB once loaded and stays for the next write (core/formats/delta/kept_logs.py); an append
   then adds at most 31 MB to what the process held before it, a check 6 MB, and the full verify 430 MB (both
   formats' lists of every live file at once)."""
 

@@ -23,10 +23,10 @@ from .core.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from .core.contracts import Contract, ContractViolation
-    from .core.formats.delta_glue import GlueDeltaRegistration
+    from .core.formats.delta.glue import GlueDeltaRegistration
     from .core.io.storage import StorageConfig
     from .core.lakehouse import Lakehouse, Slice, Window, WriteResult
-    from .core.maintenance.verify_changes import VerifiedPair
+    from .core.maintenance.verify.changes import VerifiedPair
     from .core.model import MergeOptions, TableOptions
     from .core.spark.session import spark_session
     from .dagster.component import LakehouseComponent
@@ -42,13 +42,13 @@ _LAZY = {
     "Window": ".core.lakehouse",
     "WriteResult": ".core.lakehouse",
     "StorageConfig": ".core.io.storage",
-    "GlueDeltaRegistration": ".core.formats.delta_glue",
+    "GlueDeltaRegistration": ".core.formats.delta.glue",
     "MergeOptions": ".core.model",
     "TableOptions": ".core.model",
     "Contract": ".core.contracts",
     "ContractViolation": ".core.contracts",
     "spark_session": ".core.spark.session",
-    "VerifiedPair": ".core.maintenance.verify_changes",
+    "VerifiedPair": ".core.maintenance.verify.changes",
     # The Dagster layer, for a project's code location (docs/dagster-project.md).
     "LakehouseComponent": ".dagster.component",
     "lakehouse_definitions": ".dagster.definitions_factory",

@@ -5,7 +5,7 @@ Iceberg-only tables: one schema update, no data file touched, every Iceberg read
 with their old names, a dropped name written again is a new column. Delta-mirrored tables without Delta column
 mapping are refused with the command that turns it on (test_renames_both_formats.py covers both formats), and
 the test at the end pins down what delta-rs 1.6.6 cannot do with column mapping (why the project writes that
-metaData itself, core/formats/delta_column_mapping.py).
+metaData itself, core/formats/delta/column_mapping.py).
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def test_dagster_alter_job(lh, spark, warehouse):
 
 
 def test_delta_rs_cannot_carry_column_mapping(tmp_path, duck):
-    """What delta-rs 1.6.6 does with Delta column mapping: why core/formats/delta_column_mapping.py writes the metaData itself.
+    """What delta-rs 1.6.6 does with Delta column mapping: why core/formats/delta/column_mapping.py writes the metaData itself.
 
     Pinned so that a delta-rs upgrade that lifts a limit fails here and that module can shrink.
     """

@@ -127,7 +127,7 @@ def test_four_concurrent_writers_land_in_both_formats(backend, retries, spark):
 
 
 def test_merge_on_every_backend(backend, spark, monkeypatch):
-    from lakehouse_assets.core.write import merge_tasks
+    from lakehouse_assets.core.write.merge import tasks as merge_tasks
 
     lh = backend.lakehouse()
     duck = duckdb_readers.connect(lh.storage)

@@ -391,7 +391,7 @@ def test_a_merge_writes_its_own_change_data_across_tasks_partitions_and_no_op_up
     """The merge's rewrite writes the feed itself (the upserts' rows by the driver: `-upserts-` files). Every file in a
     task of its own, so a key's old row and its upsert are in different tasks; a key whose row moves to another
     partition is an update; an upsert equal to its row changes nothing."""
-    from lakehouse_assets.core.write import merge_tasks
+    from lakehouse_assets.core.write.merge import tasks as merge_tasks
 
     monkeypatch.setattr(merge_tasks, "FILES_PER_TASK_GROUP", 1)
     t = "cdf.own"
@@ -462,7 +462,7 @@ def test_a_merge_that_fails_to_commit_removes_its_change_data_files(lh, spark, m
 
     from lakehouse_assets import TableOptions
     from lakehouse_assets.core.errors import CommitError
-    from lakehouse_assets.core.formats import iceberg_committer
+    from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
     from lakehouse_assets.core.write.writer import remove_written_files
 
     t = "cdf.lost"

@@ -19,7 +19,7 @@ from deltalake.query import QueryBuilder
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
-from lakehouse_assets.core.formats import delta_column_mapping as cm
+from lakehouse_assets.core.formats.delta import column_mapping as cm
 from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import rows_of

@@ -1,4 +1,4 @@
-"""The Delta deletion-vector codec (core/formats/delta_deletion_vectors.py), checked against independent readers.
+"""The Delta deletion-vector codec (core/formats/delta/deletion_vectors.py), checked against independent readers.
 
 The reference bytes are a vector file Delta Lake on Spark wrote (delta-kernel-rs's test table `table-with-dv-small`:
 rows 0 and 9 deleted); the readers are delta-kernel-rs inside DuckDB's delta extension and delta-rs's kernel.
@@ -14,7 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaProtocolError
 
 from lakehouse_assets.core.errors import DeletionVectorError
-from lakehouse_assets.core.formats import delta_deletion_vectors as dv
+from lakehouse_assets.core.formats.delta import deletion_vectors as dv
 from lakehouse_assets.core.io.storage import StorageConfig
 
 from .test_import import inline_deletion_vector

@@ -14,8 +14,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from lakehouse_assets import TableOptions
-from lakehouse_assets.core.formats import delta_deletion_vectors as dv
 from lakehouse_assets.core.formats.deletes import table_files
+from lakehouse_assets.core.formats.delta import deletion_vectors as dv
 from lakehouse_assets.core.formats.position_deletes import write_delete_file
 from lakehouse_assets.core.model import FileChanges
 from lakehouse_assets.core.properties import DELTA_APP_ID, Operation, SummaryKeys, TableProperties
@@ -44,7 +44,7 @@ def delete_positions(lh, t, data_file, positions, replaces=None):
 
 def feed_check(lh, t):
     """verify --deep's check of the current version's change data files against the rows its snapshot changed."""
-    from lakehouse_assets.core.maintenance.change_data_check import change_data_differences
+    from lakehouse_assets.core.maintenance.verify.change_data import change_data_differences
 
     table = lh.load(t)
     return change_data_differences(table, lh.mirror(table), DeltaTable(table.location()))
@@ -118,7 +118,7 @@ def test_a_lagging_delta_catches_up_with_its_vectors_and_a_copy_on_write_table_s
     table = lh.load(t)
     delete = write_delete_file(lh.storage, table.location(), de, pa.array([0], pa.int64()))
     # Iceberg alone (as when the Delta commit failed): then repair mirrors the snapshot through the same path.
-    from lakehouse_assets.core.formats import iceberg_committer as ic
+    from lakehouse_assets.core.formats.iceberg import committer as ic
 
     ic.commit_files(table, [], [], {SummaryKeys.OPERATION: Operation.MERGE}, added_delete_files=[delete])
     assert lh.delta_lag(t) == 1
@@ -231,7 +231,7 @@ def test_a_delta_log_started_at_a_snapshot_carries_its_position_deletes_as_vecto
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    from lakehouse_assets.core.formats import iceberg_committer as ic
+    from lakehouse_assets.core.formats.iceberg import committer as ic
     from lakehouse_assets.core.formats.position_deletes import FILE_SCHEMA
 
     lh.catalog.create_namespace("ice")

@@ -76,7 +76,8 @@ class _Counts:
         from pyiceberg.catalog.sql import SqlCatalog
         from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
 
-        from lakehouse_assets.core.formats import iceberg_committer, iceberg_metadata
+        from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
+        from lakehouse_assets.core.formats.iceberg import metadata as iceberg_metadata
         from lakehouse_assets.core.table import catalog
 
         self.calls: dict[str, int] = {}
@@ -118,7 +119,7 @@ def test_a_write_does_no_work_that_grows_with_history(lh, spark, duck, monkeypat
     parsed the JSON twice, deep-copied every snapshot three times and built the staged metadata ~20 times per
     commit; the mirror loaded the Delta log twice and merged its own commit back into it."""
     from lakehouse_assets import Lakehouse
-    from lakehouse_assets.core.formats.kept_delta_logs import KEPT
+    from lakehouse_assets.core.formats.delta.kept_logs import KEPT
 
     for i in range(12):
         lh.write(_rows(spark, i * 10, i * 10 + 10), "o.meta", partition_by=["part"])
@@ -176,7 +177,7 @@ def test_a_commit_on_stale_metadata_is_still_refused(lh, spark):
 
 
 def test_health_opens_only_the_manifests_a_write_added(lh, spark, monkeypatch):
-    from lakehouse_assets.core.formats import iceberg_committer as ic
+    from lakehouse_assets.core.formats.iceberg import committer as ic
     from lakehouse_assets.core.maintenance import health
     from lakehouse_assets.core.maintenance.compaction import plan_compaction
     from lakehouse_assets.core.maintenance.settings import MaintenanceSettings

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import CommitError, CommitOutcomeUnknown, SchemaError, SpecError, TableOptions
 from lakehouse_assets.core.errors import CommitConflict
-from lakehouse_assets.core.formats import iceberg_committer
+from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
 
 from .conftest import assert_all_readers_agree, unreadable_delta_log
 

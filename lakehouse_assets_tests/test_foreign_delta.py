@@ -9,7 +9,7 @@ from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable, write_deltalake
 
 from lakehouse_assets import ForeignDeltaCommits, LocationInUse, MergeOptions
-from lakehouse_assets.core.formats import foreign_delta
+from lakehouse_assets.core.formats.delta import foreign_versions as foreign_delta
 
 from . import java_iceberg
 from .conftest import assert_all_readers_agree, read_everywhere
@@ -160,7 +160,7 @@ def test_a_foreign_commit_racing_a_write_is_never_mirrored_over(lh, spark, duck,
     set_policy(lh, "fd.race", "adopt")
     location = lh.load("fd.race").location()
     mirrored, snapshot = DeltaTable(location).version(), lh.load("fd.race").current_snapshot().snapshot_id
-    from lakehouse_assets.core.formats import iceberg_committer
+    from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
 
     commit_files = iceberg_committer.commit_files
 
@@ -346,7 +346,7 @@ def test_a_foreign_commit_landing_while_an_adoption_records_itself_is_reported_a
     """The Delta version recording an adoption is committed without retries: a foreign commit landing just before it
     fails the adoption, saying what happened (Iceberg holds the adopted snapshot, Delta lags); revert undoes the
     foreign versions and mirrors the adopted snapshot on top, and both formats agree on the adopted rows."""
-    from lakehouse_assets.core.formats.delta_committer import DeltaMirror
+    from lakehouse_assets.core.formats.delta.committer import DeltaMirror
 
     name = "fd.record_race"
     original = start(lh, spark, name, partitioned=True)

@@ -1,4 +1,4 @@
-"""A process's writes to one table read its Delta log once and then follow it (core/formats/kept_delta_logs.py):
+"""A process's writes to one table read its Delta log once and then follow it (core/formats/delta/kept_logs.py):
 the log the last write read is brought up to date instead of loaded again, and is never trusted once it is no
 longer a read of the table's log. Arrow frames: these writes start no Spark job."""
 
@@ -14,8 +14,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from lakehouse_assets import ForeignDeltaCommits, VerifiedPair
-from lakehouse_assets.core.formats.delta_committer import DeltaMirror
-from lakehouse_assets.core.formats.kept_delta_logs import KEPT
+from lakehouse_assets.core.formats.delta.committer import DeltaMirror
+from lakehouse_assets.core.formats.delta.kept_logs import KEPT
 
 from .conftest import rows_of
 

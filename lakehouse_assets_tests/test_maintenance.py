@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import RetentionError, TableOptions
 from lakehouse_assets.core import maintenance
-from lakehouse_assets.core.formats import iceberg_committer
+from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
 from lakehouse_assets.core.io.storage import relative_to
 
 from .conftest import assert_all_readers_agree, rows_of, unreadable_delta_log

@@ -170,7 +170,7 @@ def test_null_keys_fail_and_commit_nothing(lh, spark):
 def test_the_batch_check_refuses_null_and_duplicate_keys_on_either_path(lh, spark, duck, filled_cache, monkeypatch):
     """A cached, filled, small batch is checked in one task (no shuffle); any other in parallel. Same verdicts.
     (Keys on the driver, the third path, are turned off here: test_merge_matching.py checks that one.)"""
-    from lakehouse_assets.core.write import merge_batch
+    from lakehouse_assets.core.write.merge import batch as merge_batch
 
     monkeypatch.setattr(merge_batch, "KEYS_ON_DRIVER_ROWS", 0)
 
@@ -383,7 +383,7 @@ def test_merge_with_the_same_write_id_commits_once(lh, spark, duck):
 
 def _with_a_concurrent_append(lh, spark, monkeypatch, name, concurrent):
     """Commit `concurrent` (another writer's append) right before the merge's first Iceberg commit."""
-    from lakehouse_assets.core.formats import iceberg_committer
+    from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
 
     real_commit = iceberg_committer.commit_files
 

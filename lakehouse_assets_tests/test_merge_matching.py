@@ -20,7 +20,9 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import InputError, MergeOptions, TableOptions
 from lakehouse_assets.core.properties import SummaryKeys
-from lakehouse_assets.core.write import merge_batch, merge_plan, merge_tasks
+from lakehouse_assets.core.write.merge import batch as merge_batch
+from lakehouse_assets.core.write.merge import plan as merge_plan
+from lakehouse_assets.core.write.merge import tasks as merge_tasks
 
 from .conftest import _norm, assert_all_readers_agree
 

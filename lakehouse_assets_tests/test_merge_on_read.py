@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 
 from lakehouse_assets import DeleteFilesError, MergeOptions, SpecError, TableOptions, Window
-from lakehouse_assets.core.formats import iceberg_committer
 from lakehouse_assets.core.formats.deletes import table_files
+from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
 from lakehouse_assets.core.formats.position_deletes import referenced_data_file
 from lakehouse_assets.core.formats.snapshot_changes import snapshot_change
 from lakehouse_assets.core.properties import SummaryKeys, TableProperties
-from lakehouse_assets.core.write import merge_batch
+from lakehouse_assets.core.write.merge import batch as merge_batch
 
 from .conftest import rows_of
 from .test_write_modes import events
@@ -208,7 +208,7 @@ def test_both_formats_read_merge_on_read_merges_and_feed_their_changes_as_copy_o
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from lakehouse_assets.core.write import merge_changes
+    from lakehouse_assets.core.write.merge import changes as merge_changes
 
     written = []
     real_finish = merge_changes.finish
@@ -254,7 +254,8 @@ def test_a_small_merge_matches_writes_and_feeds_in_one_job_unless_its_upserts_ar
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from lakehouse_assets.core.write import merge_on_read_tasks, merge_tasks
+    from lakehouse_assets.core.write.merge import on_read_tasks as merge_on_read_tasks
+    from lakehouse_assets.core.write.merge import tasks as merge_tasks
 
     from .conftest import spark_jobs
 

@@ -11,7 +11,7 @@ from lakehouse_assets import TableOptions
 from lakehouse_assets.core import maintenance
 from lakehouse_assets.core.errors import SpecError
 from lakehouse_assets.core.formats.deletes import table_files
-from lakehouse_assets.core.formats.delta_logged_vectors import live_vectors, vector_file_uris
+from lakehouse_assets.core.formats.delta.logged_vectors import live_vectors, vector_file_uris
 from lakehouse_assets.core.formats.position_deletes import referenced_data_file
 from lakehouse_assets.dagster.maintenance import OP_NAME, compaction_sensor
 from lakehouse_assets.dagster.resources import LakehouseResource

@@ -11,8 +11,8 @@ import pytest
 from dagster import AssetKey, build_asset_check_context
 
 from lakehouse_assets import TableOptions
-from lakehouse_assets.core.formats import delta_deletion_vectors as dv
-from lakehouse_assets.core.formats.delta_logged_vectors import live_vectors
+from lakehouse_assets.core.formats.delta import deletion_vectors as dv
+from lakehouse_assets.core.formats.delta.logged_vectors import live_vectors
 from lakehouse_assets.dagster.checks import build_formats_agree_check
 from lakehouse_assets.dagster.resources import LakehouseResource
 

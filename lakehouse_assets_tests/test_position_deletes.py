@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from lakehouse_assets.core.formats import iceberg_committer as ic
 from lakehouse_assets.core.formats.deletes import table_files
+from lakehouse_assets.core.formats.iceberg import committer as ic
 from lakehouse_assets.core.formats.position_deletes import read_positions, referenced_data_file, union, write_delete_file
 from lakehouse_assets.core.io.storage import StorageConfig
 

@@ -20,7 +20,7 @@ from deltalake.query import QueryBuilder
 
 from lakehouse_assets import MergeOptions, SchemaError, TableOptions
 from lakehouse_assets.cli import cli
-from lakehouse_assets.core.formats import delta_column_mapping as cm
+from lakehouse_assets.core.formats.delta import column_mapping as cm
 from lakehouse_assets.core.read import duckdb_readers
 
 from . import sail_reader
@@ -194,8 +194,8 @@ def test_another_engines_iceberg_files_after_a_rename_are_refused_by_delta_then_
 def test_another_engines_misnamed_file_with_deleted_rows_is_not_rewritten_with_them(lh, spark, duck):
     """Rewriting a misnamed file as it is would bring back rows a delete file removed: refused until they are applied."""
     from lakehouse_assets.core.errors import DeleteFilesError
-    from lakehouse_assets.core.formats import iceberg_committer as ic
     from lakehouse_assets.core.formats.deletes import table_files
+    from lakehouse_assets.core.formats.iceberg import committer as ic
     from lakehouse_assets.core.formats.position_deletes import write_delete_file
 
     t = "ren.foreign_deleted"

@@ -132,7 +132,7 @@ def test_vectorized_partition_values_match_pyiceberg_row_by_row():
     """Iceberg-exact values: compare the vectorized keyer with pyiceberg's scalar reference transforms."""
     from types import SimpleNamespace
 
-    from lakehouse_assets.core.formats.delta_actions import delta_partition_values
+    from lakehouse_assets.core.formats.delta.actions import delta_partition_values
 
     batch = _batch()
     terms = ["bucket(16, user_id)", "day(event_time)", "hour(event_time)", "month(d)", "year(d)", "region"]

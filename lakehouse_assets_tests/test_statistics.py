@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import Lakehouse, MergeOptions, TableOptions
 from lakehouse_assets.core.errors import SpecError
-from lakehouse_assets.core.formats import iceberg_committer
+from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
 from lakehouse_assets.core.read import duckdb_readers
 from lakehouse_assets.core.schema.statistics import (
     DELTA_STATS_COLUMNS,

@@ -282,7 +282,7 @@ def test_a_schema_change_mid_stream_and_repeated_merge_keys_stop_the_batch_with_
 def test_maintenance_runs_while_a_stream_of_small_batches_writes_and_compaction_bounds_the_files(lh, spark, duck, tmp_path):
     import time
 
-    from lakehouse_assets.core.formats.iceberg_committer import live_data_files
+    from lakehouse_assets.core.formats.iceberg.committer import live_data_files
 
     landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
     land(landing, "0.json", rows(0, 5))
@@ -314,7 +314,7 @@ def test_maintenance_runs_while_a_stream_of_small_batches_writes_and_compaction_
 def test_a_hundred_and_twenty_small_batches_then_scheduled_maintenance_leave_bounded_files_and_snapshots(lh, spark, tmp_path):
     """More commits than Delta's checkpoint interval and Iceberg's manifest merge count (100 each): the log gets a
     checkpoint and the manifests merge mid-stream, and maintenance still leaves one file and two snapshots."""
-    from lakehouse_assets.core.formats.iceberg_committer import live_data_files
+    from lakehouse_assets.core.formats.iceberg.committer import live_data_files
 
     batches = 120
     landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
@@ -384,7 +384,7 @@ def test_a_merge_batch_that_loses_to_a_compaction_is_planned_again_and_lands_onc
 
     for start in (0, 3, 6):
         lh.write(spark.createDataFrame([(i, f"n{i}", i * 10) for i in range(start, start + 3)], "id long, name string, amount long"), "db.race")
-    from lakehouse_assets.core.formats.iceberg_committer import live_data_files
+    from lakehouse_assets.core.formats.iceberg.committer import live_data_files
 
     live_before = len(live_data_files(lh.load("db.race")))
     real_plan, compactions = write_modes.plan, []

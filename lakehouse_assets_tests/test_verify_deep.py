@@ -15,7 +15,8 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction, crea
 
 from lakehouse_assets import TableOptions
 from lakehouse_assets.cli import cli
-from lakehouse_assets.core.formats import delta_actions, iceberg_committer
+from lakehouse_assets.core.formats.delta import actions as delta_actions
+from lakehouse_assets.core.formats.iceberg import committer as iceberg_committer
 from lakehouse_assets.core.io.storage import relative_to
 from lakehouse_assets.core.properties import DELTA_APP_ID as APP_ID
 from lakehouse_assets.core.schema.spec import delta_partition_columns, statistics_policy

@@ -8,7 +8,7 @@ and hands it to the module that does the work; each method is a table-of-content
 * reads: core/read/table_reader.py (Spark), core/read/arrow_reader.py (pyarrow), core/read/changes.py
   (changed rows); branches: core/table/branches.py, publish and discard: core/write/publish.py;
 * tables, history, points in time and runs: core/read/inspection.py; rollback: core/maintenance/rollback.py;
-* maintenance: core/maintenance/ (its registry), verify: core/maintenance/verify.py, repair:
+* maintenance: core/maintenance/ (its registry), verify: core/maintenance/verify/formats_agree.py, repair:
   core/maintenance/repair.py.
 """
 
@@ -23,15 +23,15 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from . import maintenance as maintenance_
-from .formats import foreign_delta
-from .formats.delta_committer import DeltaMirror
-from .formats.delta_glue import GlueDeltaRegistration
+from .formats.delta import foreign_versions as foreign_delta
+from .formats.delta.committer import DeltaMirror
+from .formats.delta.glue import GlueDeltaRegistration
 from .io.storage import StorageConfig
 from .maintenance import rollback as rollback_
 from .maintenance.import_table import import_table as import_table_
 from .maintenance.repair import repair_table
-from .maintenance.verify import verify_table
-from .maintenance.verify_changes import VerifiedPair
+from .maintenance.verify.changes import VerifiedPair
+from .maintenance.verify.formats_agree import verify_table
 from .model import MergeOptions, PublishResult, TableOptions, WriteResult
 from .properties import DEFAULT_DELTA_CONFIGURATION
 from .read import changes as changes_
@@ -84,7 +84,7 @@ class Lakehouse:
             warehouse=warehouse,
             storage=storage,
             delta_configuration={**DEFAULT_DELTA_CONFIGURATION, **(delta_configuration or {})},
-            delta_glue=GlueDeltaRegistration.of(delta_glue),  # every table's Delta side registered in Glue (delta_glue.py)
+            delta_glue=GlueDeltaRegistration.of(delta_glue),  # every table's Delta side registered in Glue (formats/delta/glue.py)
             change_data=write_change_data,
         )
         # Tables without the property `lakehouse.delta.foreign-commits` follow this ("refuse" or "adopt").

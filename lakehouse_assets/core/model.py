@@ -54,7 +54,7 @@ class FileChanges:
     rows_written: int = 0  # rows of the caller's data (files rewritten to keep rows are not counted)
     rows_deleted: int = 0  # rows the added position-delete files remove (merge-on-read)
     # The Delta `cdc` actions of the rows this operation changes, when it wrote them itself (a merge's rewrite,
-    # core/write/merge_changes.py); None: the Delta mirror computes them from the files (core/write/change_data.py).
+    # core/write/merge/changes.py); None: the Delta mirror computes them from the files (core/write/change_data.py).
     change_data: list[dict] | None = None
 
     def include(self, other: "FileChanges") -> "FileChanges":

@@ -19,9 +19,9 @@ DEFAULT_DELTA_CONFIGURATION = {"delta.checkpointInterval": "10", "delta.enableCh
 class TableProperties:
     FORMATS = "lakehouse.formats"  # "iceberg,delta" (default) or "iceberg"
     SCHEMA_EVOLUTION = "lakehouse.schema-evolution"  # "false": this table refuses schema changes whatever the writer asks
-    # What a write does about Delta versions another engine wrote: "refuse" (default) or "adopt" (see foreign_delta.py).
+    # What a write does about Delta versions another engine wrote: "refuse" (default) or "adopt" (see formats/delta/foreign_versions.py).
     DELTA_FOREIGN_COMMITS = "lakehouse.delta.foreign-commits"
-    # The AWS Glue table the Delta side is registered as: "<database>.<name>", "<name>", or "none" (see delta_glue.py).
+    # The AWS Glue table the Delta side is registered as: "<database>.<name>", "<name>", or "none" (see formats/delta/glue.py).
     DELTA_GLUE_NAME = "lakehouse.delta.glue-name"
 
     # Maintenance settings: `lakehouse.maintenance.<setting with dashes>` (see maintenance/settings.py).
@@ -116,7 +116,7 @@ class Operation:
     ROLLBACK = "rollback"  # the live files of an earlier snapshot, committed again (rollback.py)
     SCHEMA_CHANGE = "schema-change"  # a metadata-only Delta version before a data version
     DELTA_CONFIGURATION = "delta-configuration"  # a metadata-only Delta version of table properties (maintenance)
-    ADOPT_DELTA = "adopt-delta"  # another engine's Delta versions brought into Iceberg (core/formats/foreign_delta.py)
+    ADOPT_DELTA = "adopt-delta"  # another engine's Delta versions brought into Iceberg (core/formats/delta/foreign_versions.py)
     IMPORT = "import"  # an existing table's live files brought under management as they are (maintenance/import_table.py)
     REVERT_DELTA = "revert-delta"  # another engine's Delta versions undone by a new Delta version
     CREATE_EMPTY = "create-empty"  # main's first snapshot, with no rows: what a branch of a new table forks from

@@ -2,7 +2,7 @@
 
 After every materialization the blocking `formats_agree` check compares what changed since the pair of versions
 its last passing evaluation recorded (`iceberg_snapshot_id`, `delta_version`): its cost follows the write, not
-the table (core/maintenance/verify_changes.py). Without such an evaluation, or when the logs do not confirm the
+the table (core/maintenance/verify/changes.py). Without such an evaluation, or when the logs do not confirm the
 pair, it compares every live file.
 """
 
@@ -76,7 +76,7 @@ def build_formats_agree_check(asset_key: AssetKey) -> AssetChecksDefinition:
 def last_agreeing_pair(context: AssetCheckExecutionContext, asset_key: AssetKey):
     """The Iceberg snapshot and Delta version the last passing `formats_agree` evaluation of `asset_key` recorded, or
     None (never passed, or the instance cannot tell: the check then compares everything)."""
-    from ..core.maintenance.verify_changes import VerifiedPair
+    from ..core.maintenance.verify.changes import VerifiedPair
 
     try:
         records = context.instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(asset_key, CHECK_NAME), limit=RECENT_EVALUATIONS)

@@ -6,7 +6,7 @@ Table spec from the asset definition's metadata:
     write_mode        WriteMode.append (default), .overwrite or .merge (or the same as strings)
     merge_keys        key columns for write_mode="merge"
     merge_operation_column / merge_delete_values / merge_deleted_at_column / merge_order_by
-                      CDC deletes and duplicate-key resolution for merges (see core/write/merge_batch.py)
+                      CDC deletes and duplicate-key resolution for merges (see core/write/merge/batch.py)
     formats           ["iceberg", "delta"] (default) or ["iceberg"]
     table_properties  extra Iceberg table properties
     partition_expr    the column each Dagster partition dimension maps to (required for partitioned

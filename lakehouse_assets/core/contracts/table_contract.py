@@ -109,7 +109,7 @@ def _record_not_null(root_uri: str, storage, delta, contract: Contract) -> None:
     has no operation for it (its `alter` can only drop a NOT NULL), so the version is written as its metaData."""
     import json
 
-    from ..formats import delta_column_mapping
+    from ..formats.delta import column_mapping as delta_column_mapping
 
     schema = json.loads(delta.schema().to_json())
     wanted = set(contract.not_null) | set(contract.unique)

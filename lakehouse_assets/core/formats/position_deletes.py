@@ -1,6 +1,6 @@
 """Iceberg position-delete files of merge-on-read tables: one per data file, holding every row deleted from it.
 
-A merge-on-read write (core/write/merge_on_read.py) deletes rows by position instead of rewriting their data file.
+A merge-on-read write (core/write/merge/on_read.py) deletes rows by position instead of rewriting their data file.
 Each data file that loses rows gets ONE position-delete file (Iceberg v2, `file_path` + `pos`, file-scoped:
 its `file_path` bounds name that data file, which readers use to apply it to that file only) holding every
 position deleted from that file so far: a later delete writes the union and the commit removes the old

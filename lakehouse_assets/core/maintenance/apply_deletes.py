@@ -14,8 +14,8 @@ from typing import Any
 from pyiceberg.manifest import DataFile
 
 from ..errors import DeleteFilesError
-from ..formats import partition_constants
 from ..formats.deletes import table_files
+from ..formats.delta import partition_constants
 from ..io.storage import delete_files
 from ..model import FileChanges
 from ..properties import Operation, SummaryKeys

@@ -15,8 +15,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from ..errors import CommitConflict, CommitError
-from ..formats import iceberg_committer as ic
 from ..formats.deletes import refuse_delete_files
+from ..formats.iceberg import committer as ic
 from ..formats.position_deletes import referenced_data_file
 from ..io.storage import delete_files
 from ..model import FileChanges

@@ -2,19 +2,19 @@
 
 Nothing is rewritten. The Iceberg table lives at the files' root (the Delta root is the Iceberg location, as for every
 table here), its metadata under `_iceberg/`, and its one snapshot holds every file as it is: each DataFile is built
-from the file's Parquet footer (core/formats/delta_adoption.py's `FooterReader`), its partition values from the Delta
+from the file's Parquet footer (core/formats/delta/adoption.py's `FooterReader`), its partition values from the Delta
 log or from Hive-style `key=value/` folders. Such files carry no Iceberg field ids, so the table gets a name mapping
 (`schema.name-mapping.default`, as pyiceberg's `add_files` writes) by which every Iceberg reader matches their
 columns; identity partition columns the files leave out are filled from the partition values
-(core/formats/partition_constants.py).
+(core/formats/delta/partition_constants.py).
 
-A column-mapped Delta table keeps its mapping, in this project's convention (core/formats/delta_column_mapping.py): the
+A column-mapped Delta table keeps its mapping, in this project's convention (core/formats/delta/column_mapping.py): the
 Delta column ids are the Iceberg field ids, the first Iceberg schema names the columns by their physical names (what
 the files hold) and a rename in the same import gives them their Delta names.
 
 A Delta source keeps its log: one Delta version of ours records the snapshot as mirrored (later writes mirror on top).
 Files with deletion vectors are kept as Iceberg position deletes when the table sets `delta.enableDeletionVectors=true`
-(core/formats/delta_vector_adoption.py), else refused, or on request (`purge_deletion_vectors`) first rewritten by
+(core/formats/delta/vector_adoption.py), else refused, or on request (`purge_deletion_vectors`) first rewritten by
 delta-rs without the rows their vectors delete: a Delta version that changes no row, as `REORG TABLE ... APPLY (PURGE)`.
 A Parquet dataset gets a new Delta log: version 0 (schema) and version 1 (the files).
 """
@@ -31,9 +31,12 @@ from pyiceberg.schema import INITIAL_SCHEMA_ID, Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table
 
 from ..errors import ImportRefused
-from ..formats import delta_column_mapping, delta_vector_adoption, partition_constants
-from ..formats.delta_adoption import CHANGE_TYPE, NAME_MAPPING, FooterReader, name_mapping
-from ..formats.iceberg_committer import commit_files
+from ..formats import file_columns
+from ..formats.delta import column_mapping as delta_column_mapping
+from ..formats.delta import partition_constants
+from ..formats.delta import vector_adoption as delta_vector_adoption
+from ..formats.delta.adoption import CHANGE_TYPE, NAME_MAPPING, FooterReader, name_mapping
+from ..formats.iceberg.committer import commit_files
 from ..io.storage import delete_files, join_uri
 from ..properties import METADATA_FOLDER, Operation, SummaryKeys, TableProperties
 from ..schema.spec import ALL_FORMATS, build_partition_spec
@@ -87,7 +90,7 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
         **({NARROW_INTEGERS: json.dumps({str(k): v for k, v in sorted(narrow.items())})} if narrow else {}),
     }
     if mapped:
-        properties.update({delta_column_mapping.MODE: "name", delta_column_mapping.SCHEMA_ID_PROPERTY: str(INITIAL_SCHEMA_ID)})
+        properties.update({file_columns.MODE: "name", file_columns.SCHEMA_ID_PROPERTY: str(INITIAL_SCHEMA_ID)})
     table = ctx.catalog.create_table(identifier, schema=schema, location=existing.root_uri, partition_spec=spec, properties=properties)
     if mapped:
         table = _rename_to_delta_names(ctx, identifier, table, existing, source)
@@ -166,7 +169,7 @@ def _identity_spec(schema: Schema, columns: list[str]):
 
 def _rename_to_delta_names(ctx: TableContext, identifier: str, table: Table, existing: ExistingFiles, source: str) -> Table:
     """A column-mapped Delta table's columns under their Delta names, each with the Delta column id as its Iceberg field id
-    (the convention of core/formats/delta_column_mapping.py); refused when the ids differ."""
+    (the convention of core/formats/delta/column_mapping.py); refused when the ids differ."""
     try:
         ids = {f.name: f.field_id for f in table.schema().fields}
         wrong = [n for n, (i, p) in existing.physical.items() if ids.get(p) != i]
@@ -326,7 +329,7 @@ def delta_files(identifier: str, delta, root_uri: str, keep_vectors: bool = Fals
     `keep_vectors`: its deletion vectors become position deletes (`deleted`) instead of a refusal."""
     import pyarrow as pa
 
-    from ..formats.delta_adoption import files_with_deletion_vectors, live_files
+    from ..formats.delta.adoption import files_with_deletion_vectors, live_files
 
     try:
         with_vectors = [] if keep_vectors else files_with_deletion_vectors(delta)
@@ -415,7 +418,7 @@ def purge_deletion_vectors(identifier: str, delta) -> int:
     is given: so Z-order, on only the partitions that hold vectors (on the whole table when unpartitioned or when a
     partition value is null). It runs in this process, like the rest of delta-rs.
     """
-    from ..formats.delta_adoption import files_with_deletion_vectors, live_files
+    from ..formats.delta.adoption import files_with_deletion_vectors, live_files
     from ..io.storage import relative_to
 
     with_vectors = files_with_deletion_vectors(delta)

@@ -27,8 +27,9 @@ from pyiceberg.table import StaticTable, Table
 
 from ..contracts import table_contract
 from ..errors import ImportRefused
-from ..formats import delta_features, delta_vector_adoption
 from ..formats.deletes import describe_delete_files, table_files
+from ..formats.delta import features as delta_features
+from ..formats.delta import vector_adoption as delta_vector_adoption
 from ..io.storage import join_uri, normalize_uri, relative_to
 from ..schema.type_mapping import delta_schema
 from ..table.context import TableContext

@@ -4,7 +4,7 @@ Mirroring is idempotent: every Iceberg snapshot Delta has not seen becomes one D
 pipeline's `sync_delta`). Some snapshots have no exact Delta equivalent yet; the options fix them first:
 other engines' delete files applied (`apply_deletes.py`), other engines' misnamed files of a column-mapped
 table rewritten (`rewrite_files.py`), Delta versions another engine wrote adopted into Iceberg or reverted
-(core/formats/foreign_delta.py, core/formats/delta_adoption.py). Without those options, foreign Delta
+(core/formats/delta/foreign_versions.py, core/formats/delta/adoption.py). Without those options, foreign Delta
 versions are never mirrored over: the report says which and why.
 """
 
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..formats import delta_adoption, delta_glue, foreign_delta
+from ..formats.delta import adoption as delta_adoption
+from ..formats.delta import foreign_versions as foreign_delta
+from ..formats.delta import glue as delta_glue
 from ..table.context import TableContext
 from ..write import transaction
 from ..write.adoption import adoption_rewrite

@@ -16,7 +16,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from ..formats import history
-from ..formats.delta_logged_vectors import vector_file_uris
+from ..formats.delta.logged_vectors import vector_file_uris
 from ..io.storage import normalize_uri, relative_to
 from ..table import branches
 from ..table.context import TableContext

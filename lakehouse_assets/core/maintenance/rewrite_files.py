@@ -1,7 +1,7 @@
 """rewrite_files: put other engines' Iceberg data files of a column-mapped table under the columns' physical names.
 
 Under Delta column mapping, Delta readers find a column in a file by its physical name, which stays the
-same when the column is renamed (`delta_column_mapping.py`). An Iceberg writer of another engine (Spark,
+same when the column is renamed (`formats/delta/column_mapping.py`). An Iceberg writer of another engine (Spark,
 Trino, pyiceberg) names columns by their current names and tags them with field ids: right for Iceberg
 readers, but Delta readers would read NULL for a renamed or later-added column. The mirror refuses such
 files (`delta_refusals.misnamed_refusals`); this rewrites exactly those files, read by field id and written
@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DeleteFilesError
-from ..formats import delta_column_mapping, history, partition_constants
+from ..formats import file_columns, history
 from ..formats.deletes import applies, table_files
+from ..formats.delta import partition_constants
 from ..io.storage import delete_files
 from ..model import FileChanges
 from ..properties import Operation, SummaryKeys
@@ -35,11 +36,11 @@ def rewrite_misnamed_files(ctx: TableContext, identifier: str, spark=None) -> di
     table = ctx.load(identifier)
     schema = table.schema()
     result: dict[str, Any] = {"table": identifier, "data_files_rewritten": 0}
-    renamed = delta_column_mapping.renamed_in_files(table, schema)
+    renamed = file_columns.renamed_in_files(table, schema)
     files = table_files(table)
     live = {e.data_file.file_path: e.data_file for e in files.data}
     candidates = _unmirrored_foreign_files(ctx, table, live) if renamed else []
-    misnamed = delta_column_mapping.misnamed_files(table, candidates, renamed)
+    misnamed = file_columns.misnamed_files(table, candidates, renamed)
     if not misnamed:
         return {**result, "rewritten": False}
     _refuse_deleted_rows(identifier, files, set(misnamed))

@@ -24,8 +24,8 @@ from pyarrow.fs import FileType
 from pyiceberg.table import Table
 
 from ..errors import DeleteFilesError, RetentionError, SchemaError, SpecError
-from ..formats import delta_vector_mirror
 from ..formats.deletes import table_files
+from ..formats.delta import vector_mirror as delta_vector_mirror
 from ..io.storage import StorageConfig, relative_to
 from ..model import FileChanges, WriteResult
 from ..properties import Operation, SummaryKeys

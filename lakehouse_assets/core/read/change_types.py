@@ -1,6 +1,6 @@
 """The change feed's columns and labels (`Lakehouse.changes`, core/read/changes.py, and the Delta change data files).
 
-Their own module, free of imports: the executor tasks that write a merge's change data (core/write/merge_changes.py)
+Their own module, free of imports: the executor tasks that write a merge's change data (core/write/merge/changes.py)
 label rows with them, and a Python worker should not import the catalogs and readers of `changes` to get four strings.
 """
 

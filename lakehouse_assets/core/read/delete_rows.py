@@ -10,8 +10,8 @@ driver. Used by `repair --apply-deletes` (which rewrites the files without those
 from __future__ import annotations
 
 from ..errors import DeleteFilesError
-from ..formats import partition_constants
 from ..formats.deletes import applies
+from ..formats.delta import partition_constants
 from ..schema.type_mapping import iceberg_to_spark_schema
 from .reader import read_parquet_files
 

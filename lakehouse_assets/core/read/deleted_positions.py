@@ -50,7 +50,7 @@ class DeltaDeletionVector:
     descriptor: tuple[tuple[str, object], ...]  # the descriptor JSON's items (hashable, picklable)
 
     def positions(self, storage: StorageConfig) -> np.ndarray:
-        from ..formats.delta_deletion_vectors import read_vector
+        from ..formats.delta.deletion_vectors import read_vector
 
         return read_vector(storage, self.root_uri, dict(self.descriptor)).to_numpy().astype(np.int64)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import RetentionError, TableNotFound
 from ..formats import history
-from ..formats.delta_column_mapping import enabled as mapping_enabled
+from ..formats.file_columns import enabled as mapping_enabled
 from ..io.storage import normalize_uri
 from ..properties import SummaryKeys
 from ..schema.spec import spec_terms

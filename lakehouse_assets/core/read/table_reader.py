@@ -20,10 +20,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from ..errors import SpecError, TableNotFound
-from ..formats import partition_constants
 from ..formats.deletes import refuse_delete_files
-from ..formats.delta_committer import DeltaMirror
-from ..formats.delta_logged_vectors import live_vectors
+from ..formats.delta import partition_constants
+from ..formats.delta.committer import DeltaMirror
+from ..formats.delta.logged_vectors import live_vectors
 from ..io.storage import StorageConfig, delta_path, join_uri, normalize_uri
 from ..memo import ByImmutableFiles
 from ..schema.type_mapping import delta_to_spark_schema, iceberg_to_spark_schema

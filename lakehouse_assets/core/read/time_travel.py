@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 
 from ..errors import RetentionError
 from ..formats import history
-from ..formats.delta_committer import DeltaMirror
+from ..formats.delta.committer import DeltaMirror
 from ..properties import TableProperties
 
 

@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ..errors import CatalogError
-from ..formats.iceberg_metadata import MetadataByLocation, staged_metadata
+from ..formats.iceberg.metadata import MetadataByLocation, staged_metadata
 from ..io.storage import StorageConfig
 
 DEFAULT_CATALOG_NAME = "lakehouse"

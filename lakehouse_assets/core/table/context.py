@@ -16,9 +16,9 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
 from ..errors import TableNotFound
-from ..formats import delta_glue
-from ..formats.delta_committer import DeltaMirror
-from ..formats.delta_snapshot_commit import ChangeData
+from ..formats.delta import glue as delta_glue
+from ..formats.delta.committer import DeltaMirror
+from ..formats.delta.snapshot_commit import ChangeData
 from ..io.storage import StorageConfig, normalize_uri
 from . import tables
 from .catalog import missing_table_hint

@@ -15,7 +15,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, ListType, LongType, MapType, NestedField, StructType
 
 from ..errors import SchemaError
-from ..formats.delta_column_mapping import file_names
+from ..formats.file_columns import file_names
 
 _WIDENINGS = {(IntegerType, LongType), (FloatType, DoubleType)}
 

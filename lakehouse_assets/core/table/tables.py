@@ -20,7 +20,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BinaryType
 
 from ..errors import LocationInUse, SpecError
-from ..formats import delta_column_mapping
+from ..formats import file_columns
 from ..io.storage import StorageConfig, delete_files, join_uri
 from ..properties import METADATA_FOLDER, TableProperties
 from ..schema.spec import ALL_FORMATS, TableSpec, build_partition_spec, spec_terms
@@ -75,8 +75,8 @@ def create_or_load(
             TableProperties.FORMATS: ",".join(spec.formats),
             **spec.properties,
         }
-        if delta_column_mapping.enabled(properties):
-            properties[delta_column_mapping.SCHEMA_ID_PROPERTY] = str(INITIAL_SCHEMA_ID)  # the new table's columns keep their names in the files
+        if file_columns.enabled(properties):
+            properties[file_columns.SCHEMA_ID_PROPERTY] = str(INITIAL_SCHEMA_ID)  # the new table's columns keep their names in the files
         try:
             table = catalog.create_table(
                 spec.identifier, schema=incoming_schema, location=location, partition_spec=partition_spec, properties=properties

@@ -1,9 +1,9 @@
-"""The rewrite Delta adoption needs (core/formats/delta_adoption.py): another engine's Delta files written again
+"""The rewrite Delta adoption needs (core/formats/delta/adoption.py): another engine's Delta files written again
 by the project's writer when pyiceberg cannot read them beside the table's other files."""
 
 from __future__ import annotations
 
-from ..formats import delta_column_mapping
+from ..formats import file_columns
 from ..io.storage import StorageConfig
 from ..model import FileChanges
 from ..read.reader import read_parquet_files
@@ -22,7 +22,7 @@ def adoption_rewrite(storage: StorageConfig, identifier: str, spark=None):
     def rewrite(table, schema, files, constants, created: list[str]):
         session = active_session(spark)
         target = WriteTarget(identifier, table, schema, storage, cast_files=True)
-        by_id = column_names_moved(table) or delta_column_mapping.enabled(table.properties)
+        by_id = column_names_moved(table) or file_columns.enabled(table.properties)
         changes = FileChanges()
         try:
             rows = read_parquet_files(session, [f.file_path for f in files], iceberg_to_spark_schema(schema, field_ids=by_id), storage, cast_files=True, constants=constants)

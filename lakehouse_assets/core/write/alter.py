@@ -8,7 +8,7 @@ Older snapshots keep their own schema, so time travel reads them with the old na
 
 Delta-mirrored tables need Delta column mapping (`delta.columnMapping.mode=name`): Delta then finds a
 column in the files by its physical name, which never changes, so the rename or drop is one metadata-only
-Delta version too (the mirror writes it right after the Iceberg update, `delta_column_mapping.py`). A
+Delta version too (the mirror writes it right after the Iceberg update, `formats/delta/column_mapping.py`). A
 table without it is turned over by `upgrade_table` (`lakehouse upgrade TABLE`): metadata only, the
 columns' current names become their physical names. Without it a rename is refused with that advice.
 """
@@ -24,8 +24,10 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from ..errors import CommitConflict, MirrorRefused, SchemaError, SpecError
-from ..formats import delta_cdc_commit, delta_column_mapping
-from ..formats.delta_committer import DeltaMirror
+from ..formats import file_columns
+from ..formats.delta import cdc_commit as delta_cdc_commit
+from ..formats.delta import column_mapping as delta_column_mapping
+from ..formats.delta.committer import DeltaMirror
 from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import check_column_names
 from ..table.context import TableContext
@@ -99,7 +101,7 @@ def _validate(table: Table, identifier: str, rename: dict[str, str], drop: list[
     names = [f.name for f in schema.fields]
     if not rename and not drop:
         raise SpecError(f"Table {identifier}: nothing to alter. Give rename={{'old': 'new'}} and/or drop=['column'].")
-    if delta_enabled(table) and not delta_column_mapping.enabled(table.properties):
+    if delta_enabled(table) and not file_columns.enabled(table.properties):
         raise SchemaError(
             f"Table {identifier}: cannot rename or drop columns of a table mirrored to Delta without Delta column mapping. "
             f"{DELTA_BLOCKED} Run `lakehouse upgrade {identifier}` (or Lakehouse.upgrade) once: it turns column mapping on "
@@ -157,7 +159,7 @@ def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, att
     feed = _enable_change_data_feed(mirror)
     if not column_mapping:
         return {"table": identifier, "upgraded": False, "reason": "column mapping not asked for", "change_data_feed_enabled": feed}
-    if delta_column_mapping.enabled(table.properties):
+    if file_columns.enabled(table.properties):
         return {"table": identifier, "upgraded": False, "reason": "column mapping is already on", "delta_version": sync_delta(mirror, table),
                 "change_data_feed_enabled": feed}
     for attempt in range(attempts):
@@ -167,7 +169,7 @@ def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, att
             pass  # a rename Delta could not follow: the upgrade below expresses it, if nothing was written since
         delta = mirror.load()
         base = _schema_of_the_files(table, identifier, mirror, delta)
-        props = {delta_column_mapping.MODE: "name", delta_column_mapping.SCHEMA_ID_PROPERTY: str(base.schema_id)}
+        props = {file_columns.MODE: "name", file_columns.SCHEMA_ID_PROPERTY: str(base.schema_id)}
         names = {f.field_id: f.name for f in base.fields}
         schema = table.schema()
         names.update({f.field_id: f.name for f in schema.fields if f.field_id not in names})  # new, never written yet

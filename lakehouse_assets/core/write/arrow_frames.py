@@ -98,7 +98,7 @@ def write_files(
         root_uri, write_id, arrow_file_schema(schema, file_names, narrow), storage, target_file_size, compression, compression_level,
         input_names=tuple(f.name for f in schema.fields) if file_names else None,
     )
-    from ..formats.delta_values import UnrepresentableValue
+    from ..formats.delta.values import UnrepresentableValue
     from ..io.storage import storage_error
 
     try:

@@ -7,7 +7,7 @@ removed and added alone, so the mirror can write them in any later process (`rep
 cost follows the change, not the table. Spark executors write the files (one per task and Delta partition, the
 partition columns kept in the rows as in the data files); the driver receives one small row per file.
 
-The files are not visible until the Delta commit that references them lands (core/formats/delta_cdc_commit.py):
+The files are not visible until the Delta commit that references them lands (core/formats/delta/cdc_commit.py):
 a failed commit deletes them, and a killed process leaves unreferenced files that no reader opens.
 """
 
@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
-from ..formats import delta_column_mapping, history
-from ..formats.delta_cdc_commit import CHANGE_DATA_DIR
-from ..formats.delta_values import partition_value
+from ..formats import file_columns, history
+from ..formats.delta.cdc_commit import CHANGE_DATA_DIR
+from ..formats.delta.values import partition_value
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import StorageConfig, join_uri
 from ..read.change_types import CHANGE_TYPE
@@ -75,7 +75,7 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
 def change_data_writer(table: Table, schema, root_uri: str, storage: StorageConfig, write_id: str) -> "ChangeDataWriter":
     """The writer of one version's change data files of `table`, whose rows are in `schema` (the snapshot's)."""
     # As the data files: Iceberg field ids, and under column mapping the columns' physical names (the keys of partitionValues too).
-    names = delta_column_mapping.file_names(table, schema)
+    names = file_columns.file_names(table, schema)
     partitions = tuple(
         (c, (names or {}).get(schema.find_field(c).field_id, c), schema.find_type(c)) for c in delta_partition_columns(table.spec(), schema)
     )

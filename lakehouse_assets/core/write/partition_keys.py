@@ -90,7 +90,7 @@ class PartitionKeyer:
         from pyiceberg.partitioning import _to_partition_representation
         from pyiceberg.transforms import IdentityTransform
 
-        from ..formats import delta_values
+        from ..formats.delta import values as delta_values
 
         if not hasattr(self, "_fields"):
             self._fields = self._setup()
@@ -118,7 +118,7 @@ class PartitionKeyer:
         from pyiceberg.transforms import TruncateTransform
         from pyiceberg.types import IntegerType, LongType
 
-        from ..formats import delta_values
+        from ..formats.delta import values as delta_values
 
         if not hasattr(self, "_fields"):
             self._fields = self._setup()

@@ -30,8 +30,8 @@ from pyiceberg.table.snapshots import Snapshot
 from ..contracts.model import QUARANTINE_SUFFIX
 from ..errors import CommitConflict, DeleteFilesError, SpecError
 from ..formats import history
-from ..formats import iceberg_committer as ic
 from ..formats.deletes import table_files
+from ..formats.iceberg import committer as ic
 from ..model import PublishResult
 from ..properties import Operation, SummaryKeys
 from ..table import branches

@@ -1,7 +1,7 @@
 """A table's row-level write mode: how its merges, CDC deletes and window overwrites remove rows.
 
 Iceberg's standard properties `write.merge.mode`, `write.delete.mode` and `write.update.mode` say it, for
-this project's writers (core/write/merge_on_read.py) and for other engines alike: `copy-on-write` (the
+this project's writers (core/write/merge/on_read.py) and for other engines alike: `copy-on-write` (the
 default) rewrites a data file without the removed rows; `merge-on-read` leaves it and records their
 positions in a position-delete file. Setting the mode is metadata only: one Iceberg property update, no
 snapshot, no file read or written; the next write follows it. Delete files already written stay: a

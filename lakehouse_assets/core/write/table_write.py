@@ -5,7 +5,7 @@ were if any step fails:
    added to the rows (core/contracts/guard.py, which calls back for the rest); a merge's batch is validated
    (null and duplicate keys) and cached, so every later step sees the same rows;
 2. the table is created or loaded with the schema change the data needs; Delta versions another engine
-   wrote are refused or adopted first (the table's policy, core/formats/foreign_delta.py);
+   wrote are refused or adopted first (the table's policy, core/formats/delta/foreign_versions.py);
 3. the mode's plan (core/write/write_modes.py) writes the Parquet files on the executors (the driver gets
    file metadata only);
 4. the commit pipeline (core/write/transaction.py) commits them to Iceberg (the source of truth; if this
@@ -25,11 +25,14 @@ from pyiceberg.table import Table
 
 from ..contracts.guard import enforced as enforce_contract
 from ..errors import CommitOutcomeUnknown, SchemaError, SpecError
-from ..formats import delta_adoption, delta_cdc_commit, foreign_delta, history
-from ..formats import iceberg_committer as ic
-from ..formats.delta_column_mapping import enabled as mapping_enabled
-from ..formats.delta_column_mapping import mapping_keys
-from ..formats.delta_refusals import unfollowed_renames
+from ..formats import history
+from ..formats.delta import adoption as delta_adoption
+from ..formats.delta import cdc_commit as delta_cdc_commit
+from ..formats.delta import foreign_versions as foreign_delta
+from ..formats.delta.column_mapping import mapping_keys
+from ..formats.delta.refusals import unfollowed_renames
+from ..formats.file_columns import enabled as mapping_enabled
+from ..formats.iceberg import committer as ic
 from ..io.storage import check_access, delete_files
 from ..model import FileChanges, MergeOptions, TableOptions, WriteRequest, WriteResult
 from ..properties import Operation, SummaryKeys
@@ -42,9 +45,10 @@ from ..spark.session import active_session
 from ..table import branches, tables
 from ..table.context import TableContext
 from ..table.evolution import evolved_schema, types_were_widened
-from . import arrow_frames, merge_batch, transaction, write_modes
-from . import merge as merge_
+from . import arrow_frames, transaction, write_modes
 from .adoption import adoption_rewrite
+from .merge import batch as merge_batch
+from .merge import merge as merge_
 from .small_writes import SmallWritesRule
 from .target import WriteTarget
 

@@ -14,8 +14,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from ..formats import iceberg_committer as ic
-from ..formats import partition_constants
+from ..formats.delta import partition_constants
+from ..formats.iceberg import committer as ic
 from ..io.storage import StorageConfig, join_uri, normalize_uri
 from ..model import FileChanges, WrittenFile
 from ..read.reader import ParquetFileReader, read_parquet_files

@@ -28,9 +28,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from ..errors import CommitConflict, CommitError, CommitOutcomeUnknown, LakehouseError, MirrorRefused
-from ..formats import delta_glue, foreign_delta, history
-from ..formats import iceberg_committer as ic
-from ..formats.delta_committer import APPEND_ONLY, DeltaMirror
+from ..formats import history
+from ..formats.delta import foreign_versions as foreign_delta
+from ..formats.delta import glue as delta_glue
+from ..formats.delta.committer import APPEND_ONLY, DeltaMirror
+from ..formats.iceberg import committer as ic
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import delete_files
 from ..model import FileChanges, WriteResult

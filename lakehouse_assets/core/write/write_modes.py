@@ -5,7 +5,7 @@
     overwrite_window    the new files (all rows inside the window or slice, see window.py); live files
                         wholly inside it removed; files straddling its edges rewritten without its rows
                         (merge-on-read, `write.delete.mode`: those rows deleted by position instead)
-    merge               see merge.py (`merge.plan`): matched files rewritten without the batch's keys
+    merge               see write/merge/merge.py (`merge.plan`): matched files rewritten without the batch's keys
                         (merge-on-read, `write.merge.mode`: those rows deleted by position instead),
                         plus the batch's upserts; with a window, only rows inside it are matched
     widen               added to another plan when a column type widens on a Delta-mirrored table
@@ -16,13 +16,13 @@ runs the plan can remove them if a later step fails; `transaction.commit` makes 
 
 from __future__ import annotations
 
-from ..formats import iceberg_committer as ic
 from ..formats.deletes import refuse_delete_files, table_files
+from ..formats.iceberg import committer as ic
 from ..model import FileChanges, WriteRequest
 from ..properties import Operation, TableProperties
 from ..schema.window import Slice, check_inside, files_inside
-from . import merge as merge_
-from . import merge_on_read
+from .merge import merge as merge_
+from .merge import on_read as merge_on_read
 from .target import WriteTarget
 
 

@@ -163,7 +163,7 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
     """A table's layout and Parquet settings as `write_files` arguments: location, schema, partition spec,
     Delta partition columns, target file size, codec and level, its name for error messages, and the columns'
     names in the files (Delta column mapping's physical names; None: the columns' names)."""
-    from ..formats.delta_column_mapping import file_names
+    from ..formats.file_columns import file_names
     from ..io.storage import normalize_uri
     from ..properties import TableProperties
     from ..schema.spec import ALL_FORMATS, delta_partition_columns, parquet_compression, target_file_bytes
@@ -218,7 +218,7 @@ def remove_written_files(storage: StorageConfig, root_uri: str, write_id: str) -
     """Delete every file of one write under `<root>/data/` (its names start with the write id) and under
     `<root>/_change_data/` (the change data a merge's tasks write, `cdc-<write id>-...`): what the finished tasks
     of a failed job wrote, and what killed tasks could not clean up themselves. Returns how many it found."""
-    from ..formats.delta_cdc_commit import CHANGE_DATA_DIR
+    from ..formats.delta.cdc_commit import CHANGE_DATA_DIR
 
     mine = []
     for folder, prefix, recursive in (("data", f"{write_id}-", True), (CHANGE_DATA_DIR, f"cdc-{write_id}-", False)):

@@ -1,0 +1,90 @@
+"""A Delta version that carries change data: its whole commit (add, remove, cdc, txn, commitInfo), written here.
+
+delta-rs's Python API commits add and remove actions only (`create_write_transaction`), so a version whose
+change data files (`cdc` actions, core/write/change_data.py) must land with its data files is written by this
+module, following the Delta protocol: one JSON action per line in `_delta_log/<version>.json`, created
+put-if-absent through obstore (as the column-mapping versions, `delta_column_mapping`). A concurrent writer that
+took the version first makes it raise deltalake's CommitFailedError, which the mirror's retry policy handles as
+any lost race (re-read the log; the txn tag tells what is left), never an overwrite. Everything else about the
+log (checkpoints, reading it back) stays delta-rs's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Mapping
+
+from deltalake import DeltaTable
+from deltalake.transaction import AddAction, RemoveAction, Transaction
+
+from ...io.storage import StorageConfig, delete_files, join_uri
+from .column_mapping import CLIENT, put_if_absent
+
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+CHANGE_DATA_DIR = "_change_data"  # where change data files live, under the Delta root (the protocol's convention)
+_CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+
+
+def cdc_actions(storage: StorageConfig, root_uri: str, version: int) -> list[dict] | None:
+    """The `cdc` actions of one Delta version, read from its commit file (delta-rs exposes none of them);
+    None when the commit file is gone (cleaned up after a checkpoint)."""
+    fs, path = storage.filesystem(join_uri(root_uri, f"_delta_log/{version:020d}.json"))
+    try:
+        with fs.open_input_stream(path) as f:
+            lines = f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks at U+2028, U+0085... inside a string value
+    except FileNotFoundError:
+        return None
+    return [a["cdc"] for a in map(json.loads, filter(None, lines)) if "cdc" in a]
+
+
+def feed_enabled(delta: DeltaTable) -> bool:
+    """Whether the table's change data feed is on: its data-changing rewrites then carry cdc files."""
+    return str((delta.metadata().configuration or {}).get(CHANGE_DATA_FEED, "false")).lower() == "true"
+
+
+def commit(
+    root_uri: str,
+    storage: StorageConfig,
+    delta: DeltaTable,
+    actions: list[AddAction | RemoveAction | dict],
+    cdc: list[dict],
+    transactions: list[Transaction],
+    metadata: Mapping[str, str],
+    protocol: dict | None = None,
+) -> int:
+    """Commit `actions` and the `cdc` actions as version `delta.version() + 1`, with the `txn` actions of
+    `transactions` (the mirror's own, and a streaming micro-batch's). Returns that version. On any failure the cdc files are deleted (nothing referenced them).
+    `actions` given as dicts are already rendered (delta_deletion_vectors: actions carrying a deletion vector);
+    `protocol`: a `protocol` action the version raises the table to."""
+    version = delta.version() + 1
+    now = int(time.time() * 1000)
+    info = {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Append"}, "clientVersion": CLIENT,
+            "isBlindAppend": False, **metadata}
+    lines = [{"commitInfo": info}] + ([protocol] if protocol else []) + [{"txn": {"appId": t.app_id, "version": t.version, "lastUpdated": now}} for t in transactions]
+    lines += [_action_json(a) for a in actions]
+    lines += [{"cdc": c} for c in cdc]
+    body = "".join(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines)
+    try:
+        put_if_absent(root_uri, storage, f"_delta_log/{version:020d}.json", body.encode())
+    except BaseException:
+        delete_files(storage, [join_uri(root_uri, c["path"]) for c in cdc])
+        raise
+    interval = int((delta.metadata().configuration or {}).get(_CHECKPOINT_INTERVAL, "100"))
+    if version % interval == 0:  # what delta-rs's post-commit hook does for its own versions
+        delta.update_incremental()
+        delta.create_checkpoint()
+    return version
+
+
+def _action_json(a: AddAction | RemoveAction | dict) -> dict:
+    if isinstance(a, dict):
+        return a
+    if isinstance(a, AddAction):
+        return {"add": {"path": a.path, "partitionValues": dict(a.partition_values), "size": a.size,
+                        "modificationTime": a.modification_time, "dataChange": a.data_change, "stats": a.stats}}
+    remove = {"path": a.path, "dataChange": a.data_change, "deletionTimestamp": a.deletion_timestamp, "extendedFileMetadata": True,
+              "partitionValues": dict(a.partition_values or {})}
+    if a.size is not None:
+        remove["size"] = a.size
+    return {"remove": remove}

@@ -1,0 +1,123 @@
+"""The formats-agree check of what changed since a pair of versions that agreed.
+
+The blocking `formats_agree` check runs after every materialization. Comparing every live file costs what the
+table holds (seconds at 100,000 files); what a write can break is what it changed. Given a pair a previous check
+found agreeing (an Iceberg snapshot, the Delta version that mirrored it), both formats agree now if and only if
+they agreed then and changed the same way since: the snapshots after it added and removed the same files as the
+Delta versions after it, and each added file carries the same rows, partition values and statistics in both
+logs. So the check reads the manifests those snapshots wrote (not every live manifest), the commits those
+versions wrote, and compares the added files one by one.
+
+The pair is trusted only as far as the logs confirm it: the snapshot must be an ancestor of the current one, the
+Delta version's commitInfo must name that snapshot, and every commit since must be readable; otherwise, and on a
+table with live row-level deletes (whose deleted positions are compared file by file), the check compares
+everything (`verify_table` without a pair). `lakehouse verify` and maintenance's `verify_deep` always do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from ...formats.delta.logged_stats import LoggedChanges, logged_changes, net_changes
+from ...io.storage import relative_to
+from ...properties import DeltaCommitKeys
+
+
+@dataclass(frozen=True)
+class VerifiedPair:
+    """An Iceberg snapshot and the Delta version that mirrored it, which a check found agreeing."""
+
+    snapshot_id: int
+    delta_version: int
+
+
+@dataclass
+class Changes:
+    """What both logs changed since a verified pair (decoded paths relative to the table root)."""
+
+    since: VerifiedPair
+    iceberg_added: dict[str, DataFile]  # path -> its data file
+    iceberg_removed: set[str]
+    iceberg_added_twice: list[str]  # paths added again while live: Iceberg readers read their rows twice
+    delta: LoggedChanges
+    mirrored_sequence_number: int | None = None  # the Iceberg sequence number the Delta log says it mirrored
+
+    def set_differences(self) -> list[str]:
+        """Files one log added or removed since the pair and the other did not."""
+        out = []
+        since = f"since Iceberg snapshot {self.since.snapshot_id} and Delta version {self.since.delta_version}"
+        for what, iceberg, delta in (("added", set(self.iceberg_added), set(self.delta.added)), ("removed", self.iceberg_removed, self.delta.removed)):
+            if only := sorted(iceberg - delta):
+                out.append(f"{len(only)} file(s) {what} {since} only in Iceberg, e.g. {only[:3]}")
+            if only := sorted(delta - iceberg):
+                out.append(f"{len(only)} file(s) {what} {since} only in Delta, e.g. {only[:3]}")
+        out += [f"Iceberg lists data file {p} twice (its readers read its rows twice; Delta lists it once)" for p in self.iceberg_added_twice]
+        return out
+
+
+def changes_since(table: Table, snap: Snapshot | None, mirror, delta, since: VerifiedPair, root: str) -> Changes | None:
+    """What Iceberg's snapshots after `since` and Delta's versions after it changed, or None when the pair cannot
+    be trusted or the logs since cannot be read (the caller then compares everything)."""
+    if snap is None or delta is None or delta.version() < since.delta_version:
+        return None
+    chain = _snapshots_after(table, snap, since.snapshot_id)
+    if chain is None:
+        return None
+    logged = logged_changes(mirror.storage, mirror.root_uri, since.delta_version, delta.version())
+    if logged is None or str(logged.commits[since.delta_version].get(DeltaCommitKeys.ICEBERG_SNAPSHOT_ID)) != str(since.snapshot_id):
+        return None
+    events = _iceberg_events(table, chain, root)
+    if events is None:
+        return None
+    added, removed = net_changes(events)
+    return Changes(since, added, removed, _added_twice(events), logged)
+
+
+def _snapshots_after(table: Table, snap: Snapshot, since_id: int) -> list[Snapshot] | None:
+    """The ancestors of `snap` after the snapshot `since_id`, oldest first; None when it is no ancestor (a rollback
+    to an older snapshot, a table made again under the same name) or history was expired past it."""
+    chain = []
+    while snap.snapshot_id != since_id:
+        chain.append(snap)
+        if snap.parent_snapshot_id is None or (snap := table.metadata.snapshot_by_id(snap.parent_snapshot_id)) is None:
+            return None
+    return list(reversed(chain))
+
+
+def _iceberg_events(table: Table, chain: list[Snapshot], root: str) -> list[tuple[str, str, Any]] | None:
+    """The data files `chain`'s snapshots removed and added, in order, from the manifests each of them wrote; None
+    when one of them touched delete files (their positions are compared by the full check)."""
+    events: list[tuple[str, str, Any]] = []
+    for snap in chain:
+        for manifest in snap.manifests(table.io):
+            if manifest.added_snapshot_id != snap.snapshot_id or not ((manifest.added_files_count or 0) + (manifest.deleted_files_count or 0)):
+                continue  # written earlier, or merged from entries that existed before: no change of this snapshot
+            if manifest.content != ManifestContent.DATA:
+                return None
+            entries = [e for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False) if e.snapshot_id == snap.snapshot_id]
+            events += [("remove", _relative(root, e.data_file.file_path), None) for e in entries if e.status == ManifestEntryStatus.DELETED]
+            events += [("add", _relative(root, e.data_file.file_path), e.data_file) for e in entries if e.status == ManifestEntryStatus.ADDED]
+    return events
+
+
+def _added_twice(events: list[tuple[str, str, Any]]) -> list[str]:
+    """Paths added while an earlier add of theirs in `events` was still live."""
+    live: set[str] = set()
+    twice = []
+    for kind, path, _ in events:
+        if kind == "add" and path in live:
+            twice.append(path)
+        (live.add if kind == "add" else live.discard)(path)
+    return sorted(set(twice))
+
+
+def _relative(root: str, uri: str) -> str:
+    try:
+        return relative_to(root, uri)
+    except ValueError:
+        return uri  # outside the table root: never in the Delta log, reported as Iceberg-only

@@ -1,0 +1,361 @@
+"""The formats-agree check: do Iceberg and Delta say the same thing about every live file?
+
+Metadata only (always; the `formats_agree` asset check and `lakehouse verify`):
+* the same live data files, Delta up to date (no lagging snapshots);
+* per file: the record count, the Iceberg partition record against the file's bounds (order-keeping
+  transforms of numbers, dates and times: Iceberg readers prune by the record), the Delta partition values (typed, and spelled exactly as the one
+  encoder in `delta_values` spells them: `0001-01-01`, never `1-01-01`; never `""` for a value Iceberg
+  holds as the empty string), and the Delta stats (numRecords, nullCount, minValues/maxValues equal to
+  what the encoder derives from the Iceberg bounds, and in any case still bounds);
+  of every column the Delta log indexes (`statistics.py`: what Delta readers parse, never more). A count or
+  statistic a Delta writer left out is unknown, not a difference (one delta-rs cannot parse is one: the log
+  itself tells the two apart, `formats/delta/logged_stats.py`); string bounds, which either side may truncate, must
+  only be able to bound the same values;
+* the schema: column names, types and nullability, and the Delta partition columns;
+* on a merge-on-read table, the rows each format deletes from each data file (`maintenance/verify/deletion_vectors.py`).
+
+Content (`deep=True`: `lakehouse verify TABLE --deep`, the maintenance operation `verify_deep`): DuckDB
+reads both formats on this machine (streaming aggregates, no rows collected) and compares the row count
+per Delta partition value and, for tables up to `deep_hash_max_rows` rows, an order-independent hash of
+all rows; the change data files of the Delta version that mirrors the current snapshot against the rows
+that snapshot changed (`maintenance/verify/change_data.py`); and every count and bound either log records against each
+file's Parquet footer (`maintenance/verify/footers.py`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
+
+from ...contracts import table_contract
+from ...errors import SchemaError
+from ...formats import file_columns
+from ...formats.deletes import TableFiles, describe_delete_files, has_delete_files, table_files
+from ...formats.delta import column_mapping as delta_column_mapping
+from ...formats.delta import foreign_versions as foreign_delta
+from ...formats.delta import glue as delta_glue
+from ...formats.delta.committer import DeltaMirror
+from ...io.storage import delta_path, normalize_uri, relative_to
+from ...schema.spec import delta_partition_columns
+from ...schema.type_mapping import delta_schema, narrow_integers
+from . import changes, deletion_vectors
+from .change_data import change_data_differences
+from .changes import Changes, VerifiedPair
+from .content import DEEP_HASH_MAX_ROWS, content_differences
+from .files import file_differences
+from .footers import footer_differences
+
+MAX_LISTED = 3  # examples per kind of difference
+
+
+def _schema_columns(arrow_schema: pa.Schema) -> dict[str, str]:
+    return {f.name: str(f.type) for f in arrow_schema}
+
+
+def verify_table(
+    table: Table, mirror: DeltaMirror | None, *, deep: bool = False, deep_hash_max_rows: int = DEEP_HASH_MAX_ROWS, since: VerifiedPair | None = None
+) -> dict[str, Any]:
+    """What each format says about `table` and every difference between them (`agree` when there is none).
+
+    `since`: a pair of versions an earlier check found agreeing; when the logs confirm it, only what changed since
+    is compared (maintenance/verify/changes.py), otherwise everything."""
+    root = normalize_uri(table.location())
+    snap = table.current_snapshot()
+    loaded = None
+    if since is not None and mirror is not None and not deep:
+        # The check after a write follows the log that write read (core/formats/delta/kept_logs.py).
+        loaded = _load_delta(mirror, table)[0]
+        if (report := _verify_since(table, snap, mirror, loaded, since, root)) is not None:
+            return report
+    # From the manifests, not scan planning: pyiceberg's planning raises on equality deletes.
+    files = table_files(table, snap)
+    live = {_relative(root, e.data_file.file_path): e.data_file for e in files.data}
+    iceberg_files = {p: f.record_count for p, f in live.items()}
+    report = _iceberg_report(table, snap, iceberg_files, len(files.deletes), delta_enabled=mirror is not None, deep=deep)
+    if mirror is None:
+        report.update(agree=True, differences=[])
+        return report
+    delta, add_rows = _read_delta_adds(mirror, report, loaded)
+    if delta is None:  # the report says why
+        return report
+    # Delta stores paths percent-encoded (URIs); compare them decoded, as Iceberg stores them.
+    delta_adds = {delta_path(a["path"]): a for a in add_rows}
+    delta_files = {p: a.get("num_records") for p, a in delta_adds.items()}
+    pending = _delta_figures(table, snap, mirror, delta, delta_files, report)
+    differences = _file_set_differences(iceberg_files, delta_files)
+    # A data file listed twice in Iceberg is read twice by its readers; Delta lists a path once.
+    listed = Counter(_relative(root, e.data_file.file_path) for e in files.data)
+    differences += [f"Iceberg lists data file {p} {n} times (its readers read its rows {n} times; Delta lists it once)" for p, n in sorted(listed.items()) if n > 1]
+    differences += _schema_differences(table, delta)
+    differences += table_contract.format_differences(table, delta)  # the data contract, in both formats
+    if foreign := foreign_delta.foreign_versions(delta):
+        report["delta_foreign_versions"] = [v.to_dict() for v in foreign]
+        differences.append(foreign_delta.explain(".".join(table.name()), foreign))
+    both = {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)}
+    differences += file_differences(table, delta, mirror, both)
+    vectors = deletion_vectors.compares(table, delta)
+    if vectors and not pending:  # (a lagging log is reported as such)
+        differences += deletion_vectors.deleted_position_differences(table, files, delta, mirror.storage, root, report)
+    differences += _unmirrored_differences(report["table"], files, pending, vectors)
+    if mirror.glue is not None:
+        report["delta_glue_table"] = mirror.glue.qualified
+        differences += delta_glue.differences(mirror.glue, table, mirror.root_uri)
+    # Content is compared only when the file sets agree: otherwise the counts above already say what differs.
+    # (DuckDB applies position deletes and deletion vectors, not other engines' equality deletes.)
+    if deep and not pending and set(iceberg_files) == set(delta_files) and not (files.equality_deletes or (files.deletes and not vectors)):
+        differences += _deep_differences(table, mirror, delta, both, report, deep_hash_max_rows)
+    report["columns"] = _schema_columns(_expected_delta_schema(table)[0])
+    report["differences"] = differences
+    report["agree"] = not differences
+    return report
+
+
+def _verify_since(table: Table, snap, mirror: DeltaMirror, loaded, since: VerifiedPair, root: str) -> dict[str, Any] | None:
+    """The check of only what changed since `since`, or None when the logs do not confirm that pair."""
+    changed = _trusted_changes(table, snap, mirror, loaded, since, root)
+    # (a log whose adds delta-rs cannot list is a finding the full comparison reports)
+    if changed is None or (adds := _delta_adds_or_none(loaded)) is None:
+        return None
+    report = _verify_changes(table, snap, mirror, loaded, changed, adds)
+    mirror.keep(table, loaded)
+    return report
+
+
+def _delta_figures(table: Table, snap, mirror: DeltaMirror, delta, delta_files: dict[str, int | None], report: dict[str, Any]) -> list | None:
+    """The Delta side's figures into `report`; returns the snapshots Delta still lacks (None when unknown)."""
+    mirrored = mirror.mirrored_sequence_number(delta)
+    pending = mirror.pending_snapshots(table, snap, mirrored) if snap else []
+    report.update(
+        delta_version=delta.version(),
+        delta_files=len(delta_files),
+        delta_rows=sum(v or 0 for v in delta_files.values()),
+        delta_files_without_row_count=sum(v is None for v in delta_files.values()),
+        delta_mirrored_sequence_number=mirrored,
+        delta_lag_snapshots=len(pending) if pending is not None else None,
+    )
+    return pending
+
+
+def _deep_differences(table: Table, mirror: DeltaMirror, delta, both: dict, report: dict[str, Any], deep_hash_max_rows: int) -> list[str]:
+    """`--deep`: the content as DuckDB reads each format, the counts and bounds against the footers, the change data."""
+    deep_report = content_differences(table, mirror, report["iceberg_rows"], deep_hash_max_rows)
+    report["content"] = deep_report["content"]
+    differences = list(deep_report["differences"])
+    differences += footer_differences(table, delta, both)
+    checked, cdc_differences = change_data_differences(table, mirror, delta)
+    if checked:
+        report["content"]["change_data"] = checked
+    return differences + cdc_differences
+
+
+def _iceberg_report(table: Table, snap, iceberg_files: dict[str, int], delete_files: int, *, delta_enabled: bool, deep: bool) -> dict[str, Any]:
+    """The report's Iceberg side: the current snapshot and its live files, rows and delete files."""
+    return {
+        "table": ".".join(table.name()),
+        "iceberg_snapshot_id": snap.snapshot_id if snap else None,
+        "iceberg_sequence_number": snap.sequence_number if snap else None,
+        "iceberg_files": len(iceberg_files),
+        "iceberg_rows": sum(iceberg_files.values()),
+        "iceberg_delete_files": delete_files,
+        "delta_enabled": delta_enabled,
+        "deep": deep,
+        "compared": "every live file",
+    }
+
+
+def _trusted_changes(table: Table, snap, mirror: DeltaMirror, delta, since: VerifiedPair, root: str) -> Changes | None:
+    """What changed since `since`, when comparing that alone is exact: the logs confirm the pair, Delta is up to
+    date with no log of its own to compare, and no row-level deletes are live (their positions are compared file by
+    file, `maintenance/verify/deletion_vectors.py`)."""
+    if delta is None or snap is None or deletion_vectors.compares(table, delta) or has_delete_files(table, snap):
+        return None
+    mirrored = mirror.mirrored_sequence_number(delta)
+    if mirror.pending_snapshots(table, snap, mirrored) != [] or mirror.glue is not None:
+        return None
+    if (changed := changes.changes_since(table, snap, mirror, delta, since, root)) is not None:
+        changed.mirrored_sequence_number = mirrored
+    return changed
+
+
+def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta, changed: Changes, adds: pa.Table) -> dict[str, Any]:
+    """The report of a check over what changed since a verified pair: the same findings as the full check, about
+    the files the two logs added and removed since, and the totals of both (`adds`: Delta's live ones) against
+    each other."""
+    summary = snap.summary.additional_properties if snap.summary else {}
+    iceberg_files, iceberg_rows = summary.get("total-data-files"), summary.get("total-records")
+    report = _iceberg_report(table, snap, {}, 0, delta_enabled=True, deep=False)
+    report.update(iceberg_files=int(iceberg_files) if iceberg_files else None, iceberg_rows=int(iceberg_rows) if iceberg_rows else None,
+                  compared=f"what changed since Iceberg snapshot {changed.since.snapshot_id} and Delta version {changed.since.delta_version}")
+    counts = adds.column("num_records")
+    delta_rows = pc.sum(counts).as_py() or 0
+    report.update(delta_version=delta.version(), delta_files=adds.num_rows, delta_rows=delta_rows, delta_files_without_row_count=counts.null_count,
+                  delta_mirrored_sequence_number=changed.mirrored_sequence_number, delta_lag_snapshots=0)
+    differences = changed.set_differences()
+    if report["iceberg_files"] is not None and report["iceberg_files"] != adds.num_rows:
+        differences.append(f"file counts differ: Iceberg's snapshot summary {report['iceberg_files']}, Delta {adds.num_rows}")
+    if report["iceberg_rows"] is not None and not counts.null_count and report["iceberg_rows"] != delta_rows:
+        differences.append(f"row counts differ: Iceberg's snapshot summary {report['iceberg_rows']}, Delta {delta_rows}")
+    raw = [a["path"] for a in changed.delta.added.values()]
+    added = {delta_path(a["path"]): a for a in _flat_rows(adds.filter(pc.is_in(adds.column("path"), value_set=pa.array(raw, pa.string()))), delta)}
+    both = {p: (f, added[p]) for p, f in changed.iceberg_added.items() if p in added}
+    if miscounted := [f"{p}: Iceberg {f.record_count} rows, Delta {a['num_records']}" for p, (f, a) in sorted(both.items()) if a.get("num_records") not in (None, f.record_count)]:
+        differences.append(f"{len(miscounted)} added file(s) have different row counts in the two logs, e.g. {miscounted[:MAX_LISTED]}")
+    differences += _schema_differences(table, delta)
+    differences += table_contract.format_differences(table, delta)
+    if foreign := foreign_delta.foreign_versions(delta):
+        report["delta_foreign_versions"] = [v.to_dict() for v in foreign]
+        differences.append(foreign_delta.explain(".".join(table.name()), foreign))
+    differences += file_differences(table, delta, mirror, both, [a.get("partitionValues") or {} for a in changed.delta.added.values()])
+    report["columns"] = _schema_columns(_expected_delta_schema(table)[0])
+    report.update(differences=differences, agree=not differences)
+    return report
+
+
+def _load_delta(mirror: DeltaMirror, table: Table | None = None) -> tuple[Any, str | None]:
+    """The Delta log (`table`'s as this process last read it, brought up to date, when given), or None and why
+    (missing or unreadable: a finding, not a crash)."""
+    try:
+        delta = mirror.load() if table is None else mirror.load_current(table)
+        return delta, None if delta is not None else "the Delta log does not exist at the table root"
+    except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
+        return None, f"the Delta log cannot be read: {type(e).__name__}: {e}"
+
+
+def _read_delta_adds(mirror: DeltaMirror, report: dict[str, Any], loaded=None) -> tuple[Any, list[dict[str, Any]]]:
+    """The Delta log (`loaded`, or read now) and its live add actions (stats and partition values keyed by column name).
+
+    A missing or unreadable log is a finding, not a crash: `report` then says why and the log is None."""
+    delta, problem = (loaded, None) if loaded is not None else _load_delta(mirror)
+    if delta is None:
+        report.update(delta_version=None, delta_files=0, delta_rows=0, delta_lag_snapshots=None, agree=False)
+        report["differences"] = [problem]
+        return None, []
+    try:
+        add_rows = _flat_rows(_delta_adds(delta), delta)
+    except Exception as e:  # noqa: BLE001 - e.g. a NULL partition value in a NOT NULL column
+        report.update(delta_version=delta.version(), delta_files=None, delta_rows=None, delta_lag_snapshots=None, agree=False)
+        report["differences"] = [f"the Delta log cannot be read: {type(e).__name__}: {e}"]
+        return None, []
+    return delta, add_rows
+
+
+def _delta_adds_or_none(delta) -> pa.Table | None:
+    try:
+        return _delta_adds(delta)
+    except Exception:  # noqa: BLE001 - e.g. a NULL partition value in a NOT NULL column: the full comparison says so
+        return None
+
+
+def _delta_adds(delta) -> pa.Table:
+    """The live add actions, their stats and partition values as structs (flattening only the rows compared is cheap)."""
+    return pa.table(delta.get_add_actions(flatten=False))
+
+
+def _flat_rows(adds: pa.Table, delta) -> list[dict[str, Any]]:
+    """Add actions as rows keyed `min.<column>`, `partition.<column>`... (delta-rs's `flatten=True` spelling), by the columns' names."""
+    while any(pa.types.is_struct(f.type) for f in adds.schema):
+        adds = adds.flatten()
+    rows = adds.to_pylist()
+    if delta_column_mapping.is_mapped(delta):
+        # The log keys stats and partition values by physical name: compare them under the columns' names.
+        rows = [_logical_keys(a, delta_column_mapping.logical_names(delta)) for a in rows]
+    return rows
+
+
+def _file_set_differences(iceberg_files: dict[str, int], delta_files: dict[str, int | None]) -> list[str]:
+    """The two logs' live files (path -> record count) compared: files only one side has, and row counts.
+
+    A Delta add without `numRecords` (optional in the protocol; older writers leave it out) counts nothing: its
+    files' counts are compared with the files themselves by `verify --deep` (maintenance/verify/footers.py)."""
+    differences = []
+    only_iceberg = sorted(set(iceberg_files) - set(delta_files))
+    only_delta = sorted(set(delta_files) - set(iceberg_files))
+    if only_iceberg:
+        differences.append(f"{len(only_iceberg)} file(s) live only in Iceberg, e.g. {only_iceberg[:MAX_LISTED]}")
+    if only_delta:
+        differences.append(f"{len(only_delta)} file(s) live only in Delta, e.g. {only_delta[:MAX_LISTED]}")
+    uncounted = {p for p, n in delta_files.items() if n is None}
+    iceberg_rows = sum(n for p, n in iceberg_files.items() if p not in uncounted)
+    delta_rows = sum(n for n in delta_files.values() if n is not None)
+    if iceberg_rows != delta_rows:
+        over = f" (over the files whose row count Delta records; {len(uncounted)} add(s) record none)" if uncounted else ""
+        differences.append(f"row counts differ: Iceberg {iceberg_rows}, Delta {delta_rows}{over}")
+    mismatched = sorted(p for p in set(iceberg_files) & set(delta_files) if delta_files[p] is not None and iceberg_files[p] != delta_files[p])
+    if mismatched:
+        examples = [f"{p}: Iceberg {iceberg_files[p]}, Delta {delta_files[p]}" for p in mismatched[:MAX_LISTED]]
+        differences.append(f"{len(mismatched)} file(s) have different row counts in the two logs, e.g. {examples}")
+    return differences
+
+
+def _unmirrored_differences(t: str, files: TableFiles, pending: list | None, vectors: bool) -> list[str]:
+    """What Delta does not show yet: live row-level deletes it cannot express (`vectors`: position deletes it
+    expresses with deletion vectors, compared file by file), and snapshots not mirrored."""
+    differences = []
+    if vectors:
+        files = TableFiles([], files.equality_deletes)
+    if files.deletes:
+        differences.append(
+            f"{describe_delete_files(files)} written by another engine are live in Iceberg: its readers skip the deleted rows, "
+            f"Delta readers cannot (Delta has no equivalent); run `lakehouse repair {t} --apply-deletes`"
+        )
+    if pending:
+        fix = " --apply-deletes" if files.deletes else ""
+        differences.append(f"Delta lags Iceberg by {len(pending)} snapshot(s); run `lakehouse repair {t}{fix}`")
+    return differences
+
+
+def _logical_keys(add: dict[str, Any], logical: dict[str, str]) -> dict[str, Any]:
+    out = {}
+    for key, value in add.items():
+        prefix, dot, column = key.partition(".")
+        out[f"{prefix}.{logical.get(column, column)}" if dot else key] = value
+    return out
+
+
+def _relative(root: str, uri: str) -> str:
+    try:
+        return relative_to(root, uri)
+    except ValueError:
+        return uri  # outside the table root: never in the Delta log, reported as Iceberg-only
+
+
+# ---------------------------------------------------------------- schema
+
+
+def _expected_delta_schema(table: Table) -> tuple[pa.Schema, str | None]:
+    """The Delta schema Iceberg's maps to, or none and why: Iceberg holds a type Delta lacks (another engine added it)."""
+    try:
+        return pa.schema(delta_schema(table.schema(), narrow_integers(table.properties)).to_arrow()), None
+    except SchemaError as e:
+        return pa.schema([]), f"schema: Iceberg has {e}"
+
+
+def _schema_differences(table: Table, delta) -> list[str]:
+    out = []
+    expected_schema, unmapped = _expected_delta_schema(table)
+    if unmapped:
+        return [unmapped]
+    expected = {f.name: f for f in expected_schema}
+    actual = {f.name: f for f in pa.schema(delta.schema().to_arrow())}
+    for name in sorted(set(expected) | set(actual)):
+        e, a = expected.get(name), actual.get(name)
+        if e is None or a is None or str(e.type) != str(a.type):
+            out.append(f"column {name!r}: Iceberg {e.type if e else 'missing'}, Delta {a.type if a else 'missing'}")
+        elif e.nullable != a.nullable:
+            out.append(f"column {name!r}: Iceberg {'optional' if e.nullable else 'required'}, Delta {'nullable' if a.nullable else 'NOT NULL'}")
+    if file_columns.enabled(table.properties):
+        # Column mapping: each Delta column carries its Iceberg field id and the physical name the files hold.
+        names = file_columns.file_names(table, table.schema())
+        if not delta_column_mapping.schema_matches(delta, table.schema(), names, narrow_integers(table.properties)):
+            want_names = {table.schema().find_column_name(i): p for i, p in names.items()}
+            have = delta_column_mapping.physical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
+            out.append(f"column mapping: Iceberg's columns have physical names {want_names}; Delta's field ids and physical names are {have or 'absent'}")
+    want = delta_partition_columns(table.spec(), table.schema())
+    have = list(delta.metadata().partition_columns)
+    if want != have:
+        out.append(f"partition columns: Iceberg identity partitions {want}, Delta partition columns {have}")
+    return out

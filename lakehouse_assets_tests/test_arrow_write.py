@@ -119,6 +119,7 @@ def test_a_frame_rolls_files_at_the_target_size(lh, spark, duck):
     assert lh.read_arrow("frames.big").num_rows == n and lh.verify("frames.big")["agree"]
 
 
+@pytest.mark.smoke  # PySpark's own Arrow mapping differs between Spark lines: CI runs this on both
 def test_frame_types_become_the_types_spark_gives_them(lh, spark, duck):
     frame = pa.table(
         {
@@ -126,15 +127,46 @@ def test_frame_types_become_the_types_spark_gives_them(lh, spark, duck):
             "label": pa.array(["a", "b"]).dictionary_encode(),
             "text": pa.array(["x", None], pa.large_string()),
             "at": pa.array([1_700_000_000_123_456_789, None], pa.timestamp("ns")),  # nanoseconds cut to micro, as Spark does
+            "seen": pa.array([1_700_000_000_000_000, None], pa.timestamp("us", "Europe/Paris")),  # an instant, in any zone
         }
     )
     _no_spark_job(spark, lambda: lh.write(frame, "frames.types"))
     schema = lh.load("frames.types").schema()
-    assert [(f.name, str(f.field_type)) for f in schema.fields] == [("id", "long"), ("label", "string"), ("text", "string"), ("at", "timestamptz")]
-    expected = [{"at": dt.datetime(2023, 11, 14, 22, 13, 20, 123456), "id": 1, "label": "a", "text": "x"}, {"at": None, "id": 2, "label": "b", "text": None}]
+    # A zone-less timestamp is a wall-clock time (Iceberg `timestamp`, Spark TimestampNTZ), one with a zone an instant,
+    # on every Spark line: the mapping is the project's, not PySpark's.
+    assert [(f.name, str(f.field_type)) for f in schema.fields] == [
+        ("id", "long"), ("label", "string"), ("text", "string"), ("at", "timestamp"), ("seen", "timestamptz")
+    ]
+    seen = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)
+    expected = [
+        {"at": dt.datetime(2023, 11, 14, 22, 13, 20, 123456), "id": 1, "label": "a", "seen": seen, "text": "x"},
+        {"at": None, "id": 2, "label": "b", "seen": None, "text": None},
+    ]
     assert_all_readers_agree(lh, spark, duck, "frames.types", rows_of(expected))
+    # The same types as Spark's own DataFrame of such values, on this line: both paths make one table.
+    row = spark.sql("SELECT TIMESTAMP_NTZ '2024-01-01 00:00:00' AS at, TIMESTAMP '2024-01-01 00:00:00' AS seen")
+    lh.write(row, "frames.types_spark")
+    assert [str(f.field_type) for f in lh.load("frames.types_spark").schema().fields] == ["timestamp", "timestamptz"]
     with pytest.raises(SpecError, match=r"Table frames.types: column 'id' of the frame has Arrow type uint64"):
         lh.write(pa.table({"id": pa.array([1], pa.uint64())}), "frames.types")
+
+
+@pytest.mark.smoke
+def test_a_timestamptz_column_takes_a_frames_zone_less_values_as_utc_without_a_type_change(lh, spark, duck):
+    """A table whose column became `timestamptz` from a zone-less frame (as Spark 3.5's mapping made it) keeps that type
+    when the same frame is written again, appended, merged or checked by a contract: the values are read as UTC."""
+    def naive(ids, hour):
+        return pa.table({"id": pa.array(ids, pa.int64()), "at": pa.array([dt.datetime(2024, 5, 1, hour)] * len(ids), pa.timestamp("us"))})
+
+    identifier = "frames.instants"
+    lh.write(pa.table({"id": pa.array([0], pa.int64()), "at": pa.array([dt.datetime(2024, 5, 1, 1, tzinfo=dt.timezone.utc)], pa.timestamp("us", "UTC"))}), identifier)
+    _no_spark_job(spark, lambda: lh.write(naive([1], 2), identifier))
+    lh.write(naive([1, 2], 3), identifier, mode="merge", merge=MergeOptions(keys=["id"]))  # converted for Spark's matching
+    lh.write(naive([3], 4), identifier, table=TableOptions(contract={"rules": {"known": "id IS NOT NULL"}}))  # and for the rules
+    assert [str(f.field_type) for f in lh.load(identifier).schema().fields] == ["long", "timestamptz"]
+    utc = dt.timezone.utc
+    expected = [{"id": i, "at": dt.datetime(2024, 5, 1, h, tzinfo=utc)} for i, h in ((0, 1), (1, 3), (2, 3), (3, 4))]
+    assert_all_readers_agree(lh, spark, duck, identifier, rows_of(expected))
 
 
 def test_a_frame_under_a_contract_or_merged_is_checked_and_merged_by_spark(lh, spark, duck):

@@ -31,15 +31,15 @@ Write = Callable[[object, WriteRequest, object], WriteResult]
 
 
 def enforced(ctx, df, request: WriteRequest, write: Write, as_spark=None) -> WriteResult:
-    """`write(df, request, table)` under the table's contract (a plain call when there is none). `as_spark(df)`: `df`
-    as a Spark DataFrame, for a frame that is not one (the rules are Spark SQL); called only when there is a contract."""
+    """`write(df, request, table)` under the table's contract (a plain call when there is none). `as_spark(df, table)`:
+    `df` as a Spark DataFrame, for a frame that is not one (the rules are Spark SQL); called only when there is a contract."""
     identifier = request.spec.identifier
     table = _load(ctx, identifier)
     previous = table_contract.stored(table)
     contract = Contract.of(request.contract) or previous
     if contract is None:
         return write(df, request, table)
-    df = as_spark(df) if as_spark is not None else df
+    df = as_spark(df, table) if as_spark is not None else df
     cached = is_cached(df)
     contract.check(identifier)
     _refuse_unobserved(identifier, df, contract)

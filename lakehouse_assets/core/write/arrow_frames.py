@@ -61,16 +61,27 @@ def _plain(column: pa.ChunkedArray) -> pa.ChunkedArray:
 _WIDER_SIGNED = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
 
 
-def spark_schema(table: pa.Table, identifier: str = ""):
+def spark_schema(table: pa.Table, identifier: str = "", existing=None):
     """The Spark schema Spark gives the frame's rows (every column nullable, as a converted frame's are): the input
-    of the shared Spark-to-Iceberg type mapping, so the table's schema does not depend on how its rows arrived."""
+    of the shared Spark-to-Iceberg type mapping, so the table's schema does not depend on how its rows arrived.
+
+    Timestamps are mapped here, not by PySpark's `from_arrow_schema`, whose answer for a zone-less one changed between
+    Spark lines (3.5: the session's TimestampType, 4: TimestampNTZType): a zone-less Arrow timestamp is a wall-clock
+    time, Spark's TimestampNTZType and Iceberg's `timestamp`; one with a zone is an instant, TimestampType and
+    `timestamptz`. `existing`: the table as it is, whose `timestamptz` columns take a frame's zone-less values as UTC
+    (the type earlier releases gave such a column on Spark 3.5), so a table keeps its type whichever line writes it."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
+    instants = _instant_columns(existing)
     fields = []
     for f in table.schema:
-        try:
-            fields.append(StructField(f.name, from_arrow_schema(pa.schema([f])).fields[0].dataType, True))
+        if pa.types.is_timestamp(f.type):
+            fields.append(StructField(f.name, _timestamp_type(f.type.tz is not None or f.name in instants), True))
+            continue
+        try:  # nested timestamps too, the preference given (its default differs between the lines)
+            nested = from_arrow_schema(pa.schema([f]), prefer_timestamp_ntz=f.name not in instants)
+            fields.append(StructField(f.name, nested.fields[0].dataType, True))
         except (TypeError, NotImplementedError):  # e.g. uint64, whose values no signed 64-bit integer holds
             raise SpecError(
                 f"Table {identifier}: column {f.name!r} of the frame has Arrow type {f.type}, which no Spark, Iceberg or Delta type holds. "
@@ -79,9 +90,39 @@ def spark_schema(table: pa.Table, identifier: str = ""):
     return StructType(fields)
 
 
-def to_spark(table: pa.Table, spark, identifier: str = ""):
-    """The frame as a Spark DataFrame, for the steps that need Spark (a merge, a contract's rules)."""
-    return spark.createDataFrame(table.to_pandas(), schema=spark_schema(table, identifier))
+def _instant_columns(existing) -> set[str]:
+    """The table's top-level columns that are or hold a `timestamptz` (none for a table not created yet)."""
+    if existing is None:
+        return set()
+    from pyiceberg.types import ListType, MapType, StructType, TimestamptzType
+
+    def holds_instant(t) -> bool:
+        if isinstance(t, StructType):
+            return any(holds_instant(f.field_type) for f in t.fields)
+        if isinstance(t, ListType):
+            return holds_instant(t.element_type)
+        if isinstance(t, MapType):
+            return holds_instant(t.key_type) or holds_instant(t.value_type)
+        return isinstance(t, TimestamptzType)
+
+    return {f.name for f in existing.schema().fields if holds_instant(f.field_type)}
+
+
+def _timestamp_type(instant: bool):
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    return TimestampType() if instant else TimestampNTZType()
+
+
+def to_spark(table: pa.Table, spark, identifier: str = "", existing=None):
+    """The frame as a Spark DataFrame, for the steps that need Spark (a merge, a contract's rules). `existing`: as for
+    `spark_schema`. Zone-less values bound for an instant column go to Spark as UTC, whatever the session's time zone."""
+    schema = spark_schema(table, identifier, existing)
+    columns = [
+        c.cast(pa.timestamp("us", "UTC")) if pa.types.is_timestamp(c.type) and c.type.tz is None and f.dataType == _timestamp_type(True) else c
+        for c, f in zip(table.columns, schema.fields, strict=True)
+    ]
+    return spark.createDataFrame(pa.table(columns, names=table.column_names).to_pandas(), schema=schema)
 
 
 def write_files(

@@ -88,18 +88,18 @@ def write(ctx: TableContext, df, request: WriteRequest, *, foreign_default: str,
     started = time.monotonic()
     check_access(ctx.storage, ctx.warehouse)  # wrong endpoint/region/credential/bucket: fail before any work
     frame = arrow_frames.arrow_of(df)
-    if frame is not None and request.merge is not None:
-        frame, df = None, arrow_frames.to_spark(frame, active_session(spark), request.spec.identifier)
     session = (lambda: active_session(spark)) if frame is not None else (lambda: df.sparkSession)
 
     def write_rows(rows, req, loaded):
+        if isinstance(rows, pa.Table) and req.merge is not None:  # a merge matches rows in Spark
+            rows = arrow_frames.to_spark(rows, session(), req.spec.identifier, loaded)
         lazy = session if isinstance(rows, pa.Table) else (lambda: rows.sparkSession)
         return _write_batch(ctx, rows, req, started, foreign_default, loaded, lazy)
 
     # The table's data contract checks the rows inside the write's own job (core/contracts/guard.py).
     if frame is None:
         return enforce_contract(ctx, df, request, write_rows)
-    return enforce_contract(ctx, frame, request, write_rows, as_spark=lambda rows: arrow_frames.to_spark(rows, session(), request.spec.identifier))
+    return enforce_contract(ctx, frame, request, write_rows, as_spark=lambda rows, table: arrow_frames.to_spark(rows, session(), request.spec.identifier, table))
 
 
 def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, foreign_default: str, loaded: Table | None, session) -> WriteResult:
@@ -135,7 +135,7 @@ def _write(
     """The write after input handling: table and schema, the mode's plan, then the commit pipeline."""
     identifier, window = request.spec.identifier, request.window
     in_process = isinstance(df, pa.Table)
-    data_schema = arrow_frames.spark_schema(df, identifier) if in_process else merge_batch.data_schema(df) if request.merge else df.schema
+    data_schema = arrow_frames.spark_schema(df, identifier, loaded) if in_process else merge_batch.data_schema(df) if request.merge else df.schema
     incoming = spark_schema_to_iceberg(identifier, data_schema)
     columns = data_schema.fieldNames()
     for column in window.columns if window is not None else ():

@@ -180,7 +180,7 @@ def _log_since(root: str, version: int):
 _KILLED_MERGE = """
 import os, sys
 from lakehouse_assets import Lakehouse, MergeOptions
-from lakehouse_assets.core.formats import delta_cdc_commit
+from lakehouse_assets.core.formats.delta import cdc_commit as delta_cdc_commit
 from lakehouse_assets.core.spark.session import spark_session
 
 def killed(root_uri, storage, path, data):
@@ -490,3 +490,38 @@ def test_a_merge_that_fails_to_commit_removes_its_change_data_files(lh, spark, m
     kept = set(os.listdir(os.path.join(root, "_change_data"))) - {"cdc-abc-00001-00000.zstd.parquet"}
     assert remove_written_files(lh.storage, lh.load(t).location(), "abc") == 2
     assert set(os.listdir(os.path.join(root, "_change_data"))) == kept and not os.path.exists(os.path.join(root, "data/abc-00001-00000.parquet"))
+
+
+def test_a_small_change_written_without_spark_has_the_rows_the_spark_job_finds(spark):
+    """A write without Spark computes its small change's feed in its own process (core/read/arrow_changes.py): the rows
+    are those the Spark job's multiset comparison finds, for repeated rows, nulls, -0.0 against 0.0, NaN, decimals and
+    timestamps alike (the suite's process has a Spark session, so the function is compared here directly)."""
+    import datetime as dt
+    import decimal
+    import math
+
+    from lakehouse_assets.core.read.arrow_changes import net_changes
+    from lakehouse_assets.core.read.changes import _net_changes
+
+    utc = dt.timezone.utc
+    ddl = "id long, amount decimal(10,2), at timestamp, ratio double, label string"
+
+    def row(i, amount, ratio, label):
+        return {"id": i, "amount": decimal.Decimal(amount), "at": dt.datetime(2024, 1, 1, i % 24, tzinfo=utc), "ratio": ratio, "label": label}
+
+    removed = [row(1, "1.10", -0.0, "a"), row(1, "1.10", -0.0, "a"), row(2, "2.00", math.nan, None), row(3, "3.00", 1.5, "c"), row(4, "4.00", None, "d")]
+    added = [row(1, "1.10", 0.0, "a"), row(2, "2.00", math.nan, None), row(3, "3.00", 1.5, "C"), row(5, "5.00", 2.5, "e"), row(5, "5.00", 2.5, "e")]
+    arrow_schema = pa.schema([("id", pa.int64()), ("amount", pa.decimal128(10, 2)), ("at", pa.timestamp("us", "UTC")), ("ratio", pa.float64()), ("label", pa.string())])
+
+    def comparable(rows) -> list[tuple]:
+        def plain(v):  # NaN equal to itself; timestamps as UTC wall-clock times, as Spark's session (UTC) returns them
+            if isinstance(v, float) and math.isnan(v):
+                return "NaN"
+            return v.astimezone(utc).replace(tzinfo=None) if isinstance(v, dt.datetime) and v.tzinfo else v
+
+        return sorted((tuple(plain(r[c]) for c in ("id", "amount", "at", "ratio", "label", "_change_type")) for r in rows), key=repr)
+
+    in_process = net_changes(pa.Table.from_pylist(removed, arrow_schema), pa.Table.from_pylist(added, arrow_schema))
+    by_spark = _net_changes(spark.createDataFrame(removed, ddl), spark.createDataFrame(added, ddl), []).collect()
+    assert comparable(in_process.to_pylist()) == comparable([r.asDict() for r in by_spark])
+    assert sorted(r["_change_type"] for r in in_process.to_pylist()) == ["delete", "delete", "delete", "insert", "insert", "insert"]

@@ -5,7 +5,9 @@ Delta's change feed reads every row of a rewritten file as changed. The rows are
 `Lakehouse.changes` returns for the snapshot (core/read/changes.py): computed from the files the snapshot
 removed and added alone, so the mirror can write them in any later process (`repair`, a lagging Delta), and the
 cost follows the change, not the table. Spark executors write the files (one per task and Delta partition, the
-partition columns kept in the rows as in the data files); the driver receives one small row per file.
+partition columns kept in the rows as in the data files); the driver receives one small row per file. A small change
+in a process without Spark (a frame's write, core/read/arrow_changes.py) is compared and written in that process by
+the same writer, so such a write starts no JVM for its feed.
 
 The files are not visible until the Delta commit that references them lands (core/formats/delta/cdc_commit.py):
 a failed commit deletes them, and a killed process leaves unreferenced files that no reader opens.
@@ -47,19 +49,26 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
     Delta log leave, `change.adds` come in): its rows are the difference of the two file sets.
     An empty list is never returned: a version whose rows did not change gets one empty file, so readers of the
     feed take that version from its cdc files (none), not its add/remove actions."""
-    from ..read.changes import rows_changed_between, snapshot_changed_rows  # the driver's; the executors' writer needs none of it
+    from ..read.arrow_changes import small_change_rows  # the driver's; the executors' writer needs none of them
+    from ..read.changes import rows_changed_between, snapshot_changed_rows
 
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
-    spark = active_session()
     spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
+    writer = change_data_writer(table, schema, root_uri, storage, uuid.uuid4().hex)
+    parent = None
+    if not removed_uris:
+        by_id = history.snapshots_by_id(table)
+        parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        # A small change of a write without Spark: its rows here, with pyarrow (no JVM started for the feed).
+        if (small := small_change_rows(table, change, parent, spark_schema, storage)) is not None:
+            files = [row for out in writer(iter(small.to_batches())) for row in out.to_pylist()]
+            return file_actions(files, writer)
+    spark = active_session()
     if removed_uris:
         rows = rows_changed_between(spark, removed_uris, [f.file_path for f in change.adds], spark_schema, storage, types_were_widened(table))
     else:
-        by_id = history.snapshots_by_id(table)
-        parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
         rows = snapshot_changed_rows(spark, ".".join(table.name()), table, storage, change, parent, spark_schema)
-    writer = change_data_writer(table, schema, root_uri, storage, uuid.uuid4().hex)
     files = []
     if rows is not None:
         # As many Python tasks as the change is large (a task per CHANGE_BYTES_PER_TASK of the files read), not one per
@@ -145,14 +154,26 @@ class ChangeDataWriter:
             return []
         if not self.partitions:
             return [((), batch)]
+        import pyarrow.compute as pc
+
         names = [c for c, _, _ in self.partitions]
-        table = pa.Table.from_batches([batch])
-        keys = table.select(names).to_pylist()
-        out: dict[tuple, list[int]] = {}
-        for i, k in enumerate(keys):
+        keys = pa.Table.from_batches([batch]).select(names)
+        # Each distinct key once (a batch usually holds one partition's rows), its rows selected by a mask.
+        distinct = keys.group_by(names, use_threads=False).aggregate([]).to_pylist()
+        out = []
+        for k in distinct:
             values = tuple((key, partition_value(c, t, k[c])) for c, key, t in self.partitions)
-            out.setdefault(values, []).append(i)
-        return [(values, batch.take(pa.array(idx))) for values, idx in out.items()]
+            if len(distinct) == 1:
+                out.append((values, batch))
+                continue
+            mask = None
+            for c in names:
+                column, v = keys.column(c), k[c]
+                same = pc.is_null(column) if v is None else pc.is_nan(column) if isinstance(v, float) and v != v else pc.equal(column, pa.scalar(v, column.type))
+                same = pc.fill_null(same, False)
+                mask = same if mask is None else pc.and_(mask, same)
+            out.append((values, batch.filter(mask.combine_chunks() if hasattr(mask, "combine_chunks") else mask)))
+        return out
 
     def empty_file(self, partition_values: dict) -> dict:
         """On the driver: a cdc file without rows (a version that removed files and changed no row)."""

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 from .core.errors import (
     CatalogError,
+    CommitConflict,
     CommitError,
     CommitOutcomeUnknown,
     DeleteFilesError,
@@ -69,6 +70,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CatalogError",
+    "CommitConflict",
     "CommitError",
     "CommitOutcomeUnknown",
     "Contract",

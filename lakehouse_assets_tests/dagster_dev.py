@@ -55,7 +55,7 @@ def graphql(base: str, query: str, variables: dict | None = None) -> dict:
     return body["data"]
 
 
-def _serving(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
+def _serving(env: dict[str, str], log: Path, workspace: Path = REPO / "workspace.yaml") -> tuple[subprocess.Popen, int]:
     """Start `dagster dev` on a free port and wait until its webserver answers: (process, port). A port is free
     until the webserver binds it, seconds later: when another process took it meanwhile, the webserver exits and
     `dagster dev` is started again on a new one (servers.start_on_free_ports)."""
@@ -65,7 +65,7 @@ def _serving(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
         (port,) = free_ports(1)
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(REPO / "workspace.yaml")],
+                [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", str(workspace)],
                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 # A shell's background job inherits SIGINT ignored; dagster dev needs it to shut down cleanly.
                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -92,9 +92,10 @@ def _serving(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
 
 
 @contextlib.contextmanager
-def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None = None, instance_yaml: str = ""):
+def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None = None, instance_yaml: str = "", module: str | None = None):
     """Start `dagster dev` with DAGSTER_HOME=root/dagster_home (the repository's dagster.yaml plus
-    `instance_yaml`), the warehouse and extra environment; yields {base, port, home, log}."""
+    `instance_yaml`), the warehouse and extra environment; yields {base, port, home, log}. `module`: serve that code
+    location (a module of this repository) instead of the demo's workspace.yaml."""
     home, log = root / "dagster_home", root / "dagster-dev.log"
     home.mkdir(parents=True)
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text() + instance_yaml)  # telemetry off
@@ -108,8 +109,12 @@ def running_dagster_dev(root: Path, warehouse: Path, env: dict[str, str] | None 
         SPARK_LOCAL_IP="127.0.0.1",
         **(env or {}),
     )
+    workspace = REPO / "workspace.yaml"
+    if module is not None:
+        workspace = root / "workspace.yaml"
+        workspace.write_text(f"load_from:\n  - python_module:\n      module_name: {module}\n      working_directory: {REPO}\n")
     try:
-        proc, port = _serving(full_env, log)
+        proc, port = _serving(full_env, log, workspace)
     except BaseException:
         shutil.rmtree(home, ignore_errors=True)
         raise

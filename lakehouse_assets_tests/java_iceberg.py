@@ -38,6 +38,7 @@ CATALOG = "java"  # the Hadoop catalog spark_conf() defines
 # Debian's libxerial-sqlite-jdbc-java (scripts/system-deps.sh): Java Iceberg's JdbcCatalog commits to the
 # project's embedded SQLite catalog through it (its JNI library is on Debian's default java.library.path).
 SQLITE_JDBC_JAR = "/usr/share/java/sqlite-jdbc.jar"
+POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"  # Debian libpostgresql-jdbc-java
 
 _SHADE_PREFIX = "org/apache/iceberg/shaded/"
 _RELOCATIONS = (
@@ -188,7 +189,7 @@ def spark_conf(warehouse_dir: str, catalog: str = CATALOG) -> dict[str, str]:
     }
 
 
-def jdbc_catalog_conf(catalog: str, warehouse_dir: str) -> dict[str, str]:
+def jdbc_catalog_conf(catalog: str, warehouse_dir: str, uri: str | None = None) -> dict[str, str]:
     """Spark settings for Java Iceberg's own JdbcCatalog over a project warehouse's embedded SQLite catalog.
 
     pyiceberg's SqlCatalog and Java's JdbcCatalog share one schema (`iceberg_tables`: catalog_name,
@@ -197,15 +198,15 @@ def jdbc_catalog_conf(catalog: str, warehouse_dir: str) -> dict[str, str]:
     must be named like the lakehouse's (`LAKEHOUSE_CATALOG`, default `lakehouse`). Spark settings under
     `spark.sql.catalog.*` may be set on a running session (a catalog is built on first use and then kept,
     so use one name per warehouse). `cache-enabled=false`: every statement loads the current metadata,
-    so Java sees the project's commits at once.
+    so Java sees the project's commits at once. `uri`: another JDBC catalog database (PostgreSQL: `postgres_jdbc_uri`).
     """
-    if not os.path.exists(SQLITE_JDBC_JAR):
+    if uri is None and not os.path.exists(SQLITE_JDBC_JAR):
         raise JavaIcebergUnavailable(f"{SQLITE_JDBC_JAR} is missing: run scripts/system-deps.sh (Debian libxerial-sqlite-jdbc-java).")
     folder = warehouse_dir[len("file://"):] if warehouse_dir.startswith("file://") else warehouse_dir
     return {
         f"spark.sql.catalog.{catalog}": "org.apache.iceberg.spark.SparkCatalog",
         f"spark.sql.catalog.{catalog}.type": "jdbc",
-        f"spark.sql.catalog.{catalog}.uri": f"jdbc:sqlite:{folder}/catalog.db",
+        f"spark.sql.catalog.{catalog}.uri": uri or f"jdbc:sqlite:{folder}/catalog.db",
         f"spark.sql.catalog.{catalog}.warehouse": f"file://{folder}",
         f"spark.sql.catalog.{catalog}.cache-enabled": "false",
         # The project created the tables. Java's check for them leaves a DatabaseMetaData ResultSet open,
@@ -213,6 +214,14 @@ def jdbc_catalog_conf(catalog: str, warehouse_dir: str) -> dict[str, str]:
         # of catalog.db then fails with "database is locked".
         f"spark.sql.catalog.{catalog}.jdbc.init-catalog-tables": "false",
     }
+
+
+def postgres_jdbc_uri(sqlalchemy_url: str) -> str:
+    """The JDBC URL of the PostgreSQL database a SQLAlchemy URL (`postgresql+psycopg2://user@host:port/db`) names."""
+    from urllib.parse import urlparse
+
+    u = urlparse(sqlalchemy_url)
+    return f"jdbc:postgresql://{u.hostname}:{u.port}{u.path}?user={u.username}" + (f"&password={u.password}" if u.password else "")
 
 
 def read_metadata(spark, metadata_json_uri: str, *, snapshot_id: int | None = None):

@@ -133,13 +133,13 @@ def test_compaction_racing_an_append_retries_and_loses_nothing(lh, spark, duck, 
     real_commit = iceberg_committer.commit_files
     attempt_files: list[set[str]] = []
 
-    def append_lands_first(table, adds, removes, summary, stage=None):
+    def append_lands_first(table, adds, removes, summary, stage=None, **kw):
         # A real concurrent writer commits between compaction's file write and its commit.
         if summary.get("lakehouse.operation") == "compaction":
             attempt_files.append({relative_to(table.location(), f.file_path) for f in adds})
             if len(attempt_files) == 1:
                 lh.write(batch(spark, 500), "m.race")
-        return real_commit(table, adds, removes, summary, stage)
+        return real_commit(table, adds, removes, summary, stage, **kw)
 
     monkeypatch.setattr(iceberg_committer, "commit_files", append_lands_first)
     r = lh.maintain("m.race", "compaction", spark=spark)
@@ -163,11 +163,11 @@ def test_compaction_aborts_cleanly_when_it_keeps_losing(lh, spark, duck, monkeyp
     ours: list[str] = []
     appended = iter(range(1000, 5000, 100))
 
-    def always_beaten(table, adds, removes, summary, stage=None):
+    def always_beaten(table, adds, removes, summary, stage=None, **kw):
         if summary.get("lakehouse.operation") == "compaction":
             ours.extend(relative_to(table.location(), f.file_path) for f in adds)
             lh.write(batch(spark, next(appended), 5), "m.abort")
-        return real_commit(table, adds, removes, summary, stage)
+        return real_commit(table, adds, removes, summary, stage, **kw)
 
     monkeypatch.setattr(iceberg_committer, "commit_files", always_beaten)
     r = lh.maintain("m.abort", "compaction", spark=spark, compaction_target_mb=128)

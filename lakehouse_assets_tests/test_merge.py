@@ -396,7 +396,7 @@ def _with_a_concurrent_append(lh, spark, monkeypatch, name, concurrent):
 
 
 def test_a_concurrent_append_of_a_merged_key_fails_the_merge_with_advice(lh, spark, monkeypatch):
-    """pyiceberg validates the overwrite (serializable isolation); the new rows hold a key the merge changes."""
+    """The merge re-validates its lost race: the concurrent append's rows hold a key the merge changes, named in the error."""
     from lakehouse_assets import CommitError
 
     lh.write(people(spark, 0, 10), "m.race")
@@ -404,8 +404,8 @@ def test_a_concurrent_append_of_a_merged_key_fails_the_merge_with_advice(lh, spa
     batch = spark.createDataFrame([(1, "merged", "US", 9)], "id long, name string, country string, version long")
     with pytest.raises(
         CommitError,
-        match=r"Table m\.race: the merge lost a race with a concurrent write \(snapshot\(s\) \[\d+\] added rows with merge keys \(id\) "
-        r"that this batch also writes.*Nothing was committed.*Run the merge again: it re-plans",
+        match=r"Table m\.race: the merge conflicts with a concurrent write: snapshot \d+ \(append\) added rows with merge keys \(id\) "
+        r"that this batch also writes\. Nothing was committed.*Run the merge again: it re-plans",
     ):
         lh.write(batch, "m.race", mode="merge", merge=MergeOptions(keys=["id"]))
     assert sorted(r["version"] for r in lh.read(spark, "m.race").filter("id = 1").collect()) == [0, 7]  # merge did not land

@@ -13,6 +13,8 @@ command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 # The SQLite JDBC driver (pure Java + its JNI library) lets Java Iceberg's JdbcCatalog commit to the
 # project's embedded SQLite catalog (Maven Central is unreachable, Debian packages it).
 [ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
+# The PostgreSQL JDBC driver, for the bench's Java writers through a JdbcCatalog on PostgreSQL (concurrent_writers).
+[ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 # --- section: browser for the UI test
 # Headless Chromium driven by Playwright (launched with executable_path; never `playwright install`).
 [ -x /usr/bin/chromium ] || need+=(chromium)

@@ -89,6 +89,9 @@ class WriteResult:
     write_seconds: float = 0.0
     iceberg_commit_seconds: float = 0.0
     delta_commit_seconds: float = 0.0
+    # Iceberg commit attempts: 1 when no concurrent write got in first; more when the write re-validated its plan and
+    # committed again (core/write/conflicts.py). None: nothing was committed, or the catalog could not confirm the commit.
+    commit_attempts: int | None = None
     delta_lagging: bool = False
     delta_error: str | None = None
     duplicate_of_earlier_write: bool = False

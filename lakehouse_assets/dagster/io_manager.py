@@ -228,6 +228,8 @@ def write_metadata(result: "WriteResult") -> dict[str, Any]:
         "delta_lagging": MetadataValue.bool(result.delta_lagging),
         "write_mode": MetadataValue.text(result.mode),
     }
+    if result.commit_attempts is not None:  # more than 1: concurrent writes (a backfill's runs) got in first
+        md["commit_attempts"] = MetadataValue.int(result.commit_attempts)
     if result.duplicate_of_earlier_write:
         md["duplicate_of_earlier_write"] = MetadataValue.bool(True)
     if result.delta_error:

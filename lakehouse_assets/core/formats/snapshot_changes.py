@@ -8,8 +8,9 @@ readers of a snapshot's change need not import the Delta committer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntryStatus
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -36,11 +37,12 @@ class SnapshotChange:
         return self.summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION
 
 
-def snapshot_change(table: Table, snapshot: Snapshot) -> SnapshotChange:
-    """Files added and removed by `snapshot`, read from the manifests that snapshot wrote."""
+def snapshot_change(table: Table, snapshot: Snapshot, manifests: Callable[[ManifestFile], bool] | None = None) -> SnapshotChange:
+    """Files added and removed by `snapshot`, read from the manifests that snapshot wrote. `manifests`: which of them to
+    read (e.g. those whose partition summaries may hold a slice's rows): the files of the others are left out."""
     adds, removes, delete_adds, delete_removes = [], [], [], []
     for manifest in snapshot.manifests(table.io):
-        if manifest.added_snapshot_id != snapshot.snapshot_id:
+        if manifest.added_snapshot_id != snapshot.snapshot_id or (manifests is not None and not manifests(manifest)):
             continue
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
             if entry.snapshot_id != snapshot.snapshot_id:

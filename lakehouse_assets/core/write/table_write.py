@@ -45,7 +45,7 @@ from ..spark.session import active_session
 from ..table import branches, tables
 from ..table.context import TableContext
 from ..table.evolution import evolved_schema, types_were_widened
-from . import arrow_frames, transaction, write_modes
+from . import arrow_frames, conflicts, transaction, write_modes
 from .adoption import adoption_rewrite
 from .merge import batch as merge_batch
 from .merge import merge as merge_
@@ -192,6 +192,24 @@ def _refuse_schema_change_on_branch(identifier: str, branch: str, schema_plan) -
         )
 
 
+def _conflict_check(ctx: TableContext, request: WriteRequest, df, target: WriteTarget, changes: FileChanges, *, widen_types: bool) -> conflicts.Check:
+    """What a concurrent commit must not have changed for this write's plan to hold (core/write/conflicts.py)."""
+    if request.merge is not None:
+        # A concurrent append that cannot hold a key of the batch, or a change of files the merge does not touch,
+        # leaves the merge's plan valid.
+        from ..formats.position_deletes import referenced_data_file
+
+        touched = {f.file_path for f in changes.removes} | {referenced_data_file(d) for d in changes.added_delete_files}
+        return lambda fresh, base_id: merge_.concurrent_conflict(
+            df.sparkSession, fresh, base_id, df, request.merge, ctx.storage, target.cast_files, touched
+        )
+    if widen_types or (request.window is None and request.mode == Operation.OVERWRITE):
+        return conflicts.any_change  # it replaces every live file
+    if request.window is not None:
+        return conflicts.inside(request.window.expression, request.window.describe())
+    return conflicts.never
+
+
 def foreign_delta_gate(ctx: TableContext, identifier: str, table: Table, foreign_default: str, spark=None):
     """Before planning a write: Delta versions another engine wrote are refused or adopted (the table's policy).
 
@@ -250,12 +268,7 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
         delete_files(ctx.storage, changes.created)  # nothing was committed
         raise
     write_seconds = time.monotonic() - started
-    revalidate = None
-    if request.merge is not None:
-        # A concurrent append that cannot hold a key of the batch leaves the merge's plan valid.
-        def revalidate(fresh, base_id):
-            return merge_.concurrent_conflict(df.sparkSession, fresh, base_id, df, request.merge, ctx.storage, target.cast_files)
-
+    revalidate = _conflict_check(ctx, request, df, target, changes, widen_types=delta_on and bool(schema_plan.widen))
     result = transaction.commit(
         ctx, identifier, table, changes, summary, mode=request.mode, schema_plan=schema_plan, revalidate=revalidate, delta=delta, branch=request.branch
     )

@@ -3,9 +3,12 @@
 Given the files an operation wrote and the files it replaces (a `FileChanges`, planned without
 committing), `commit`:
 
-1. commits them as one Iceberg snapshot (the source of truth), together with any schema change;
+1. commits them as one Iceberg snapshot (the source of truth), together with any schema change. A race lost to
+   another writer (the catalog's compare-and-swap failed) is re-validated against the snapshots that landed
+   (core/write/conflicts.py): when they leave the plan valid, the same files are committed again on top, after a
+   short jittered wait, at most COMMIT_ATTEMPTS times (or as the table's `commit.retry.*` properties say);
 2. if that fails, deletes every file the operation wrote (nothing became visible) and raises a
-   `CommitError` (a `CommitConflict` when another writer won the race: the caller may re-plan). When the
+   `CommitError` (a `CommitConflict` naming the other write when it invalidated the plan). When the
    catalog cannot say whether the commit landed (pyiceberg's `CommitStateUnknownException`: a REST catalog
    answered 500, 502 or 504), the table is read again: a new snapshot carrying the commit's own id
    (`SummaryKeys.COMMIT_ID`) is its commit, and the write goes on; otherwise the files are kept (the commit
@@ -18,9 +21,10 @@ committing), `commit`:
 from __future__ import annotations
 
 import logging
+import random
 import time
 import uuid
-from typing import Callable
+from dataclasses import dataclass
 
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ValidationException
@@ -37,8 +41,10 @@ from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import delete_files
 from ..model import FileChanges, WriteResult
 from ..properties import Operation, SummaryKeys
+from ..table import commit_lock
 from ..table.context import TableContext
 from ..table.evolution import SchemaPlan, apply_schema_change
+from . import conflicts
 
 log = logging.getLogger("lakehouse")
 
@@ -46,7 +52,16 @@ log = logging.getLogger("lakehouse")
 # re-reading the log: the txn tag tells what is left. Any other failure (storage) is retried once.
 DELTA_CONFLICT_ATTEMPTS = 8
 DELTA_FAILURE_ATTEMPTS = 2
-REVALIDATE_ATTEMPTS = 4  # a merge committed again over concurrent appends that cannot hold its keys
+# The Iceberg commit's races: attempts and time are bounded; the wait before each new attempt is drawn at random up to
+# a bound that starts at COMMIT_WAIT_SECONDS and doubles to COMMIT_WAIT_MAX_SECONDS ("full jitter"), so writers that
+# lost together do not collide again together. A table that sets Iceberg's own commit.retry.* properties gets those.
+COMMIT_ATTEMPTS = 50
+COMMIT_SECONDS = 300.0
+COMMIT_WAIT_SECONDS = 0.02
+COMMIT_WAIT_MAX_SECONDS = 1.0
+# SQLite answers "database is locked" only after its busy timeout (5 s): another connection held the lock that long,
+# which a commit (milliseconds) does not; so such a lock is tried once more, not COMMIT_ATTEMPTS times.
+LOCKED_ATTEMPTS = 2
 
 
 def commit(
@@ -58,19 +73,30 @@ def commit(
     *,
     mode: str,
     schema_plan: SchemaPlan | None = None,
-    revalidate: Callable[[Table, int | None], str | None] | None = None,
+    revalidate: conflicts.Check | None = None,
     delta=None,
     branch: str | None = None,
 ) -> WriteResult:
     """Commit `changes` to Iceberg, then mirror to Delta. See the module docstring for the failure rules.
 
-    `revalidate(fresh_table, base_snapshot_id)`: when pyiceberg's validation rejects the commit because
-    another writer committed since `base`, says why that invalidates the plan (a reason), or None when
-    the plan still holds: the same files are then committed on top (at most REVALIDATE_ATTEMPTS times).
+    `revalidate(fresh_table, base_snapshot_id)`: after a lost race, why the snapshots committed since `base` invalidate
+    the plan (a reason), or None when it still holds (conflicts.py has one per write mode). None: any concurrent change
+    of the table's files invalidates it (`conflicts.any_change`, compaction's).
 
     `branch`: commit to that Iceberg branch (`table` is the branch's view, core/table/branches.py). Delta
     mirrors main only, so nothing reaches the Delta log until the branch is published.
+
+    The commit holds the table's commit lock (core/table/commit_lock.py) from the Iceberg commit to the Delta version:
+    the project's writers sharing a SQL catalog commit in turn instead of racing.
     """
+    with commit_lock.holding(ctx.catalog, identifier) as locked:
+        return _commit(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, delta, branch, locked)
+
+
+def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str,
+            schema_plan: SchemaPlan | None, revalidate: conflicts.Check | None, delta, branch: str | None, locked: bool) -> WriteResult:
+    """`commit`'s work; `locked`: it holds the commit lock, so the writers ahead of it have committed: it reads the
+    table again first and re-validates against what they committed, instead of losing the race to them."""
     started = time.monotonic()
     mirror = ctx.mirror(table) if ctx.delta_enabled(table) and branch is None else None
     if mirror is not None and delta is not None:
@@ -78,13 +104,16 @@ def commit(
     before_commit = {s.snapshot_id for s in table.metadata.snapshots}  # read now: a commit that lands updates `table` in place
     summary = {**summary, SummaryKeys.COMMIT_ID: uuid.uuid4().hex}
     try:
+        if locked and branch is None:
+            table = _revalidated(identifier, table, _current_id(table), revalidate or conflicts.any_change, schema_plan, mode)
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
         if summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION:
             refuse_removes_if_append_only(identifier, mirror, len(changes.removes), "this write")
-        table, snapshot = _commit_iceberg(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, branch)
+        table, snapshot, attempts = _commit_iceberg(identifier, table, changes, summary, mode, schema_plan, revalidate, branch)
     except CommitStateUnknownException as e:
         _drop_pooled_connections(table)
         table, snapshot = _landed(ctx, identifier, before_commit, summary[SummaryKeys.COMMIT_ID], e)
+        attempts = None
     except BaseException as e:
         _drop_pooled_connections(table)
         # Nothing became visible: remove every file this operation created.
@@ -102,6 +131,7 @@ def commit(
     result.bytes_written = sum(f.file_size_in_bytes for f in changes.adds)
     result.rows_removed = sum(f.record_count for f in changes.removes) + changes.rows_deleted
     result.iceberg_commit_seconds = iceberg_done - started
+    result.commit_attempts = attempts
     if mirror is not None:
         known = {
             snapshot.snapshot_id: SnapshotChange(snapshot, changes.adds, changes.removes, summary, changes.added_delete_files, changes.removed_delete_files, changes.change_data)
@@ -143,33 +173,87 @@ def refuse_removes_if_append_only(identifier: str, mirror: DeltaMirror | None, r
 
 
 
-def _commit_iceberg(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate, branch=None):
-    """(the table as committed to, the new snapshot): one Iceberg snapshot of `changes`, re-validated and
-    committed again on top of concurrent writes while `revalidate` says the plan still holds."""
+def _commit_iceberg(identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate, branch=None):
+    """(the table as committed to, the new snapshot, the attempts it took): one Iceberg snapshot of `changes`, committed
+    again on top of concurrent writes while `revalidate` says the plan still holds (see the module docstring)."""
     stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
     base_id = _current_id(table)
-    for attempt in range(1, REVALIDATE_ATTEMPTS + 1):
+    if branch is not None:
+        # pyiceberg retries a branch commit itself and validates it against the branch's own history; re-validation
+        # here reads main, so a branch write's lost race is refused as before.
+        extra = _delete_file_changes(changes) | {"branch": branch, "branch_base_id": base_id}
+        return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, **extra), 1
+    check = revalidate or conflicts.any_change
+    policy = _RetryPolicy.of(table.properties)
+    started, locked = time.monotonic(), 0
+    for attempt in range(1, policy.attempts + 1):
         try:
-            # Passed only when there are some: tests wrap commit_files as a seam with the plain signature.
-            extra = {"removed_delete_files": changes.removed_delete_files} if changes.removed_delete_files else {}
-            extra |= {"added_delete_files": changes.added_delete_files} if changes.added_delete_files else {}
-            if branch is not None:
-                extra |= {"branch": branch, "branch_base_id": base_id}
-            return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, **extra)
-        except ValidationException as e:
-            if revalidate is None or branch is not None:  # re-validation reads main; a branch's race is refused
+            # The delete files are passed only when there are some: tests wrap commit_files as a seam.
+            return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, single_attempt=True, **_delete_file_changes(changes)), attempt
+        except Exception as e:
+            if not ic.lost_race(e):
                 raise
-            table = ctx.load(identifier)
-            conflict = revalidate(table, base_id)
-            if conflict is not None or attempt == REVALIDATE_ATTEMPTS:
-                raise CommitConflict(
-                    f"Table {identifier}: the {mode} lost a race with a concurrent write ({conflict or f'{attempt} attempts'}; "
-                    f"pyiceberg: {e}). Nothing was committed and the written files were removed. Run the {mode} again: "
-                    "it re-plans against the table as it is now."
-                ) from e
+            _drop_pooled_connections(table)
+            locked += "database is locked" in str(e)
+            if attempt == policy.attempts or time.monotonic() - started > policy.seconds or locked == LOCKED_ATTEMPTS:
+                raise  # the commit pipeline's error names what failed and the way out
+            time.sleep(policy.wait(attempt))
+            table = _revalidated(identifier, table, base_id, check, schema_plan, mode, e)
             log.info("Table %s: %s re-validated after a concurrent commit (attempt %d): %s", identifier, mode, attempt, e)
             base_id = _current_id(table)
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _revalidated(identifier: str, table: Table, base_id: int | None, check: conflicts.Check, schema_plan, mode: str, cause=None) -> Table:
+    """`table`, read again in place (the caller's object then shows what it commits on), when the snapshots committed
+    since `base_id` leave the plan valid; else `CommitConflict` naming the write that invalidated it."""
+    schema_id = table.metadata.current_schema_id
+    table.refresh()
+    if _current_id(table) == base_id:
+        return table
+    conflict = check(table, base_id)
+    if conflict is None and schema_plan is not None and not schema_plan.empty and table.metadata.current_schema_id != schema_id:
+        conflict = "another write changed the table's schema since this write planned its own schema change"
+    if conflict is not None:
+        raise CommitConflict(
+            f"Table {identifier}: the {mode} conflicts with a concurrent write: {conflict}. Nothing was committed and "
+            f"the written files were removed. Run the {mode} again: it re-plans against the table as it is now."
+        ) from cause
+    return table
+
+
+@dataclass(frozen=True)
+class _RetryPolicy:
+    attempts: int
+    seconds: float
+    wait_min: float
+    wait_max: float
+
+    @classmethod
+    def of(cls, properties: dict[str, str]) -> "_RetryPolicy":
+        """The table's commit.retry.* properties where set (Iceberg's names: retries after the first attempt,
+        milliseconds), this module's defaults otherwise."""
+        def number(key: str, default: float) -> float:
+            try:
+                return max(0.0, float(properties[key]))
+            except (KeyError, ValueError):
+                return default
+
+        return cls(
+            attempts=int(number("commit.retry.num-retries", COMMIT_ATTEMPTS - 1)) + 1,
+            seconds=number("commit.retry.total-timeout-ms", COMMIT_SECONDS * 1000) / 1000,
+            wait_min=number("commit.retry.min-wait-ms", COMMIT_WAIT_SECONDS * 1000) / 1000,
+            wait_max=number("commit.retry.max-wait-ms", COMMIT_WAIT_MAX_SECONDS * 1000) / 1000,
+        )
+
+    def wait(self, attempt: int) -> float:
+        """Seconds before attempt `attempt + 1`: at random below a bound that doubles from wait_min to wait_max."""
+        return random.uniform(0, min(self.wait_max, self.wait_min * 2 ** (attempt - 1)))
+
+
+def _delete_file_changes(changes: FileChanges) -> dict:
+    extra = {"removed_delete_files": changes.removed_delete_files} if changes.removed_delete_files else {}
+    return extra | ({"added_delete_files": changes.added_delete_files} if changes.added_delete_files else {})
 
 
 def _landed(ctx: TableContext, identifier: str, before_commit: set[int], commit_id: str, error: Exception) -> tuple[Table, Snapshot]:

@@ -60,6 +60,29 @@ class MetadataCachingTransaction(Transaction):
     transaction stages another update, and it needs no deep copy (`iceberg_metadata.staged_metadata`).
     """
 
+    def __init__(self, table: Table, autocommit: bool = False, single_attempt: bool = False):
+        super().__init__(table, autocommit)
+        # `single_attempt`: pyiceberg's own retry loop is off, so a lost race reaches the caller, which re-validates its
+        # plan against the snapshots that landed (core/write/conflicts.py) and commits again. The producers of the failed
+        # attempt are kept here to remove the manifests they wrote.
+        self._single_attempt = single_attempt
+        self._attempt_producers: list = []
+
+    def _register_snapshot_producer(self, producer) -> None:
+        if self._single_attempt:
+            self._attempt_producers.append(producer)
+        else:
+            super()._register_snapshot_producer(producer)
+
+    def commit_transaction(self) -> Table:
+        try:
+            return super().commit_transaction()
+        except Exception as e:
+            if lost_race(e):  # nothing landed: the attempt's manifests and manifest lists go
+                for producer in self._attempt_producers:
+                    producer._clean_all_uncommitted()
+            raise
+
     @property
     def table_metadata(self) -> TableMetadata:
         key = (self._table.metadata, self._updates)
@@ -80,6 +103,7 @@ def commit_files(
     added_delete_files: list[DataFile] = (),
     branch: str | None = None,
     branch_base_id: int | None = None,
+    single_attempt: bool = False,
 ) -> Snapshot | None:
     """One snapshot: an append (merging manifests) when nothing is removed, else an overwrite. None when there is nothing to do.
 
@@ -92,11 +116,13 @@ def commit_files(
     file-scoped delete files of the data files it removes.
     `branch`: commit to that Iceberg branch instead of main; a branch that does not exist yet is created at
     `branch_base_id` (the snapshot the write planned against) in the same commit.
+    `single_attempt`: a lost race (`lost_race`) is raised at once, the attempt's metadata files removed, for the caller
+    to re-validate and commit again; otherwise pyiceberg retries with its own validation.
     """
     if not adds and not removes and not removed_delete_files and not added_delete_files:
         return None
     target = {"branch": branch} if branch is not None else {}
-    with MetadataCachingTransaction(table) as tx:
+    with MetadataCachingTransaction(table, single_attempt=single_attempt) as tx:
         if stage is not None:
             stage(tx)  # e.g. the schema change these files need: same transaction, one atomic commit
         _create_branch(tx, table, branch, branch_base_id)
@@ -128,6 +154,21 @@ def commit_files(
                 for f in adds:
                     producer.append_data_file(f)
     return table.snapshot_by_name(branch) if branch is not None else table.current_snapshot()
+
+
+def lost_race(e: BaseException) -> bool:
+    """Whether a failed commit lost a race with another writer, so nothing of it landed: the catalog's compare-and-swap
+    failed (a REST catalog's 409 too), pyiceberg found the files it removes gone, or the SQL catalog's database was
+    busy with other commits (SQLite's "database is locked" after its busy timeout, PostgreSQL's serialization failure
+    or deadlock, which roll the transaction back)."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    if isinstance(e, (CommitFailedException, ValidationException)):
+        return True
+    message = str(e)
+    return type(e).__name__ == "OperationalError" and any(
+        m in message for m in ("database is locked", "could not serialize access", "deadlock detected")
+    )
 
 
 def _create_branch(tx, table: Table, branch: str | None, base_id: int | None) -> None:

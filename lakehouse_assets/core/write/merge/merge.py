@@ -55,28 +55,32 @@ def summary_properties(stats: MergeStats, opts: MergeOptions) -> dict[str, str]:
     return out
 
 
-def concurrent_conflict(spark, table: Table, base_snapshot_id: int | None, batch, opts: MergeOptions, storage, cast_files: bool) -> str | None:
+def concurrent_conflict(
+    spark, table: Table, base_snapshot_id: int | None, batch, opts: MergeOptions, storage, cast_files: bool, touched: set[str]
+) -> str | None:
     """Why the snapshots committed after `base_snapshot_id` invalidate a merge planned on it (None: they do not).
 
-    They do when they removed data files (the merge may rewrite them), added delete files, or added
-    data files holding a key of the batch (those rows would then exist twice). Only the new files are
-    read, keys only, in a distributed semi-join; no row reaches the driver.
+    They do when they removed a data file the merge rewrites or deletes rows from (`touched`, their URIs), added
+    delete files for one (or delete files whose data file is unknown), or added data files holding a key of the batch
+    (those rows would then exist twice). Files they removed that the merge does not touch hold none of its keys (the
+    merge read every file that may). Only the new files are read, keys only, in a distributed semi-join; no row
+    reaches the driver.
     """
+    from ...formats.position_deletes import referenced_data_file
     from ...formats.snapshot_changes import snapshot_change
     from ...read.reader import read_parquet_files
+    from ..conflicts import describe, since
 
-    snaps, snap = [], table.current_snapshot()
-    while snap is not None and snap.snapshot_id != base_snapshot_id:
-        snaps.append(snap)
-        snap = table.metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
-    if snap is None and base_snapshot_id is not None:
-        return f"snapshot {base_snapshot_id}, which the merge read, is no longer an ancestor of the current one"
-    ids = [s.snapshot_id for s in reversed(snaps)]
+    snaps = since(table, base_snapshot_id)
+    if isinstance(snaps, str):
+        return snaps
     added: list[DataFile] = []
-    for s in reversed(snaps):
+    for s in snaps:
         change = snapshot_change(table, s)
-        if change.removes or change.delete_files_added:
-            return f"snapshot {s.snapshot_id} removed or deleted rows the merge may rewrite"
+        if gone := [f.file_path for f in change.removes if f.file_path in touched]:
+            return f"{describe(s)} removed {len(gone)} data file(s) the merge rewrites or deletes rows from (e.g. {gone[0]})"
+        if deleted := [d for d in change.delete_files_added if referenced_data_file(d) in touched or referenced_data_file(d) is None]:
+            return f"{describe(s)} deleted rows of data file(s) the merge rewrites or deletes rows from (delete file {deleted[0].file_path})"
         added += change.adds
     keys = list(opts.keys)
     if not added or not set(keys) <= {f.name for f in table.schema().fields}:
@@ -84,5 +88,5 @@ def concurrent_conflict(spark, table: Table, base_snapshot_id: int | None, batch
     spark_schema = iceberg_to_spark_schema(table.schema())
     new_rows = read_parquet_files(spark, [f.file_path for f in added], spark_schema, storage, cast_files=cast_files)
     if new_rows.select(*keys).join(batch.select(*keys).distinct(), keys, "left_semi").limit(1).count():
-        return f"snapshot(s) {ids} added rows with merge keys ({', '.join(keys)}) that this batch also writes"
+        return f"{', '.join(describe(s) for s in snaps)} added rows with merge keys ({', '.join(keys)}) that this batch also writes"
     return None

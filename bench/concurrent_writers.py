@@ -1,0 +1,243 @@
+"""The `concurrent_writers` workload: N writers committing to one table at once, as a Dagster backfill's runs do.
+
+Per catalog (the embedded SQLite catalog and PostgreSQL), per N (8, 16 and 32; `--writers`) and per mode, a fresh
+table whose N days already hold rows; then N processes (lakehouse_assets_tests/concurrent_writers.py, `spawn`: a fresh
+interpreter each, as a run's process is), each writing 5,000 rows of its own day as a pyarrow frame, held at a barrier
+right before their first commit so that the commits race:
+
+- overwrite: each replaces its own day (`mode="overwrite", window=<its day>`);
+- append: each appends its day.
+
+Reported: how many landed on the first call (no caller retry), the attempts their commits took, and the commit
+latency (from the barrier to the write's return: the Iceberg commit and the Delta version) as p50 and p95, against a
+lone commit's median (the same write, alone, `--reps` times). The targets: 100% landed at every N on both catalogs, and
+p95 at N writers at most N x the lone median.
+
+Java Iceberg does the same through its JdbcCatalog on the same catalog: one Spark session (Java Iceberg's runtime, the
+catalog's JDBC driver) in which N threads each overwrite their own day (`writeTo(...).overwritePartitions()`, dynamic
+partition overwrite) or append (`writeTo(...).append()`) at once, each commit retried as Java Iceberg retries
+(`commit.retry.*`, its defaults). Its writers share one process and start together at a barrier, so its latency
+leaves out a process's start, as ours does.
+
+    .venv/bin/python bench/concurrent_writers.py [--writers 8,16,32] [--catalogs sqlite,postgres] [--json out.json] [--markdown page.md]
+    .venv/bin/python bench/concurrent_writers.py --render out.json --markdown page.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+ROWS = 5_000
+TABLE = "bf.events"
+MODES = ("overwrite", "append")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+
+def _populate(lakehouse_kwargs: dict, writers: int) -> None:
+    import pyarrow as pa
+
+    from lakehouse_assets import Lakehouse
+    from lakehouse_assets_tests import concurrent_writers as cw
+
+    Lakehouse(**lakehouse_kwargs).write(pa.concat_tables([cw.rows(i, ROWS) for i in range(writers)]), TABLE, partition_by=["day"])
+
+
+def ours(lakehouse_kwargs: dict, writers: int, mode: str) -> dict:
+    from lakehouse_assets import Lakehouse
+    from lakehouse_assets_tests import concurrent_writers as cw
+
+    _populate(lakehouse_kwargs, writers)
+    results = cw.run(lakehouse_kwargs, TABLE, list(range(writers)), ROWS, mode=mode)
+    landed = [r for r in results if r["ok"]]
+    latencies = [r["commit_seconds"] for r in landed]
+    agree = Lakehouse(**lakehouse_kwargs).verify(TABLE)["agree"]
+    return {
+        "landed": len(landed), "writers": writers, "agree": agree,
+        "attempts_max": max((r["attempts"] for r in landed), default=0), "attempts_mean": statistics.mean(r["attempts"] for r in landed) if landed else 0,
+        "p50": _percentile(latencies, 0.5) if latencies else None, "p95": _percentile(latencies, 0.95) if latencies else None,
+        "errors": sorted({r["error"][:200] for r in results if not r["ok"]}),
+    }
+
+
+def lone(lakehouse_kwargs: dict, reps: int) -> float:
+    """A lone commit's median: one process at a time overwriting its day (the same path, no race)."""
+    from lakehouse_assets_tests import concurrent_writers as cw
+
+    _populate(lakehouse_kwargs, reps)
+    return statistics.median(cw.run(lakehouse_kwargs, TABLE, [i], ROWS)[0]["commit_seconds"] for i in range(reps))
+
+
+def java(spark, catalog: str, writers: int, mode: str, namespace: str) -> dict:
+    """N threads of one Spark session writing through Java Iceberg's JdbcCatalog `catalog` at once."""
+    from pyspark.sql import functions as F
+
+    table = f"{catalog}.{namespace}.events"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{namespace}")
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, day DATE, value STRING) USING iceberg PARTITIONED BY (day)")
+    first = spark.range(writers * ROWS).select(
+        F.col("id"), F.date_add(F.lit("2024-01-01").cast("date"), (F.col("id") / ROWS).cast("int")).alias("day"), F.lit("v").alias("value"))
+    first.writeTo(table).append()
+    frames = [spark.range(i * ROWS, (i + 1) * ROWS).select(F.col("id"), F.date_add(F.lit("2024-01-01").cast("date"), F.lit(i)).alias("day"), F.lit("w").alias("value")).cache()
+              for i in range(writers)]
+    for f in frames:
+        f.count()
+    barrier, out = threading.Barrier(writers), [None] * writers
+
+    def write(i: int) -> None:
+        barrier.wait()
+        t0 = time.monotonic()
+        try:
+            w = frames[i].writeTo(table)
+            w.overwritePartitions() if mode == "overwrite" else w.append()
+            out[i] = ("ok", time.monotonic() - t0)
+        except Exception as e:  # noqa: BLE001 - a refused commit is a figure here
+            out[i] = (_java_error(e), time.monotonic() - t0)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for f in frames:
+        f.unpersist()
+    latencies = [s for status, s in out if status == "ok"]
+    return {"landed": len(latencies), "writers": writers, "p50": _percentile(latencies, 0.5) if latencies else None,
+            "p95": _percentile(latencies, 0.95) if latencies else None, "errors": sorted({status for status, _ in out if status != "ok"})}
+
+
+def _java_error(e: Exception) -> str:
+    """The Java exception behind a Py4J error (its class and message's first line), else the Python one."""
+    import re
+
+    found = re.findall(r"((?:org|java)\.[\w.$]+(?:Exception|Error)): ([^\n]{0,140})", str(e))
+    return f"{found[-1][0].rsplit('.', 1)[-1]}: {found[-1][1]}" if found else f"{type(e).__name__}: {str(e)[:140]}"
+
+
+def measure(writer_counts: list[int], catalogs: list[str], reps: int, with_java: bool) -> dict:
+    from lakehouse_assets_tests import java_iceberg
+    from lakehouse_assets_tests.servers import start_postgres
+
+    results: dict = {"rows": ROWS, "cells": []}
+    postgres = start_postgres(Path(tempfile.mkdtemp(prefix="bench-pg-"))) if "postgres" in catalogs else None
+    spark = None
+    try:
+        if with_java and java_iceberg.available():
+            from lakehouse_assets.core.spark.session import spark_session
+
+            conf = java_iceberg.spark_conf(tempfile.mkdtemp(prefix="bench-java-hadoop-"))
+            if postgres is not None:
+                conf["spark.jars"] += "," + java_iceberg.POSTGRES_JDBC_JAR
+            spark = spark_session({**conf, "spark.app.name": "bench-concurrent-writers", "spark.sql.shuffle.partitions": "2",
+                                   "spark.scheduler.mode": "FAIR"})
+        for catalog in catalogs:
+            for n in writer_counts:
+                for mode in MODES:
+                    kwargs, java_catalog = catalog_settings(catalog, postgres, f"{catalog}_{n}_{mode}")
+                    cell = {"catalog": catalog, "writers": n, "mode": mode, "ours": ours(kwargs, n, mode)}
+                    if spark is not None:
+                        for key, value in java_catalog(kwargs).items():
+                            spark.conf.set(key, value)
+                        cell["java"] = java(spark, kwargs["catalog_name"], n, mode, f"j{n}{mode}")
+                    print(json.dumps(cell), flush=True)
+                    results["cells"].append(cell)
+            kwargs, _ = catalog_settings(catalog, postgres, f"{catalog}_lone")
+            results.setdefault("lone", {})[catalog] = lone(kwargs, reps)
+    finally:
+        if spark is not None:
+            spark.stop()
+        if postgres is not None:
+            postgres.stop()
+    return results
+
+
+def catalog_settings(catalog: str, postgres, name: str, base: str | None = None):
+    """The Lakehouse settings of one fresh warehouse (under `base`), and the Spark settings of Java's JdbcCatalog over its catalog."""
+    from lakehouse_assets_tests import java_iceberg
+
+    warehouse = tempfile.mkdtemp(prefix=f"bench-{name}-", dir=base)
+    if catalog == "sqlite":
+        return {"warehouse": warehouse, "catalog_name": name}, lambda kw: java_iceberg.jdbc_catalog_conf(name, warehouse)
+    db = postgres.urls["sqlalchemy"]
+    return ({"warehouse": warehouse, "catalog_name": name, "catalog_properties": {"type": "sql", "uri": db}},
+            lambda kw: java_iceberg.jdbc_catalog_conf(name, warehouse, uri=java_iceberg.postgres_jdbc_uri(db)))
+
+
+def render(results: dict) -> str:
+    lines = [
+        "\n## Concurrent writers (`concurrent_writers`)\n",
+        f"N processes each write {results['rows']:,} rows of their own day of one day-partitioned table, their commits "
+        "started at once (a barrier); Java Iceberg: N threads of one Spark session through its JdbcCatalog on the same "
+        "kind of catalog. `landed`: writes that landed on the first call, without a caller's retry. Latency: from the "
+        "barrier to the write's return (ours: the Iceberg commit and the Delta version), p50 / p95 in seconds. "
+        "Target: all land, and our p95 at most N x a lone commit's median.\n",
+        "| catalog | mode | N | ours landed | attempts (mean / max) | ours p50 / p95 | N x lone | Java landed | Java p50 / p95 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in results["cells"]:
+        o, j = c["ours"], c.get("java") or {}
+        bound = c["writers"] * results["lone"][c["catalog"]]
+        lines.append(
+            f"| {c['catalog']} | {c['mode']} | {c['writers']} | {o['landed']}/{o['writers']} | {o['attempts_mean']:.1f} / {o['attempts_max']} | "
+            f"{_s(o['p50'])} / {_s(o['p95'])} | {bound:.2f} | {j.get('landed', '-')}/{j.get('writers', '-')} | {_s(j.get('p50'))} / {_s(j.get('p95'))} |"
+        )
+    lines.append("\nA lone commit's median: " + ", ".join(f"{k} {v:.2f} s" for k, v in results["lone"].items()) + ".")
+    for mode in MODES:
+        ratios = [c["ours"]["p95"] / (c["writers"] * results["lone"][c["catalog"]]) for c in results["cells"] if c["mode"] == mode and c["ours"]["p95"]]
+        if ratios:
+            lines.append(f"Our p95 over N x a lone commit's median, {mode}: {min(ratios):.1f}x to {max(ratios):.1f}x.")
+    lines.append(
+        "\nWith the commit lock each writer commits once, in turn, so the last of N waits for the N-1 commits ahead of it; "
+        "a commit under contention also re-validates against the snapshots that landed since it planned (it reads their "
+        "manifest lists, and only the manifests whose partition summaries may hold its slice), and an overwrite writes the "
+        "Delta change data of the rows it replaces, which a lone commit into a fresh table does not pay as much for."
+    )
+    for side, name in (("ours", "Ours"), ("java", "Java's")):
+        kinds = sorted({_java_error(Exception(e)).split(":")[0] for c in results["cells"] for e in (c.get(side) or {}).get("errors", [])})
+        if kinds:
+            lines.append(f"\n{name} writes that did not land failed with: {', '.join(kinds)} (after the commit's own retries).")
+    return "\n".join(lines) + "\n"
+
+
+def _s(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--writers", default="8,16,32")
+    p.add_argument("--catalogs", default="sqlite,postgres")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--no-java", action="store_true")
+    p.add_argument("--json")
+    p.add_argument("--markdown", help="append the section to this page")
+    p.add_argument("--render", default=None, help="measure nothing: the section from this --json file")
+    args = p.parse_args()
+    if args.render:
+        results = json.loads(Path(args.render).read_text())
+    else:
+        results = measure([int(n) for n in args.writers.split(",")], args.catalogs.split(","), args.reps, not args.no_java)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+    section = render(results)
+    if args.markdown:
+        with open(args.markdown, "a") as f:
+            f.write(section)
+    print(section)
+
+
+if __name__ == "__main__":
+    main()

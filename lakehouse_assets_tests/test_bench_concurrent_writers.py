@@ -1,0 +1,27 @@
+"""bench/concurrent_writers.py on two writers: both sides' writers land, and its page section renders. The figures
+themselves come from `make bench`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import concurrent_writers as bench  # noqa: E402 - bench/ is a folder of scripts, not a package
+
+pytestmark = pytest.mark.java_iceberg
+
+
+def test_the_concurrent_writers_workload_runs_with_two_writers(spark, tmp_path):
+    kwargs, java_settings = bench.catalog_settings("sqlite", None, "tinyconc", str(tmp_path))
+    ours = bench.ours(kwargs, 2, "overwrite")
+    assert ours["landed"] == 2 and ours["agree"] and ours["attempts_max"] == 1 and not ours["errors"]
+    for key, value in java_settings(kwargs).items():
+        spark.conf.set(key, value)
+    java = bench.java(spark, "tinyconc", 2, "append", "jtiny")
+    assert java["landed"] == 2 and not java["errors"]
+    section = bench.render({"rows": bench.ROWS, "cells": [{"catalog": "sqlite", "writers": 2, "mode": "overwrite", "ours": ours, "java": java}],
+                            "lone": {"sqlite": 0.5}})
+    assert "| sqlite | overwrite | 2 | 2/2 | 1.0 / 1 |" in section and "| 1.00 | 2/2 |" in section

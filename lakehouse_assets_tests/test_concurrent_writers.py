@@ -1,0 +1,260 @@
+"""Concurrent writers, as a Dagster backfill launches them: every write that does not conflict lands on its first call,
+and a real conflict is refused naming the other write.
+
+The writers of the first tests are processes of their own (concurrent_writers.py) that write pyarrow frames, so none
+starts a JVM, and a barrier holds each before its commit so that all commit at once. On the embedded catalog they
+queue on the table's commit lock (core/table/commit_lock.py) and each commits once, in turn; without the lock (as on a
+REST or Glue catalog) their commits race, and the losers re-validate against what landed (core/write/conflicts.py) and
+commit again. Either way each Delta version follows its snapshot in order. The other tests stage a race inside this
+process, through the commit seam the merge tests use.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from lakehouse_assets import CommitConflict, MergeOptions, Window
+from lakehouse_assets.core.properties import DELTA_APP_ID, DeltaCommitKeys
+
+from . import concurrent_writers as cw
+from .conftest import assert_all_readers_agree, rows_of
+
+pytestmark = pytest.mark.slow  # processes of their own: scheduled first (conftest.py)
+
+T = "bf.events"
+DAYS = 6
+ROWS = 2_000
+
+
+def _populated(lh, days: int = DAYS) -> None:
+    """The table as a first materialization leaves it: every day already holds rows (version 0)."""
+    lh.write(pa.concat_tables([cw.rows(i, ROWS) for i in range(days)]), T, partition_by=["day"])
+
+
+def _expected(versions: dict[int, int]) -> list[tuple]:
+    return rows_of([r for i, v in versions.items() for r in cw.rows(i, ROWS, v).to_pylist()])
+
+
+def _delta_follows_iceberg(lh) -> None:
+    """One Delta version per Iceberg snapshot, in Iceberg's order, each tagged with its snapshot; the txn says the last."""
+    table = lh.load(T)
+    delta = DeltaTable(table.location())
+    tagged = sorted((c["version"], int(c[DeltaCommitKeys.ICEBERG_SNAPSHOT_ID])) for c in delta.history() if DeltaCommitKeys.ICEBERG_SNAPSHOT_ID in c)
+    sequence = {s.snapshot_id: s.sequence_number for s in table.snapshots()}
+    assert [s for _, s in tagged] == sorted(sequence, key=sequence.get), "Delta versions out of Iceberg's order"
+    assert [v for v, _ in tagged] == list(range(1, len(sequence) + 1))  # version 0 creates the Delta table
+    assert delta.transaction_version(DELTA_APP_ID) == table.current_snapshot().sequence_number
+
+
+@pytest.mark.parametrize("lock", [True, False], ids=["commit-lock", "racing"])
+def test_disjoint_partition_overwrites_at_once_all_land_and_their_feed_is_exact(lh, spark, duck, warehouse, lock):
+    _populated(lh)
+    results = cw.run({"warehouse": warehouse}, T, list(range(DAYS)), ROWS, lock=lock)
+    assert [r["ok"] for r in results] == [True] * DAYS, [r.get("trace") for r in results if not r["ok"]]
+    if lock:  # in turn: each read what the ones before it committed, and committed once
+        assert [r["attempts"] for r in results] == [1] * DAYS
+    else:  # they raced: the losers re-validated and committed again
+        assert max(r["attempts"] for r in results) > 1
+    assert not any(r["delta_lagging"] for r in results)
+    assert sorted(r["delta_version"] for r in results) == list(range(2, DAYS + 2))
+    _delta_follows_iceberg(lh)
+    assert_all_readers_agree(lh, spark, duck, T, _expected({i: 1 for i in range(DAYS)}))
+    assert lh.verify(T, deep=True)["agree"]
+    # Each writer computed its change data in its own process (no Spark there): the feed holds exactly the rows each
+    # overwrite changed, the odd ids' old and new values, as `Lakehouse.changes` says.
+    first = lh.load(T).snapshots()[0]
+    columns = ["id", "value", "_change_type", "_commit_version"]
+    changes = sorted(tuple(r[c] for c in columns) for r in lh.changes(T, first.snapshot_id).collect())
+    feed = pa.table(DeltaTable(lh.load(T).location()).load_cdf(starting_version=2).read_all()).to_pylist()
+    assert sorted(tuple(r[c] for c in columns) for r in feed) == changes
+    assert len(changes) == DAYS * ROWS  # half of each day's rows, once deleted and once inserted
+
+
+@pytest.mark.parametrize("lock", [True, False], ids=["commit-lock", "racing"])
+def test_two_overwrites_of_the_same_partition_one_lands_and_the_other_is_refused_naming_it(lh, spark, duck, warehouse, lock):
+    _populated(lh, 2)
+    results = cw.run({"warehouse": warehouse}, T, [1, 1], ROWS, lock=lock)
+    landed = [r for r in results if r["ok"]]
+    refused = [r for r in results if not r["ok"]]
+    assert len(landed) == 1 and len(refused) == 1, results
+    assert refused[0]["error"].startswith(f"CommitConflict: Table {T}: the overwrite conflicts with a concurrent write: snapshot {landed[0]['snapshot']} (overwrite-window")
+    assert "file(s) inside day in [2024-01-02, 2024-01-03), which this write replaces" in refused[0]["error"]
+    assert "Nothing was committed and the written files were removed" in refused[0]["error"]
+    _delta_follows_iceberg(lh)
+    assert_all_readers_agree(lh, spark, duck, T, _expected({0: 0, 1: 1}))
+    table = lh.load(T)
+    referenced = {e.data_file.file_path for s in table.snapshots() for m in s.manifests(table.io) for e in m.fetch_manifest_entry(table.io, discard_deleted=False)}
+    on_disk = {f"file://{os.path.join(d, n)}" for d, _, names in os.walk(os.path.join(warehouse, "bf", "events", "data")) for n in names}
+    assert on_disk == referenced  # the refused write's files are gone
+
+
+def test_appends_racing_at_once_all_land(lh, spark, duck, warehouse):
+    _populated(lh, 1)
+    results = cw.run({"warehouse": warehouse}, T, [1, 2, 3, 4], ROWS, mode="append", lock=False)
+    assert [r["ok"] for r in results] == [True] * 4 and max(r["attempts"] for r in results) > 1
+    _delta_follows_iceberg(lh)
+    assert_all_readers_agree(lh, spark, duck, T, rows_of([r for i, v in ((0, 0), (1, 1), (2, 1), (3, 1), (4, 1)) for r in cw.rows(i, ROWS, v).to_pylist()]))
+
+
+def _with_a_concurrent_write(monkeypatch, write):
+    """`write()` (another writer's commit) lands right before this process's first Iceberg commit."""
+    from lakehouse_assets.core.formats.iceberg import committer
+
+    real_commit = committer.commit_files
+
+    def commit_after_another_write(*args, **kw):
+        monkeypatch.setattr(committer, "commit_files", real_commit)
+        write()
+        return real_commit(*args, **kw)
+
+    monkeypatch.setattr(committer, "commit_files", commit_after_another_write)
+
+
+def test_a_merge_racing_an_overwrite_of_another_partition_lands(lh, spark, duck, monkeypatch):
+    _populated(lh, 2)
+    _with_a_concurrent_write(monkeypatch, lambda: lh.write(cw.rows(1, ROWS, 2), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2))))
+    batch = spark.createDataFrame(cw.rows(0, 10, 3).to_pandas())  # updates the odd ones of day 0's first ten rows
+    merged = lh.write(batch, T, mode="merge", merge=MergeOptions(keys=["id"]))
+    monkeypatch.undo()
+    assert merged.commit_attempts == 2
+    day0 = {r["id"]: r for r in cw.rows(0, ROWS).to_pylist()} | {r["id"]: r for r in cw.rows(0, 10, 3).to_pylist()}
+    assert_all_readers_agree(lh, spark, duck, T, rows_of([*day0.values(), *cw.rows(1, ROWS, 2).to_pylist()]))
+    _delta_follows_iceberg(lh)
+
+
+def test_an_overwrite_racing_an_append_into_its_partition_is_refused(lh, spark, duck, monkeypatch):
+    """The append's rows lie inside the slice the overwrite replaces: committing on top would keep them, so it is refused."""
+    _populated(lh, 2)
+    _with_a_concurrent_write(monkeypatch, lambda: lh.write(cw.rows(1, 5, 7).set_column(0, "id", pa.array(range(-5, 0), pa.int64())), T))
+    with pytest.raises(CommitConflict, match=rf"Table {T}: the overwrite conflicts with a concurrent write: snapshot \d+ \(append\) added 1 file\(s\) inside day in \[2024-01-02, 2024-01-03\)"):
+        lh.write(cw.rows(1, ROWS, 1), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))
+    monkeypatch.undo()
+    assert lh.verify(T)["agree"]
+
+
+KILLED_WRITER = """
+import sys, time
+from lakehouse_assets import Lakehouse, Window
+from lakehouse_assets.core.formats.iceberg import committer
+from lakehouse_assets.core.write import conflicts
+from lakehouse_assets_tests import concurrent_writers as cw
+
+warehouse, signal_file = sys.argv[1], sys.argv[2]
+lh, other = Lakehouse(warehouse=warehouse), Lakehouse(warehouse=warehouse)
+real_commit, real_inside = committer.commit_files, conflicts.inside
+
+def another_write_first(*args, **kw):  # another writer's overwrite of day 0 lands first: this commit loses
+    committer.commit_files = real_commit
+    other.write(cw.rows(0, {rows}, 5), "{table}", mode="overwrite", window=Window("day", cw.day(0), cw.day(1)))
+    return real_commit(*args, **kw)
+
+def inside(*args):
+    check = real_inside(*args)
+    def slow_check(table, base_id):
+        open(signal_file, "w").close()  # re-validating now: the test kills this process here
+        time.sleep(120)
+        return check(table, base_id)
+    return slow_check
+
+committer.commit_files, conflicts.inside = another_write_first, inside
+lh.write(cw.rows(1, {rows}, 6), "{table}", mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))
+"""
+
+
+def test_a_writer_killed_during_its_revalidation_leaves_the_table_clean(lh, spark, duck, warehouse, tmp_path):
+    _populated(lh, 2)
+    signal_file = tmp_path / "revalidating"
+    script = tmp_path / "killed_writer.py"
+    script.write_text(textwrap.dedent(KILLED_WRITER).format(rows=ROWS, table=T))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, str(script), warehouse, str(signal_file)], cwd=root, env={**os.environ, "PYTHONPATH": root})
+    try:
+        deadline = time.monotonic() + 180
+        while not signal_file.exists():
+            assert proc.poll() is None, f"the writer ended before re-validating (exit {proc.returncode})"
+            assert time.monotonic() < deadline, "the writer never re-validated"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    # The concurrent overwrite of day 0 landed; the killed write of day 1 did not, in either format.
+    assert_all_readers_agree(lh, spark, duck, T, _expected({0: 5, 1: 0}))
+    _delta_follows_iceberg(lh)
+    assert lh.verify(T)["agree"]
+    # Its files are orphans no snapshot or version references: orphan cleanup removes them, and the next write lands.
+    cleaned = lh.maintain(T, "orphan_cleanup", orphan_grace_hours=0)
+    assert cleaned["orphans_found"] >= 1 and all(p.startswith("data/day=2024-01-02/") for p in cleaned["orphan_paths"]), cleaned["orphan_paths"]
+    lh.write(cw.rows(1, ROWS, 6), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))
+    assert_all_readers_agree(lh, spark, duck, T, _expected({0: 5, 1: 6}))
+
+
+LAUNCH_BACKFILL = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}"""
+BACKFILL_STATUS = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) { __typename ... on PartitionBackfill { status } ... on PythonError { message } }
+}"""
+BACKFILL_RUNS = """
+query Runs($id: String!) {
+  runsOrError(filter: {tags: [{key: "dagster/backfill", value: $id}]}) { ... on Runs { results { runId status tags { key value } } } }
+}"""
+
+
+def test_a_dagster_backfill_of_30_daily_partitions_in_parallel_runs_lands_every_partition(spark, duck, capsys):
+    """Launched as a person launches it, with the default run coordinator: one run per day, all at once. Every run
+    succeeds without a retry, and each day's blocking formats_agree check passes."""
+    import datetime as dt
+    import tempfile
+    from pathlib import Path
+
+    from dagster import AssetCheckKey, AssetKey, DagsterInstance
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    from lakehouse_assets import Lakehouse
+
+    from . import backfill_location as location
+    from .dagster_dev import graphql, running_dagster_dev, tail
+
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-backfill-"))
+    warehouse = root / "warehouse"
+    days = [(dt.date(2024, 1, 1) + dt.timedelta(days=i)).isoformat() for i in range(location.DAYS)]
+    started = time.monotonic()
+    with running_dagster_dev(root, warehouse, module="lakehouse_assets_tests.backfill_location") as dev:
+        params = {"assetSelection": [{"path": ["bf", "daily_events"]}], "partitionNames": days}
+        launched = graphql(dev["base"], LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+        assert launched["__typename"] == "LaunchBackfillSuccess", launched
+        backfill_id = launched["backfillId"]
+        deadline = time.monotonic() + 600
+        while (status := graphql(dev["base"], BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]["status"]) in ("REQUESTED",):
+            assert time.monotonic() < deadline, f"the backfill is still {status} after 600 s; log {dev['log']}:\n{tail(dev['log'])}"
+            time.sleep(3)
+        runs = graphql(dev["base"], BACKFILL_RUNS, {"id": backfill_id})["runsOrError"]["results"]
+        assert status == "COMPLETED_SUCCESS" and len(runs) == location.DAYS and {r["status"] for r in runs} == {"SUCCESS"}, (
+            f"backfill {status}, runs {[(r['runId'][:8], r['status']) for r in runs]}; log {dev['log']}:\n{tail(dev['log'])}")
+        instance = DagsterInstance.from_config(dev["home"])
+        checks = instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(AssetKey(["bf", "daily_events"]), "formats_agree"), limit=100)
+        passed = [c.run_id for c in checks if c.status == AssetCheckExecutionRecordStatus.SUCCEEDED]
+        assert sorted(passed) == sorted(r["runId"] for r in runs)  # every day's run: its formats_agree check passed
+        with capsys.disabled():
+            print(f"\nbackfill of {location.DAYS} days: {time.monotonic() - started:.0f} s from dagster dev's start")
+    lh = Lakehouse(str(warehouse))
+    table = lh.load("bf.daily_events")
+    assert len(table.snapshots()) == location.DAYS
+    expected = rows_of([r for d in days for r in location.rows_of(dt.date.fromisoformat(d)).to_pylist()])
+    assert_all_readers_agree(lh, spark, duck, "bf.daily_events", expected)
+    assert lh.verify("bf.daily_events")["agree"]

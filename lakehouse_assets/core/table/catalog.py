@@ -124,6 +124,18 @@ class LakehouseSqlCatalog(SqlCatalog):
                 session.rollback()
                 return False
 
+    def metadata_location_of(self, identifier) -> str | None:
+        """The table's current metadata location, read from its catalog row alone (no Table built): a committer that
+        waited for the commit lock asks it to learn whether anyone committed meanwhile."""
+        from pyiceberg.catalog.sql import IcebergTables
+
+        namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+        with Session(self.engine) as session:
+            return session.scalar(select(IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == self.name, IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name == Catalog.table_name_from(identifier),
+            ))
+
     def _convert_orm_to_iceberg(self, orm_table) -> Table:
         location = orm_table.metadata_location
         identifier = Catalog.identifier_to_tuple(orm_table.table_namespace or "") + (orm_table.table_name,)

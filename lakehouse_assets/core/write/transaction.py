@@ -208,6 +208,9 @@ def _revalidated(identifier: str, table: Table, base_id: int | None, check: conf
     """`table`, read again in place (the caller's object then shows what it commits on), when the snapshots committed
     since `base_id` leave the plan valid; else `CommitConflict` naming the write that invalidated it."""
     schema_id = table.metadata.current_schema_id
+    location_of = getattr(table.catalog, "metadata_location_of", None)  # the SQL catalogs: one column of one row
+    if cause is None and location_of is not None and location_of(table.name()) == table.metadata_location:
+        return table  # nothing committed since the table was read
     table.refresh()
     if _current_id(table) == base_id:
         return table

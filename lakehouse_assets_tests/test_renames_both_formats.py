@@ -20,6 +20,7 @@ from deltalake.query import QueryBuilder
 
 from lakehouse_assets import MergeOptions, SchemaError, TableOptions
 from lakehouse_assets.cli import cli
+from lakehouse_assets.core.formats import file_columns
 from lakehouse_assets.core.formats.delta import column_mapping as cm
 from lakehouse_assets.core.read import duckdb_readers
 
@@ -120,7 +121,7 @@ def test_a_dropped_name_added_again_reads_null_for_old_rows_everywhere(lh, spark
     lh.alter(t, drop=["score"])
     lh.write(spark.sql("SELECT id, id * 100 AS score FROM range(3, 5)"), t)  # a new column under the old name
     table = lh.load(t)
-    names = cm.file_names(table, table.schema())
+    names = file_columns.file_names(table, table.schema())
     score = table.schema().find_field("score").field_id
     assert names[score] != "score" and names[score].startswith("col-")  # a physical name never used before
     assert cm.physical_names(DeltaTable(table.location()))[score] == names[score]
@@ -344,7 +345,7 @@ def test_verify_fails_when_delta_physical_names_disagree_with_iceberg(lh, spark)
     table = lh.load(t)
     root = table.location()
     s_id = table.schema().find_field("s").field_id
-    cm.commit_schema(root, lh.storage, DeltaTable(root), table.schema(), {**cm.file_names(table, table.schema()), s_id: "wrong"}, operation="PLANTED",
+    cm.commit_schema(root, lh.storage, DeltaTable(root), table.schema(), {**file_columns.file_names(table, table.schema()), s_id: "wrong"}, operation="PLANTED",
                      commit_info={"lakehouse.operation": "schema-change"})  # fmt: skip
     report = lh.verify(t)
     assert not report["agree"] and any("column mapping" in d and "'wrong'" in d for d in report["differences"]), report["differences"]

@@ -340,7 +340,7 @@ def delta_files(identifier: str, delta, root_uri: str, keep_vectors: bool = Fals
             f"Table {identifier}: {len(with_vectors)} live file(s) of the Delta table at {root_uri} carry deletion vectors (rows deleted "
             f"by marking them, the file left as it was), e.g. {with_vectors[:3]}. Iceberg would read those rows as live. Nothing was "
             "imported. Import with apply_deletes=True (`lakehouse import --apply-deletes`) to rewrite those files without the deleted "
-            f"rows first, or set `{delta_vector_adoption.dv.ENABLE_PROPERTY}=true` on the Delta table to import it as a merge-on-read table "
+            f"rows first, or set `{delta_vector_adoption.deletion_vectors.ENABLE_PROPERTY}=true` on the Delta table to import it as a merge-on-read table "
             "(its vectors kept as Iceberg position deletes), or purge them with the engine that wrote them (Delta Lake on Spark or Databricks: "
             "`REORG TABLE ... APPLY (PURGE)`), then import again."
         )

@@ -259,8 +259,8 @@ def test_the_allow_list_names_existing_sites():
 def test_the_scan_reads_helper_messages_and_wrapped_errors():
     sites = {(s.path.rsplit("/", 1)[-1], s.fragment, s.wraps_caught) for s in raise_sites()}
     # raise MirrorRefused(refusal_message(...)): the helper's returned f-string is the message.
-    assert ("formats/delta/refusals.py", "Delta cannot mirror Iceberg", False) in sites
+    assert ("refusals.py", "Delta cannot mirror Iceberg", False) in sites
     # raise ForeignDeltaCommits(explain(...).replace(...)): still the helper's message.
-    assert ("formats/delta/foreign_versions.py", "the Delta log holds", False) in sites
+    assert ("foreign_versions.py", "the Delta log holds", False) in sites
     # except SpecError as e: raise SpecError(f"Table {t}: {e}"): the caught error's own site documents it.
     assert ("spec.py", None, True) in sites

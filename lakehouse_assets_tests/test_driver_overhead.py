@@ -501,11 +501,11 @@ def test_runs_that_need_no_spark_start_none_and_a_repair_that_does_uses_the_reso
 
     lh.write(spark.range(5).select("id"), "lazy.people")
     # A map column: the overwrite's change data is compared by a Spark job (core/read/arrow_changes.py groups no nested column).
-    rows = {"append": "id", "overwrite": "id, map('k', id) AS tags"}
+    rows = {"append": ["id"], "overwrite": ["id", "map('k', id) AS tags"]}
     for name, mode in (("lazy.appended", "append"), ("lazy.overwritten", "overwrite")):  # Delta lags one commit
-        lh.write(spark.range(5).selectExpr(*rows[mode].split(", ")), name)
+        lh.write(spark.range(5).selectExpr(*rows[mode]), name)
         with unreadable_delta_log(lh.load(name).location()):
-            assert lh.write(spark.range(3).selectExpr(*rows[mode].split(", ")), name, mode=mode).delta_lagging
+            assert lh.write(spark.range(3).selectExpr(*rows[mode]), name, mode=mode).delta_lagging
     code = (
         "import sys\n"
         "from dagster import AssetSelection, asset, materialize\n"

@@ -101,3 +101,16 @@ def test_global_options_before_or_after_the_subcommand_version_and_readable_tabl
     assert table[2].split() == ["cli.opts", str(snapshot), str(version), "parity", "iceberg+delta", "-", lh.tables()[0]["location"]]
     # Columns line up under their headers.
     assert table[2].index(str(snapshot)) == table[0].index("ICEBERG SNAPSHOT")
+
+
+def test_delete_and_update_by_condition(lh, spark, warehouse):
+    # Each command starts a Spark session of its own (the condition is Spark SQL): two commands, not more.
+    df = spark.range(0, 10).select("id", F.lit("open").alias("status"))
+    lh.write(df, "cli.orders")
+    updated = run("update", "cli.orders", "--set", "status='closed'", "--where", "id < 3", warehouse=warehouse).stdout
+    assert updated.startswith("cli.orders: 3 row(s) updated as Iceberg snapshot")
+    deleted = json.loads(run("delete", "cli.orders", "--where", "id >= 8", "--json", warehouse=warehouse).stdout)
+    assert deleted["rows_removed"] == 2 and deleted["delta_version"] is not None
+    rows = sorted((r["id"], r["status"]) for r in lh.read(spark, "cli.orders").collect())
+    assert rows == [(i, "closed" if i < 3 else "open") for i in range(8)]
+    assert lh.verify("cli.orders")["agree"]

@@ -173,6 +173,37 @@ class Lakehouse:
         )
         return table_write.write(self.context, df, request, foreign_default=self.foreign_delta_default, spark=spark)
 
+    def delete(
+        self, identifier: str, where: str, *, write_id: str | None = None, writer: dict[str, str] | None = None,
+        snapshot_properties: Mapping[str, str] | None = None, branch: str | None = None, spark=None,
+    ) -> WriteResult:
+        """Delete the rows `where` (a Spark SQL condition over the table's columns) matches, in both formats.
+
+        Copy-on-write rewrites each file holding a match without it; merge-on-read (the table's `write.delete.mode`)
+        records the rows' positions instead (a Delta deletion vector). A file whose statistics say every row matches is
+        dropped without being read. Nothing matched: nothing is committed. `write_id`, `writer`, `snapshot_properties` and
+        `branch` as for `write`. docs/deletes-and-erasure.md says what this does to history.
+        """
+        from .write import by_condition
+
+        op = by_condition.RowOperation(identifier, where, None, write_id, writer, snapshot_properties, branch)
+        return by_condition.run(self.context, op, foreign_default=self.foreign_delta_default, spark=spark)
+
+    def update(
+        self, identifier: str, set: Mapping[str, str], where: str, *, write_id: str | None = None, writer: dict[str, str] | None = None,
+        snapshot_properties: Mapping[str, str] | None = None, branch: str | None = None, spark=None,
+    ) -> WriteResult:
+        """Set columns of the rows `where` matches: `set={"status": "'closed'", "amount": "amount * 2"}`, each value a
+        Spark SQL expression over the row as it was, of the column's type (or one that widens to it without loss).
+
+        Copy-on-write or merge-on-read by the table's `write.update.mode`. The new rows are checked against the table's
+        contract before anything is written; the change feed pairs each row's pre- and post-image.
+        """
+        from .write import by_condition
+
+        op = by_condition.RowOperation(identifier, where, dict(set or {}) if isinstance(set, Mapping) else set, write_id, writer, snapshot_properties, branch)
+        return by_condition.run(self.context, op, foreign_default=self.foreign_delta_default, spark=spark)
+
     def stream_writer(self, identifier: str, mode: Literal["append", "overwrite", "merge"] = "append", **options) -> "StreamWriter":
         """A `foreachBatch` sink writing each micro-batch exactly once to both formats (core/write/stream.py)."""
         return StreamWriter(self, identifier, mode, **options)

@@ -81,6 +81,10 @@ class SummaryKeys:
     MERGE_STRATEGY = "lakehouse.merge.strategy"  # copy-on-write or merge-on-read (the table's write.merge.mode then)
     MERGE_DELETED_FILES = "lakehouse.merge.files-with-new-deletes"  # merge-on-read: data files given a new delete file
     MERGE_ROWS_DELETED = "lakehouse.merge.rows-deleted"  # merge-on-read: rows those delete files remove anew
+    CONDITION = "lakehouse.condition"  # a delete's or update's condition (Spark SQL text)
+    UPDATE_SET = "lakehouse.update.set"  # an update's assignments, JSON {column: Spark SQL expression}
+    # An update's pre- and post-images pair on these columns (those it leaves alone), as a merge's on its keys
+    UPDATE_KEYS = "lakehouse.update.keys"
     COMPACTION_FILES_REWRITTEN = "lakehouse.compaction.files-rewritten"
     APPLIED_DELETE_FILES = "lakehouse.apply-deletes.delete-files"  # other engines' delete files an apply-deletes removed
     ROLLBACK_TARGET = "lakehouse.rollback.target-snapshot-id"  # the snapshot a rollback restored the rows of
@@ -110,6 +114,8 @@ class Operation:
     OVERWRITE = "overwrite"
     OVERWRITE_WINDOW = "overwrite-window"
     MERGE = "merge"
+    DELETE = "delete"  # rows matching a condition removed (core/write/by_condition.py)
+    UPDATE = "update"  # columns of the rows matching a condition set anew (core/write/by_condition.py)
     COMPACTION = "compaction"  # rows unchanged: the Delta mirror writes dataChange=false
     APPLY_DELETES = "apply-deletes"  # other engines' delete files applied by rewriting the data files they hit
     REPAIR = "repair"  # a Delta-only commit that makes the file sets equal again

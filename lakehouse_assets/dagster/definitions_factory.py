@@ -2,7 +2,7 @@
 
 `lakehouse_definitions(assets=[...], lakehouse=...)` returns a `Definitions` to merge into a project's own:
 the `lakehouse` and `pyspark` resources, the IO manager, a blocking `formats_agree` check on every managed
-asset, a check per rule of each asset's data contract and its quarantine table (contracts.py), the maintenance, rollback and alter jobs, the maintenance schedule and the sensors. The demo's code
+asset, a check per rule of each asset's data contract and its quarantine table (contracts.py), the maintenance, rollback, alter, delete and update jobs, the maintenance schedule and the sensors. The demo's code
 location (`lakehouse_assets/definitions.py`) and the `dg` component (component.py) are two users of it.
 """
 
@@ -31,6 +31,7 @@ from .maintenance import (
 )
 from .resources import LakehouseResource, spark_resource
 from .rollback import lakehouse_rollback_job
+from .row_changes import lakehouse_delete_job, lakehouse_update_job
 from .schema_ops import lakehouse_alter_job
 
 SENSOR_NAMES = ("compaction", "delta_lag", "foreign_commits")
@@ -117,7 +118,7 @@ def lakehouse_definitions(
     return Definitions(
         assets=[*defined, *quarantine_specs(defined)],
         asset_checks=[*build_formats_agree_checks(managed_keys(assets)), *build_contract_checks(defined)] if checks else [],
-        jobs=[*maintenance_jobs, lakehouse_alter_job, lakehouse_rollback_job],
+        jobs=[*maintenance_jobs, lakehouse_alter_job, lakehouse_rollback_job, lakehouse_delete_job, lakehouse_update_job],
         schedules=schedules,
         sensors=sensors.definitions(),
         resources={

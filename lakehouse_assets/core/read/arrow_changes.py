@@ -30,7 +30,7 @@ _SIGN = "_lakehouse_sign"
 def small_change_rows(table: Table, change: SnapshotChange, parent, spark_schema, storage: StorageConfig) -> pa.Table | None:
     """The rows `change` changed (columns of `spark_schema` and the change type; empty: none), or None when this
     change is not one to compute here (see the module docstring). `parent`: the snapshot before it."""
-    if _spark_running() or history.summary(change.snapshot).get(SummaryKeys.MERGE_KEYS):
+    if _spark_running() or _paired(change.snapshot):
         return None
     if sum(f.file_size_in_bytes for f in (*change.adds, *change.removes)) > MAX_BYTES:
         return None
@@ -95,3 +95,9 @@ def _read(files, spark_schema, schema: pa.Schema, storage: StorageConfig) -> pa.
     reader = ParquetFileReader(storage, schema, field_ids=field_ids or None)
     paths = pa.record_batch([pa.array([f.file_path for f in files], pa.string())], names=["path"])
     return pa.Table.from_batches(list(reader(iter([paths]))), schema=schema)
+
+
+def _paired(snapshot) -> bool:
+    """A merge's or an update's rows pair into pre- and post-images, which this module does not compute."""
+    summary = history.summary(snapshot)
+    return bool(summary.get(SummaryKeys.MERGE_KEYS) or summary.get(SummaryKeys.UPDATE_KEYS))

@@ -9,7 +9,8 @@ the change, not with the table.
 
 Within a merge, a key both deleted and inserted is an update: its old row is an `update_preimage`,
 its new row an `update_postimage`. The keys are the merge's own, recorded in its snapshot summary
-(`lakehouse.merge.keys`). The change types and commit columns are the names of Delta's change data feed.
+(`lakehouse.merge.keys`); an update by condition pairs its rows on the columns it leaves alone
+(`lakehouse.update.keys`). The change types and commit columns are the names of Delta's change data feed.
 
 Other engines' row-level delete files count: a commit that adds one deletes the rows it removes, and the
 commit that applies them (`repair --apply-deletes`) changes nothing a reader sees. Such a commit's files are
@@ -180,7 +181,8 @@ def snapshot_changed_rows(spark, identifier: str, table: Table, storage: Storage
         removed = _rows(spark, change.removes, spark_schema, storage, widened)
         if not change.adds:
             return removed.withColumn(CHANGE_TYPE, F.lit(DELETE))
-    keys = [k for k in summary.get(SummaryKeys.MERGE_KEYS, "").split(",") if k and k in spark_schema.fieldNames()]
+    paired_on = summary.get(SummaryKeys.MERGE_KEYS) or summary.get(SummaryKeys.UPDATE_KEYS, "")
+    keys = [k for k in paired_on.split(",") if k and k in spark_schema.fieldNames()]
     return _net_changes(removed, added, keys)
 
 

@@ -54,7 +54,7 @@ def merge_by_position(spark, plan: MergePlan, changes: FileChanges) -> None:
     (write/merge/on_read_tasks.py), as the one-job copy-on-write rewrite does; otherwise Spark matches, and the Delta
     mirror computes the change data from the files."""
     target = plan.target
-    earlier = _live_delete_files(target.table)
+    earlier = live_delete_files(target.table)
     wrote_upserts = False
     if plan.candidates and plan.values is not None and not plan.straddling:
         deleted_before = {f.file_path: position_deletes.positions_as_written(target.storage, earlier[f.file_path], f.file_path) for f in plan.candidates if f.file_path in earlier}
@@ -82,11 +82,12 @@ def _matched_positions(spark, plan: MergePlan) -> dict[str, pa.Array]:
     return _collect_positions(hits, [f.file_path for f in plan.candidates])
 
 
-def positions_where(spark, target: WriteTarget, files: list[DataFile], row_filter) -> dict[str, pa.Array]:
-    """Per file of `files`, the positions of its rows `row_filter(schema)` (a Spark predicate) holds for."""
+def positions_where(spark, target: WriteTarget, files: list[DataFile], row_filter, deleted=None) -> dict[str, pa.Array]:
+    """Per file of `files`, the positions of its rows `row_filter(schema)` (a Spark predicate) holds for (`deleted`:
+    the files' deleted positions, whose rows are not looked at: they are no longer in the table)."""
     if not files:
         return {}
-    rows = target.read(spark, files, path_column=PATH, position_column=POSITION)
+    rows = target.read(spark, files, path_column=PATH, position_column=POSITION, deleted=deleted)
     return _collect_positions(rows.filter(row_filter(rows.schema)).select(PATH, POSITION), [f.file_path for f in files])
 
 
@@ -118,7 +119,7 @@ def delete_positions(
     new deletes. Returns, per data file that lost rows, how many it lost."""
     import pyarrow.compute as pc
 
-    earlier = _live_delete_files(target.table) if earlier is None else earlier
+    earlier = live_delete_files(target.table) if earlier is None else earlier
     root = normalize_uri(target.table.location())
     out: dict[str, int] = {}
     for data_file, found in positions.items():
@@ -139,7 +140,7 @@ def delete_positions(
     return out
 
 
-def _live_delete_files(table: Table) -> dict[str, list[DataFile]]:
+def live_delete_files(table: Table) -> dict[str, list[DataFile]]:
     """The live position-delete files per data file they apply to (file-scoped: `check_deletes` refused others)."""
     out: dict[str, list[DataFile]] = {}
     for e in live_delete_entries(table):

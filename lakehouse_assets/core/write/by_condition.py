@@ -1,0 +1,289 @@
+"""DELETE and UPDATE by condition: the rows a SQL condition matches leave the table, or change, in both formats.
+
+1. The condition (core/write/condition.py) and an update's assignments are checked against the table's columns and
+   types before any file is read; a table whose Delta side is append-only, or holds other engines' delete files the
+   operation cannot fold in, is refused.
+2. Files are planned from metadata: those the condition cannot match are never read; for a delete, files whose
+   statistics say every row matches are dropped without being read (metadata only).
+3. One Spark job finds the matching rows' positions in the other candidates (positions only reach the driver).
+   Files without a match are left as they are.
+4. The table's row-level mode (`write.delete.mode` / `write.update.mode`) decides how rows leave: copy-on-write
+   rewrites each file that holds a match without it (an update: with the new values); merge-on-read writes one
+   position-delete file per such file (Delta: a deletion vector), and an update adds its new rows as a new file.
+5. The commit pipeline (core/write/transaction.py) commits one Iceberg snapshot and one Delta version; a race lost
+   to another writer is re-validated against what it changed inside the condition's files.
+
+The change feed follows: a delete's rows are `delete` events; an update's are pre- and post-images, paired on the
+columns the update leaves alone (recorded in the snapshot as `lakehouse.update.keys`). An update's new rows are
+checked against the table's data contract (rules and NOT NULL columns) before anything is written: a row that
+breaks it refuses the whole update, whatever the contract's policy, since part of an update cannot be quarantined.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.expressions.visitors import ROWS_MUST_MATCH, _StrictMetricsEvaluator
+from pyiceberg.table import Table
+
+from ..contracts import table_contract
+from ..contracts.model import ContractViolation
+from ..errors import InputError, MirrorRefused, SchemaError
+from ..formats import history
+from ..formats.deletes import refuse_delete_files
+from ..formats.delta import cdc_commit as delta_cdc_commit
+from ..formats.delta.committer import APPEND_ONLY
+from ..formats.iceberg import committer as ic
+from ..io.storage import check_access, delete_files
+from ..model import FileChanges, WriteResult
+from ..properties import Operation, SummaryKeys, TableProperties
+from ..read.deleted_positions import IcebergPositionDeletes
+from ..spark.session import active_session
+from ..table import branches
+from ..table.context import TableContext
+from ..table.evolution import types_were_widened
+from . import conflicts, transaction
+from .condition import Condition, check_sql, condition_of
+from .merge import on_read
+from .target import WriteTarget
+
+log = logging.getLogger("lakehouse")
+
+
+@dataclass(frozen=True)
+class RowOperation:
+    """What the caller asked for: `assignments` None for a delete, {column: Spark SQL expression} for an update."""
+
+    identifier: str
+    where: str
+    assignments: Mapping[str, str] | None = None
+    write_id: str | None = None
+    writer: Mapping[str, str] | None = None
+    snapshot_properties: Mapping[str, str] | None = None
+    branch: str | None = None
+
+    @property
+    def name(self) -> str:
+        return Operation.DELETE if self.assignments is None else Operation.UPDATE
+
+
+def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None) -> WriteResult:
+    """Delete or update the rows `op.where` matches (see the module docstring). Nothing matched: nothing is committed."""
+    from .table_write import foreign_delta_gate
+
+    started = time.monotonic()
+    check_access(ctx.storage, ctx.warehouse)
+    identifier, branch = op.identifier, branches.target_branch(op.identifier, op.branch)
+    spark = active_session(spark)
+    table = ctx.load(identifier)
+    delta = None
+    if branch is None:
+        delta = foreign_delta_gate(ctx, identifier, table, foreign_default, spark)
+        if delta is False:  # foreign versions were adopted: a new snapshot to plan on
+            table, delta = ctx.load(identifier), None
+    else:
+        table = branches.on_branch(table, branch)
+    if op.write_id is not None and (earlier := history.find_snapshot_by_write_id(table, op.write_id)) is not None:
+        log.info("Table %s: %s %s already committed as snapshot %s; not committing again", identifier, op.name, op.write_id, earlier.snapshot_id)
+        result = WriteResult.for_table(identifier, table, op.name, earlier.snapshot_id)
+        result.duplicate_of_earlier_write, result.branch = True, branch
+        return result
+    delta_on = ctx.delta_enabled(table) and branch is None
+    target = WriteTarget(
+        identifier, table, table.schema(), ctx.storage, cast_files=types_were_widened(table),
+        change_feed=delta_on and delta is not None and delta_cdc_commit.feed_enabled(delta),
+    )
+    condition = condition_of(identifier, op.where, table.schema(), target.spark_schema(), spark)
+    values = _assignments(identifier, op.assignments, target, spark) if op.assignments is not None else None
+    _refuse_unless_possible(ctx, identifier, table, op, delta_on)
+    changes = FileChanges()
+    try:
+        matched = _plan(spark, target, condition, values, changes)
+    except BaseException:
+        delete_files(ctx.storage, changes.created)  # nothing was committed
+        raise
+    if not changes.removes and not changes.added_delete_files:
+        result = WriteResult.for_table(identifier, table, op.name, _current_id(table))
+        result.branch, result.write_seconds = branch, time.monotonic() - started
+        return result
+    summary = _summary(op, condition, values, table)
+    revalidate = conflicts.any_change if condition.prune == AlwaysTrue() else conflicts.inside(lambda t: condition.prune, f"the rows where {condition.sql}")
+    write_seconds = time.monotonic() - started
+    result = transaction.commit(ctx, identifier, table, changes, summary, mode=op.name, revalidate=revalidate, delta=delta, branch=branch)
+    result.write_seconds = write_seconds
+    result.rows_removed = matched if op.assignments is None else 0
+    result.rows_written = matched if op.assignments is not None else 0
+    return result
+
+
+def _refuse_unless_possible(ctx: TableContext, identifier: str, table: Table, op: RowOperation, delta_on: bool) -> None:
+    """Refusals before any file is read: an append-only Delta side; delete files the operation cannot fold in."""
+    if delta_on and ctx.mirror(table).append_only():
+        raise MirrorRefused(
+            f"Table {identifier}: its Delta table sets {APPEND_ONLY}=true, which the Delta protocol gives no {op.name} of rows. "
+            f"Nothing was changed. If the table may change rows, unset the property with the engine that owns it "
+            f"(`ALTER TABLE ... SET TBLPROPERTIES ('{APPEND_ONLY}' = 'false')`), then run the {op.name} again."
+        )
+    what = f"A {op.name} by condition"
+    if on_read.chosen(table, _mode_property(op)):
+        on_read.check_deletes(table, what)
+    else:
+        refuse_delete_files(table, what)
+
+
+def _mode_property(op: RowOperation) -> str:
+    return TableProperties.DELETE_MODE if op.assignments is None else TableProperties.UPDATE_MODE
+
+
+def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None, changes: FileChanges) -> int:
+    """Write the operation into `changes`; returns the rows it deletes or updates."""
+    from pyspark.sql import functions as F
+
+    table = target.table
+    by_position = on_read.chosen(table, TableProperties.DELETE_MODE if values is None else TableProperties.UPDATE_MODE)
+    candidates = ic.live_data_files(table, row_filter=condition.prune)
+    whole = []
+    earlier = on_read.live_delete_files(table) if by_position else {}
+    if values is None and condition.strict:
+        strict = _StrictMetricsEvaluator(table.schema(), condition.prune).eval
+        whole = [f for f in candidates if strict(f) == ROWS_MUST_MATCH]  # every row matches: dropped unread
+    read = [f for f in candidates if f not in whole]
+    deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read if f.file_path in earlier}
+    positions = on_read.positions_where(spark, target, read, lambda schema: F.expr(condition.matches), deleted=deleted or None)
+    hit = [f for f in read if f.file_path in positions]
+    matched = sum(len(p) for p in positions.values()) + sum(f.record_count for f in whole)
+    changes.removes += whole
+    if not hit:
+        return matched
+    rows = target.read(spark, hit, deleted={u: d for u, d in deleted.items() if u in positions} or None)
+    if values is not None:
+        _check_new_rows(target.identifier, target, _updated(rows.filter(F.expr(condition.matches)), values), values)
+    if by_position:
+        on_read.delete_positions(target, {f: positions[f.file_path] for f in hit}, changes, earlier)
+        if values is not None:
+            target.write(_updated(rows.filter(F.expr(condition.matches)), values), changes)
+        return matched
+    changes.removes += hit
+    kept = rows.filter(~F.expr(condition.matches)) if values is None else _updated(rows, values, condition)
+    target.write(kept, changes, counts_as_written=False)
+    return matched
+
+
+def _updated(rows, values: dict, condition: Condition | None = None):
+    """`rows` with the assigned columns replaced (only on matching rows, when `condition` is given)."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for name in rows.columns:
+        column = F.col(f"`{name}`")
+        if name in values:
+            expression, data_type = values[name]
+            new = F.expr(expression).cast(data_type)
+            column = F.when(F.expr(condition.matches), new).otherwise(column) if condition is not None else new
+        out.append(column.alias(name))
+    return rows.select(*out)
+
+
+def _assignments(identifier: str, assignments: Mapping[str, str], target: WriteTarget, spark) -> dict:
+    """{column: (expression, the column's Spark type)}, each expression checked: a known top-level column, valid SQL
+    over the row, a type the column takes without loss, not NULL for a required column."""
+    if not assignments or not isinstance(assignments, Mapping):
+        raise InputError(f"Table {identifier}: an update needs set={{column: SQL expression}}, e.g. set={{\"status\": \"'closed'\"}}; got {assignments!r}. Nothing was changed.")
+    schema = target.spark_schema()
+    out = {}
+    for column, expression in assignments.items():
+        if column not in schema.fieldNames():
+            raise InputError(f"Table {identifier}: update sets column {column!r}, which the table does not have (its columns: {', '.join(schema.fieldNames())}). Nothing was changed.")
+        if not isinstance(expression, str) or not expression.strip():
+            raise InputError(f"Table {identifier}: update sets column {column!r} to {expression!r}; give a Spark SQL expression as text (a string literal is quoted: \"'closed'\"). Nothing was changed.")
+        wanted = schema[column].dataType
+        given = check_sql(identifier, spark, schema, expression, f"value for column {column!r}", boolean=False)
+        if not _assignable(given, wanted):
+            raise SchemaError(
+                f"Table {identifier}: update sets column {column!r} ({wanted.simpleString()}) to {expression!r}, which is "
+                f"{given.simpleString()}. Cast it in the expression, e.g. CAST({expression} AS {wanted.simpleString().upper()}). Nothing was changed."
+            )
+        if given.simpleString() == "void" and not target.schema.find_field(column).optional:
+            raise SchemaError(f"Table {identifier}: update sets column {column!r} to NULL, and the column is required. Nothing was changed.")
+        out[column] = (expression, wanted)
+    return out
+
+
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+
+
+def _assignable(given, wanted) -> bool:
+    """Whether a value of Spark type `given` goes into a column of type `wanted` without loss: the same type, NULL, or a
+    widening (a narrower integer; an integer into a decimal with room or a double; a float into a double)."""
+    g, w = given.simpleString(), wanted.simpleString()
+    if g == w or g == "void":
+        return True
+    if g in _INTEGRAL and w in _INTEGRAL:
+        return _INTEGRAL.index(g) <= _INTEGRAL.index(w)
+    if g in _INTEGRAL and w == "double":
+        return True
+    if g in _INTEGRAL and w.startswith("decimal"):
+        return wanted.precision - wanted.scale >= (3, 5, 10, 20)[_INTEGRAL.index(g)]
+    if g == "float" and w == "double":
+        return True
+    if g.startswith("decimal") and w.startswith("decimal"):
+        return wanted.scale >= given.scale and wanted.precision - wanted.scale >= given.precision - given.scale
+    return False
+
+
+def _summary(op: RowOperation, condition: Condition, values: dict | None, table: Table) -> dict[str, str]:
+    out = {str(k): str(v) for k, v in (op.snapshot_properties or {}).items()}
+    out |= {SummaryKeys.OPERATION: op.name, SummaryKeys.CONDITION: condition.sql, SummaryKeys.WRITER: _json(op.writer)}
+    if op.write_id is not None:
+        out[SummaryKeys.WRITE_ID] = op.write_id
+    if op.branch is not None:
+        out[SummaryKeys.BRANCH] = op.branch
+    if values is not None:
+        # Pre- and post-images pair on the columns the update leaves alone (map columns cannot be compared by Spark).
+        kept = [f.name for f in table.schema().fields if f.name not in values and "map<" not in str(f.field_type)]
+        out[SummaryKeys.UPDATE_KEYS] = ",".join(kept)
+        out[SummaryKeys.UPDATE_SET] = _json({c: e for c, (e, _) in values.items()})
+    return out
+
+
+def _json(value) -> str:
+    import json
+
+    return json.dumps(dict(value or {}), sort_keys=True)
+
+
+def _current_id(table: Table) -> int | None:
+    snap = table.current_snapshot()
+    return snap.snapshot_id if snap else None
+
+
+def _check_new_rows(identifier: str, target: WriteTarget, new_rows, values: dict) -> None:
+    """Refuse the update, naming the check and the count, when its new rows break the table's contract (its rules, its
+    NOT NULL columns) or hold NULL in a required column. One aggregate over the matched rows only."""
+    contract = table_contract.stored(target.table)
+    checks = {f"column {c!r} is required": f"`{c}` IS NULL" for c in values if not target.schema.find_field(c).optional}
+    if contract is not None:
+        if taken := [c for c in contract.unique if c in values]:
+            raise ContractViolation(
+                f"Table {identifier}: the update sets {', '.join(map(repr, taken))}, part of the contract's unique key "
+                f"({', '.join(contract.unique)}), and a new value could repeat another row's. Nothing was changed. Change key "
+                "values with a merge (mode='merge'), which checks the key."
+            )
+        rules = contract.checked_rules(identifier, {f.name: f.dataType.simpleString() for f in new_rows.schema.fields})
+        checks |= {f"rule {name!r} ({text})": f"NOT coalesce(({text}), false)" for name, text in rules.items()}
+        checks |= {f"NOT NULL column {c!r}": f"`{c}` IS NULL" for c in contract.not_null}
+    if not checks:
+        return
+    names = list(checks)
+    counts = new_rows.selectExpr(*[f"sum(CASE WHEN {sql} THEN 1 ELSE 0 END) AS c{i}" for i, sql in enumerate(checks.values())]).first()
+    broken = [f"{name}: {counts[f'c{i}']} row(s)" for i, name in enumerate(names) if counts[f"c{i}"]]
+    if broken:
+        raise ContractViolation(
+            f"Table {identifier}: the update's new rows break {'; '.join(broken)}. Nothing was changed. An update is "
+            "refused whole (part of it cannot be quarantined): change the values or the condition."
+        )
+

@@ -1,0 +1,195 @@
+"""DELETE and UPDATE by condition: every reader of both formats agrees after each, with the change feed, time travel and
+the refusals a user meets (unknown column, not SQL, wrong type, append-only Delta), on copy-on-write and merge-on-read."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from lakehouse_assets import Lakehouse, TableOptions
+from lakehouse_assets.core.contracts.model import Contract
+from lakehouse_assets.core.errors import InputError, MirrorRefused, SchemaError
+from lakehouse_assets.core.write.condition import _pruning
+
+from .conftest import assert_all_readers_agree, rows_of
+
+pytestmark = pytest.mark.smoke
+
+T = "db.people"
+COLUMNS = ("id", "name", "day", "amount", "status")
+
+
+def _as_read(rows) -> list[tuple]:
+    """`rows` (tuples in COLUMNS order) as the readers' helper gives them: columns sorted by name, values normalised."""
+    return rows_of([dict(zip(COLUMNS, r)) for r in rows])
+
+
+def _people(spark, lh: Lakehouse, mode: str = "copy-on-write", rows=None):
+    rows = rows or [(i, f"p{i}", dt.date(2024, 1, 1 + i % 3), i * 10, "open") for i in range(1, 31)]
+    df = spark.createDataFrame(rows, "id long, name string, day date, amount int, status string")
+    lh.write(df.repartition(3), T, "overwrite", partition_by=["day"], table=TableOptions(properties={p: mode for p in ("write.delete.mode", "write.update.mode")}))
+    return rows
+
+
+def _changes(lh, spark, start, end=None):
+    rows = lh.changes(T, start, end, spark=spark).select("id", "amount", "status", "_change_type").collect()
+    return sorted((r["id"], r["amount"], r["status"], r["_change_type"]) for r in rows)
+
+
+def _delta_feed(lh, version):
+    delta = DeltaTable(lh.load(T).location()[len("file://"):])
+    rows = pa.table(delta.load_cdf(starting_version=version, ending_version=version).read_all()).to_pylist()
+    return sorted((r["id"], r["amount"], r["status"], r["_change_type"]) for r in rows)
+
+
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_delete_and_update_by_condition_agree_in_every_reader(spark, lh, duck, mode):
+    rows = _people(spark, lh, mode)
+    before = lh.load(T).current_snapshot().snapshot_id
+
+    deleted = lh.delete(T, "id % 7 = 0 AND name <> 'p14'")
+    expected = [r for r in rows if not (r[0] % 7 == 0 and r[1] != "p14")]
+    assert deleted.rows_removed == 3 and deleted.delta_version is not None
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+    assert _changes(lh, spark, before) == sorted((r[0], r[3], r[4], "delete") for r in rows if r not in expected)
+    assert _delta_feed(lh, deleted.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in rows if r not in expected)
+
+    after_delete = lh.load(T).current_snapshot().snapshot_id
+    updated = lh.update(T, {"status": "'closed'", "amount": "amount + 1"}, "day = '2024-01-02' AND amount > 100")
+    hit = [r for r in expected if r[2] == dt.date(2024, 1, 2) and r[3] > 100]
+    assert updated.rows_written == len(hit) > 0
+    expected = [(i, n, d, a + 1, "closed") if (i, n, d, a, s) in hit else (i, n, d, a, s) for i, n, d, a, s in expected]
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+    pre = [(r[0], r[3], r[4], "update_preimage") for r in hit]
+    post = [(r[0], r[3] + 1, "closed", "update_postimage") for r in hit]
+    assert _changes(lh, spark, after_delete) == sorted(pre + post)
+    assert _delta_feed(lh, updated.delta_version) == sorted(pre + post)
+    summary = lh.load(T).current_snapshot().summary
+    assert summary["lakehouse.operation"] == "update" and summary["lakehouse.condition"] == "day = '2024-01-02' AND amount > 100"
+
+    # Time travel in both formats still sees the rows as they were.
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(rows), snapshot_id=before, delta_version=deleted.delta_version - 1)
+    # A merge-on-read table deleted by position; a copy-on-write one rewrote files.
+    if mode == "merge-on-read":
+        assert int(summary.get("total-position-deletes", "0")) > 0
+    else:
+        assert int(summary.get("total-position-deletes", "0")) == 0
+
+
+def test_a_delete_whose_condition_covers_whole_files_reads_none(spark, lh, duck):
+    rows = _people(spark, lh)
+    result = lh.delete(T, "day = '2024-01-01'")  # whole partitions: dropped by their statistics
+    expected = [r for r in rows if r[2] != dt.date(2024, 1, 1)]
+    assert result.files_added == 0 and result.files_removed > 0
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+
+
+def test_nothing_matched_commits_nothing_and_write_id_makes_it_idempotent(spark, lh):
+    _people(spark, lh)
+    head = lh.load(T).current_snapshot().snapshot_id
+    assert lh.delete(T, "id > 1000").iceberg_snapshot_id == head
+    first = lh.delete(T, "id = 3", write_id="erase-3")
+    again = lh.delete(T, "id = 3", write_id="erase-3")
+    assert again.duplicate_of_earlier_write and again.iceberg_snapshot_id == first.iceberg_snapshot_id
+    assert len(lh.history(T)) == 2
+
+
+def test_bad_input_is_refused_naming_table_and_column_and_nothing_changes(spark, lh):
+    _people(spark, lh)
+    head = lh.load(T).current_snapshot().snapshot_id
+    with pytest.raises(InputError, match=r"db\.people.*nope"):
+        lh.delete(T, "nope = 1")
+    with pytest.raises(InputError, match=r"db\.people.*not valid Spark SQL"):
+        lh.delete(T, "id = = 1")
+    with pytest.raises(InputError, match=r"not a boolean"):
+        lh.delete(T, "amount + 1")
+    with pytest.raises(InputError, match=r"rand\(\)"):
+        lh.delete(T, "rand() < 0.5")
+    with pytest.raises(InputError, match=r"column 'missing'"):
+        lh.update(T, {"missing": "1"}, "id = 1")
+    with pytest.raises(SchemaError, match=r"column 'amount' \(int\).*string.*CAST"):
+        lh.update(T, {"amount": "'many'"}, "id = 1")
+    assert lh.load(T).current_snapshot().snapshot_id == head
+
+
+def test_an_append_only_delta_table_refuses_a_delete_and_an_update(spark, lh, tmp_path):
+    from deltalake import write_deltalake
+
+    root = str(tmp_path / "append_only")
+    write_deltalake(root, pa.table({"id": [1, 2], "name": ["a", "b"]}), configuration={"delta.appendOnly": "true"})
+    lh.import_table(T, root)
+    head, version = lh.load(T).current_snapshot().snapshot_id, DeltaTable(root).version()
+    with pytest.raises(MirrorRefused, match=r"db\.people: its Delta table sets delta\.appendOnly=true.*no delete.*Nothing was changed"):
+        lh.delete(T, "id = 1")
+    with pytest.raises(MirrorRefused, match=r"db\.people: its Delta table sets delta\.appendOnly=true.*no update"):
+        lh.update(T, {"name": "'z'"}, "id = 1")
+    assert lh.load(T).current_snapshot().snapshot_id == head and DeltaTable(root).version() == version
+
+
+def test_an_update_that_breaks_the_contract_is_refused_whole(spark, lh):
+    df = spark.createDataFrame([(1, 5), (2, 7)], "id long, amount int")
+    lh.write(df, T, table=TableOptions(contract=Contract(rules={"positive": "amount > 0"}, not_null=["amount"])))
+    with pytest.raises(InputError, match=r"rule 'positive'.*1 row"):
+        lh.update(T, {"amount": "amount - 6"}, "id = 1")
+    assert sorted(r["amount"] for r in lh.read(spark, T).collect()) == [5, 7]
+    lh.update(T, {"amount": "amount * 2"}, "id = 2")
+    assert sorted(r["amount"] for r in lh.read(spark, T).collect()) == [5, 14]
+
+
+def test_a_delete_on_a_branch_leaves_main_until_published(spark, lh, duck):
+    rows = _people(spark, lh)
+    lh.delete(T, "id <= 10", branch="audit")
+    assert lh.read(spark, T).count() == len(rows)
+    assert lh.read(spark, T, branch="audit").count() == len(rows) - 10
+    lh.publish(T, "audit", spark=spark)
+    assert_all_readers_agree(lh, spark, duck, T, _as_read([r for r in rows if r[0] > 10]))
+
+
+def test_a_second_delete_on_merge_on_read_does_not_count_rows_twice(spark, lh, duck):
+    rows = _people(spark, lh, "merge-on-read")
+    lh.delete(T, "id <= 5")
+    result = lh.delete(T, "id <= 8")
+    assert result.rows_removed == 3
+    assert_all_readers_agree(lh, spark, duck, T, _as_read([r for r in rows if r[0] > 8]))
+
+
+@pytest.mark.parametrize(
+    "text, prunes, strict",
+    [
+        ("id = 5", True, True),
+        ("id = 1.5", False, False),  # pyiceberg would bind it to id = 2
+        ("id < 99999999999999999999", False, False),  # folded to always true, nulls included
+        ("id <> 3", True, False),  # Iceberg's != keeps nulls: never a metadata-only delete
+        ("name like 'a_b%'", False, False),  # LIKE's _ is a wildcard, a plain character to pyiceberg
+        ("lower(name) = 'a'", False, False),
+        ("id = 5 and amount * 2 > 3", False, False),  # outside pyiceberg's grammar: no pruning at all
+    ],
+)
+def test_conditions_prune_only_where_pyiceberg_reads_them_as_spark_does(text, prunes, strict):
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "name", StringType()), NestedField(3, "amount", IntegerType()))
+    prune, exact, null_rejecting = _pruning(text, schema)
+    assert (prune != AlwaysTrue()) == prunes
+    assert (exact and null_rejecting) == strict
+
+
+
+def test_the_dagster_jobs_delete_and_update_with_the_condition_as_config(spark, lh, dagster_resources):
+    from lakehouse_assets.dagster.row_changes import delete_run_config, lakehouse_delete_job, lakehouse_update_job, update_run_config
+
+    rows = _people(spark, lh)
+    resources = {"lakehouse": dagster_resources["lakehouse"], "pyspark": dagster_resources["pyspark"]}
+    updated = lakehouse_update_job.execute_in_process(run_config=update_run_config(T, {"status": "'closed'"}, "id <= 4"), resources=resources)
+    deleted = lakehouse_delete_job.execute_in_process(run_config=delete_run_config(T, "id > 20", write_id="tidy"), resources=resources)
+    assert updated.success and deleted.success
+    (materialized,) = deleted.asset_materializations_for_node("lakehouse_delete")
+    assert materialized.asset_key.path == ["db", "people"] and materialized.metadata["rows"].value == 10
+    assert lh.history(T)[0]["writer"] == {"dagster_run_id": deleted.run_id}
+    assert sorted((r["id"], r["status"]) for r in lh.read(spark, T).collect()) == [(r[0], "closed" if r[0] <= 4 else "open") for r in rows if r[0] <= 20]
+    assert lh.verify(T)["agree"]

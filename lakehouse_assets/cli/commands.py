@@ -1,66 +1,13 @@
-"""`lakehouse`: inspect and repair tables from a shell.
-
-The warehouse comes from --warehouse, else LAKEHOUSE_WAREHOUSE, else ./warehouse; the catalog from
---catalog, else LAKEHOUSE_CATALOG and pyiceberg's configuration (see README). Both options are
-accepted before or after the subcommand (`lakehouse --warehouse W maintain T` = `lakehouse maintain T --warehouse W`).
-"""
+"""The commands on tables: list, history, changes, verify, repair, import, alter, upgrade, rollback, publish, discard,
+maintain."""
 
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
-from .core import maintenance
-from .core.errors import LakehouseError
-
-
-def _lakehouse(ctx):
-    from .core.lakehouse import Lakehouse
-
-    if "lakehouse" not in ctx.obj:
-        ctx.obj["lakehouse"] = Lakehouse(ctx.obj["warehouse"], catalog_name=ctx.obj["catalog"])
-    return ctx.obj["lakehouse"]
-
-
-def _remember(ctx, param, value):
-    """The subcommand's --warehouse/--catalog override the group's (its callback ran first)."""
-    if value is not None:
-        ctx.ensure_object(dict)[param.name] = value
-    return value
-
-
-def global_options(command):
-    """--warehouse and --catalog after the subcommand too, as users type them."""
-    command = click.option("--catalog", default=None, expose_value=False, callback=_remember, help="Catalog name (as before the subcommand).")(command)
-    return click.option("--warehouse", default=None, expose_value=False, callback=_remember, help="Warehouse path or URI (as before the subcommand).")(command)
-
-
-def _text_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
-    """A plain aligned table: header, rule, one line per row."""
-    cells = [[h for _, h in columns]] + [["-" if r.get(k) is None else str(r.get(k)) for k, _ in columns] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *(line(r) for r in cells[1:])])
-
-
-def _emit(data, as_json: bool, render) -> None:
-    if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))
-    else:
-        render(data)
-
-
-@click.group()
-@click.version_option(package_name="lakehouse_assets", prog_name="lakehouse")
-@click.option("--warehouse", envvar="LAKEHOUSE_WAREHOUSE", default="./warehouse", show_default=True, help="Warehouse path or URI.")
-@click.option("--catalog", envvar="LAKEHOUSE_CATALOG", default=None, help="Catalog name in pyiceberg's configuration.")
-@click.pass_context
-def cli(ctx, warehouse: str, catalog: str | None) -> None:
-    """Dual-format (Iceberg + Delta) lakehouse tables."""
-    ctx.ensure_object(dict)
-    ctx.obj.update(warehouse=warehouse, catalog=catalog)
+from ..core import maintenance
+from ..core.errors import LakehouseError
+from .group import _emit, _lakehouse, _text_table, cli, global_options
 
 
 @cli.command()
@@ -300,51 +247,6 @@ def upgrade(ctx, table: str, no_column_mapping: bool, as_json: bool) -> None:
 @cli.command()
 @global_options
 @click.argument("table")
-@click.option("--where", required=True, help="The rows to delete: a Spark SQL condition over the table's columns, e.g. \"id = 42\".")
-@click.option("--write-id", default=None, help="An idempotency key: a second delete with it commits nothing.")
-@click.option("--branch", default=None, help="Delete on this Iceberg branch (write-audit-publish) instead of main.")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def delete(ctx, table: str, where: str, write_id, branch, as_json: bool) -> None:
-    """Delete the rows a condition matches, in both formats (copy-on-write or merge-on-read, as the table's write.delete.mode says)."""
-    result = _lakehouse(ctx).delete(table, where, write_id=write_id, branch=branch).to_dict()
-    _emit(result, as_json, lambda r: click.echo(_row_change_line(r, f"{r['rows_removed']} row(s) deleted")))
-
-
-@cli.command()
-@global_options
-@click.argument("table")
-@click.option("--set", "assignments", multiple=True, required=True, metavar="COLUMN=EXPRESSION",
-              help="A column and its new value, a Spark SQL expression over the row (repeat for more columns), e.g. --set \"status='closed'\".")
-@click.option("--where", required=True, help="The rows to update: a Spark SQL condition over the table's columns.")
-@click.option("--write-id", default=None, help="An idempotency key: a second update with it commits nothing.")
-@click.option("--branch", default=None, help="Update on this Iceberg branch (write-audit-publish) instead of main.")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def update(ctx, table: str, assignments, where: str, write_id, branch, as_json: bool) -> None:
-    """Set columns of the rows a condition matches, in both formats (as the table's write.update.mode says)."""
-    values = {}
-    for item in assignments:
-        column, sep, expression = item.partition("=")
-        if not sep or not column.strip():
-            raise click.BadParameter(f"{item!r}: write COLUMN=EXPRESSION, e.g. \"status='closed'\"", param_hint="--set")
-        values[column.strip()] = expression.strip()
-    result = _lakehouse(ctx).update(table, values, where, write_id=write_id, branch=branch).to_dict()
-    _emit(result, as_json, lambda r: click.echo(_row_change_line(r, f"{r['rows_written']} row(s) updated")))
-
-
-def _row_change_line(r: dict, what: str) -> str:
-    if r.get("duplicate_of_earlier_write"):
-        return f"{r['table']}: already done as Iceberg snapshot {r['iceberg_snapshot_id']} (same write id); nothing committed"
-    if not r["rows_removed"] and not r["rows_written"]:
-        return f"{r['table']}: no row matched; nothing committed"
-    return (f"{r['table']}: {what} as Iceberg snapshot {r['iceberg_snapshot_id']} / Delta version {r['delta_version']} "
-            f"({r['files_removed']} file(s) replaced, {r['files_added']} written)")
-
-
-@cli.command()
-@global_options
-@click.argument("table")
 @click.option("--to-snapshot", "snapshot_id", type=int, default=None, help="An Iceberg snapshot id (see `lakehouse history`).")
 @click.option("--to-version", "delta_version", type=int, default=None, help="A Delta version.")
 @click.option("--as-of", "as_of", type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"]), default=None,
@@ -467,22 +369,3 @@ def maintain(ctx, table, all_tables, operation, dry_run, snapshot_retention_days
             )
 
     _emit(results if all_tables else results[0], as_json, lambda d: render(d if isinstance(d, list) else [d]))
-
-
-def main() -> None:
-    try:
-        # standalone_mode=False returns ctx.exit()'s code instead of raising it.
-        code = cli(standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(1)
-    except LakehouseError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

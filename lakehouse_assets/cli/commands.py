@@ -62,8 +62,8 @@ def history(ctx, table: str, branch: str | None, as_json: bool) -> None:
 @click.pass_context
 def changes(ctx, table: str, since: int | None, until: int | None, limit: int, as_json: bool) -> None:
     """Rows changed between two snapshots: insert, delete, update_preimage, update_postimage, with their commit."""
-    from .core.read.changes import CHANGE_TYPE, COMMIT_SNAPSHOT_ID
-    from .core.spark.session import spark_session
+    from ..core.read.changes import CHANGE_TYPE, COMMIT_SNAPSHOT_ID
+    from ..core.spark.session import spark_session
 
     df = _lakehouse(ctx).changes(table, since, until, spark=spark_session())
     counts = {r[CHANGE_TYPE]: r["count"] for r in df.groupBy(CHANGE_TYPE).count().collect()}
@@ -125,7 +125,7 @@ def repair(ctx, table: str, as_json: bool, apply_deletes: bool, rewrite_files: b
         raise click.UsageError("Give --adopt-delta or --revert-delta, not both: adopt brings the foreign Delta versions into Iceberg, revert undoes them.")
     spark = None
     if apply_deletes or rewrite_files:
-        from .core.spark.session import spark_session
+        from ..core.spark.session import spark_session
 
         spark = spark_session()
     report = _lakehouse(ctx).repair(
@@ -169,7 +169,7 @@ def import_(ctx, table: str, source: str | None, apply_deletes: bool, as_json: b
     the catalog. A refused import leaves the source as it was."""
     spark = None
     if apply_deletes:
-        from .core.spark.session import spark_session
+        from ..core.spark.session import spark_session
 
         spark = spark_session()
     report = _lakehouse(ctx).import_table(table, source, apply_deletes=apply_deletes, spark=spark)

@@ -193,3 +193,27 @@ def test_import_of_a_pyiceberg_table_in_place_on_every_backend(backend, spark):
     lh.write(spark.createDataFrame([(2, "changed"), (4, "d")], "id long, name string"), ident, mode="merge", merge=MergeOptions(keys=["id"]))
     want = [(1, "a"), (2, "changed"), (3, "c"), (4, "d")]
     assert_all_readers_agree(lh, spark, duck, ident, want, duck_formats=backend.duck_formats)
+
+
+@pytest.mark.parametrize("backend", ["postgres-s3", "glue-s3"], indirect=True)
+def test_rename_then_drop_keeping_the_files_then_purging_them(backend, spark):
+    lh = backend.lakehouse()
+    duck = duckdb_readers.connect(lh.storage)
+    ns = backend.namespace()
+    written = lh.write(events(spark, 0, 12), f"{ns}.events", partition_by=["country"])
+    renamed = lh.rename(f"{ns}.events", f"{ns}.events_v2")
+    assert renamed["location"] == written.location and f"{ns}.events" not in lh.table_names()
+    assert_all_readers_agree(lh, spark, duck, f"{ns}.events_v2", expected(0, 12), duck_formats=backend.duck_formats)
+    lh.write(events(spark, 12, 3), f"{ns}.events_v2")  # writes go on under the new name, into the same root
+
+    kept = lh.drop(f"{ns}.events_v2")
+    assert f"{ns}.events_v2" not in lh.table_names() and "register_table" in kept["how_to_register_again"]
+    lh.catalog.register_table(f"{ns}.events_v2", kept["metadata_location"])  # as the report says: the history comes back
+    assert_all_readers_agree(lh, spark, duck, f"{ns}.events_v2", expected(0, 15), duck_formats=backend.duck_formats)
+
+    purged = lh.drop(f"{ns}.events_v2", purge=True)
+    assert purged["files_removed"] > 0
+    fs, path = lh.storage.filesystem(written.location)
+    from pyarrow.fs import FileSelector
+
+    assert [f for f in fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True)) if f.is_file] == []

@@ -165,3 +165,19 @@ def test_the_cli_takes_the_registration_from_the_environment(aws, spark, tmp_pat
     monkeypatch.setenv("LAKEHOUSE_DELTA_GLUE", "_delta")
     with pytest.raises(Exception, match="LAKEHOUSE_DELTA_GLUE='_delta' is not a Glue registration"):
         Lakehouse(warehouse)
+
+
+def test_rename_and_drop_move_and_remove_the_delta_entry(aws, spark):
+    backend, glue = aws
+    lh = _glue_lakehouse(backend)
+    ns = backend.namespace()
+    lh.write(spark.range(3), f"{ns}.visits")
+    assert _entry(glue, ns, "visits_delta")["Parameters"]["lakehouse.iceberg-table"] == f"{ns}.visits"
+    lh.rename(f"{ns}.visits", f"{ns}.sessions")
+    names = {t["Name"] for t in glue.get_tables(DatabaseName=ns)["TableList"]}
+    assert "visits_delta" not in names and "visits" not in names
+    moved = _entry(glue, ns, "sessions_delta")
+    assert moved["Parameters"]["lakehouse.iceberg-table"] == f"{ns}.sessions"
+    assert [r["id"] for r in _delta_rows_through_glue(lh, moved)] == [0, 1, 2]
+    assert lh.drop(f"{ns}.sessions")["glue_entry_removed"] == "removed"
+    assert {t["Name"] for t in glue.get_tables(DatabaseName=ns)["TableList"]} == set()

@@ -1,5 +1,5 @@
-"""The commands on tables: list, history, changes, verify, repair, import, alter, upgrade, rollback, publish, discard,
-maintain."""
+"""The commands on tables: list, history, changes, verify, repair, import, alter, upgrade, drop, rename, rollback, publish,
+discard, maintain."""
 
 from __future__ import annotations
 
@@ -242,6 +242,36 @@ def upgrade(ctx, table: str, no_column_mapping: bool, as_json: bool) -> None:
         click.echo(f"  physical names: {', '.join(f'{c}={p}' for c, p in r['physical_names'].items())}")
 
     _emit(result, as_json, render)
+
+
+@cli.command()
+@global_options
+@click.argument("table")
+@click.option("--purge", is_flag=True, help="Also remove every file under the table's root (both formats' data and logs).")
+@click.option("--dependents", is_flag=True, help="Also drop the contract's quarantine table, and the table's branches with it.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def drop(ctx, table: str, purge: bool, dependents: bool, as_json: bool) -> None:
+    """Drop a table from its catalog; its files stay unless --purge."""
+    result = _lakehouse(ctx).drop(table, purge=purge, dependents=dependents)
+
+    def render(r):
+        click.echo(f"{r['table']}: dropped; " + (f"{r['files_removed']} file(s) removed" if r["purged"] else f"to register it again: {r['how_to_register_again']}"))
+
+    _emit(result, as_json, render)
+
+
+@cli.command()
+@global_options
+@click.argument("table")
+@click.argument("new_name")
+@click.option("--dependents", is_flag=True, help="Also rename the contract's quarantine table.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def rename(ctx, table: str, new_name: str, dependents: bool, as_json: bool) -> None:
+    """Rename a table in its catalog; its files stay where they are."""
+    result = _lakehouse(ctx).rename(table, new_name, dependents=dependents)
+    _emit(result, as_json, lambda r: click.echo(f"{r['renamed_from']}: renamed to {r['table']} (files stay under {r['location']})"))
 
 
 @cli.command()

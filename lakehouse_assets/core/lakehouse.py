@@ -204,6 +204,21 @@ class Lakehouse:
         op = by_condition.RowOperation(identifier, where, dict(set or {}) if isinstance(set, Mapping) else set, write_id, writer, snapshot_properties, branch)
         return by_condition.run(self.context, op, foreign_default=self.foreign_delta_default, spark=spark)
 
+    def drop(self, identifier: str, *, purge: bool = False, dependents: bool = False) -> dict[str, Any]:
+        """Drop the table from its catalog (and its Delta side's Glue entry). Its files stay unless `purge=True`, which
+        removes every file under its root; the report says how to register kept files again. Refused while branches or
+        the contract's quarantine table depend on it, unless `dependents=True` takes them along."""
+        from .table.drop_rename import drop_table
+
+        return drop_table(self.context, identifier, purge=purge, dependents=dependents)
+
+    def rename(self, identifier: str, new_identifier: str, *, dependents: bool = False) -> dict[str, Any]:
+        """Rename the table in its catalog (and its Delta side's Glue entry); its files stay where they are. Refused while
+        the contract's quarantine table depends on it, unless `dependents=True` renames it too."""
+        from .table.drop_rename import rename_table
+
+        return rename_table(self.context, identifier, new_identifier, dependents=dependents)
+
     def stream_writer(self, identifier: str, mode: Literal["append", "overwrite", "merge"] = "append", **options) -> "StreamWriter":
         """A `foreachBatch` sink writing each micro-batch exactly once to both formats (core/write/stream.py)."""
         return StreamWriter(self, identifier, mode, **options)

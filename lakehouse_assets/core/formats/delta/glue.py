@@ -210,6 +210,21 @@ def keep_in_sync(entry: GlueEntry, table: Table, root_uri: str) -> str:
     return action
 
 
+def remove(entry: GlueEntry) -> str:
+    """Delete the Glue entry of a dropped or renamed table's Delta side when it is this table's; returns what was done
+    ("removed", "absent", or "kept": the name belongs to another table, whose entry is never touched)."""
+    current = _get(entry)
+    if current is None:
+        return "absent"
+    if (owner := _owner_problem(entry, current)) is not None:
+        log.warning("Table %s: its Glue entry %s was kept: %s", entry.identifier, entry.qualified, owner)
+        return "kept"
+    entry.client.delete_table(DatabaseName=entry.database, Name=entry.name, **entry._ids())
+    forget(entry)
+    log.info("Table %s: Glue entry %s of its Delta side removed", entry.identifier, entry.qualified)
+    return "removed"
+
+
 def sync_warning(entry: GlueEntry, error: Exception) -> str:
     return (
         f"Table {entry.identifier}: the write committed to both formats, but its Delta side could not be registered in Glue as "

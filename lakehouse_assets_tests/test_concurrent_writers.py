@@ -141,6 +141,25 @@ def test_an_overwrite_racing_an_append_into_its_partition_is_refused(lh, spark, 
     assert lh.verify(T)["agree"]
 
 
+def test_a_delete_racing_an_append_to_another_partition_lands_and_one_racing_an_overwrite_of_its_rows_is_refused(lh, spark, duck, monkeypatch):
+    """A delete by condition re-validates like an overwrite of the rows its condition names (docs/deletes-and-erasure.md)."""
+    _populated(lh, 2)
+    odd_day0 = f"day = '{cw.day(0)}' AND id % 2 = 1"
+    _with_a_concurrent_write(monkeypatch, lambda: lh.write(cw.rows(2, 10), T))
+    deleted = lh.delete(T, odd_day0)
+    monkeypatch.undo()
+    assert deleted.commit_attempts == 2 and deleted.rows_removed == ROWS // 2
+    kept = [r for r in cw.rows(0, ROWS).to_pylist() if r["id"] % 2 == 0] + cw.rows(1, ROWS).to_pylist() + cw.rows(2, 10).to_pylist()
+    assert_all_readers_agree(lh, spark, duck, T, rows_of(kept))
+
+    _with_a_concurrent_write(monkeypatch, lambda: lh.write(cw.rows(1, ROWS, 3), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2))))
+    with pytest.raises(CommitConflict, match=rf"Table {T}: the update conflicts with a concurrent write: snapshot \d+ \(overwrite-window\) (added|removed) \d+ file\(s\) inside the rows where day = '2024-01-02'"):
+        lh.update(T, {"value": "'x'"}, f"day = '{cw.day(1)}'")
+    monkeypatch.undo()
+    assert lh.verify(T)["agree"]
+    _delta_follows_iceberg(lh)
+
+
 KILLED_WRITER = """
 import sys, time
 from lakehouse_assets import Lakehouse, Window

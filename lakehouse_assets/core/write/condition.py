@@ -7,11 +7,12 @@ not SQL, a result that is not boolean, a nondeterministic function or a subquery
 Files are pruned by metadata only where that is sound. pyiceberg's row-filter parser reads most simple conditions
 (comparisons, IN, IS NULL, BETWEEN, LIKE 'prefix%', AND/OR/NOT), but it binds some literals differently from Spark
 (`id = 1.5` on a long column becomes `id = 2`; a comparison beyond the column's range becomes always true, nulls
-included), treats NaN and `!=` on nulls by Iceberg's rules, and cannot read the rest of Spark SQL. So a predicate is
-used to prune only when its literal binds to exactly the value written, on a column that is not a float or double;
-what pyiceberg cannot read soundly prunes nothing (an AND keeps its sound side). The strict form (every row of a
-file matches, so the file is dropped without being read) is used only for predicates that reject nulls and only
-when the whole condition was read soundly.
+included; `'a''b'` is `a'b` to it and `ab` to Spark), treats NaN and `!=` on nulls by Iceberg's rules, and cannot read
+the rest of Spark SQL. So a predicate is used to prune only when its literal binds to exactly the value written, on a
+column that is not a float or double; what pyiceberg cannot read soundly prunes nothing (each top-level AND term is
+read on its own, and an AND keeps its sound side). The strict form (every row of a file matches, so the file is
+dropped without being read) is used only for predicates that reject nulls and only when the whole condition was read
+soundly.
 """
 
 from __future__ import annotations
@@ -93,14 +94,56 @@ def _without_strings(text: str) -> str:
 
 
 def _pruning(text: str, schema: Schema) -> tuple[BooleanExpression, bool, bool]:
-    """(the sound pruning filter, whether it is exactly the condition, whether every predicate in it rejects nulls)."""
+    """(the sound pruning filter, whether it is exactly the condition, whether every predicate in it rejects nulls).
+    Each top-level AND term is read on its own: a term pyiceberg cannot read leaves the others to prune."""
     from pyiceberg.expressions.parser import parse
 
-    try:
-        parsed = parse(text)
-    except Exception:  # noqa: BLE001 - outside pyiceberg's grammar: no pruning
-        return AlwaysTrue(), False, False
-    return _sound(parsed, schema)
+    out: BooleanExpression | None = None
+    exact = strict = True
+    for term in _conjuncts(text):
+        try:
+            if "''" in term or "\\" in term:
+                raise ValueError("Spark reads 'a''b' as 'ab' and backslashes as escapes; pyiceberg reads them otherwise")
+            parsed = parse(term)
+        except Exception:  # noqa: BLE001 - outside pyiceberg's grammar: this term prunes nothing
+            exact = strict = False
+            continue
+        prune, term_exact, term_strict = _sound(parsed, schema)
+        exact, strict = exact and term_exact, strict and term_strict
+        out = prune if out is None else And(out, prune)
+    return (out if out is not None else AlwaysTrue()), exact, strict
+
+
+def _conjuncts(text: str) -> list[str]:
+    """`text` split at its top-level ANDs (outside quotes and parentheses, and not the AND of a BETWEEN)."""
+    terms, start, depth, between, i = [], 0, 0, False, 0
+    while i < len(text):
+        c = text[i]
+        if c in "'\"`":
+            end = text.find(c, i + 1)
+            while end != -1 and c == "'" and text.startswith("''", end):
+                end = text.find(c, end + 2)
+            i = len(text) if end == -1 else end + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif depth == 0 and (c.isalpha() or c == "_") and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            word = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text[i:]).group(0)
+            if word.lower() == "between":
+                between = True
+            elif word.lower() == "and":
+                if between:
+                    between = False
+                else:
+                    terms.append(text[start:i])
+                    start = i + len(word)
+            i += len(word)
+            continue
+        i += 1
+    terms.append(text[start:])
+    return [t.strip() for t in terms if t.strip()]
 
 
 def _sound(expr: BooleanExpression, schema: Schema) -> tuple[BooleanExpression, bool, bool]:

@@ -67,8 +67,14 @@ def test_delete_and_update_by_condition_agree_in_every_reader(spark, lh, duck, m
     post = [(r[0], r[3] + 1, "closed", "update_postimage") for r in hit]
     assert _changes(lh, spark, after_delete) == sorted(pre + post)
     assert _delta_feed(lh, updated.delta_version) == sorted(pre + post)
-    summary = lh.load(T).current_snapshot().summary
+    summary = lh.load(T).snapshot_by_id(updated.iceberg_snapshot_id).summary
     assert summary["lakehouse.operation"] == "update" and summary["lakehouse.condition"] == "day = '2024-01-02' AND amount > 100"
+
+    # An update that leaves every matched row as it was changes no row in either feed.
+    unchanged = lh.update(T, {"status": "'closed'"}, "status = 'closed'")
+    assert unchanged.rows_written == len(hit)
+    assert _changes(lh, spark, updated.iceberg_snapshot_id) == [] and _delta_feed(lh, unchanged.delta_version) == []
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
 
     # Time travel in both formats still sees the rows as they were.
     assert_all_readers_agree(lh, spark, duck, T, _as_read(rows), snapshot_id=before, delta_version=deleted.delta_version - 1)

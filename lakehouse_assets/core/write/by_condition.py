@@ -38,10 +38,11 @@ from ..formats.deletes import refuse_delete_files
 from ..formats.delta import cdc_commit as delta_cdc_commit
 from ..formats.delta.committer import APPEND_ONLY
 from ..formats.iceberg import committer as ic
-from ..io.storage import check_access, delete_files
+from ..io.storage import check_access, delete_files, normalize_uri
 from ..model import FileChanges, WriteResult
 from ..properties import Operation, SummaryKeys, TableProperties
 from ..read.deleted_positions import IcebergPositionDeletes
+from ..spark.compat import default_parallelism
 from ..spark.session import active_session
 from ..table import branches
 from ..table.context import TableContext
@@ -52,6 +53,8 @@ from .merge import on_read
 from .target import WriteTarget
 
 log = logging.getLogger("lakehouse")
+
+FEED_ROWS_PER_TASK = 2_000_000  # changed rows per task writing the change data: a task's fixed cost against its share
 
 
 @dataclass(frozen=True)
@@ -152,25 +155,84 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
         strict = _StrictMetricsEvaluator(table.schema(), condition.prune).eval
         whole = [f for f in candidates if strict(f) == ROWS_MUST_MATCH]  # every row matches: dropped unread
     read = [f for f in candidates if f not in whole]
-    deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read if f.file_path in earlier}
-    positions = on_read.positions_where(spark, target, read, lambda schema: F.expr(condition.matches), deleted=deleted or None)
-    hit = [f for f in read if f.file_path in positions]
-    matched = sum(len(p) for p in positions.values()) + sum(f.record_count for f in whole)
+    deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read + whole if f.file_path in earlier}
+    if by_position:
+        columns = condition.columns(target.spark_schema().fieldNames())
+        positions = on_read.positions_where(spark, target, read, lambda schema: F.expr(condition.matches), deleted=_of(deleted, read) or None, columns=columns)
+        counts = {uri: len(p) for uri, p in positions.items()}
+    else:
+        counts = _matches_per_file(spark, target, read, condition)  # a copy-on-write table holds no delete files
+    hit = [f for f in read if f.file_path in counts]
     changes.removes += whole
     if not hit:
-        return matched
-    rows = target.read(spark, hit, deleted={u: d for u, d in deleted.items() if u in positions} or None)
+        if whole and target.change_feed:
+            changes.change_data = _feed(target, target.read(spark, whole, deleted=_of(deleted, whole) or None), None, changes, sum(f.record_count for f in whole))
+        return sum(f.record_count for f in whole)
+    rows = target.read(spark, hit, deleted=_of(deleted, hit) or None)
+    old = rows.filter(F.expr(condition.matches))
     if values is not None:
-        _check_new_rows(target.identifier, target, _updated(rows.filter(F.expr(condition.matches)), values), values)
+        _check_new_rows(target.identifier, target, _updated(old, values), values)
     if by_position:
         on_read.delete_positions(target, {f: positions[f.file_path] for f in hit}, changes, earlier)
         if values is not None:
-            target.write(_updated(rows.filter(F.expr(condition.matches)), values), changes)
-        return matched
-    changes.removes += hit
-    kept = rows.filter(~F.expr(condition.matches)) if values is None else _updated(rows, values, condition)
-    target.write(kept, changes, counts_as_written=False)
-    return matched
+            target.write(_updated(old, values), changes)
+    else:
+        changes.removes += hit
+        kept = rows.filter(~F.expr(condition.matches)) if values is None else _updated(rows, values, condition)
+        target.write(kept, changes, counts_as_written=False)
+    if target.change_feed:
+        # A second read of the hit files, for their matching rows only: cheaper than caching every row of them.
+        if whole:
+            old = old.unionByName(target.read(spark, whole, deleted=_of(deleted, whole) or None))
+        changes.change_data = _feed(target, old, values, changes, sum(counts.values()) + sum(f.record_count for f in whole))
+    return sum(counts.values()) + sum(f.record_count for f in whole)
+
+
+def _of(deleted: dict, files: list) -> dict:
+    return {f.file_path: deleted[f.file_path] for f in files if f.file_path in deleted}
+
+
+def _matches_per_file(spark, target: WriteTarget, files: list, condition: Condition) -> dict[str, int]:
+    """{file URI: rows matching} of the files holding a match (Spark's own Parquet scan; counts reach the driver)."""
+    from pyspark.sql import functions as F
+
+    from ..read.reader import file_uris
+    from .merge.batch import PATH
+
+    if not files:
+        return {}
+    rows = target.read(spark, files, path_column=PATH).filter(F.expr(condition.matches)).groupBy(PATH).count().collect()
+    uris = file_uris([r[PATH] for r in rows], [f.file_path for f in files])
+    return {uri: r["count"] for uri, r in zip(uris, rows)}
+
+
+def _feed(target: WriteTarget, old, values: dict | None, changes: FileChanges, rows_changed: int = 0) -> list[dict]:
+    """The version's Delta change data, written from the rows the operation changes (it knows them): a delete's rows
+    as `delete`; an update's as pre- and post-images, rows it leaves equal (NULL equal to NULL) left out, as
+    `Lakehouse.changes` leaves them. Returns the `cdc` actions; every file written is recorded in `changes.created`."""
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    from ..io.storage import join_uri
+    from ..read.change_types import CHANGE_TYPE, DELETE, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
+    from .change_data import change_data_writer, file_actions
+
+    root = normalize_uri(target.table.location())
+    writer = change_data_writer(target.table, target.schema, root, target.storage, uuid.uuid4().hex)
+    if values is None:
+        rows = old.withColumn(CHANGE_TYPE, F.lit(DELETE))
+    else:
+        same = None
+        for column, (expression, data_type) in values.items():
+            equal = F.col(f"`{column}`").eqNullSafe(F.expr(expression).cast(data_type))
+            same = equal if same is None else same & equal
+        changed = old.filter(~same)
+        rows = changed.withColumn(CHANGE_TYPE, F.lit(UPDATE_PREIMAGE)).unionByName(_updated(changed, values).withColumn(CHANGE_TYPE, F.lit(UPDATE_POSTIMAGE)))
+    tasks = max(1, min(default_parallelism(old.sparkSession), rows_changed // FEED_ROWS_PER_TASK + 1))
+    files = [r.asDict() for r in rows.coalesce(tasks).mapInArrow(writer, "path string, size long, partition_values string").collect()]
+    changes.created += [join_uri(root, f["path"]) for f in files]
+    return file_actions(files, writer)
 
 
 def _updated(rows, values: dict, condition: Condition | None = None):

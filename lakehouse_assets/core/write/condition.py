@@ -53,6 +53,12 @@ class Condition:
         """Spark SQL TRUE exactly for the matching rows (NULL counts as no match)."""
         return f"coalesce(({self.sql}), false)"
 
+    def columns(self, names: list[str]) -> list[str]:
+        """Of the columns `names`, those the condition may read: every one whose name its text holds (any case). A
+        superset, never fewer: a column Spark resolves is spelled in the text. At least one, to count rows by."""
+        text = self.sql.lower()
+        return [n for n in names if n.lower() in text] or names[:1]
+
     @property
     def digest(self) -> str:
         """A hash of the text: what an erasure records instead of its literals."""

@@ -59,14 +59,20 @@ class WriteTarget:
 
     def read(
         self, spark, files: list[DataFile], *, cast_files: bool | None = None, path_column: str | None = None,
-        position_column: str | None = None, deleted=None,
+        position_column: str | None = None, deleted=None, columns=None,
     ):
         """Existing files as a DataFrame in the write's schema (`path_column`, `position_column`: each row's file and
-        position in it; `deleted`: the files' deleted positions, left out)."""
+        position in it; `deleted`: the files' deleted positions, left out; `columns`: only these, for a reader that
+        cannot prune columns itself)."""
+        from pyspark.sql.types import StructType
+
         cast = self.cast_files if cast_files is None else cast_files
         constants = partition_constants.of_files(self.table, files, self.schema)
+        schema = self.spark_schema()
+        if columns is not None:
+            schema = StructType([f for f in schema.fields if f.name in set(columns)])
         return read_parquet_files(
-            spark, [f.file_path for f in files], self.spark_schema(), self.storage,
+            spark, [f.file_path for f in files], schema, self.storage,
             path_column=path_column, cast_files=cast, position_column=position_column, constants=constants, deleted=deleted,
         )
 

@@ -82,12 +82,13 @@ def _matched_positions(spark, plan: MergePlan) -> dict[str, pa.Array]:
     return _collect_positions(hits, [f.file_path for f in plan.candidates])
 
 
-def positions_where(spark, target: WriteTarget, files: list[DataFile], row_filter, deleted=None) -> dict[str, pa.Array]:
+def positions_where(spark, target: WriteTarget, files: list[DataFile], row_filter, deleted=None, columns=None) -> dict[str, pa.Array]:
     """Per file of `files`, the positions of its rows `row_filter(schema)` (a Spark predicate) holds for (`deleted`:
-    the files' deleted positions, whose rows are not looked at: they are no longer in the table)."""
+    the files' deleted positions, whose rows are not looked at: they are no longer in the table; `columns`: the only
+    columns the predicate reads, when the caller knows them: the positions' reader decodes no other)."""
     if not files:
         return {}
-    rows = target.read(spark, files, path_column=PATH, position_column=POSITION, deleted=deleted)
+    rows = target.read(spark, files, path_column=PATH, position_column=POSITION, deleted=deleted, columns=columns)
     return _collect_positions(rows.filter(row_filter(rows.schema)).select(PATH, POSITION), [f.file_path for f in files])
 
 

@@ -1,0 +1,170 @@
+"""DELETE and UPDATE by condition, ours against Java Iceberg's Spark SQL, on the same rows.
+
+Four tables hold the same `--rows` (default 2,000,000) rows in 8 bucket files (`bucket(8, id)`, the merge-on-read
+bench's events): ours copy-on-write, ours merge-on-read (`write.delete.mode` / `write.update.mode`), Java Iceberg's
+copy-on-write and merge-on-read (format v2). Then, in one Spark session, `--reps` (5) rounds, sides alternating:
+
+  delete    0.1% of the rows by a condition that no file's statistics can exclude (`id % 1000 = r`, a new r each
+            round): `Lakehouse.delete` against `DELETE FROM`
+  update    0.1% of the rows the same way, one column set: `Lakehouse.update` against `UPDATE ... SET`
+
+Ours commits both formats (an Iceberg snapshot and a Delta version with its change data); Java commits Iceberg only.
+After the rounds the tables are compared (row count, key sum, a hash of every value). Every figure is min / median /
+max seconds; the ratio is ours over Java's median of the same strategy.
+
+    .venv/bin/python bench/deletes.py [--rows 2000000] [--reps 5] [--json out.json] [--markdown page.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.merge_on_read import BUCKETS, COLUMNS, events, now, spread  # noqa: E402 - after the path
+
+NAMESPACE = "delete_bench"
+STRATEGIES = ("copy-on-write", "merge-on-read")
+MODES = ("write.delete.mode", "write.update.mode", "write.merge.mode")
+
+
+def create(spark, lh, catalog: str, rows: int) -> dict[tuple[str, str], str]:
+    """The four tables: (side, strategy) -> name."""
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets import TableOptions
+
+    base = events(spark, 0, rows).cache()
+    base.count()
+    names = {}
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{NAMESPACE}")
+    for strategy in STRATEGIES:
+        short = strategy.split("-")[0]
+        names[("ours", strategy)] = f"{NAMESPACE}.ours_{short}"
+        lh.write(base, names[("ours", strategy)], partition_by=[f"bucket({BUCKETS}, id)"], table=TableOptions(properties={m: strategy for m in MODES}))
+        names[("java", strategy)] = f"{catalog}.{NAMESPACE}.java_{short}"
+        writer = base.writeTo(names[("java", strategy)]).using("iceberg").partitionedBy(F.bucket(BUCKETS, "id"))
+        for key, value in {**{m: strategy for m in MODES}, "format-version": "2", "write.parquet.compression-codec": "zstd"}.items():
+            writer = writer.tableProperty(key, value)
+        writer.create()
+    base.unpersist()
+    return names
+
+
+def operations(spark, lh, names, op: str, residue: int) -> dict[tuple[str, str], callable]:
+    where = f"id % 1000 = {residue}"
+    out = {}
+    for strategy in STRATEGIES:
+        ours, java = names[("ours", strategy)], names[("java", strategy)]
+        if op == "delete":
+            out[("ours", strategy)] = lambda ours=ours: lh.delete(ours, where, spark=spark)
+            out[("java", strategy)] = lambda java=java: spark.sql(f"DELETE FROM {java} WHERE {where}").collect()
+        else:
+            out[("ours", strategy)] = lambda ours=ours: lh.update(ours, {"amount": "amount + 1"}, where, spark=spark)
+            out[("java", strategy)] = lambda java=java: spark.sql(f"UPDATE {java} SET amount = amount + 1 WHERE {where}").collect()
+    return out
+
+
+def fingerprint(spark, lh, names, key) -> tuple:
+    from pyspark.sql import functions as F
+
+    side, _ = key
+    frame = spark.table(names[key]) if side == "java" else lh.read(spark, names[key])
+    row = frame.agg(F.count(F.lit(1)), F.sum("id"), F.sum(F.hash(*[F.col(c) for c in COLUMNS]))).first()
+    return tuple(row)
+
+
+def measure(spark, lh, catalog: str, rows: int, reps: int) -> dict:
+    names = create(spark, lh, catalog, rows)
+    load_before = os.getloadavg()
+    times: dict[str, dict[str, list[float]]] = {op: {f"{s} {t}": [] for s, t in names} for op in ("delete", "update")}
+    for i in range(reps):
+        for op in ("delete", "update"):
+            fns = operations(spark, lh, names, op, (i * 37 + (1 if op == "delete" else 500)) % 1000)
+            order = list(fns) if i % 2 == 0 else list(fns)[::-1]
+            line = []
+            for key in order:
+                t0 = time.perf_counter()
+                fns[key]()
+                seconds = time.perf_counter() - t0
+                times[op][f"{key[0]} {key[1]}"].append(seconds)
+                line.append(f"{key[0]} {key[1]} {seconds:.2f}s")
+            print(f"  round {i + 1} {op}: " + ", ".join(line), flush=True)
+    prints = {key: fingerprint(spark, lh, names, key) for key in names}
+    assert len(set(prints.values())) == 1, f"the tables disagree after the deletes and updates: {prints}"
+    return {"rows": rows, "reps": reps, "seconds": {op: {k: spread(v) for k, v in sides.items()} for op, sides in times.items()},
+            "load_average": [load_before, os.getloadavg()], "measured_at": now()}
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "",
+        "## Deletes and updates by condition (`deletes`)",
+        "",
+        f"`bench/deletes.py` (run by `make bench`; see its docstring): {result['rows']:,} rows in 8 bucket files, {result['reps']} rounds of a",
+        "delete and an update of 0.1% of the rows each, by a condition no file's statistics exclude (every file holds",
+        "matches), sides alternating. Ours commits both formats with the Delta change data; Java commits Iceberg. Seconds,",
+        "min / median / max; ratio: ours over Java's median for the same strategy.",
+        "",
+        "| operation | strategy | ours | Java Iceberg | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    ratios = {}
+    for op, sides in result["seconds"].items():
+        for strategy in STRATEGIES:
+            ours, java = sides[f"ours {strategy}"], sides[f"java {strategy}"]
+            ratio = ours["median"] / java["median"]
+            ratios[(op, strategy)] = ratio
+            cell = lambda s: f"{s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f}"  # noqa: E731
+            lines.append(f"| {op} | {strategy} | {cell(ours)} | {cell(java)} | {ratio:.2f}x |")
+    before, after = result["load_average"]
+    lines += ["", f"Measured {result['measured_at']}; load average {before[0]:.1f} before, {after[0]:.1f} after.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    from lakehouse_assets import Lakehouse
+    from lakehouse_assets.core.spark.session import spark_session
+    from lakehouse_assets_tests import java_iceberg
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--driver-memory", default="4g")
+    p.add_argument("--json", default=None)
+    p.add_argument("--markdown", default=None, help="append the performance page's section to this file")
+    p.add_argument("--render", default=None, help="measure nothing: the section from this --json file")
+    args = p.parse_args()
+    if args.render:
+        result = json.loads(open(args.render).read())
+    else:
+        root = tempfile.mkdtemp(prefix="bench-deletes-")
+        spark = spark_session({
+            **java_iceberg.spark_conf(os.path.join(root, "java")), "spark.app.name": "bench-deletes", "spark.driver.memory": args.driver_memory,
+            "spark.sql.parquet.compression.codec": "zstd", "spark.sql.shuffle.partitions": str(BUCKETS),
+        })
+        try:
+            result = measure(spark, Lakehouse(os.path.join(root, "ours")), java_iceberg.CATALOG, args.rows, args.reps)
+        finally:
+            spark.stop()
+            shutil.rmtree(root, ignore_errors=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2)
+    section = markdown(result)
+    print(section)
+    if args.markdown:
+        with open(args.markdown, "a") as f:
+            f.write(section)
+
+
+if __name__ == "__main__":
+    main()

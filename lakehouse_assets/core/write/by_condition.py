@@ -170,6 +170,21 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
         return sum(f.record_count for f in whole)
     rows = target.read(spark, hit, deleted=_of(deleted, hit) or None)
     old = rows.filter(F.expr(condition.matches))
+    reused = values is not None and (by_position or target.change_feed)
+    if reused:  # the matched rows feed the contract check, the new rows and the change data: read them once
+        old = old.persist()
+    try:
+        return _write_rows(spark, target, condition, values, changes, rows, old, hit, whole, positions if by_position else None, earlier, deleted, counts)
+    finally:
+        if reused:
+            old.unpersist()
+
+
+def _write_rows(spark, target: WriteTarget, condition: Condition, values, changes: FileChanges, rows, old, hit, whole, positions, earlier, deleted, counts) -> int:
+    """`_plan`'s writing half: the rewrite or the position deletes, the new rows, the change data."""
+    from pyspark.sql import functions as F
+
+    by_position = positions is not None
     if values is not None:
         _check_new_rows(target.identifier, target, _updated(old, values), values)
     if by_position:
@@ -181,7 +196,7 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
         kept = rows.filter(~F.expr(condition.matches)) if values is None else _updated(rows, values, condition)
         target.write(kept, changes, counts_as_written=False)
     if target.change_feed:
-        # A second read of the hit files, for their matching rows only: cheaper than caching every row of them.
+        # The matched rows again (cached when the new rows came from them too), never every row of the hit files.
         if whole:
             old = old.unionByName(target.read(spark, whole, deleted=_of(deleted, whole) or None))
         changes.change_data = _feed(target, old, values, changes, sum(counts.values()) + sum(f.record_count for f in whole))

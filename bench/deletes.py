@@ -126,8 +126,25 @@ def markdown(result: dict) -> str:
             cell = lambda s: f"{s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f}"  # noqa: E731
             lines.append(f"| {op} | {strategy} | {cell(ours)} | {cell(java)} | {ratio:.2f}x |")
     before, after = result["load_average"]
-    lines += ["", f"Measured {result['measured_at']}; load average {before[0]:.1f} before, {after[0]:.1f} after.", ""]
+    lines += ["", f"Measured {result['measured_at']}; load average {before[0]:.1f} before, {after[0]:.1f} after.", "", *NOTES, ""]
     return "\n".join(lines)
+
+
+NOTES = [
+    "Where the time goes (each phase timed on the driver, 2,000,000 rows, 2026-12-02):",
+    "",
+    "- Copy-on-write: rewriting the eight files without (or with) the matched rows is 3.6-4 s of the 4.3-5 s: the",
+    "  project's Parquet writer over 2,000,000 rows, as a write of them costs. Finding which files hold a match is one",
+    "  scan by Spark's own Parquet reader of the condition's columns (0.6-1 s); the change data, written from the",
+    "  matched rows themselves, 0.3-0.5 s; both commits 0.05 s.",
+    "- Merge-on-read: no data file is rewritten, so the cost is finding the matched rows' positions, 1.2-1.8 s: pyarrow",
+    "  tasks decode the condition's column of every file with its row positions (Spark's own reader gives no",
+    "  positions), and Spark evaluates the condition over them; Java's reader does that in the JVM, vectorised. The",
+    "  change data reads the matched rows once more (0.5-0.8 s). That gap, not the commit, is what separates us from",
+    "  Java's merge-on-read DELETE; an update adds its new rows as one small file.",
+    "- Java Iceberg writes no change data; ours writes the Delta change feed of every delete and update (the deleted",
+    "  rows, each update's pre- and post-image) and commits both formats.",
+]
 
 
 def main() -> None:

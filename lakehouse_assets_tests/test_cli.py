@@ -104,13 +104,21 @@ def test_global_options_before_or_after_the_subcommand_version_and_readable_tabl
 
 
 def test_delete_and_update_by_condition(lh, spark, warehouse):
-    # Each command starts a Spark session of its own (the condition is Spark SQL): two commands, not more.
+    # In this process (click's runner), on the session's Spark: a `lakehouse` process would start a JVM of its own.
+    from click.testing import CliRunner
+
+    from lakehouse_assets.cli import cli
+
     df = spark.range(0, 10).select("id", F.lit("open").alias("status"))
     lh.write(df, "cli.orders")
-    updated = run("update", "cli.orders", "--set", "status='closed'", "--where", "id < 3", warehouse=warehouse).stdout
-    assert updated.startswith("cli.orders: 3 row(s) updated as Iceberg snapshot")
-    deleted = json.loads(run("delete", "cli.orders", "--where", "id >= 8", "--json", warehouse=warehouse).stdout)
-    assert deleted["rows_removed"] == 2 and deleted["delta_version"] is not None
+    updated = CliRunner().invoke(cli, ["--warehouse", warehouse, "update", "cli.orders", "--set", "status='closed'", "--where", "id < 3"])
+    assert updated.exit_code == 0 and updated.output.startswith("cli.orders: 3 row(s) updated as Iceberg snapshot"), updated.output
+    deleted = CliRunner().invoke(cli, ["--warehouse", warehouse, "delete", "cli.orders", "--where", "id >= 8", "--json"])
+    assert deleted.exit_code == 0 and json.loads(deleted.output)["rows_removed"] == 2, deleted.output
+    nothing = CliRunner().invoke(cli, ["--warehouse", warehouse, "delete", "cli.orders", "--where", "id > 100"])
+    assert "no row matched; nothing committed" in nothing.output
+    bad = CliRunner().invoke(cli, ["--warehouse", warehouse, "update", "cli.orders", "--set", "status", "--where", "id = 1"])
+    assert bad.exit_code == 2 and "write COLUMN=EXPRESSION" in bad.output
     rows = sorted((r["id"], r["status"]) for r in lh.read(spark, "cli.orders").collect())
     assert rows == [(i, "closed" if i < 3 else "open") for i in range(8)]
     assert lh.verify("cli.orders")["agree"]

@@ -204,6 +204,22 @@ class Lakehouse:
         op = by_condition.RowOperation(identifier, where, dict(set or {}) if isinstance(set, Mapping) else set, write_id, writer, snapshot_properties, branch)
         return by_condition.run(self.context, op, foreign_default=self.foreign_delta_default, spark=spark)
 
+    def erase(self, identifier: str, where: str, *, dependents: bool = False, spark=None) -> dict[str, Any]:
+        """Erase the rows `where` matches from every file under the table's root, in both formats, with the history
+        that held them (time travel then starts at the erasure); returns a report with the proof that nothing is left.
+        The condition is kept as a hash only. Refused while a branch or tag pins snapshots, or while the contract's
+        quarantine table exists unless `dependents=True` erases it too (core/maintenance/erase.py)."""
+        from .maintenance.erase import erase
+
+        return erase(self.context, identifier, where, foreign_default=self.foreign_delta_default, dependents=dependents, spark=spark)
+
+    def prove_erased(self, identifier: str, where: str, *, spark=None) -> dict[str, Any]:
+        """Decode every file under the table's root (Parquet pages and footers, Avro manifests, JSON logs, Delta
+        checkpoints) and report any row or value `where` still matches: `erased` is True when none is left."""
+        from .maintenance.erase import proof
+
+        return proof(self.context, identifier, where, spark=spark)
+
     def drop(self, identifier: str, *, purge: bool = False, dependents: bool = False) -> dict[str, Any]:
         """Drop the table from its catalog (and its Delta side's Glue entry). Its files stay unless `purge=True`, which
         removes every file under its root; the report says how to register kept files again. Refused while branches or

@@ -82,6 +82,7 @@ class SummaryKeys:
     MERGE_DELETED_FILES = "lakehouse.merge.files-with-new-deletes"  # merge-on-read: data files given a new delete file
     MERGE_ROWS_DELETED = "lakehouse.merge.rows-deleted"  # merge-on-read: rows those delete files remove anew
     CONDITION = "lakehouse.condition"  # a delete's or update's condition (Spark SQL text)
+    CONDITION_DIGEST = "lakehouse.condition.sha256"  # an erasure's condition: a hash, never the text
     UPDATE_SET = "lakehouse.update.set"  # an update's assignments, JSON {column: Spark SQL expression}
     # An update's pre- and post-images pair on these columns (those it leaves alone), as a merge's on its keys
     UPDATE_KEYS = "lakehouse.update.keys"
@@ -116,6 +117,8 @@ class Operation:
     MERGE = "merge"
     DELETE = "delete"  # rows matching a condition removed (core/write/by_condition.py)
     UPDATE = "update"  # columns of the rows matching a condition set anew (core/write/by_condition.py)
+    ERASE = "erase"  # rows matching a condition removed from every file's bytes (core/maintenance/erase.py)
+    LIVE_MANIFESTS = "live-manifests"  # manifests written again without DELETED entries; rows unchanged (erase.py)
     COMPACTION = "compaction"  # rows unchanged: the Delta mirror writes dataChange=false
     APPLY_DELETES = "apply-deletes"  # other engines' delete files applied by rewriting the data files they hit
     REPAIR = "repair"  # a Delta-only commit that makes the file sets equal again

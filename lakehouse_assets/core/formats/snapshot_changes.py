@@ -33,8 +33,8 @@ class SnapshotChange:
 
     @property
     def data_change(self) -> bool:
-        # Compaction rewrites files without changing rows: Delta readers of the change feed skip it.
-        return self.summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION
+        # Compaction rewrites files, an erasure's last snapshot manifests, without changing rows: Delta readers of the change feed skip them.
+        return self.summary.get(SummaryKeys.OPERATION) not in (Operation.COMPACTION, Operation.LIVE_MANIFESTS)
 
 
 def snapshot_change(table: Table, snapshot: Snapshot, manifests: Callable[[ManifestFile], bool] | None = None) -> SnapshotChange:

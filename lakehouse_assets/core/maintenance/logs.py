@@ -56,6 +56,22 @@ def delta_checkpoint(ctx: TableContext, identifier: str, settings: MaintenanceSe
     return result
 
 
+def delta_log_truncate(ctx: TableContext, table: Table) -> int:
+    """A checkpoint at the current Delta version, then every commit, checkpoint and checksum file of an older version
+    removed: the log starts there (an erasure; `cleanup_metadata` does the same for versions past the log retention).
+    Returns that version, recorded as the oldest for time travel."""
+    delta = ctx.mirror(table).load()
+    delta.create_checkpoint()
+    version = delta.version()
+    log_uri = join_uri(normalize_uri(table.location()), "_delta_log")
+    for info in list_files(ctx, log_uri):
+        head = info.base_name.split(".", 1)[0]
+        if head.isdigit() and int(head) < version and info.base_name.endswith((".json", ".parquet", ".crc")):
+            ctx.storage.filesystem(log_uri)[0].delete_file(info.path)
+    _record_delta_min_version(table, version)
+    return version
+
+
 def metadata_cleanup(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> MetadataCleanupReport:
     table = ctx.load(identifier)
     result: MetadataCleanupReport = {"operation": "metadata_cleanup", "table": identifier, "dry_run": dry_run}

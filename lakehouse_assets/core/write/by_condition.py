@@ -21,6 +21,7 @@ breaks it refuses the whole update, whatever the contract's policy, since part o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -68,9 +69,12 @@ class RowOperation:
     writer: Mapping[str, str] | None = None
     snapshot_properties: Mapping[str, str] | None = None
     branch: str | None = None
+    erase: bool = False  # a delete that rewrites every file whose bytes hold a match (core/maintenance/erase.py)
 
     @property
     def name(self) -> str:
+        if self.erase:
+            return Operation.ERASE
         return Operation.DELETE if self.assignments is None else Operation.UPDATE
 
 
@@ -105,7 +109,11 @@ def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None
     _refuse_unless_possible(ctx, identifier, table, op, delta_on)
     changes = FileChanges()
     try:
-        matched = _plan(spark, target, condition, values, changes)
+        if op.erase:  # no event carries an erased row: the version's change data is one empty file
+            matched = _plan(spark, dataclasses.replace(target, change_feed=False), condition, values, changes, physical=True)
+            changes.change_data = _feed(target, None, None, changes) if target.change_feed and changes.removes else None
+        else:
+            matched = _plan(spark, target, condition, values, changes)
     except BaseException:
         delete_files(ctx.storage, changes.created)  # nothing was committed
         raise
@@ -114,7 +122,7 @@ def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None
         result.branch, result.write_seconds = branch, time.monotonic() - started
         return result
     summary = _summary(op, condition, values, table)
-    revalidate = conflicts.any_change if condition.prune == AlwaysTrue() else conflicts.inside(lambda t: condition.prune, f"the rows where {condition.sql}")
+    revalidate = conflicts.any_change if condition.prune == AlwaysTrue() else conflicts.inside(lambda t: condition.prune, "the rows the erasure matches" if op.erase else f"the rows where {condition.sql}")
     write_seconds = time.monotonic() - started
     result = transaction.commit(ctx, identifier, table, changes, summary, mode=op.name, revalidate=revalidate, delta=delta, branch=branch)
     result.write_seconds = write_seconds
@@ -132,7 +140,7 @@ def _refuse_unless_possible(ctx: TableContext, identifier: str, table: Table, op
             f"(`ALTER TABLE ... SET TBLPROPERTIES ('{APPEND_ONLY}' = 'false')`), then run the {op.name} again."
         )
     what = f"A {op.name} by condition"
-    if on_read.chosen(table, _mode_property(op)):
+    if op.erase or on_read.chosen(table, _mode_property(op)):
         on_read.check_deletes(table, what)
     else:
         refuse_delete_files(table, what)
@@ -142,15 +150,17 @@ def _mode_property(op: RowOperation) -> str:
     return TableProperties.DELETE_MODE if op.assignments is None else TableProperties.UPDATE_MODE
 
 
-def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None, changes: FileChanges) -> int:
-    """Write the operation into `changes`; returns the rows it deletes or updates."""
+def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None, changes: FileChanges, physical: bool = False) -> int:
+    """Write the operation into `changes`; returns the rows it deletes or updates. `physical` (an erasure): copy-on-write
+    whatever the table's mode, of every file whose bytes hold a match, also rows a delete file already hides (their
+    file-scoped delete files go with the file, core/formats/deletes.py RowDelta)."""
     from pyspark.sql import functions as F
 
     table = target.table
-    by_position = on_read.chosen(table, TableProperties.DELETE_MODE if values is None else TableProperties.UPDATE_MODE)
+    by_position = not physical and on_read.chosen(table, TableProperties.DELETE_MODE if values is None else TableProperties.UPDATE_MODE)
     candidates = ic.live_data_files(table, row_filter=condition.prune)
     whole = []
-    earlier = on_read.live_delete_files(table) if by_position else {}
+    earlier = on_read.live_delete_files(table) if by_position or physical else {}
     if values is None and condition.strict:
         strict = _StrictMetricsEvaluator(table.schema(), condition.prune).eval
         whole = [f for f in candidates if strict(f) == ROWS_MUST_MATCH]  # every row matches: dropped unread
@@ -161,7 +171,7 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
         positions = on_read.positions_where(spark, target, read, lambda schema: F.expr(condition.matches), deleted=_of(deleted, read) or None, columns=columns)
         counts = {uri: len(p) for uri, p in positions.items()}
     else:
-        counts = _matches_per_file(spark, target, read, condition)  # a copy-on-write table holds no delete files
+        counts = _matches_per_file(spark, target, read, condition)  # deleted rows count too: an erasure rewrites their bytes
     hit = [f for f in read if f.file_path in counts]
     changes.removes += whole
     if not hit:
@@ -224,7 +234,8 @@ def _matches_per_file(spark, target: WriteTarget, files: list, condition: Condit
 def _feed(target: WriteTarget, old, values: dict | None, changes: FileChanges, rows_changed: int = 0) -> list[dict]:
     """The version's Delta change data, written from the rows the operation changes (it knows them): a delete's rows
     as `delete`; an update's as pre- and post-images, rows it leaves equal (NULL equal to NULL) left out, as
-    `Lakehouse.changes` leaves them. Returns the `cdc` actions; every file written is recorded in `changes.created`."""
+    `Lakehouse.changes` leaves them; `old` None: no rows (one empty file). Returns the `cdc` actions; every file
+    written is recorded in `changes.created`."""
     import uuid
 
     from pyspark.sql import functions as F
@@ -235,6 +246,10 @@ def _feed(target: WriteTarget, old, values: dict | None, changes: FileChanges, r
 
     root = normalize_uri(target.table.location())
     writer = change_data_writer(target.table, target.schema, root, target.storage, uuid.uuid4().hex)
+    if old is None:
+        actions = file_actions([], writer)
+        changes.created += [join_uri(root, a["path"]) for a in actions]
+        return actions
     if values is None:
         rows = old.withColumn(CHANGE_TYPE, F.lit(DELETE))
     else:
@@ -314,7 +329,11 @@ def _assignable(given, wanted) -> bool:
 
 def _summary(op: RowOperation, condition: Condition, values: dict | None, table: Table) -> dict[str, str]:
     out = {str(k): str(v) for k, v in (op.snapshot_properties or {}).items()}
-    out |= {SummaryKeys.OPERATION: op.name, SummaryKeys.CONDITION: condition.sql, SummaryKeys.WRITER: _json(op.writer)}
+    out |= {SummaryKeys.OPERATION: op.name, SummaryKeys.WRITER: _json(op.writer)}
+    if op.erase:  # the text holds the erased values: only its hash
+        out[SummaryKeys.CONDITION_DIGEST] = condition.digest
+    else:
+        out[SummaryKeys.CONDITION] = condition.sql
     if op.write_id is not None:
         out[SummaryKeys.WRITE_ID] = op.write_id
     if op.branch is not None:

@@ -1,0 +1,110 @@
+"""Erasure: after `Lakehouse.erase` no file under the table's root, in either format, holds a row the condition matches
+or a value only such a row gave it; the proof decodes every file, and finds what a plain delete leaves behind."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from lakehouse_assets import TableOptions
+from lakehouse_assets.core.contracts.model import Contract
+from lakehouse_assets.core.errors import InputError, RetentionError
+
+from .conftest import assert_all_readers_agree, rows_of
+
+pytestmark = pytest.mark.smoke
+
+T = "db.customers"
+COLUMNS = ("id", "email", "day", "amount")
+SUBJECT = "jane.doe.4711@example.org"  # longer than Iceberg's 16-character bound truncation
+
+
+def _customers(spark, lh, mode="copy-on-write", contract=None):
+    rows = [(i, SUBJECT if i == 7 else f"c{i}@example.org", dt.date(2024, 1, 1 + i % 3), i * 10) for i in range(1, 31)]
+    df = spark.createDataFrame(rows, "id long, email string, day date, amount int")
+    properties = {p: mode for p in ("write.delete.mode", "write.update.mode", "write.merge.mode")}
+    lh.write(df.repartition(2), T, "overwrite", partition_by=["day"], table=TableOptions(properties=properties, contract=contract))
+    return rows
+
+
+def _expected(rows):
+    return rows_of([dict(zip(COLUMNS, r)) for r in rows if r[1] != SUBJECT])
+
+
+def _kinds(report) -> set[str]:
+    return {"*.avro" if r["file"].endswith(".avro") else r["file"].split("/")[0] for r in report["remnants"]}
+
+
+def test_a_delete_leaves_the_subject_in_change_data_and_manifests_and_an_erase_removes_every_trace(spark, lh, duck):
+    rows = _customers(spark, lh)
+    first = lh.load(T).current_snapshot().snapshot_id
+    lh.update(T, {"amount": "amount + 1"}, f"email = '{SUBJECT}'")
+    lh.delete(T, f"email = '{SUBJECT}'")
+
+    left = lh.prove_erased(T, f"email = '{SUBJECT}'")
+    # A delete hides the rows from new reads only: the old files, their manifests' bounds, the change feed's
+    # pre-images and the delete's own summary (the condition text) still hold the subject.
+    assert not left["erased"] and {"data", "_change_data", "*.avro"} <= _kinds(left), left
+    assert left["values_tested_alone"] and left["files_checked"]["Avro manifests and manifest lists"] > 0
+
+    report = lh.erase(T, f"email = '{SUBJECT}'")
+    assert report["proof"]["erased"], report["proof"]
+    assert report["snapshots_removed"] >= 3 and report["files_deleted"] > 0 and report["rows_erased"] == 0  # already deleted
+    assert_all_readers_agree(lh, spark, duck, T, _expected(rows))
+    table = lh.load(T)
+    assert len(table.metadata.snapshots) == 1 and report["oldest_snapshot_id"] == table.current_snapshot().snapshot_id
+    with pytest.raises(RetentionError):
+        lh.read(spark, T, snapshot_id=first)
+    with pytest.raises(RetentionError):
+        lh.read(spark, T, delta_version=0)
+    # The condition is kept as a hash: in the audit record, never in a summary, the report or a log.
+    audit = table.io.new_input(f"{table.location()}/{report['audit_record']}").open().read().decode()
+    assert json.loads(audit)["condition_sha256"] == report["condition_sha256"] and SUBJECT not in audit
+    assert SUBJECT not in json.dumps(report)
+    assert lh.verify(T)["agree"]
+
+
+def test_an_erase_of_live_rows_rewrites_their_files_and_the_feed_carries_no_event(spark, lh, duck):
+    rows = _customers(spark, lh)
+    before_rows = lh.load(T).current_snapshot().snapshot_id
+    report = lh.erase(T, "id = 7")
+    assert report["rows_erased"] == 1 and report["files_rewritten"] == 1 and report["proof"]["erased"], report
+    assert_all_readers_agree(lh, spark, duck, T, _expected(rows))
+    assert lh.changes(T, lh.load(T).current_snapshot().snapshot_id, spark=spark).count() == 0
+    assert before_rows not in {s.snapshot_id for s in lh.load(T).metadata.snapshots}
+    # The table goes on: the next write lands in both formats.
+    lh.write(spark.createDataFrame([(99, "new@example.org", dt.date(2024, 1, 1), 1)], "id long, email string, day date, amount int"), T, "append")
+    assert lh.verify(T)["agree"] and lh.prove_erased(T, "id = 7")["erased"]
+
+
+def test_merge_on_read_rows_a_deletion_vector_hides_are_rewritten_out_of_the_files(spark, lh, duck):
+    rows = _customers(spark, lh, "merge-on-read")
+    lh.delete(T, "id = 7")  # a position delete / deletion vector: the row's bytes stay in the data file
+    left = lh.prove_erased(T, "id = 7")
+    assert not left["erased"] and "data" in _kinds(left)
+    report = lh.erase(T, "id = 7")
+    assert report["files_rewritten"] == 1 and report["proof"]["erased"], report
+    assert_all_readers_agree(lh, spark, duck, T, _expected(rows))
+    assert lh.verify(T)["agree"]
+
+
+def test_a_branch_or_an_untold_quarantine_table_refuses_the_erase_naming_it(spark, lh, duck):
+    contract = Contract(rules={"positive": "amount > 0"}, on_violation="quarantine")
+    rows = _customers(spark, lh, contract=contract)
+    lh.write(spark.createDataFrame([(50, "b@example.org", dt.date(2024, 1, 1), 5)], "id long, email string, day date, amount int"), T, "append", branch="audit")
+    with pytest.raises(InputError, match="branch or tag 'audit'"):
+        lh.erase(T, "id = 7", dependents=True)
+    lh.publish(T, "audit", spark=spark)
+    lh.load(T).manage_snapshots().remove_branch("audit").commit()
+
+    bad = spark.createDataFrame([(70, SUBJECT, dt.date(2024, 1, 2), -1)], "id long, email string, day date, amount int")
+    lh.write(bad, T, "append")
+    assert lh.read(spark, T + "_quarantine").count() == 1
+    with pytest.raises(InputError, match="quarantine table db.customers_quarantine"):
+        lh.erase(T, f"email = '{SUBJECT}'")
+    report = lh.erase(T, f"email = '{SUBJECT}'", dependents=True)
+    assert report["proof"]["erased"] and report["quarantine"]["proof"]["erased"], report
+    assert lh.read(spark, T + "_quarantine").count() == 0
+    assert_all_readers_agree(lh, spark, duck, T, rows_of([dict(zip(COLUMNS, r)) for r in rows if r[0] != 7] + [dict(zip(COLUMNS, (50, "b@example.org", dt.date(2024, 1, 1), 5)))]))

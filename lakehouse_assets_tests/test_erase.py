@@ -108,3 +108,42 @@ def test_a_branch_or_an_untold_quarantine_table_refuses_the_erase_naming_it(spar
     assert report["proof"]["erased"] and report["quarantine"]["proof"]["erased"], report
     assert lh.read(spark, T + "_quarantine").count() == 0
     assert_all_readers_agree(lh, spark, duck, T, rows_of([dict(zip(COLUMNS, r)) for r in rows if r[0] != 7] + [dict(zip(COLUMNS, (50, "b@example.org", dt.date(2024, 1, 1), 5)))]))
+
+
+def test_the_dagster_erase_job_erases_subjects_from_every_asset_declaring_its_subject_column_and_its_check_proves_it(spark, lh, dagster_resources):
+    from dagster import AssetSelection, DagsterInstance, asset, materialize
+
+    from lakehouse_assets import lakehouse_definitions
+    from lakehouse_assets.dagster.erasure import CHECK_NAME, ERASE_JOB, ERASE_OP, SUBJECT_COLUMN_KEY, build_erasure, erase_run_config
+
+    @asset(key=["db", "customers"], metadata={SUBJECT_COLUMN_KEY: "email"})
+    def customers():
+        return spark.createDataFrame([(i, SUBJECT if i == 7 else f"c{i}@example.org") for i in range(1, 11)], "id long, email string")
+
+    @asset(key=["db", "orders"], metadata={SUBJECT_COLUMN_KEY: "customer"})
+    def orders():
+        return spark.createDataFrame([(i, SUBJECT if i % 4 == 0 else "o'neil@example.org") for i in range(1, 13)], "order_id long, customer string")
+
+    defs = lakehouse_definitions([customers, orders], dagster_resources["lakehouse"], dagster_resources["pyspark"])
+    instance = DagsterInstance.ephemeral()
+    assert materialize([customers, orders], resources=dagster_resources, instance=instance).success
+    erase = defs.get_job_def(ERASE_JOB).execute_in_process(run_config=erase_run_config([SUBJECT, "nobody@example.org"]), instance=instance)
+    assert erase.success
+    checks = [e.event_specific_data for e in erase.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert sorted((c.asset_key.to_user_string(), c.check_name, c.passed) for c in checks) == [("db/customers", CHECK_NAME, True), ("db/orders", CHECK_NAME, True)]
+    rows = {m.asset_key.to_user_string(): m.metadata["rows_erased"].value for m in erase.asset_materializations_for_node(ERASE_OP)}
+    assert rows == {"db/customers": 1, "db/orders": 3}
+    assert lh.read(spark, "db.orders").count() == 9 and lh.verify("db.orders")["agree"]  # o'neil stays: quotes are quoted
+    # Neither the ids nor the condition reach Dagster's event log: counts and the condition's hash only.
+    assert not [e for e in instance.all_logs(erase.run_id) if SUBJECT in str(e.dagster_event or "") + str(e.user_message)]
+    # The check runs on its own with the same config, and proves without changing anything.
+    (check, _) = build_erasure([customers, orders])[1]
+    before = lh.load("db.customers").current_snapshot().snapshot_id
+    alone = materialize([customers, check], selection=AssetSelection.checks(check), resources=dagster_resources,
+                        run_config={"ops": {check.node_def.name: {"config": {"subject_ids": [SUBJECT]}}}})
+    (evaluation,) = alone.get_asset_check_evaluations()
+    assert evaluation.passed and lh.load("db.customers").current_snapshot().snapshot_id == before
+    failing = materialize([customers, check], selection=AssetSelection.checks(check), resources=dagster_resources,
+                          run_config={"ops": {check.node_def.name: {"config": {"subject_ids": ["c3@example.org"]}}}})
+    (evaluation,) = failing.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.metadata["remnants_found"].value > 0

@@ -2,7 +2,7 @@
 
 `lakehouse_definitions(assets=[...], lakehouse=...)` returns a `Definitions` to merge into a project's own:
 the `lakehouse` and `pyspark` resources, the IO manager, a blocking `formats_agree` check on every managed
-asset, a check per rule of each asset's data contract and its quarantine table (contracts.py), the maintenance, rollback, alter, delete and update jobs, the maintenance schedule and the sensors. The demo's code
+asset, a check per rule of each asset's data contract and its quarantine table (contracts.py), the maintenance, rollback, alter, delete and update jobs, the erase job and its `subjects_erased` checks (erasure.py) for assets that declare a subject column, the maintenance schedule and the sensors. The demo's code
 location (`lakehouse_assets/definitions.py`) and the `dg` component (component.py) are two users of it.
 """
 
@@ -17,6 +17,7 @@ from dagster_pyspark import PySparkResource
 from ..core.errors import InputError
 from .checks import build_formats_agree_checks
 from .contracts import build_contract_checks, quarantine_specs
+from .erasure import build_erasure
 from .foreign_commits import INTERVAL_S as FOREIGN_COMMITS_INTERVAL_S
 from .foreign_commits import build_foreign_commits_sensor
 from .io_manager import LakehouseIOManager
@@ -115,10 +116,11 @@ def lakehouse_definitions(
     sensors = sensors or SensorPlan()
     schedules = [build_maintenance_schedule(maintenance.cron, maintenance.settings, maintenance.running)] if maintenance.schedule else []
     defined = [a for a in assets if isinstance(a, AssetsDefinition)]
+    erase_jobs, erasure_checks = build_erasure(defined)
     return Definitions(
         assets=[*defined, *quarantine_specs(defined)],
-        asset_checks=[*build_formats_agree_checks(managed_keys(assets)), *build_contract_checks(defined)] if checks else [],
-        jobs=[*maintenance_jobs, lakehouse_alter_job, lakehouse_rollback_job, lakehouse_delete_job, lakehouse_update_job],
+        asset_checks=[*build_formats_agree_checks(managed_keys(assets)), *build_contract_checks(defined), *erasure_checks] if checks else [],
+        jobs=[*maintenance_jobs, lakehouse_alter_job, lakehouse_rollback_job, lakehouse_delete_job, lakehouse_update_job, *erase_jobs],
         schedules=schedules,
         sensors=sensors.definitions(),
         resources={

@@ -122,3 +122,11 @@ def test_delete_and_update_by_condition(lh, spark, warehouse):
     rows = sorted((r["id"], r["status"]) for r in lh.read(spark, "cli.orders").collect())
     assert rows == [(i, "closed" if i < 3 else "open") for i in range(8)]
     assert lh.verify("cli.orders")["agree"]
+    # A delete hides row 5 from reads; `verify --erased` finds it in the old files and the feed; `erase` removes it.
+    CliRunner().invoke(cli, ["--warehouse", warehouse, "delete", "cli.orders", "--where", "id = 5"])
+    left = CliRunner().invoke(cli, ["--warehouse", warehouse, "verify", "cli.orders", "--erased", "id = 5"])
+    assert left.exit_code == 1 and "cli.orders: NOT ERASED:" in left.output and "row(s) the condition matches" in left.output, left.output
+    erased = CliRunner().invoke(cli, ["--warehouse", warehouse, "erase", "cli.orders", "--where", "id = 5"])
+    assert erased.exit_code == 0 and "cli.orders: erasure " in erased.output and "cli.orders: erased: 0 remnant(s)" in erased.output, erased.output
+    proved = CliRunner().invoke(cli, ["--warehouse", warehouse, "verify", "cli.orders", "--erased", "id = 5", "--json"])
+    assert proved.exit_code == 0 and json.loads(proved.output)["erased"], proved.output

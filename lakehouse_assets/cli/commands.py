@@ -84,9 +84,16 @@ def changes(ctx, table: str, since: int | None, until: int | None, limit: int, a
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--deep", is_flag=True, help="Also compare the content as DuckDB reads each format (rows per partition, a hash of all rows).")
+@click.option("--erased", default=None, metavar="CONDITION",
+              help="Instead: prove an erasure. Decode every file under the table's root and report each row or value the Spark SQL condition still matches.")
 @click.pass_context
-def verify(ctx, table: str, as_json: bool, deep: bool) -> None:
-    """Check that Iceberg and Delta agree (exit code 1 when they do not)."""
+def verify(ctx, table: str, as_json: bool, deep: bool, erased) -> None:
+    """Check that Iceberg and Delta agree, or with --erased that nothing a condition matches is left (exit code 1 when not)."""
+    if erased is not None:
+        from .row_changes import emit_proof
+
+        emit_proof(ctx, _lakehouse(ctx).prove_erased(table, erased), as_json)
+        return
     report = _lakehouse(ctx).verify(table, deep=deep)
 
     def render(r):

@@ -54,7 +54,7 @@ def erase(ctx: TableContext, identifier: str, where: str, *, foreign_default: st
     spark = active_session(spark)
     table = ctx.load(identifier)
     quarantine = _refuse_dependents(ctx, identifier, table, dependents)
-    condition = condition_of(identifier, where, table.schema(), WriteTarget(identifier, table, table.schema(), ctx.storage).spark_schema(), spark, what="erasure condition")
+    condition = condition_of(identifier, where, table.schema(), WriteTarget(identifier, table, table.schema(), ctx.storage).spark_schema(), spark, what="erasure condition", secret=True)
     snapshots_before = len(table.metadata.snapshots)
     delta_before = _oldest_delta_version(ctx, table)
     written = by_condition.run(ctx, by_condition.RowOperation(identifier, where, erase=True), foreign_default=foreign_default, spark=spark)
@@ -85,7 +85,7 @@ def proof(ctx: TableContext, identifier: str, where: str, *, spark=None) -> dict
     table = ctx.load(identifier)
     target = WriteTarget(identifier, table, table.schema(), ctx.storage)
     spark_schema = target.spark_schema()
-    condition = condition_of(identifier, where, table.schema(), spark_schema, spark, what="erasure condition")
+    condition = condition_of(identifier, where, table.schema(), spark_schema, spark, what="erasure condition", secret=True)
     names = {f.name: f.name for f in table.schema().fields} | {f"#{f.field_id}": f.name for f in table.schema().fields}
     if ctx.delta_enabled(table) and (delta := ctx.mirror(table).load()) is not None:
         for f in delta.schema().fields:

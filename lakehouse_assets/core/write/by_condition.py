@@ -104,7 +104,7 @@ def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None
         identifier, table, table.schema(), ctx.storage, cast_files=types_were_widened(table),
         change_feed=delta_on and delta is not None and delta_cdc_commit.feed_enabled(delta),
     )
-    condition = condition_of(identifier, op.where, table.schema(), target.spark_schema(), spark)
+    condition = condition_of(identifier, op.where, table.schema(), target.spark_schema(), spark, what="erasure condition" if op.erase else "condition", secret=op.erase)
     values = _assignments(identifier, op.assignments, target, spark) if op.assignments is not None else None
     _refuse_unless_possible(ctx, identifier, table, op, delta_on)
     changes = FileChanges()

@@ -65,33 +65,38 @@ class Condition:
         return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
 
 
-def condition_of(identifier: str, where: str, schema: Schema, spark_schema, spark, what: str = "condition") -> Condition:
-    """The checked condition `where` of `identifier` (`schema`: its Iceberg schema; `spark_schema`: the same for Spark)."""
+def condition_of(identifier: str, where: str, schema: Schema, spark_schema, spark, what: str = "condition", secret: bool = False) -> Condition:
+    """The checked condition `where` of `identifier` (`schema`: its Iceberg schema; `spark_schema`: the same for Spark).
+    `secret`: the text holds personal data (an erasure's): messages leave it and its string literals out."""
     text = (where or "").strip() if isinstance(where, str) else None
+    shown = "(its text not shown)" if secret else repr(text)
     if not text:
-        raise InputError(f"Table {identifier}: the {what} must be a SQL boolean expression over the table's columns, e.g. \"id = 42\"; got {where!r}. Nothing was changed.")
+        raise InputError(f"Table {identifier}: the {what} must be a SQL boolean expression over the table's columns, e.g. \"id = 42\"; got {'(not shown)' if secret else repr(where)}. Nothing was changed.")
     if m := _NONDETERMINISTIC.search(text):
-        raise InputError(f"Table {identifier}: the {what} {text!r} calls {m.group(1)}(), whose value changes between evaluations, so the rows found and the rows rewritten could differ. Use fixed values. Nothing was changed.")
+        raise InputError(f"Table {identifier}: the {what} {shown} calls {m.group(1)}(), whose value changes between evaluations, so the rows found and the rows rewritten could differ. Use fixed values. Nothing was changed.")
     if _SUBQUERY.search(_without_strings(text)):
-        raise InputError(f"Table {identifier}: the {what} {text!r} holds a subquery; it must be a condition on one row's columns. Nothing was changed.")
-    check_sql(identifier, spark, spark_schema, text, what, boolean=True)
+        raise InputError(f"Table {identifier}: the {what} {shown} holds a subquery; it must be a condition on one row's columns. Nothing was changed.")
+    check_sql(identifier, spark, spark_schema, text, what, boolean=True, secret=secret)
     prune, exact, strict = _pruning(text, schema)
     return Condition(text, prune, strict and exact)
 
 
-def check_sql(identifier: str, spark, spark_schema, text: str, what: str, *, boolean: bool):
+def check_sql(identifier: str, spark, spark_schema, text: str, what: str, *, boolean: bool, secret: bool = False):
     """The Spark type of `text` over a row of `spark_schema`, as Spark's analyzer sees it; raises InputError naming the
-    table and Spark's reason (an unknown column, a parse error, a type mismatch)."""
+    table and Spark's reason (an unknown column, a parse error, a type mismatch). `secret`: as for `condition_of`."""
+    shown = "(its text not shown)" if secret else repr(text)
     from pyspark.sql import functions as F
 
     try:
         data_type = spark.createDataFrame([], spark_schema).select(F.expr(text).alias("v")).schema["v"].dataType
     except Exception as e:  # noqa: BLE001 - Spark's AnalysisException / ParseException, classic or Connect
         reason = str(e).strip().splitlines()[0][:400]
+        if secret:
+            reason = re.sub(r"'[^']*'|\"[^\"]*\"", "'...'", reason)
         columns = ", ".join(spark_schema.fieldNames())
-        raise InputError(f"Table {identifier}: the {what} {text!r} is not valid Spark SQL over the table's columns ({columns}): {reason}. Nothing was changed.") from None
+        raise InputError(f"Table {identifier}: the {what} {shown} is not valid Spark SQL over the table's columns ({columns}): {reason}. Nothing was changed.") from None
     if boolean and data_type.simpleString() != "boolean":
-        raise InputError(f"Table {identifier}: the {what} {text!r} is {data_type.simpleString()}, not a boolean; write a comparison, e.g. \"id = 42\". Nothing was changed.")
+        raise InputError(f"Table {identifier}: the {what} {shown} is {data_type.simpleString()}, not a boolean; write a comparison, e.g. \"id = 42\". Nothing was changed.")
     return data_type
 
 

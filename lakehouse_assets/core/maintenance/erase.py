@@ -86,7 +86,9 @@ def proof(ctx: TableContext, identifier: str, where: str, *, spark=None) -> dict
     target = WriteTarget(identifier, table, table.schema(), ctx.storage)
     spark_schema = target.spark_schema()
     condition = condition_of(identifier, where, table.schema(), spark_schema, spark, what="erasure condition", secret=True)
-    names = {f.name: f.name for f in table.schema().fields} | {f"#{f.field_id}": f.name for f in table.schema().fields}
+    current = {f.field_id: f.name for f in table.schema().fields}
+    names = {f.name: current[f.field_id] for schema in table.schemas().values() for f in schema.fields if f.field_id in current}
+    names |= {f.name: f.name for f in table.schema().fields} | {f"#{i}": name for i, name in current.items()}
     if ctx.delta_enabled(table) and (delta := ctx.mirror(table).load()) is not None:
         for f in delta.schema().fields:
             if physical := (f.metadata or {}).get("delta.columnMapping.physicalName"):

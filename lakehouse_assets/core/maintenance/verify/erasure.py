@@ -13,8 +13,9 @@ Every file is decoded, never byte-searched (compressed Avro blocks and Parquet p
     other files          as text; a deletion vector holds row positions only
 
 A remnant is a row the condition matches; a column's value (a bound, a statistic, a partition value) that satisfies
-the condition on its own, when the condition names one column; or, in any text or string value, the condition
-itself or one of its string literals. The report names each file and place, never a value.
+the condition on its own, when the condition names one column; in any text or string value, the condition itself or
+one of its string literals; or a string bound cut from a literal (Iceberg keeps 16 characters, Spark's Delta
+statistics 32) that no row the condition leaves starts with. The report names each file and place, never a value.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class Findings:
     checked: dict[str, int] = field(default_factory=dict)
     remnants: list[dict] = field(default_factory=list)
     values: dict[str, set[str]] = field(default_factory=dict)  # {value as text: places}
+    # {(column, a string literal's first n characters): places} of string bounds cut from a literal: a remnant unless a
+    # row the condition leaves starts with them too (then the bound may be that row's)
+    stems: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     def count(self, kind: str) -> None:
         self.checked[kind] = self.checked.get(kind, 0) + 1
@@ -61,14 +65,16 @@ class Findings:
             return
         if isinstance(value, str):
             self.text(value, file, where)
+            if column is not None:
+                for literal in self.literals[1:]:
+                    if _truncated(value, literal):
+                        self.stems.setdefault((column, literal[: len(value)]), set()).add(f"{file}: {where}")
         if column is not None and column == self.column:
             self.values.setdefault(_as_text(value), set()).add(f"{file}: {where}")
 
     def text(self, text: str, file: str, where: str) -> None:
         if any(literal in text for literal in self.literals):
             self.found(file, f"{where} holds the condition or one of its string literals")
-        elif any(_truncated(text, literal) for literal in self.literals[1:]):
-            self.found(file, f"{where} holds the start of one of the condition's string literals (a truncated bound)")
 
 
 def prove_erased(spark, table: Table, identifier: str, condition: Condition, spark_schema, storage, names: dict[str, str]) -> dict:
@@ -240,7 +246,7 @@ def _avro(uri: str, rel: str, table: Table, findings: Findings, names: dict[str,
                 findings.text(v, rel, f"header {k}")
         for record in reader:
             if schema is not None:
-                _manifest_entry(record, reader.schema, schema, spec, rel, findings)
+                _manifest_entry(record, reader.schema, schema, spec, rel, findings, names)
             else:
                 _manifest_list_entry(record, reader.schema, table, rel, findings)
 
@@ -249,7 +255,7 @@ def _fields(record, struct) -> dict:
     return {f.name: record[i] for i, f in enumerate(struct.fields)}
 
 
-def _manifest_entry(record, file_schema, schema: Schema, spec: list | None, rel: str, findings: Findings) -> None:
+def _manifest_entry(record, file_schema, schema: Schema, spec: list | None, rel: str, findings: Findings, names: dict[str, str]) -> None:
     entry = _fields(record, file_schema.as_struct())
     data_file_type = file_schema.find_field("data_file").field_type
     data_file = _fields(entry["data_file"], data_file_type)
@@ -257,7 +263,7 @@ def _manifest_entry(record, file_schema, schema: Schema, spec: list | None, rel:
     for bound in ("lower_bounds", "upper_bounds"):
         for field_id, raw in (data_file.get(bound) or {}).items():
             try:
-                column = schema.find_column_name(field_id)
+                column = names.get(f"#{field_id}") or schema.find_column_name(field_id)  # today's name: renames keep the id
                 value = _decoded(schema.find_type(field_id), raw)
             except ValueError:
                 continue
@@ -265,7 +271,7 @@ def _manifest_entry(record, file_schema, schema: Schema, spec: list | None, rel:
     partition = data_file.get("partition")
     for pos, pf in enumerate(spec or []):
         if pf.get("transform") == "identity" and partition is not None:
-            column = schema.find_column_name(pf["source-id"])
+            column = names.get(f"#{pf['source-id']}") or schema.find_column_name(pf["source-id"])
             findings.value(column, _as_python(schema.find_type(pf["source-id"]), partition[pos]), rel, f"manifest entry partition value of {column}")
 
 
@@ -318,6 +324,7 @@ def _matching_rows(spark, row_files, delete_rows, spark_schema, storage, conditi
     from ...read.reader import file_uris, read_parquet_files
 
     path = "_lakehouse_file"
+    rows = None
     if row_files:
         uris = [u for u, _ in row_files]
         rows = read_parquet_files(spark, uris, spark_schema, storage, path_column=path)
@@ -325,10 +332,30 @@ def _matching_rows(spark, row_files, delete_rows, spark_schema, storage, conditi
         by_uri = dict(row_files)
         for uri, r in zip(file_uris([r[path] for r in hits], uris), hits):
             findings.found(by_uri.get(uri, uri), f"{r['count']} row(s) the condition matches")
+    _unexplained_stems(rows, condition, findings)
     for uri, rel in delete_rows:
         found = spark.read.parquet(uri).select("row.*").filter(F.expr(condition.matches)).count()
         if found:
             findings.found(rel, f"{found} deleted row(s) in its `row` column that the condition matches")
+
+
+def _unexplained_stems(rows, condition: Condition, findings: Findings) -> None:
+    """The truncated bounds no row the condition leaves explains: one aggregate over those rows, a count per stem."""
+    if not findings.stems:
+        return
+    from pyspark.sql import functions as F
+
+    stems = sorted(findings.stems)
+    counts = [0] * len(stems)
+    if rows is not None:
+        kept = rows.filter(~F.expr(condition.matches))
+        first = kept.agg(*[F.sum(F.col(f"`{c}`").startswith(F.lit(stem)).cast("int")).alias(f"s{i}") for i, (c, stem) in enumerate(stems)]).first()
+        counts = [first[f"s{i}"] or 0 for i in range(len(stems))]
+    for (column, _), count in zip(stems, counts):
+        if not count:
+            for place in sorted(findings.stems[(column, _)]):
+                file, _, where = place.partition(": ")
+                findings.found(file, f"{where}: the start of one of the condition's string literals (a truncated bound) that no remaining row has")
 
 
 def _matching_values(spark, spark_schema, condition: Condition, findings: Findings) -> None:

@@ -163,3 +163,15 @@ def test_after_a_rename_the_proof_reads_files_and_delta_statistics_by_field_id_a
     expected = rows_of([dict(zip(("id", "contact", "day", "amount"), r)) for r in rows if r[1] != SUBJECT])
     assert rows_of(lh.read(spark, T).collect()) == expected
     assert lh.verify(T)["agree"]  # (delta-rs's pyarrow reader refuses column-mapped tables)
+
+
+def test_the_proof_reads_the_condition_s_columns_and_literals_as_spark_does():
+    from lakehouse_assets.core.maintenance.verify.erasure import _truncated, literals, named_columns
+
+    assert named_columns("customer_id = 42 AND note <> 'id'", ["id", "customer_id", "note"]) == ["customer_id", "note"]
+    assert named_columns("`Email` IN ('a@b.org')", ["email", "mail"]) == ["email"]
+    assert literals("email = 'o''neil@x.org' OR name = \"dq\" OR x = 'a\\'b'")[1:] == ["o'neil@x.org", "dq", "a'b"]
+    literal = "jane.doe.4711@example.org"
+    assert _truncated(literal[:16], literal) and _truncated(literal[:15] + chr(ord(literal[15]) + 1), literal)  # Iceberg's bounds
+    assert _truncated(literal[:32], literal + "-and-more-than-32-characters")  # Spark's Delta statistics
+    assert not _truncated("jane", literal) and not _truncated(literal, literal)  # a short or whole value is no cut

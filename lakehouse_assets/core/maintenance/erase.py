@@ -93,7 +93,10 @@ def proof(ctx: TableContext, identifier: str, where: str, *, spark=None) -> dict
         for f in delta.schema().fields:
             if physical := (f.metadata or {}).get("delta.columnMapping.physicalName"):
                 names[physical] = f.name
-    return prove_erased(spark, table, identifier, condition, spark_schema, ctx.storage, names)
+    root = normalize_uri(table.location())
+    prefix = root_path(ctx, root)
+    files = [i.path[len(prefix):] for i in list_files(ctx, root) if i.path.startswith(prefix)]
+    return prove_erased(spark, table, identifier, condition, spark_schema, ctx.storage, names, files)
 
 
 def _refuse_dependents(ctx: TableContext, identifier: str, table, dependents: bool) -> str | None:

@@ -34,7 +34,6 @@ from pyiceberg.types import DateType, PrimitiveType, TimestampType, TimestamptzT
 
 from ...io.storage import join_uri, normalize_uri
 from ...write.condition import Condition
-from ..references import list_files, root_path
 
 MAX_LISTED = 20  # remnants listed in the report (all are counted)
 _PARQUET_FIELD_ID = b"PARQUET:field_id"
@@ -77,18 +76,16 @@ class Findings:
             self.found(file, f"{where} holds the condition or one of its string literals")
 
 
-def prove_erased(spark, table: Table, identifier: str, condition: Condition, spark_schema, storage, names: dict[str, str]) -> dict:
+def prove_erased(spark, table: Table, identifier: str, condition: Condition, spark_schema, storage, names: dict[str, str], files: list[str]) -> dict:
     """Decode every file under the table's root; the report's `erased` is True when no remnant is found. `spark_schema`:
-    the table's columns for Spark (with field ids); `names`: {a name a file may use for a column (a Delta physical
-    name, a field id as text): the column's name}."""
+    the table's columns for Spark (with field ids); `names`: {a name a file or log may use for a column (an earlier
+    name, a Delta physical name, "#<field id>"): the column's name today}; `files`: every file under the root,
+    relative to it."""
     root = normalize_uri(table.location())
-    columns = condition.columns(spark_schema.fieldNames())
-    single = columns[0] if len(columns) == 1 and columns[0].lower() in condition.sql.lower() else None
-    findings = Findings(single, literals(condition.sql))
-    prefix = root_path_of(storage, root)
+    columns = named_columns(condition.sql, spark_schema.fieldNames())
+    findings = Findings(columns[0] if len(columns) == 1 else None, literals(condition.sql))
     row_files, delete_rows = [], []
-    for info in list_files_of(storage, root):
-        rel = info.path[len(prefix):] if info.path.startswith(prefix) else info.path
+    for rel in files:
         uri = join_uri(root, rel)
         kind = _decode(uri, rel, storage, table, findings, names)
         if kind == "rows":
@@ -103,8 +100,14 @@ def prove_erased(spark, table: Table, identifier: str, condition: Condition, spa
         "files_checked": dict(sorted(findings.checked.items())),
         "remnants_found": len(findings.remnants),
         "remnants": findings.remnants[:MAX_LISTED],
-        "values_tested_alone": single is not None,
+        "values_tested_alone": findings.column is not None,
     }
+
+
+def named_columns(sql: str, names: list[str]) -> list[str]:
+    """The columns the condition names: each spelled as a whole identifier outside its string literals (any case)."""
+    text = _STRING_LITERAL.sub("''", sql).lower()
+    return [n for n in names if re.search(rf"(?<![\w.]){re.escape(n.lower())}(?!\w)", text)]
 
 
 def literals(sql: str) -> list[str]:
@@ -125,18 +128,6 @@ def _truncated(value: str, literal: str) -> bool:
     if n < 16 or n >= len(literal):
         return False
     return literal.startswith(value) or (literal.startswith(value[:-1]) and ord(value[-1]) == ord(literal[n - 1]) + 1)
-
-
-def root_path_of(storage, root: str) -> str:
-    return storage.filesystem(root)[1].rstrip("/") + "/"
-
-
-def list_files_of(storage, root: str):
-    import pyarrow.fs as pafs
-
-    fs, path = storage.filesystem(root)
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    return [i for i in infos if i.type == pafs.FileType.File]
 
 
 def _decode(uri: str, rel: str, storage, table: Table, findings: Findings, names: dict[str, str]) -> str:

@@ -119,7 +119,7 @@ dev: setup
 # MOR_ARGS e.g. "--rows 2000000 --merges 5": the merge-on-read workload (bench/merge_on_read.py), its own section.
 # SIZE_ARGS e.g. "--files 1000,10000": the table_size workload (bench/table_size.py), its own section.
 # CONC_ARGS e.g. "--writers 8,16 --catalogs sqlite": the concurrent_writers workload (bench/concurrent_writers.py), its own section.
-# DEL_ARGS e.g. "--rows 200000 --reps 3": the deletes workload (bench/deletes.py), DELETE and UPDATE against Java Iceberg.
+# DEL_ARGS e.g. "--rows 200000 --reps 3": the deletes workload (bench/deletes.py), DELETE, UPDATE and an erasure against Java Iceberg.
 # Writes docs/performance.md and docs/performance.svg from this run (bench/docs_page.py), then adds our own
 # timings on both Spark lines side by side (Java Iceberg exists here for Spark 3.5 only).
 bench: setup $(PEERS_STAMP)

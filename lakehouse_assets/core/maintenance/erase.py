@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import time
 
 from ..errors import InputError
 from ..formats import history as formats_history
@@ -57,8 +58,11 @@ def erase(ctx: TableContext, identifier: str, where: str, *, foreign_default: st
     condition = condition_of(identifier, where, table.schema(), WriteTarget(identifier, table, table.schema(), ctx.storage).spark_schema(), spark, what="erasure condition", secret=True)
     snapshots_before = len(table.metadata.snapshots)
     delta_before = _oldest_delta_version(ctx, table)
+    clock = time.monotonic()
     written = by_condition.run(ctx, by_condition.RowOperation(identifier, where, erase=True), foreign_default=foreign_default, spark=spark)
+    seconds = {"rows": time.monotonic() - clock}
     history = _end_history(ctx, identifier, started)
+    seconds["history"] = time.monotonic() - clock - seconds["rows"]
     table = ctx.load(identifier)
     report = {
         "table": identifier,
@@ -74,7 +78,9 @@ def erase(ctx: TableContext, identifier: str, where: str, *, foreign_default: st
     }
     if quarantine is not None:
         report["quarantine"] = erase(ctx, quarantine, where, foreign_default=foreign_default, spark=spark)
+    clock = time.monotonic()
     report["proof"] = proof(ctx, identifier, where, spark=spark)
+    report["seconds"] = {k: round(v, 3) for k, v in {**seconds, "proof": time.monotonic() - clock}.items()}
     _audit(ctx, table, report)
     return report
 
@@ -135,6 +141,7 @@ def _end_history(ctx: TableContext, identifier: str, started: int) -> dict:
     expiry = retention.snapshot_expiry(ctx, identifier, settings)
     table = ctx.load(identifier)
     oldest_delta = logs.delta_log_truncate(ctx, table) if ctx.delta_enabled(table) else None
+    table = ctx.load(identifier)  # the truncation recorded the oldest Delta version: a metadata commit
     deleted = expiry["files_removed"] + _delete_unread_metadata(ctx, table, metadata) + _delete_unread_change_data(ctx, table, root, started)
     return {"live_manifests": snapshot is not None, "files_deleted": deleted, "oldest_delta_version": oldest_delta}
 

@@ -186,7 +186,6 @@ def _read_files(spark, uris, spark_schema, storage, path_column, cast_files, pos
     out_schema = StructType([*spark_schema.fields, StructField(path_column, StringType(), False)]) if path_column else spark_schema
     if position_column:
         out_schema = StructType([*out_schema.fields, StructField(position_column, LongType(), False)])
-        cast_files = True  # positions come from the pyarrow reader
     if constants or deleted:
         cast_files = True  # Spark's Parquet reader has no per-file constants or deleted positions
     if not uris:
@@ -202,13 +201,15 @@ def _read_files(spark, uris, spark_schema, storage, path_column, cast_files, pos
         # these options Spark refuses values before 1582 / 1900 in files it did not write itself
         # (INCONSISTENT_BEHAVIOR_CROSS_VERSION.READ_ANCIENT_DATETIME). Per read, not a global setting.
         df = parquet_files(spark, spark_schema, uris)
-        if path_column:
-            from pyspark.sql import functions as F
+        from pyspark.sql import functions as F
 
+        if path_column:
             # Spark's own spelling of the file (file:/x, percent-encoded), a per-row constant that costs
             # nothing; `file_uris` maps the few distinct values a caller collects back onto `uris`.
             # (Mapping per row here, with url_decode and a map lookup, cost ~7 us a row: 14 s for 2M rows.)
             df = df.withColumn(path_column, F.input_file_name())
+        if position_column:
+            df = df.withColumn(position_column, F.col("_metadata.row_index"))  # the row's position in its file (Spark 3.5+)
         return df
     from ..spark.compat import arrow_schema as to_arrow_schema
 

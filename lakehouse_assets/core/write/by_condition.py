@@ -51,6 +51,8 @@ from ..table.evolution import types_were_widened
 from . import conflicts, transaction
 from .condition import Condition, check_sql, condition_of
 from .merge import on_read
+from .merge.batch import PATH
+from .merge.on_read import POSITION
 from .target import WriteTarget
 
 log = logging.getLogger("lakehouse")
@@ -166,28 +168,51 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
         whole = [f for f in candidates if strict(f) == ROWS_MUST_MATCH]  # every row matches: dropped unread
     read = [f for f in candidates if f not in whole]
     deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read + whole if f.file_path in earlier}
+    scan = None
     if by_position:
-        columns = condition.columns(target.spark_schema().fieldNames())
-        positions = on_read.positions_where(spark, target, read, lambda schema: F.expr(condition.matches), deleted=_of(deleted, read) or None, columns=columns)
+        scan, positions = _matched_positions(spark, target, read, condition, _of(deleted, read))
         counts = {uri: len(p) for uri, p in positions.items()}
     else:
         counts = _matches_per_file(spark, target, read, condition)  # deleted rows count too: an erasure rewrites their bytes
     hit = [f for f in read if f.file_path in counts]
     changes.removes += whole
-    if not hit:
-        if whole and target.change_feed:
-            changes.change_data = _feed(target, target.read(spark, whole, deleted=_of(deleted, whole) or None), None, changes, sum(f.record_count for f in whole))
-        return sum(f.record_count for f in whole)
-    rows = target.read(spark, hit, deleted=_of(deleted, hit) or None)
-    old = rows.filter(F.expr(condition.matches))
-    reused = values is not None and (by_position or target.change_feed)
-    if reused:  # the matched rows feed the contract check, the new rows and the change data: read them once
-        old = old.persist()
     try:
-        return _write_rows(spark, target, condition, values, changes, rows, old, hit, whole, positions if by_position else None, earlier, deleted, counts)
+        if not hit:
+            if whole and target.change_feed:
+                changes.change_data = _feed(target, target.read(spark, whole, deleted=_of(deleted, whole) or None), None, changes, sum(f.record_count for f in whole))
+            return sum(f.record_count for f in whole)
+        if scan is not None:  # merge-on-read, no row deleted before matched: the scan's rows are the matched rows
+            rows, old = None, scan.drop(PATH, POSITION)
+        else:
+            rows = target.read(spark, hit, deleted=_of(deleted, hit) or None)
+            old = rows.filter(F.expr(condition.matches))
+        reused = scan is None and values is not None and (by_position or target.change_feed)
+        if reused:  # the matched rows feed the contract check, the new rows and the change data: read them once
+            old = old.persist()
+        try:
+            return _write_rows(spark, target, condition, values, changes, rows, old, hit, whole, positions if by_position else None, earlier, deleted, counts)
+        finally:
+            if reused:
+                old.unpersist()
     finally:
-        if reused:
-            old.unpersist()
+        if scan is not None:
+            scan.unpersist()
+
+
+def _matched_positions(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict):
+    """(the matched rows with their file and position, cached; or None), {file URI: positions of its matched rows}.
+    One scan by Spark's own reader of every row as the files hold it: positions from its row index, the rows deleted
+    before taken out on the driver. When none of those matches, the cached rows are the operation's matched rows (the
+    change data and an update's new rows come from them); else None, and they are read again with the deletes."""
+    from pyspark.sql import functions as F
+
+    scan = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches)).persist()
+    found = on_read.collect_positions(scan, [f.file_path for f in files])
+    positions = on_read.without_deleted(found, deleted, target.storage)
+    if any(len(positions.get(uri, ())) != len(p) for uri, p in found.items()):
+        scan.unpersist()
+        return None, positions
+    return scan, positions
 
 
 def _write_rows(spark, target: WriteTarget, condition: Condition, values, changes: FileChanges, rows, old, hit, whole, positions, earlier, deleted, counts) -> int:
@@ -222,7 +247,6 @@ def _matches_per_file(spark, target: WriteTarget, files: list, condition: Condit
     from pyspark.sql import functions as F
 
     from ..read.reader import file_uris
-    from .merge.batch import PATH
 
     if not files:
         return {}

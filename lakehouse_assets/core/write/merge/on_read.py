@@ -15,6 +15,7 @@ file removed already are not matched again: they are no longer in the table.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
@@ -79,20 +80,39 @@ def _matched_positions(spark, plan: MergePlan) -> dict[str, pa.Array]:
     inside = plan.inside(rows)
     rows = rows.filter(inside) if inside is not None else rows
     hits = rows.select(*plan.keys, PATH, POSITION).join(plan.batch_keys(), plan.keys, "left_semi")
-    return _collect_positions(hits, [f.file_path for f in plan.candidates])
+    return collect_positions(hits, [f.file_path for f in plan.candidates])
 
 
 def positions_where(spark, target: WriteTarget, files: list[DataFile], row_filter, deleted=None, columns=None) -> dict[str, pa.Array]:
     """Per file of `files`, the positions of its rows `row_filter(schema)` (a Spark predicate) holds for (`deleted`:
     the files' deleted positions, whose rows are not looked at: they are no longer in the table; `columns`: the only
     columns the predicate reads, when the caller knows them: the positions' reader decodes no other)."""
+    return without_deleted(physical_positions_where(spark, target, files, row_filter, columns), deleted, target.storage)
+
+
+def physical_positions_where(spark, target: WriteTarget, files: list[DataFile], row_filter, columns=None) -> dict[str, pa.Array]:
+    """`positions_where` over every row as the file holds it, rows deleted before included: Spark's own vectorised
+    scan gives the positions (its row index); reading the deletes into the scan would move it to the pyarrow reader."""
     if not files:
         return {}
-    rows = target.read(spark, files, path_column=PATH, position_column=POSITION, deleted=deleted, columns=columns)
-    return _collect_positions(rows.filter(row_filter(rows.schema)).select(PATH, POSITION), [f.file_path for f in files])
+    rows = target.read(spark, files, path_column=PATH, position_column=POSITION, columns=columns)
+    return collect_positions(rows.filter(row_filter(rows.schema)), [f.file_path for f in files])
 
 
-def _collect_positions(hits, uris: list[str]) -> dict[str, pa.Array]:
+def without_deleted(found: dict[str, pa.Array], deleted, storage) -> dict[str, pa.Array]:
+    """`found` without the positions deleted before (`deleted`: {file URI: its deleted positions}), on the driver."""
+    out = dict(found)
+    for uri, gone in (deleted or {}).items():
+        if uri in out:
+            kept = np.setdiff1d(out[uri].to_numpy(), gone.positions(storage), assume_unique=True)
+            if len(kept):
+                out[uri] = pa.array(kept, pa.int64())
+            else:
+                del out[uri]
+    return out
+
+
+def collect_positions(hits, uris: list[str]) -> dict[str, pa.Array]:
     """The (path, position) pairs of `hits` on the driver, per file URI of `uris` (positions only, never rows)."""
     import pyarrow.compute as pc
 

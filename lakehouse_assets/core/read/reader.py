@@ -153,10 +153,13 @@ def read_parquet_files(
     position_column: str | None = None,
     constants: dict[str, dict[str, object]] | None = None,
     deleted: dict[str, DeletedPositions] | None = None,
+    spark_positions: bool = False,
 ):
     """`path_column` adds each row's file, as Spark spells it on file:// (or exactly as given in `uris` when
     pyarrow reads): pass the distinct values to `file_uris` to get the URIs back (merge finds matched files so).
-    `position_column` adds each row's 0-based position in its file (applying position deletes needs it).
+    `position_column` adds each row's 0-based position in its file (applying position deletes needs it), from the
+    pyarrow reader; `spark_positions`: from Spark's own reader (its row index) where it can read the files, for a
+    caller that maps the path column's values back with `file_uris` (Spark spells paths its own way).
 
     `cast_files`: some files hold narrower types than `spark_schema` (widened columns); read them with
     pyarrow, which casts, instead of Spark's Parquet reader, which refuses.
@@ -172,11 +175,11 @@ def read_parquet_files(
         clean = [u for u in uris if u not in deleted]
         args = (spark_schema, storage, path_column, cast_files, position_column, constants)
         rows = _read_files(spark, dirty, *args, {u: deleted[u] for u in dirty})
-        return read_parquet_files(spark, clean, *args).unionByName(rows) if clean else rows
-    return _read_files(spark, uris, spark_schema, storage, path_column, cast_files, position_column, constants, None)
+        return read_parquet_files(spark, clean, *args, spark_positions=spark_positions).unionByName(rows) if clean else rows
+    return _read_files(spark, uris, spark_schema, storage, path_column, cast_files, position_column, constants, None, spark_positions)
 
 
-def _read_files(spark, uris, spark_schema, storage, path_column, cast_files, position_column, constants, deleted):
+def _read_files(spark, uris, spark_schema, storage, path_column, cast_files, position_column, constants, deleted, spark_positions=False):
     """`read_parquet_files` of files that all have deletes (`deleted`) or none (None)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -186,6 +189,7 @@ def _read_files(spark, uris, spark_schema, storage, path_column, cast_files, pos
     out_schema = StructType([*spark_schema.fields, StructField(path_column, StringType(), False)]) if path_column else spark_schema
     if position_column:
         out_schema = StructType([*out_schema.fields, StructField(position_column, LongType(), False)])
+        cast_files = cast_files or not spark_positions  # positions from the pyarrow reader
     if constants or deleted:
         cast_files = True  # Spark's Parquet reader has no per-file constants or deleted positions
     if not uris:

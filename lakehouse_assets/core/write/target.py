@@ -74,6 +74,7 @@ class WriteTarget:
         return read_parquet_files(
             spark, [f.file_path for f in files], schema, self.storage,
             path_column=path_column, cast_files=cast, position_column=position_column, constants=constants, deleted=deleted,
+            spark_positions=True,  # plans map the path column back with `file_uris` (merge/on_read.py collect_positions)
         )
 
     def spark_schema(self):

@@ -55,7 +55,9 @@ def erase(ctx: TableContext, identifier: str, where: str, *, foreign_default: st
     spark = active_session(spark)
     table = ctx.load(identifier)
     quarantine = _refuse_dependents(ctx, identifier, table, dependents)
-    condition = condition_of(identifier, where, table.schema(), WriteTarget(identifier, table, table.schema(), ctx.storage).spark_schema(), spark, what="erasure condition", secret=True)
+    condition = _checked(ctx, identifier, table, where, spark)
+    if quarantine is not None:
+        _checked(ctx, quarantine, ctx.load(quarantine), where, spark)  # before either table changes
     snapshots_before = len(table.metadata.snapshots)
     delta_before = _oldest_delta_version(ctx, table)
     clock = time.monotonic()
@@ -85,13 +87,17 @@ def erase(ctx: TableContext, identifier: str, where: str, *, foreign_default: st
     return report
 
 
+def _checked(ctx: TableContext, identifier: str, table, where: str, spark):
+    spark_schema = WriteTarget(identifier, table, table.schema(), ctx.storage).spark_schema()
+    return condition_of(identifier, where, table.schema(), spark_schema, spark, what="erasure condition", secret=True)
+
+
 def proof(ctx: TableContext, identifier: str, where: str, *, spark=None) -> dict:
     """`lakehouse verify --erased`: decode every file under the table's root and look for what `where` matches."""
     spark = active_session(spark)
     table = ctx.load(identifier)
-    target = WriteTarget(identifier, table, table.schema(), ctx.storage)
-    spark_schema = target.spark_schema()
-    condition = condition_of(identifier, where, table.schema(), spark_schema, spark, what="erasure condition", secret=True)
+    spark_schema = WriteTarget(identifier, table, table.schema(), ctx.storage).spark_schema()
+    condition = _checked(ctx, identifier, table, where, spark)
     current = {f.field_id: f.name for f in table.schema().fields}
     names = {f.name: current[f.field_id] for schema in table.schemas().values() for f in schema.fields if f.field_id in current}
     names |= {f.name: f.name for f in table.schema().fields} | {f"#{i}": name for i, name in current.items()}

@@ -61,16 +61,23 @@ def test_a_delete_leaves_the_subject_in_change_data_and_manifests_and_an_erase_r
         lh.read(spark, T, delta_version=0)
     # The condition is kept as a hash: in the audit record, never in a summary, the report or a log.
     audit = table.io.new_input(f"{table.location()}/{report['audit_record']}").open().read().decode()
-    assert json.loads(audit)["condition_sha256"] == report["condition_sha256"] and SUBJECT not in audit
+    assert json.loads(audit)["erasure_id"] == report["erasure_id"] and SUBJECT not in audit and not report["erasure_id_keyed"]
+    assert table.current_snapshot().summary["lakehouse.operation"] == "live-manifests"
     assert SUBJECT not in json.dumps(report)
     assert lh.verify(T)["agree"]
 
 
-def test_an_erase_of_live_rows_rewrites_their_files_and_the_feed_carries_no_event(spark, lh, duck):
+def test_an_erase_of_live_rows_rewrites_their_files_and_the_feed_carries_no_event(spark, lh, duck, monkeypatch):
+    import hashlib
+    import hmac
+
     rows = _customers(spark, lh)
     before_rows = lh.load(T).current_snapshot().snapshot_id
+    monkeypatch.setenv("LAKEHOUSE_ERASURE_KEY", "k3y")
     report = lh.erase(T, "id = 7")
     assert report["rows_erased"] == 1 and report["files_rewritten"] == 1 and report["proof"]["erased"], report
+    # The id: an HMAC of the condition under the key, which only a holder of the key can tell from the condition.
+    assert report["erasure_id_keyed"] and report["erasure_id"] == hmac.new(b"k3y", b"id = 7", hashlib.sha256).hexdigest()[:32]
     assert_all_readers_agree(lh, spark, duck, T, _expected(rows))
     assert lh.changes(T, lh.load(T).current_snapshot().snapshot_id, spark=spark).count() == 0
     assert before_rows not in {s.snapshot_id for s in lh.load(T).metadata.snapshots}
@@ -110,6 +117,26 @@ def test_a_branch_or_an_untold_quarantine_table_refuses_the_erase_naming_it(spar
     assert_all_readers_agree(lh, spark, duck, T, rows_of([dict(zip(COLUMNS, r)) for r in rows if r[0] != 7] + [dict(zip(COLUMNS, (50, "b@example.org", dt.date(2024, 1, 1), 5)))]))
 
 
+def test_the_proof_does_not_mistake_a_remaining_row_s_values_for_the_subject_s(spark, lh):
+    """Literals that remaining rows hold too (a shared country, an id that is the start of another) and bounds cut
+    from the subject's value that remaining rows start with are not remnants; what only the subject gave is."""
+    rows = [(i, f"c{i}", "DE" if i % 2 else "FR", dt.date(2024, 1, 1)) for i in range(1, 30)]
+    lh.write(spark.createDataFrame(rows, "id long, code string, country string, day date"), T, "overwrite", partition_by=["country"])
+    report = lh.erase(T, "code = 'c1' AND country = 'DE'")  # c10-c19 stay; DE is every other row's country
+    assert report["rows_erased"] == 1 and report["proof"]["erased"], report["proof"]
+    assert lh.prove_erased(T, "code = 'c1'")["erased"] and not lh.prove_erased(T, "code = 'c10'")["erased"]
+
+
+def test_a_table_partitioned_by_the_subject_column_keeps_no_folder_or_tombstone_of_it(spark, lh, duck):
+    rows = [(i, SUBJECT if i == 7 else f"c{i}@example.org") for i in range(1, 13)]
+    lh.write(spark.createDataFrame(rows, "id long, email string"), T, "overwrite", partition_by=["email"])
+    left = lh.prove_erased(T, f"email = '{SUBJECT}'")
+    assert not left["erased"], left
+    report = lh.erase(T, f"email = '{SUBJECT}'")  # a whole partition: dropped by metadata, its folder and tombstone gone
+    assert report["rows_erased"] == 1 and report["proof"]["erased"], report["proof"]
+    assert_all_readers_agree(lh, spark, duck, T, rows_of([{"id": i, "email": e} for i, e in rows if e != SUBJECT]))
+
+
 def test_the_dagster_erase_job_erases_subjects_from_every_asset_declaring_its_subject_column_and_its_check_proves_it(spark, lh, dagster_resources):
     from dagster import AssetSelection, DagsterInstance, asset, materialize
 
@@ -126,7 +153,9 @@ def test_the_dagster_erase_job_erases_subjects_from_every_asset_declaring_its_su
 
     defs = lakehouse_definitions([customers, orders], dagster_resources["lakehouse"], dagster_resources["pyspark"])
     instance = DagsterInstance.ephemeral()
-    assert materialize([customers, orders], resources=dagster_resources, instance=instance).success
+    # A plain materialization runs the assets' subjects_erased checks too: with no ids they have nothing to prove.
+    plain = materialize([customers, orders, *build_erasure([customers, orders])[1]], resources=dagster_resources, instance=instance)
+    assert plain.success and {e.passed for e in plain.get_asset_check_evaluations()} == {True}
     erase = defs.get_job_def(ERASE_JOB).execute_in_process(run_config=erase_run_config([SUBJECT, "nobody@example.org"]), instance=instance)
     assert erase.success
     checks = [e.event_specific_data for e in erase.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]

@@ -46,7 +46,7 @@ def update(ctx, table: str, assignments, where: str, write_id, branch, as_json: 
 @cli.command()
 @global_options
 @click.argument("table")
-@click.option("--where", required=True, help="The rows to erase: a Spark SQL condition over the table's columns, e.g. \"customer_id = 42\". Kept as a hash only.")
+@click.option("--where", required=True, help="The rows to erase: a Spark SQL condition over the table's columns, e.g. \"customer_id = 42\". Never stored: the erasure gets an id (LAKEHOUSE_ERASURE_KEY: an HMAC of it).")
 @click.option("--dependents", is_flag=True, help="Erase the rows from the contract's quarantine table too.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -56,7 +56,7 @@ def erase(ctx, table: str, where: str, dependents: bool, as_json: bool) -> None:
 
     def render(r):
         click.echo(
-            f"{r['table']}: erasure {r['condition_sha256']}: {r['rows_erased']} row(s) erased, {r['files_rewritten']} file(s) rewritten, "
+            f"{r['table']}: erasure {r['erasure_id']}: {r['rows_erased']} row(s) erased, {r['files_rewritten']} file(s) rewritten, "
             f"{r['files_deleted']} file(s) deleted, {r['snapshots_removed']} snapshot(s) and {r['delta_versions_removed']} Delta version(s) removed; "
             f"time travel now starts at snapshot {r['oldest_snapshot_id']} / Delta version {r['oldest_delta_version']}"
         )

@@ -207,7 +207,7 @@ class Lakehouse:
     def erase(self, identifier: str, where: str, *, dependents: bool = False, spark=None) -> dict[str, Any]:
         """Erase the rows `where` matches from every file under the table's root, in both formats, with the history
         that held them (time travel then starts at the erasure); returns a report with the proof that nothing is left.
-        The condition is kept as a hash only. Refused while a branch or tag pins snapshots, or while the contract's
+        The condition is never stored (core/maintenance/erase.py says what is). Refused while a branch or tag pins snapshots, or while the contract's
         quarantine table exists unless `dependents=True` erases it too (core/maintenance/erase.py)."""
         from .maintenance.erase import erase
 

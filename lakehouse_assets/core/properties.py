@@ -82,7 +82,7 @@ class SummaryKeys:
     MERGE_DELETED_FILES = "lakehouse.merge.files-with-new-deletes"  # merge-on-read: data files given a new delete file
     MERGE_ROWS_DELETED = "lakehouse.merge.rows-deleted"  # merge-on-read: rows those delete files remove anew
     CONDITION = "lakehouse.condition"  # a delete's or update's condition (Spark SQL text)
-    CONDITION_DIGEST = "lakehouse.condition.sha256"  # an erasure's condition: a hash, never the text
+    ERASURE_ID = "lakehouse.erasure.id"  # an erasure's id (core/write/condition.py erasure_id), never its condition
     UPDATE_SET = "lakehouse.update.set"  # an update's assignments, JSON {column: Spark SQL expression}
     # An update's pre- and post-images pair on these columns (those it leaves alone), as a merge's on its keys
     UPDATE_KEYS = "lakehouse.update.keys"

@@ -8,7 +8,7 @@ asset's `subjects_erased` check. That check can also run on its own with the sam
 anything, that no file under the table's root holds the subjects.
 
 Neither the ids nor the condition are logged or written to the tables: the materializations and checks carry counts
-and the condition's hash. Dagster keeps the run's config (the ids) in its own run storage: delete the run once
+and the erasure's id. Dagster keeps the run's config (the ids) in its own run storage: delete the run once
 the request is answered (`dagster run delete <run id>`) when that storage must not hold them either.
 """
 
@@ -35,6 +35,7 @@ from dagster_pyspark import PySparkResource
 from pydantic import Field
 
 from ..core.errors import InputError
+from .contracts import quarantine_key
 from .io_manager import table_identifier
 from .resources import LakehouseResource
 
@@ -45,7 +46,7 @@ _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 
 
 class ErasureConfig(Config):
-    subject_ids: list[str] = Field(description="The subjects to erase: values of each asset's subject column, as text.")
+    subject_ids: list[str] = Field(default_factory=list, description="The subjects: values of each asset's subject column, as text. The check, run with the asset's materialization and no ids, has nothing to prove and passes.")
     assets: Optional[list[str]] = Field(default=None, description="Only these assets (\"ns/table\"); default: every asset that declares its subject column.")
 
 
@@ -93,11 +94,12 @@ def _condition(lakehouse, key: AssetKey, column: str, ids: list[str]) -> tuple[s
     return identifier, subject_condition(identifier, column, schema[column].dataType.simpleString(), ids)
 
 
-def _proof_metadata(proof: Mapping[str, Any]) -> dict[str, Any]:
+def _proof_metadata(proofs: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The proofs of a table and its quarantine table: files and places, never a value."""
     return {
-        "remnants_found": MetadataValue.int(int(proof["remnants_found"])),
-        "remnants": MetadataValue.json(proof["remnants"]),  # files and places, never a value
-        "files_checked": MetadataValue.json(proof["files_checked"]),
+        "remnants_found": MetadataValue.int(sum(int(p["remnants_found"]) for p in proofs)),
+        "remnants": MetadataValue.json({p["table"]: p["remnants"] for p in proofs}),
+        "files_checked": MetadataValue.json({p["table"]: p["files_checked"] for p in proofs}),
     }
 
 
@@ -116,8 +118,8 @@ def build_erasure(assets: Iterable[AssetsDefinition]) -> tuple[list, list]:
         for key in sorted(wanted, key=lambda k: k.to_user_string()):
             identifier, where = _condition(lh, key, subjects[key], list(config.subject_ids))
             report = lh.erase(identifier, where, dependents=True, spark=pyspark.spark_session)
-            context.log.info(f"Table {identifier}: erasure {report['condition_sha256']}: {report['rows_erased']} row(s), {report['files_deleted']} file(s) deleted, proof {'passed' if report['proof']['erased'] else 'FAILED'}")
-            context.log_event(AssetMaterialization(asset_key=key, description=f"lakehouse erase {report['condition_sha256']}", metadata={
+            context.log.info(f"Table {identifier}: erasure {report['erasure_id']}: {report['rows_erased']} row(s), {report['files_deleted']} file(s) deleted, proof {'passed' if report['proof']['erased'] else 'FAILED'}")
+            context.log_event(AssetMaterialization(asset_key=key, description=f"lakehouse erase {report['erasure_id']}", metadata={
                 "rows_erased": MetadataValue.int(report["rows_erased"]),
                 "files_rewritten": MetadataValue.int(report["files_rewritten"]),
                 "files_deleted": MetadataValue.int(report["files_deleted"]),
@@ -125,9 +127,10 @@ def build_erasure(assets: Iterable[AssetsDefinition]) -> tuple[list, list]:
                 "oldest_snapshot_id": MetadataValue.int(report["oldest_snapshot_id"]) if report["oldest_snapshot_id"] else MetadataValue.null(),
                 "audit_record": MetadataValue.text(report["audit_record"]),
             }))
-            context.log_event(AssetCheckEvaluation(asset_key=key, check_name=CHECK_NAME, passed=bool(report["proof"]["erased"]), metadata=_proof_metadata(report["proof"])))
-            if not report["proof"]["erased"]:
-                raise InputError(f"Table {identifier}: the erasure proof found {report['proof']['remnants_found']} remnant(s): {report['proof']['remnants']}.")
+            proofs = [report["proof"], *([report["quarantine"]["proof"]] if report.get("quarantine") else [])]
+            context.log_event(AssetCheckEvaluation(asset_key=key, check_name=CHECK_NAME, passed=all(p["erased"] for p in proofs), metadata=_proof_metadata(proofs)))
+            if failed := [p for p in proofs if not p["erased"]]:
+                raise InputError(f"Table {identifier}: the erasure proof found remnant(s): {[(p['table'], p['remnants']) for p in failed]}.")
 
     @job(name=ERASE_JOB, executor_def=in_process_executor, description="Erase subjects (right to erasure) from every asset that declares its subject column.")
     def lakehouse_erase_job():
@@ -139,10 +142,14 @@ def build_erasure(assets: Iterable[AssetsDefinition]) -> tuple[list, list]:
 def _check(key: AssetKey, column: str):
     @asset_check(asset=key, name=CHECK_NAME, description=f"No file under the table's root, in either format, holds the given subjects' rows ({column}).")
     def _erased(context: AssetCheckExecutionContext, config: ErasureConfig, lakehouse: LakehouseResource, pyspark: PySparkResource) -> AssetCheckResult:
+        if not config.subject_ids:
+            return AssetCheckResult(passed=True, metadata={"subjects": MetadataValue.int(0)}, description="No subject ids given: nothing to prove.")
         lh = lakehouse.get()
         identifier, where = _condition(lh, key, column, list(config.subject_ids))
-        proof = lh.prove_erased(identifier, where, spark=pyspark.spark_session)
-        return AssetCheckResult(passed=bool(proof["erased"]), metadata=_proof_metadata(proof))
+        quarantine = table_identifier(quarantine_key(key))
+        tables = [identifier, *([quarantine] if quarantine in lh.table_names() else [])]
+        proofs = [lh.prove_erased(t, where, spark=pyspark.spark_session) for t in tables]
+        return AssetCheckResult(passed=all(p["erased"] for p in proofs), metadata={"subjects": MetadataValue.int(len(config.subject_ids)), **_proof_metadata(proofs)})
 
     return _erased
 

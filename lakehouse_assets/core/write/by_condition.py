@@ -72,6 +72,7 @@ class RowOperation:
     snapshot_properties: Mapping[str, str] | None = None
     branch: str | None = None
     erase: bool = False  # a delete that rewrites every file whose bytes hold a match (core/maintenance/erase.py)
+    erasure_id: str | None = None  # what an erasure records instead of its condition
 
     @property
     def name(self) -> str:
@@ -354,8 +355,8 @@ def _assignable(given, wanted) -> bool:
 def _summary(op: RowOperation, condition: Condition, values: dict | None, table: Table) -> dict[str, str]:
     out = {str(k): str(v) for k, v in (op.snapshot_properties or {}).items()}
     out |= {SummaryKeys.OPERATION: op.name, SummaryKeys.WRITER: _json(op.writer)}
-    if op.erase:  # the text holds the erased values: only its hash
-        out[SummaryKeys.CONDITION_DIGEST] = condition.digest
+    if op.erase:  # the text holds the erased values: only the erasure's id
+        out[SummaryKeys.ERASURE_ID] = op.erasure_id or ""
     else:
         out[SummaryKeys.CONDITION] = condition.sql
     if op.write_id is not None:

@@ -59,10 +59,17 @@ class Condition:
         text = self.sql.lower()
         return [n for n in names if n.lower() in text] or names[:1]
 
-    @property
-    def digest(self) -> str:
-        """A hash of the text: what an erasure records instead of its literals."""
-        return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
+    def erasure_id(self, key: str | None) -> str:
+        """What an erasure records instead of its text: an HMAC-SHA256 of the text under `key` (whoever holds the key
+        can tell which request an erasure answered; without it, enumerating ids does not reverse it), else a random id.
+        A plain hash of `customer_id IN (42)` would be reversed by trying every id."""
+        if key:
+            import hmac
+
+            return hmac.new(key.encode(), self.sql.encode(), hashlib.sha256).hexdigest()[:32]
+        import uuid
+
+        return uuid.uuid4().hex
 
 
 def condition_of(identifier: str, where: str, schema: Schema, spark_schema, spark, what: str = "condition", secret: bool = False) -> Condition:

@@ -24,6 +24,7 @@ import datetime as dt
 import json
 import re
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
@@ -49,9 +50,10 @@ class Findings:
     checked: dict[str, int] = field(default_factory=dict)
     remnants: list[dict] = field(default_factory=list)
     values: dict[str, set[str]] = field(default_factory=dict)  # {value as text: places}
-    # {(column, a string literal's first n characters): places} of string bounds cut from a literal: a remnant unless a
-    # row the condition leaves starts with them too (then the bound may be that row's)
-    stems: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    # Where a string literal, or a bound cut from one, was found: {(column or None, the text): places}. Each is a
+    # remnant unless a row the condition leaves holds it too (`country = 'DE' AND id = 7` leaves other rows of DE):
+    # then the place may be that row's.
+    hits: dict[tuple[str | None, str], set[str]] = field(default_factory=dict)
 
     def count(self, kind: str) -> None:
         self.checked[kind] = self.checked.get(kind, 0) + 1
@@ -60,39 +62,57 @@ class Findings:
         self.remnants.append({"file": file, "where": where})
 
     def value(self, column: str | None, value, file: str, where: str) -> None:
+        """A column's value (a bound, a statistic, a partition value): equal to a literal, cut from one, or (a
+        condition on one column) to be tested by the condition."""
         if value is None:
             return
-        if isinstance(value, str):
-            self.text(value, file, where)
-            if column is not None:
-                for literal in self.literals[1:]:
-                    if _truncated(value, literal):
-                        self.stems.setdefault((column, literal[: len(value)]), set()).add(f"{file}: {where}")
+        if isinstance(value, str) and column is not None:
+            for literal in self.literals[1:]:
+                if value == literal:
+                    self._hit(None, literal, file, where)
+                elif _truncated(value, literal):
+                    self._hit(column, literal[: len(value)], file, where)
         if column is not None and column == self.column:
             self.values.setdefault(_as_text(value), set()).add(f"{file}: {where}")
 
     def text(self, text: str, file: str, where: str) -> None:
-        if any(literal in text for literal in self.literals):
-            self.found(file, f"{where} holds the condition or one of its string literals")
+        """Free text (a summary, commit info, a header, a path): the condition itself, or a literal as a whole word."""
+        if self.literals[0] in text:
+            self.found(file, f"{where} holds the condition's text")
+        for literal, pattern in self._patterns().items():
+            if pattern.search(text):
+                self._hit(None, literal, file, where)
+
+    def _hit(self, column: str | None, text: str, file: str, where: str) -> None:
+        self.hits.setdefault((column, text), set()).add(f"{file}: {where}")
+
+    def _patterns(self) -> dict:
+        if not hasattr(self, "_compiled"):
+            self._compiled = {lit: re.compile(rf"(?<![0-9A-Za-z]){re.escape(lit)}(?![0-9A-Za-z])") for lit in self.literals[1:]}
+        return self._compiled
 
 
-def prove_erased(spark, table: Table, identifier: str, condition: Condition, spark_schema, storage, names: dict[str, str], files: list[str]) -> dict:
+def prove_erased(
+    spark, table: Table, identifier: str, condition: Condition, spark_schema, storage, names: dict[str, str], files: list[str],
+    read_options: dict | None = None,
+) -> dict:
     """Decode every file under the table's root; the report's `erased` is True when no remnant is found. `spark_schema`:
     the table's columns for Spark (with field ids); `names`: {a name a file or log may use for a column (an earlier
     name, a Delta physical name, "#<field id>"): the column's name today}; `files`: every file under the root,
-    relative to it."""
+    relative to it; `read_options`: how to read the table's files (`read_parquet_files`' cast_files, constants)."""
     root = normalize_uri(table.location())
     columns = named_columns(condition.sql, spark_schema.fieldNames())
     findings = Findings(columns[0] if len(columns) == 1 else None, literals(condition.sql))
     row_files, delete_rows = [], []
     for rel in files:
         uri = join_uri(root, rel)
+        findings.text(unquote(rel), rel, "its path")  # a partition folder's name holds its value
         kind = _decode(uri, rel, storage, table, findings, names)
         if kind == "rows":
             row_files.append((uri, rel))
         elif kind == "delete rows":
             delete_rows.append((uri, rel))
-    _matching_rows(spark, row_files, delete_rows, spark_schema, storage, condition, findings)
+    _matching_rows(spark, row_files, delete_rows, spark_schema, storage, condition, findings, read_options or {})
     _matching_values(spark, spark_schema, condition, findings)
     return {
         "table": identifier,
@@ -111,10 +131,11 @@ def named_columns(sql: str, names: list[str]) -> list[str]:
 
 
 def literals(sql: str) -> list[str]:
-    """The condition's text and its string literals (unescaped; two characters or more: shorter ones are everywhere)."""
+    """The condition's text and its string literals as Spark reads them (backslash escapes; `'a''b'` is two adjacent
+    literals, `ab`); two characters or more: shorter ones are everywhere."""
     out = [sql]
     for single, double in _STRING_LITERAL.findall(sql):
-        text = (single.replace("''", "'") if single else double)
+        text = single.replace("''", "") if single else double
         text = re.sub(r"\\(.)", r"\1", text)
         if len(text) >= 2:
             out.append(text)
@@ -307,7 +328,7 @@ def _as_text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _matching_rows(spark, row_files, delete_rows, spark_schema, storage, condition: Condition, findings: Findings) -> None:
+def _matching_rows(spark, row_files, delete_rows, spark_schema, storage, condition: Condition, findings: Findings, read_options: dict) -> None:
     """One Spark job over every row-holding file (columns by field id, as the table reads them); only the names of
     files with a matching row, and their counts, reach the driver."""
     from pyspark.sql import functions as F
@@ -318,35 +339,46 @@ def _matching_rows(spark, row_files, delete_rows, spark_schema, storage, conditi
     rows = None
     if row_files:
         uris = [u for u, _ in row_files]
-        rows = read_parquet_files(spark, uris, spark_schema, storage, path_column=path)
+        rows = read_parquet_files(spark, uris, spark_schema, storage, path_column=path, **read_options)
         hits = rows.filter(F.expr(condition.matches)).groupBy(path).count().collect()
         by_uri = dict(row_files)
         for uri, r in zip(file_uris([r[path] for r in hits], uris), hits):
             findings.found(by_uri.get(uri, uri), f"{r['count']} row(s) the condition matches")
-    _unexplained_stems(rows, condition, findings)
+    _unexplained(rows, condition, spark_schema, findings)
     for uri, rel in delete_rows:
         found = spark.read.parquet(uri).select("row.*").filter(F.expr(condition.matches)).count()
         if found:
             findings.found(rel, f"{found} deleted row(s) in its `row` column that the condition matches")
 
 
-def _unexplained_stems(rows, condition: Condition, findings: Findings) -> None:
-    """The truncated bounds no row the condition leaves explains: one aggregate over those rows, a count per stem."""
-    if not findings.stems:
+def _unexplained(rows, condition: Condition, spark_schema, findings: Findings) -> None:
+    """The literal hits no row the condition leaves explains (one aggregate over those rows, a count per hit): a bound
+    cut from a literal, unless such a row's column starts with the same characters; a literal, unless such a row holds
+    it in a string column."""
+    if not findings.hits:
         return
     from pyspark.sql import functions as F
 
-    stems = sorted(findings.stems)
-    counts = [0] * len(stems)
+    hits = sorted(findings.hits, key=repr)
+    counts = [0] * len(hits)
     if rows is not None:
+        strings = [f.name for f in spark_schema.fields if f.dataType.simpleString() == "string"]
         kept = rows.filter(~F.expr(condition.matches))
-        first = kept.agg(*[F.sum(F.col(f"`{c}`").startswith(F.lit(stem)).cast("int")).alias(f"s{i}") for i, (c, stem) in enumerate(stems)]).first()
-        counts = [first[f"s{i}"] or 0 for i in range(len(stems))]
-    for (column, _), count in zip(stems, counts):
-        if not count:
-            for place in sorted(findings.stems[(column, _)]):
-                file, _, where = place.partition(": ")
-                findings.found(file, f"{where}: the start of one of the condition's string literals (a truncated bound) that no remaining row has")
+
+        def holds(column, text):
+            if column is not None:
+                return F.col(f"`{column}`").startswith(F.lit(text))
+            return F.lit(False) if not strings else F.greatest(*[F.coalesce(F.col(f"`{c}`") == F.lit(text), F.lit(False)) for c in strings], F.lit(False))
+
+        first = kept.agg(*[F.sum(holds(c, t).cast("int")).alias(f"h{i}") for i, (c, t) in enumerate(hits)]).first()
+        counts = [first[f"h{i}"] or 0 for i in range(len(hits))]
+    for (column, text), count in zip(hits, counts):
+        if count:
+            continue
+        what = "the start of one of the condition's string literals (a truncated bound)" if column else "one of the condition's string literals"
+        for place in sorted(findings.hits[(column, text)]):
+            file, _, where = place.partition(": ")
+            findings.found(file, f"{where}: {what}, which no remaining row holds")
 
 
 def _matching_values(spark, spark_schema, condition: Condition, findings: Findings) -> None:

@@ -23,6 +23,7 @@ erasure's id, an HMAC of the text keyed by LAKEHOUSE_ERASURE_KEY when it is set,
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -159,10 +160,13 @@ def _end_history(ctx: TableContext, identifier: str) -> dict:
     """Steps 3 and 4 of the module docstring; returns what they removed."""
     with commit_lock.holding(ctx.catalog, identifier):
         table = ctx.load(identifier)
-        snapshot = commit_live_manifests(table, {SummaryKeys.OPERATION: Operation.LIVE_MANIFESTS})
-        table = ctx.load(identifier)
-        if ctx.delta_enabled(table):
-            transaction.sync_delta(ctx.mirror(table), table)
+        delta_on = ctx.delta_enabled(table) and ctx.mirror(table).load() is not None
+        with logs.tombstones_expired(ctx, table) if delta_on else contextlib.nullcontext():
+            snapshot = commit_live_manifests(table, {SummaryKeys.OPERATION: Operation.LIVE_MANIFESTS})
+            table = ctx.load(identifier)
+            if delta_on:
+                transaction.sync_delta(ctx.mirror(table), table)
+                ctx.mirror(table).load().create_checkpoint()  # the log's new start, without the erasure's removes
     root = normalize_uri(table.location())
     metadata = _metadata_of_older_snapshots(table)
     settings = MaintenanceSettings.for_table(table, snapshot_retention_days=0, min_snapshots_to_keep=1, delta_log_retention_days=0)

@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any
+from typing import Any, Iterator
 
 from deltalake.transaction import CommitProperties
 from pyiceberg.exceptions import CommitFailedException
@@ -56,20 +57,40 @@ def delta_checkpoint(ctx: TableContext, identifier: str, settings: MaintenanceSe
     return result
 
 
+TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"
+
+
+@contextlib.contextmanager
+def tombstones_expired(ctx: TableContext, table: Table) -> Iterator[None]:
+    """Inside: the Delta table's `delta.deletedFileRetentionDuration` is zero, so a checkpoint written there keeps no
+    `remove` action (a checkpoint keeps those of the last week by default, with their files' partition values: after an
+    erasure, an erased partition's value). Set back on the way out. Two metadata-only versions, tagged as ours."""
+    delta = ctx.mirror(table).load()
+    before = (delta.metadata().configuration or {}).get(TOMBSTONE_RETENTION, "interval 7 days")
+    tag = CommitProperties(custom_metadata={SummaryKeys.OPERATION: Operation.DELTA_CONFIGURATION})
+    delta.alter.set_table_properties({TOMBSTONE_RETENTION: "interval 0 seconds"}, raise_if_not_exists=False, commit_properties=tag)
+    try:
+        yield
+    finally:
+        delta = ctx.mirror(table).load()
+        delta.alter.set_table_properties({TOMBSTONE_RETENTION: before}, raise_if_not_exists=False, commit_properties=tag)
+
+
 def delta_log_truncate(ctx: TableContext, table: Table) -> int:
-    """A checkpoint at the current Delta version, then every commit, checkpoint and checksum file of an older version
-    removed: the log starts there (an erasure; `cleanup_metadata` does the same for versions past the log retention).
-    Returns that version, recorded as the oldest for time travel."""
+    """A checkpoint at the current Delta version, then every commit, checkpoint and checksum file of a version older than
+    the one that mirrors the current Iceberg snapshot removed: the log starts there (an erasure; `cleanup_metadata` does
+    the same for versions past the log retention). Returns that version, recorded as the oldest for time travel."""
     delta = ctx.mirror(table).load()
     delta.create_checkpoint()
-    version = delta.version()
+    current = table.current_snapshot()
+    oldest = (history.delta_version_of(delta, current.snapshot_id) if current is not None else None) or delta.version()
     log_uri = join_uri(normalize_uri(table.location()), "_delta_log")
     for info in list_files(ctx, log_uri):
         head = info.base_name.split(".", 1)[0]
-        if head.isdigit() and int(head) < version and info.base_name.endswith((".json", ".parquet", ".crc")):
+        if head.isdigit() and int(head) < oldest and info.base_name.endswith((".json", ".parquet", ".crc")):
             ctx.storage.filesystem(log_uri)[0].delete_file(info.path)
-    _record_delta_min_version(table, version)
-    return version
+    _record_delta_min_version(table, oldest)
+    return oldest
 
 
 def metadata_cleanup(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> MetadataCleanupReport:

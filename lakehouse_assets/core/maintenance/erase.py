@@ -9,8 +9,9 @@ that held them. What a right-to-erasure request needs, where a delete only hides
 3. One more snapshot writes the manifests again without the DELETED entries that keep the old files' column bounds
    (core/formats/iceberg/live_manifests.py); its Delta version changes no row.
 4. History ends there. Every older snapshot expires with the files only it referenced (retention.py at zero
-   retention); the Delta log gets a checkpoint at its last version and loses every commit and checkpoint before it
-   (what delta-rs's `cleanup_metadata` removes at zero log retention, which an erasure cannot wait for); the change
+   retention); the Delta log starts again at the version mirroring that snapshot, from a checkpoint written without
+   tombstones (logs.tombstones_expired), every commit and checkpoint before it deleted (what delta-rs's
+   `cleanup_metadata` removes at zero log retention, which an erasure cannot wait for); the change
    data the removed versions named, the older metadata JSON (their snapshot summaries) and the manifests and manifest
    lists of the expired snapshots go: files known to belong to removed history, never a file another writer may
    have written for a commit still in flight (change data no version names goes only past the table's orphan grace).

@@ -195,7 +195,13 @@ def test_after_a_rename_the_proof_reads_files_and_delta_statistics_by_field_id_a
 
 
 def test_the_proof_reads_the_condition_s_columns_and_literals_as_spark_does():
-    from lakehouse_assets.core.maintenance.verify.erasure import _truncated, literals, named_columns
+    from pyiceberg.expressions import AlwaysTrue
+
+    from lakehouse_assets.core.maintenance.verify.erasure import _truncated, literals
+    from lakehouse_assets.core.write.condition import Condition
+
+    def named_columns(sql, names):
+        return Condition(sql, AlwaysTrue(), False).columns(names)
 
     assert named_columns("customer_id = 42 AND note <> 'id'", ["id", "customer_id", "note"]) == ["customer_id", "note"]
     assert named_columns("`Email` IN ('a@b.org')", ["email", "mail"]) == ["email"]

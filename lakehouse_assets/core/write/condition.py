@@ -54,10 +54,10 @@ class Condition:
         return f"coalesce(({self.sql}), false)"
 
     def columns(self, names: list[str]) -> list[str]:
-        """Of the columns `names`, those the condition may read: every one whose name its text holds (any case). A
-        superset, never fewer: a column Spark resolves is spelled in the text. At least one, to count rows by."""
-        text = self.sql.lower()
-        return [n for n in names if n.lower() in text] or names[:1]
+        """Of the columns `names`, those the condition names: each spelled as a whole identifier outside its string
+        literals (any case, backquoted or not)."""
+        text = _without_strings(self.sql).lower()
+        return [n for n in names if re.search(rf"(?<![\w.]){re.escape(n.lower())}(?!\w)", text)]
 
     def erasure_id(self, key: str | None) -> str:
         """What an erasure records instead of its text: an HMAC-SHA256 of the text under `key` (whoever holds the key
@@ -108,7 +108,8 @@ def check_sql(identifier: str, spark, spark_schema, text: str, what: str, *, boo
 
 
 def _without_strings(text: str) -> str:
-    return re.sub(r"'(?:[^']|'')*'", "''", text)
+    """`text` with its string literals (single- or double-quoted, backslash escapes) emptied."""
+    return re.sub(r"'(?:[^'\\]|''|\\.)*'|\"(?:[^\"\\]|\\.)*\"", "''", text)
 
 
 def _pruning(text: str, schema: Schema) -> tuple[BooleanExpression, bool, bool]:

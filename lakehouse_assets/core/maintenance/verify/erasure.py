@@ -31,8 +31,9 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import DateType, PrimitiveType, TimestampType, TimestamptzType
+from pyiceberg.types import PrimitiveType
 
+from ...formats.delta.values import from_internal
 from ...io.storage import join_uri, normalize_uri
 from ...write.condition import Condition
 
@@ -101,7 +102,7 @@ def prove_erased(
     name, a Delta physical name, "#<field id>"): the column's name today}; `files`: every file under the root,
     relative to it; `read_options`: how to read the table's files (`read_parquet_files`' cast_files, constants)."""
     root = normalize_uri(table.location())
-    columns = named_columns(condition.sql, spark_schema.fieldNames())
+    columns = condition.columns(spark_schema.fieldNames())
     findings = Findings(columns[0] if len(columns) == 1 else None, literals(condition.sql))
     row_files, delete_rows = [], []
     for rel in files:
@@ -122,12 +123,6 @@ def prove_erased(
         "remnants": findings.remnants[:MAX_LISTED],
         "values_tested_alone": findings.column is not None,
     }
-
-
-def named_columns(sql: str, names: list[str]) -> list[str]:
-    """The columns the condition names: each spelled as a whole identifier outside its string literals (any case)."""
-    text = _STRING_LITERAL.sub("''", sql).lower()
-    return [n for n in names if re.search(rf"(?<![\w.]){re.escape(n.lower())}(?!\w)", text)]
 
 
 def literals(sql: str) -> list[str]:
@@ -284,7 +279,7 @@ def _manifest_entry(record, file_schema, schema: Schema, spec: list | None, rel:
     for pos, pf in enumerate(spec or []):
         if pf.get("transform") == "identity" and partition is not None:
             column = names.get(f"#{pf['source-id']}") or schema.find_column_name(pf["source-id"])
-            findings.value(column, _as_python(schema.find_type(pf["source-id"]), partition[pos]), rel, f"manifest entry partition value of {column}")
+            findings.value(column, from_internal(schema.find_type(pf["source-id"]), partition[pos]), rel, f"manifest entry partition value of {column}")
 
 
 def _manifest_list_entry(record, file_schema, table: Table, rel: str, findings: Findings) -> None:
@@ -306,18 +301,7 @@ def _manifest_list_entry(record, file_schema, table: Table, rel: str, findings: 
 def _decoded(field_type, raw: bytes):
     if not isinstance(field_type, PrimitiveType):
         return None
-    return _as_python(field_type, from_bytes(field_type, raw))
-
-
-def _as_python(field_type, value):
-    """An Iceberg value as Spark can cast its text: dates and timestamps from their day and microsecond numbers."""
-    if value is None:
-        return None
-    if isinstance(field_type, DateType) and isinstance(value, int):
-        return dt.date(1970, 1, 1) + dt.timedelta(days=value)
-    if isinstance(field_type, (TimestampType, TimestamptzType)) and isinstance(value, int):
-        return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=value)
-    return value
+    return from_internal(field_type, from_bytes(field_type, raw))
 
 
 def _as_text(value) -> str:

@@ -180,14 +180,14 @@ def _log_since(root: str, version: int):
 _KILLED_MERGE = """
 import os, sys
 from lakehouse_assets import Lakehouse, MergeOptions
-from lakehouse_assets.core.formats.delta import cdc_commit as delta_cdc_commit
+from lakehouse_assets.core.formats.delta import log_commit as delta_log_commit
 from lakehouse_assets.core.spark.session import spark_session
 
 def killed(root_uri, storage, path, data):
     assert os.listdir(os.path.join(root_uri.removeprefix("file://"), "_change_data"))  # the cdc files are written
     os._exit(9)  # the process dies before the Delta commit file exists
 
-delta_cdc_commit.put_if_absent = killed
+delta_log_commit.put_if_absent = killed
 spark = spark_session({"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
 batch = spark.createDataFrame([(1, "new1", "US")], "id long, name string, country string")
 Lakehouse(sys.argv[1]).write(batch, "cdf.killed", mode="merge", merge=MergeOptions(keys=["id"]))

@@ -104,7 +104,7 @@ def delta_versions_of(delta, snapshot_ids) -> dict[int, int]:
     """Snapshot id -> the Delta version that mirrored it, for `snapshot_ids`, searching the newest commits first
     until all are found: the cost grows with how far back the oldest one lies, not with the whole history."""
     wanted = {str(s) for s in snapshot_ids}
-    limit = max(8, 2 * len(wanted))
+    limit = max(2, 2 * len(wanted))
     while wanted:
         commits = delta.history(limit)
         out: dict[int, int] = {}

@@ -33,7 +33,7 @@ import time
 
 from ..errors import InputError
 from ..formats import history as formats_history
-from ..formats.delta.cdc_commit import cdc_actions
+from ..formats.delta.log_commit import cdc_actions
 from ..formats.iceberg.live_manifests import commit_live_manifests
 from ..io.storage import delta_path, join_uri, normalize_uri
 from ..properties import Operation, SummaryKeys

@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from ..formats import history
-from ..formats.delta.cdc_commit import CHANGE_DATA_DIR, cdc_actions
+from ..formats.delta.log_commit import CHANGE_DATA_DIR, cdc_actions
 from ..formats.delta.logged_vectors import vector_file_uris
 from ..formats.position_deletes import DELETES_FOLDER
 from ..io.storage import delta_path, join_uri, normalize_uri, relative_to

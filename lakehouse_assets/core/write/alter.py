@@ -25,7 +25,7 @@ from pyiceberg.table import Table
 
 from ..errors import CommitConflict, MirrorRefused, SchemaError, SpecError
 from ..formats import file_columns
-from ..formats.delta import cdc_commit as delta_cdc_commit
+from ..formats.delta import log_commit as delta_log_commit
 from ..formats.delta import column_mapping as delta_column_mapping
 from ..formats.delta.committer import DeltaMirror
 from ..properties import Operation, SummaryKeys
@@ -194,10 +194,10 @@ def _enable_change_data_feed(mirror: DeltaMirror) -> bool:
     """Turn the Delta change data feed on (a metadata-only version through delta-rs), so that every rewrite from the
     next one on carries its change data files. True when this call turned it on."""
     delta = mirror.load()
-    if delta is None or delta_cdc_commit.feed_enabled(delta):
+    if delta is None or delta_log_commit.feed_enabled(delta):
         return False
     delta.alter.set_table_properties(
-        {delta_cdc_commit.CHANGE_DATA_FEED: "true"},
+        {delta_log_commit.CHANGE_DATA_FEED: "true"},
         commit_properties=CommitProperties(custom_metadata={SummaryKeys.OPERATION: Operation.DELTA_CONFIGURATION}),
     )
     return True

@@ -36,7 +36,7 @@ from ..contracts.model import ContractViolation
 from ..errors import InputError, MirrorRefused, SchemaError
 from ..formats import history
 from ..formats.deletes import refuse_delete_files
-from ..formats.delta import cdc_commit as delta_cdc_commit
+from ..formats.delta import log_commit as delta_log_commit
 from ..formats.delta.committer import APPEND_ONLY
 from ..formats.iceberg import committer as ic
 from ..io.storage import check_access, delete_files, normalize_uri
@@ -105,7 +105,7 @@ def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None
     delta_on = ctx.delta_enabled(table) and branch is None
     target = WriteTarget(
         identifier, table, table.schema(), ctx.storage, cast_files=types_were_widened(table),
-        change_feed=delta_on and delta is not None and delta_cdc_commit.feed_enabled(delta),
+        change_feed=delta_on and delta is not None and delta_log_commit.feed_enabled(delta),
     )
     condition = condition_of(identifier, op.where, table.schema(), target.spark_schema(), spark, what="erasure condition" if op.erase else "condition", secret=op.erase)
     values = _assignments(identifier, op.assignments, target, spark) if op.assignments is not None else None

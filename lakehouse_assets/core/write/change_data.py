@@ -9,7 +9,7 @@ partition columns kept in the rows as in the data files); the driver receives on
 in a process without Spark (a frame's write, core/read/arrow_changes.py) is compared and written in that process by
 the same writer, so such a write starts no JVM for its feed.
 
-The files are not visible until the Delta commit that references them lands (core/formats/delta/cdc_commit.py):
+The files are not visible until the Delta commit that references them lands (core/formats/delta/log_commit.py):
 a failed commit deletes them, and a killed process leaves unreferenced files that no reader opens.
 """
 
@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
 from ..formats import file_columns, history
-from ..formats.delta.cdc_commit import CHANGE_DATA_DIR
+from ..formats.delta.log_commit import CHANGE_DATA_DIR
 from ..formats.delta.values import partition_value
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import StorageConfig, join_uri

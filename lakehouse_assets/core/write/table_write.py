@@ -27,7 +27,7 @@ from ..contracts.guard import enforced as enforce_contract
 from ..errors import CommitOutcomeUnknown, SchemaError, SpecError
 from ..formats import history
 from ..formats.delta import adoption as delta_adoption
-from ..formats.delta import cdc_commit as delta_cdc_commit
+from ..formats.delta import log_commit as delta_log_commit
 from ..formats.delta import foreign_versions as foreign_delta
 from ..formats.delta.column_mapping import mapping_keys
 from ..formats.delta.refusals import unfollowed_renames
@@ -258,7 +258,7 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
         ctx.storage,
         cast_files=types_were_widened(table) or bool(schema_plan.widen),
         target_file_size=request.target_file_size,
-        change_feed=delta_on and delta is not None and delta_cdc_commit.feed_enabled(delta),
+        change_feed=delta_on and delta is not None and delta_log_commit.feed_enabled(delta),
     )
     summary = request.summary()
     changes = FileChanges()

@@ -218,7 +218,7 @@ def remove_written_files(storage: StorageConfig, root_uri: str, write_id: str) -
     """Delete every file of one write under `<root>/data/` (its names start with the write id) and under
     `<root>/_change_data/` (the change data a merge's tasks write, `cdc-<write id>-...`): what the finished tasks
     of a failed job wrote, and what killed tasks could not clean up themselves. Returns how many it found."""
-    from ..formats.delta.cdc_commit import CHANGE_DATA_DIR
+    from ..formats.delta.log_commit import CHANGE_DATA_DIR
 
     mine = []
     for folder, prefix, recursive in (("data", f"{write_id}-", True), (CHANGE_DATA_DIR, f"cdc-{write_id}-", False)):

@@ -8,7 +8,7 @@ One module per concern:
     values.py            how the log spells partition values and statistics
     schema_evolution.py  the Delta schema and properties brought up to a snapshot before its files land
     refusals.py          what the log cannot express of an Iceberg table, and the error that says so
-    cdc_commit.py        a version with change data: its whole commit, written put-if-absent
+    log_commit.py        a version with change data: its whole commit, written put-if-absent
     column_mapping.py    column mapping's metaData commits (ids and physical names)
     deletion_vectors.py  deletion vectors: bytes, files, descriptors and the actions that carry them
     vector_mirror.py     a snapshot's position deletes as deletion vectors

@@ -35,9 +35,10 @@ from .. import file_columns, history
 from ..snapshot_changes import SnapshotChange, snapshot_change
 from . import column_mapping, foreign_versions
 from .glue import GlueEntry
+from .followed_log import FollowedLog
 from .kept_logs import KEPT
 from .refusals import change_refusals, refusal_message, refuse_unless_whole, schema_refusals
-from .schema_evolution import evolve_schema, schema_differs
+from .schema_evolution import evolve_schema
 from .snapshot_commit import ChangeData, commit_change, commit_full_diff
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,9 @@ class DeltaMirror:
         self.glue_warning: str | None = None
         self.change_data = change_data  # writes a rewrite's change data files (None: commits carry none)
         # The log `next_version` read, handed to the `sync` that follows it in the same commit: loading the
-        # log replays its last checkpoint (every live file), so one load per write instead of two.
-        self._loaded: DeltaTable | None = None
+        # log replays its last checkpoint (every live file), so one load per write instead of two; following it
+        # afterwards reads only the commit files since.
+        self._loaded: FollowedLog | None = None
         # Whether `next_version` brought `_loaded` up to date just before the Iceberg commit: `sync` then commits on
         # it without listing the log again. A version landing in between fails that commit (Delta commits are
         # put-if-absent) and the retry policy reads the log afresh.
@@ -78,17 +80,22 @@ class DeltaMirror:
         except TableNotFoundError:
             return None
 
-    def load_current(self, table: Table) -> DeltaTable | None:
+    def follow(self, version: int | None = None) -> FollowedLog | None:
+        """The log loaded by delta-rs, to be followed from there commit by commit (core/formats/delta/followed_log.py)."""
+        delta = self.load(version)
+        return None if delta is None else FollowedLog(delta, self.root_uri, self.storage)
+
+    def load_current(self, table: Table) -> FollowedLog | None:
         """The current log: the one this process last read of the table (a write's, a check's), brought up to date
         (core/formats/delta/kept_logs.py), else loaded. Give it back with `keep` when done with it."""
         kept = KEPT.take(self.root_uri, str(table.metadata.table_uuid), self.storage)
-        return kept if kept is not None else self.load()
+        return kept if kept is not None else self.follow()
 
-    def keep(self, table: Table, delta: DeltaTable) -> None:
+    def keep(self, table: Table, delta: FollowedLog) -> None:
         """Keep a log read of this table for the process's next `load_current` of it."""
         KEPT.give_back(self.root_uri, str(table.metadata.table_uuid), self.storage, delta)
 
-    def hand_over(self, delta: DeltaTable) -> None:
+    def hand_over(self, delta: FollowedLog) -> None:
         """A log this process read moments ago (the write's foreign-version check): `next_version` updates it instead of loading."""
         self._loaded, self._updated = delta, False
 
@@ -117,7 +124,7 @@ class DeltaMirror:
                 delta = self._loaded
                 delta.update_incremental()  # what landed since it was read (another engine's version is refused before the commit)
             else:
-                delta = self._loaded = self.load()
+                delta = self._loaded = self.follow()
             self._updated = delta is not None
             if delta is None:
                 return None
@@ -146,17 +153,16 @@ class DeltaMirror:
             if not updated:
                 delta.update_incremental()  # commits since it was read (another writer's, or none)
         else:
-            delta = self.load()
+            delta = self.follow()
         if delta is None:
             delta = self._create(table)
         foreign_versions.refuse_to_mirror_over(".".join(table.name()), delta)  # never mirror over another engine's versions
         chain = self.pending_snapshots(table, target, self._mirrored_seq if updated else self.mirrored_sequence_number(delta))
-        landed = None  # the Delta version of the last commit made here, when the loaded log does not include it yet
         if chain is None:
             refuse_unless_whole(table, delta, target, self.root_uri, "the snapshots Delta lags behind were expired")
             commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target, self.change_data)
         else:
-            for i, snap in enumerate(chain):
+            for snap in chain:
                 change = known.get(snap.snapshot_id) or snapshot_change(table, snap)
                 if refusals := change_refusals(table, delta, change, self.root_uri):
                     # No exact Delta commit for this snapshot (another engine wrote it). If the table is whole
@@ -164,21 +170,9 @@ class DeltaMirror:
                     refuse_unless_whole(table, delta, target, self.root_uri, f"snapshot {snap.snapshot_id}: " + "; ".join(refusals))
                     commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target, self.change_data)
                     break
-                landed = commit_change(
-                    self.root_uri, self.storage, self.configuration, table, delta, change, reload=i < len(chain) - 1, change_data=self.change_data
-                )
+                commit_change(self.root_uri, self.storage, self.configuration, table, delta, change, change_data=self.change_data)
         current = table.current_snapshot()
-        at_current = target is not None and current is not None and target.snapshot_id == current.snapshot_id
-        if landed is not None:
-            # The last snapshot landed as exactly this version (no commit retries: nobody committed between our read of
-            # the log and it) and wrote no schema, so the log as read before it still has the current schema.
-            # Reading our own commit back would merge it into the state of every live file: skip it when the
-            # current Iceberg schema needs nothing from Delta.
-            if not (at_current and schema_differs(delta, table.schema(), file_columns.file_names(table, table.schema()), narrow_integers(table.properties))):
-                self.keep(table, delta)  # the next write follows the log from here
-                return landed
-            delta.update_incremental()
-        if at_current:
+        if target is not None and current is not None and target.snapshot_id == current.snapshot_id:
             # A schema change without a snapshot (another engine's add_column): Delta follows it too.
             delta.update_incremental()
             if refusals := schema_refusals(table, delta, table.schema(), {}):
@@ -187,16 +181,17 @@ class DeltaMirror:
         delta.update_incremental()
         # Not simply the latest version: a concurrent writer may have mirrored `target` for us, or committed after it.
         mirrored = history.delta_version_of(delta, target.snapshot_id) if target is not None else None
-        self.keep(table, delta)
+        self.keep(table, delta)  # the next write and check follow the log from here
         return mirrored if mirrored is not None else delta.version()
 
-    def record_adoption(self, table: Table, delta: DeltaTable, snapshot: Snapshot, adds: list[DataFile], removes: list[DataFile]) -> None:
+    def record_adoption(self, table: Table, delta: DeltaTable | FollowedLog, snapshot: Snapshot, adds: list[DataFile], removes: list[DataFile]) -> None:
         """Record an adopted snapshot (core/formats/delta/adoption.py) as mirrored: one version of ours right after the foreign
         versions it adopted, tagged with its id and sequence number. Its Delta side is those versions themselves, except
         for files the adoption rewrote: `removes` (the foreign files) leave and `adds` (their rewrites) come in, rows
         unchanged. No retry: a version landing in between would be a foreign one left behind unadopted."""
         change = SnapshotChange(snapshot, adds, removes, {**history.summary(snapshot), SummaryKeys.OPERATION: Operation.ADOPT_DELTA})
-        commit_change(self.root_uri, self.storage, self.configuration, table, delta, change)
+        followed = delta if isinstance(delta, FollowedLog) else FollowedLog(delta, self.root_uri, self.storage)
+        commit_change(self.root_uri, self.storage, self.configuration, table, followed, change)
 
     def start_at(self, table: Table) -> int:
         """A Delta log for a table that has none (an imported Iceberg table): created with its current schema, then
@@ -207,12 +202,11 @@ class DeltaMirror:
         if snap is not None:
             refuse_unless_whole(table, delta, snap, self.root_uri, f"table {'.'.join(table.name())} as imported")
             commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, snap)
-            delta.update_incremental()
         return delta.version()
 
     # ---- internals
 
-    def _create(self, table: Table) -> DeltaTable:
+    def _create(self, table: Table) -> FollowedLog:
         schema, spec = table.schema(), table.spec()
         configuration = column_mapping.without_mapping_keys(
             {**self.configuration, **statistics_policy(table, schema).delta_configuration(self.configuration)}
@@ -240,4 +234,4 @@ class DeltaMirror:
             if self.load() is None:
                 raise
             log.debug("Delta table created concurrently: %s", e)
-        return self.load()
+        return self.follow()

@@ -79,7 +79,7 @@ def foreign_versions(delta: DeltaTable) -> list[ForeignVersion]:
 
 
 def _read_foreign_versions(delta: DeltaTable) -> list[ForeignVersion]:
-    limit = 4
+    limit = 2  # the newest version is the mirror's own, as a rule
     while True:
         commits = delta.history(limit)
         newest_first = sorted(commits, key=lambda c: c["version"], reverse=True)

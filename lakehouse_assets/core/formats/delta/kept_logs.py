@@ -2,11 +2,12 @@
 
 Loading a Delta log replays its last checkpoint and every commit after it: its cost follows the table (every
 live file's entry) and how long ago the last checkpoint was. A process that writes one table again and again (a
-stream's micro-batches, a loop of small appends, Dagster's materializations in one process) instead brings the
-log its last write read up to date: delta-rs reads only the commits since, so the cost follows what changed.
+stream's micro-batches, a loop of small appends, Dagster's materializations in one process) instead follows the
+log its last write read (core/formats/delta/followed_log.py): only the commit files since are read, so the cost
+follows what changed.
 
 A kept log belongs to one write at a time: `take` removes it, and the mirror gives it back after its Delta commit
-(core/formats/delta/committer.py), so two writes in one process never share a `DeltaTable`. It is used only
+(core/formats/delta/committer.py), so two writes in one process never share a `FollowedLog`. It is used only
 while it is still a read of the same log:
 - the key holds the Iceberg table's uuid and the storage options, so a dropped and re-created table (or new
   credentials) loads afresh;
@@ -19,9 +20,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from deltalake import DeltaTable
-
 from ...io.storage import StorageConfig, join_uri
+from .followed_log import FollowedLog
 
 MAX_KEPT = 8  # tables; a log's entries take memory in proportion to its live files
 
@@ -41,11 +41,11 @@ class KeptDeltaLogs:
     """At most `max_kept` logs, least recently given back out first. Thread-safe."""
 
     def __init__(self, max_kept: int = MAX_KEPT):
-        self._logs: OrderedDict[tuple, tuple[DeltaTable, tuple]] = OrderedDict()
+        self._logs: OrderedDict[tuple, tuple[FollowedLog, tuple]] = OrderedDict()
         self._max = max_kept
         self._lock = threading.Lock()
 
-    def take(self, root_uri: str, table_uuid: str, storage: StorageConfig) -> DeltaTable | None:
+    def take(self, root_uri: str, table_uuid: str, storage: StorageConfig) -> FollowedLog | None:
         """The log kept for this table, brought up to date; None when there is none, or it is no longer a read of
         the table's log (the caller loads it)."""
         with self._lock:
@@ -61,7 +61,7 @@ class KeptDeltaLogs:
             return None
         return delta
 
-    def give_back(self, root_uri: str, table_uuid: str, storage: StorageConfig, delta: DeltaTable) -> None:
+    def give_back(self, root_uri: str, table_uuid: str, storage: StorageConfig, delta: FollowedLog) -> None:
         try:
             read_at = _commit_file(root_uri, storage, delta.version())
         except Exception:  # noqa: BLE001 - not kept, loaded next time

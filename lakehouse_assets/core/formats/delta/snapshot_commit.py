@@ -13,7 +13,6 @@ import time
 from typing import Callable
 
 import pyarrow as pa
-from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction, create_table_with_add_actions
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -28,7 +27,8 @@ from ...schema.type_mapping import delta_schema, narrow_integers
 from .. import file_columns, history
 from ..iceberg.committer import live_data_files
 from ..snapshot_changes import SnapshotChange
-from . import cdc_commit, vector_mirror
+from . import log_commit, vector_mirror
+from .followed_log import FollowedLog
 from .actions import RemovedFile, add_action, remove_action
 from .refusals import misnamed_refusals, refusal_message
 from .schema_evolution import changed_types, declare_statistics, evolve_schema
@@ -39,15 +39,14 @@ ChangeData = Callable[[Table, SnapshotChange, str, StorageConfig, list[str]], li
 
 
 def commit_change(
-    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable, change: SnapshotChange,
-    raw_removes: list[RemovedFile] | None = None, reload: bool = True, change_data: ChangeData | None = None,
-) -> int | None:
+    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: FollowedLog, change: SnapshotChange,
+    raw_removes: list[RemovedFile] | None = None, change_data: ChangeData | None = None,
+) -> int:
     """One Delta commit with the snapshot's adds and removes, tagged with its sequence number.
 
     When the table's change data feed is on and the snapshot replaced or deleted rows, `change_data` writes the
-    rows it changed and the commit carries them as `cdc` files (cdc_commit.py); position deletes become deletion
-    vectors (vector_mirror.py). Returns the version it landed
-    as when `reload` is False and `delta` was therefore not brought up to it (None when `delta` includes the commit)."""
+    rows it changed and the commit carries them as `cdc` files (log_commit.py); position deletes become deletion
+    vectors (vector_mirror.py). The commit is written here (log_commit.py) and `delta` follows it. Returns the version.""" 
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
     names = file_columns.file_names(table, schema)
@@ -66,44 +65,22 @@ def commit_change(
     metadata.update({DeltaCommitKeys.ICEBERG_SNAPSHOT_ID: str(snap.snapshot_id), DeltaCommitKeys.ICEBERG_SEQUENCE_NUMBER: str(snap.sequence_number)})
     if names is None and changed_types(delta, schema, narrow):
         _replace_with_wider_types(root_uri, storage, configuration, table, delta, snap, schema, metadata, now, policy)
-        return None
+        return delta.version()
     evolve_schema(root_uri, storage, delta, table, schema, snap)
     declare_statistics(root_uri, storage, delta, snap, policy, narrow)
     # Position deletes become deletion vectors; a log with vectors needs them named by every remove (delta-rs's cannot).
     vectors = vector_mirror.plan(root_uri, storage, table, delta, change, actions, now)
     rewrites = change.removes or raw_removes or (vectors is not None and vectors.vectors)
-    feed = change_data is not None and change.data_change and rewrites and cdc_commit.feed_enabled(delta)
-    if feed or vectors is not None:
-        version = _commit_written_here(root_uri, storage, table, delta, change, actions, vectors, raw_removes, change_data if feed else None, metadata)
-        if reload:
-            delta.update_incremental()
-            return None
-        return version
-    version = delta.version() + 1  # max_commit_retries=0: this version, or a CommitFailedError
-    delta.create_write_transaction(
-        actions,
-        mode="append",
-        schema=delta_schema(schema, narrow),
-        partition_by=delta_partition_columns(table.spec(), schema) or None,
-        commit_properties=CommitProperties(
-            custom_metadata=metadata,
-            max_commit_retries=0,
-            app_transactions=app_transactions(snap, change.summary),
-        ),
-        post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
-    )
-    if not reload:
-        return version
-    delta.update_incremental()
-    return None
+    feed = change_data is not None and change.data_change and rewrites and log_commit.feed_enabled(delta)
+    return _commit_written_here(root_uri, storage, table, delta, change, actions, vectors, raw_removes, change_data if feed else None, metadata)
 
 
 def _commit_written_here(
-    root_uri: str, storage: StorageConfig, table: Table, delta: DeltaTable, change: SnapshotChange, actions: list,
+    root_uri: str, storage: StorageConfig, table: Table, delta: FollowedLog, change: SnapshotChange, actions: list,
     vectors: vector_mirror.VectorCommit | None, raw_removes: list[RemovedFile] | None, change_data: ChangeData | None, metadata: dict,
 ) -> int:
-    """The version as this project writes it (cdc_commit.py), with change data files (`change_data` given), deletion
-    vectors (`vectors`), or both. Returns the version."""
+    """The version as this project writes it (log_commit.py), with change data files (`change_data` given), deletion
+    vectors (`vectors`), or neither. Returns the version."""
     cdc = []
     if change_data is not None:
         if change.change_data is not None and not raw_removes:
@@ -111,11 +88,11 @@ def _commit_written_here(
         else:
             cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
     rendered, protocol = (vectors.actions, vectors.protocol) if vectors is not None else (actions, None)
-    return cdc_commit.commit(root_uri, storage, delta, rendered, cdc, app_transactions(change.snapshot, change.summary), metadata, protocol)
+    return log_commit.commit(root_uri, storage, delta, rendered, cdc, app_transactions(change.snapshot, change.summary), metadata, protocol)
 
 
 def _replace_with_wider_types(
-    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable,
+    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: FollowedLog,
     snap: Snapshot, schema: Schema, metadata: dict, now: int, policy: StatisticsPolicy,
 ) -> None:
     """Mirror a snapshot that widened column types as one CREATE OR REPLACE commit.
@@ -157,7 +134,7 @@ def app_transactions(snap: Snapshot, summary: dict[str, str]) -> list[Transactio
 
 
 def commit_full_diff(
-    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: DeltaTable, target: Snapshot,
+    root_uri: str, storage: StorageConfig, configuration: dict[str, str], table: Table, delta: FollowedLog, target: Snapshot,
     change_data: ChangeData | None = None,
 ) -> None:
     """Delta is older than the retained Iceberg history: one commit that makes the file sets equal."""

@@ -16,6 +16,7 @@ everything (`verify_table` without a pair). `lakehouse verify` and maintenance's
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,12 @@ from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from ...formats import file_columns
+from ...formats.delta.actions import add_action
 from ...formats.delta.logged_stats import LoggedChanges, logged_changes, net_changes
 from ...io.storage import relative_to
 from ...properties import DeltaCommitKeys
+from ...schema.spec import statistics_policy
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,29 @@ def changes_since(table: Table, snap: Snapshot | None, mirror, delta, since: Ver
         return None
     added, removed = net_changes(events)
     return Changes(since, added, removed, _added_twice(events), logged)
+
+
+def as_mirrored(table: Table, root_uri: str, changed: Changes) -> set[str]:
+    """The added files whose logged Delta add is exactly the one the mirror derives from their Iceberg data file
+    (formats/delta/actions.py: size, partition values, statistics with the row count), under the current schema.
+    Those agree by construction; a file another engine added, or one added under an older schema or statistics
+    policy, is left to the comparison of what Delta readers parse."""
+    schema = table.schema()
+    names, policy = file_columns.file_names(table, schema), statistics_policy(table, schema)
+    out = set()
+    for path, logged in changed.delta.added.items():
+        data_file = changed.iceberg_added.get(path)
+        if data_file is None or logged.get("deletionVector") is not None:
+            continue
+        try:
+            derived = add_action(root_uri, table, schema, data_file, True, 0, policy, names)
+            same = (logged.get("size") == derived.size and (logged.get("partitionValues") or {}) == dict(derived.partition_values)
+                    and json.loads(logged.get("stats") or "null") == json.loads(derived.stats))
+        except (ValueError, KeyError):  # not derivable here (a value Delta cannot hold...): compared as parsed
+            same = False
+        if same:
+            out.add(path)
+    return out
 
 
 def _snapshots_after(table: Table, snap: Snapshot, since_id: int) -> list[Snapshot] | None:

@@ -78,6 +78,16 @@ def file_differences(table: Table, delta, mirror: DeltaMirror, pairs: dict, part
     return [f"{len(v)} {kind} difference(s), e.g. {v[:MAX_LISTED]}" for kind, v in found.items()]
 
 
+def partition_record_differences(table: Table, data_files: dict) -> list[str]:
+    """The Iceberg partition record against the bounds of each of `data_files` (path -> data file), alone: the files
+    whose Delta add is the one the mirror derives from them (maintenance/verify/changes.py, `as_mirrored`)."""
+    schema = table.schema()
+    found: dict[str, list[str]] = {}
+    for path, data_file in sorted(data_files.items()):
+        _partition_bound_differences(schema, table.specs()[data_file.spec_id], data_file, path, lambda kind, detail: found.setdefault(kind, []).append(detail))
+    return [f"{len(v)} {kind} difference(s), e.g. {v[:MAX_LISTED]}" for kind, v in found.items()]
+
+
 # Transforms that keep order, over source types whose Iceberg bounds are exact (strings' may be truncated).
 _MONOTONIC = (IdentityTransform, YearTransform, MonthTransform, DayTransform, HourTransform, TruncateTransform)
 _EXACT_BOUNDS = (IntegerType, LongType, DateType, TimestampType, TimestamptzType, DecimalType)

@@ -39,6 +39,7 @@ from ...formats.delta import column_mapping as delta_column_mapping
 from ...formats.delta import foreign_versions as foreign_delta
 from ...formats.delta import glue as delta_glue
 from ...formats.delta.committer import DeltaMirror
+from ...formats.delta.followed_log import FollowedLog, LiveTotals
 from ...io.storage import delta_path, normalize_uri, relative_to
 from ...schema.spec import delta_partition_columns
 from ...schema.type_mapping import delta_schema, narrow_integers
@@ -46,7 +47,7 @@ from . import changes, deletion_vectors
 from .change_data import change_data_differences
 from .changes import Changes, VerifiedPair
 from .content import DEEP_HASH_MAX_ROWS, content_differences
-from .files import file_differences
+from .files import file_differences, partition_record_differences
 from .footers import footer_differences
 
 MAX_LISTED = 3  # examples per kind of difference
@@ -118,9 +119,9 @@ def _verify_since(table: Table, snap, mirror: DeltaMirror, loaded, since: Verifi
     """The check of only what changed since `since`, or None when the logs do not confirm that pair."""
     changed = _trusted_changes(table, snap, mirror, loaded, since, root)
     # (a log whose adds delta-rs cannot list is a finding the full comparison reports)
-    if changed is None or (adds := _delta_adds_or_none(loaded)) is None:
+    if changed is None or (totals := _live_totals_or_none(loaded)) is None:
         return None
-    report = _verify_changes(table, snap, mirror, loaded, changed, adds)
+    report = _verify_changes(table, snap, mirror, loaded, changed, totals)
     mirror.keep(table, loaded)
     return report
 
@@ -181,27 +182,35 @@ def _trusted_changes(table: Table, snap, mirror: DeltaMirror, delta, since: Veri
     return changed
 
 
-def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta, changed: Changes, adds: pa.Table) -> dict[str, Any]:
+def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta: FollowedLog, changed: Changes, totals: LiveTotals) -> dict[str, Any]:
     """The report of a check over what changed since a verified pair: the same findings as the full check, about
-    the files the two logs added and removed since, and the totals of both (`adds`: Delta's live ones) against
-    each other."""
+    the files the two logs added and removed since, and the totals of both (`totals`: Delta's live files) against
+    each other.
+
+    An added file whose logged add is exactly the one the mirror derives from its Iceberg data file (changes.py,
+    `as_mirrored`) holds the same partition values and statistics in both logs by construction; only the others are
+    compared as Delta readers parse them, which needs delta-rs's state of every live file."""
     summary = snap.summary.additional_properties if snap.summary else {}
     iceberg_files, iceberg_rows = summary.get("total-data-files"), summary.get("total-records")
     report = _iceberg_report(table, snap, {}, 0, delta_enabled=True, deep=False)
     report.update(iceberg_files=int(iceberg_files) if iceberg_files else None, iceberg_rows=int(iceberg_rows) if iceberg_rows else None,
                   compared=f"what changed since Iceberg snapshot {changed.since.snapshot_id} and Delta version {changed.since.delta_version}")
-    counts = adds.column("num_records")
-    delta_rows = pc.sum(counts).as_py() or 0
-    report.update(delta_version=delta.version(), delta_files=adds.num_rows, delta_rows=delta_rows, delta_files_without_row_count=counts.null_count,
+    report.update(delta_version=delta.version(), delta_files=totals.files, delta_rows=totals.rows, delta_files_without_row_count=totals.files_without_row_count,
                   delta_mirrored_sequence_number=changed.mirrored_sequence_number, delta_lag_snapshots=0)
     differences = changed.set_differences()
-    if report["iceberg_files"] is not None and report["iceberg_files"] != adds.num_rows:
-        differences.append(f"file counts differ: Iceberg's snapshot summary {report['iceberg_files']}, Delta {adds.num_rows}")
-    if report["iceberg_rows"] is not None and not counts.null_count and report["iceberg_rows"] != delta_rows:
-        differences.append(f"row counts differ: Iceberg's snapshot summary {report['iceberg_rows']}, Delta {delta_rows}")
-    raw = [a["path"] for a in changed.delta.added.values()]
-    added = {delta_path(a["path"]): a for a in _flat_rows(adds.filter(pc.is_in(adds.column("path"), value_set=pa.array(raw, pa.string()))), delta)}
-    both = {p: (f, added[p]) for p, f in changed.iceberg_added.items() if p in added}
+    if report["iceberg_files"] is not None and report["iceberg_files"] != totals.files:
+        differences.append(f"file counts differ: Iceberg's snapshot summary {report['iceberg_files']}, Delta {totals.files}")
+    if report["iceberg_rows"] is not None and not totals.files_without_row_count and report["iceberg_rows"] != totals.rows:
+        differences.append(f"row counts differ: Iceberg's snapshot summary {report['iceberg_rows']}, Delta {totals.rows}")
+    mirrored = changes.as_mirrored(table, mirror.root_uri, changed)
+    differences += partition_record_differences(table, {p: changed.iceberg_added[p] for p in mirrored})
+    rest = {p: a for p, a in changed.delta.added.items() if p not in mirrored}
+    both = {}
+    if rest:
+        adds = _delta_adds(delta)  # delta-rs's state of every live file: the statistics as Delta readers parse them
+        raw = [a["path"] for a in rest.values()]
+        added = {delta_path(a["path"]): a for a in _flat_rows(adds.filter(pc.is_in(adds.column("path"), value_set=pa.array(raw, pa.string()))), delta)}
+        both = {p: (f, added[p]) for p, f in changed.iceberg_added.items() if p in added}
     if miscounted := [f"{p}: Iceberg {f.record_count} rows, Delta {a['num_records']}" for p, (f, a) in sorted(both.items()) if a.get("num_records") not in (None, f.record_count)]:
         differences.append(f"{len(miscounted)} added file(s) have different row counts in the two logs, e.g. {miscounted[:MAX_LISTED]}")
     differences += _schema_differences(table, delta)
@@ -209,7 +218,8 @@ def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta, changed: Cha
     if foreign := foreign_delta.foreign_versions(delta):
         report["delta_foreign_versions"] = [v.to_dict() for v in foreign]
         differences.append(foreign_delta.explain(".".join(table.name()), foreign))
-    differences += file_differences(table, delta, mirror, both, [a.get("partitionValues") or {} for a in changed.delta.added.values()])
+    if rest:
+        differences += file_differences(table, delta, mirror, both, [a.get("partitionValues") or {} for a in rest.values()])
     report["columns"] = _schema_columns(_expected_delta_schema(table)[0])
     report.update(differences=differences, agree=not differences)
     return report
@@ -243,9 +253,9 @@ def _read_delta_adds(mirror: DeltaMirror, report: dict[str, Any], loaded=None) -
     return delta, add_rows
 
 
-def _delta_adds_or_none(delta) -> pa.Table | None:
+def _live_totals_or_none(delta: FollowedLog) -> LiveTotals | None:
     try:
-        return _delta_adds(delta)
+        return delta.live_totals()
     except Exception:  # noqa: BLE001 - e.g. a NULL partition value in a NOT NULL column: the full comparison says so
         return None
 

@@ -1,0 +1,128 @@
+"""A Delta log followed commit by commit (core/formats/delta/followed_log.py) says what delta-rs says of the same log:
+its version, the mirror's transaction version, the newest commits, the live totals and, once metadata changes, the
+schema, whoever wrote the commits; and a write followed that way touches no live file's entry."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from lakehouse_assets import VerifiedPair
+from lakehouse_assets.core.formats.delta import followed_log
+from lakehouse_assets.core.formats.delta.followed_log import FollowedLog
+from lakehouse_assets.core.formats.delta.kept_logs import KEPT
+from lakehouse_assets.core.properties import DELTA_APP_ID
+
+
+
+def _rows(ids) -> pa.Table:
+    return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"n{i}" for i in ids]})
+
+
+def _same_as_delta_rs(followed: FollowedLog, location: str) -> None:
+    fresh = DeltaTable(location)
+    adds = pa.table(fresh.get_add_actions(flatten=False))
+    totals = followed.live_totals()
+    assert followed.version() == fresh.version()
+    assert followed.transaction_version(DELTA_APP_ID) == fresh.transaction_version(DELTA_APP_ID)
+    assert (totals.files, totals.rows, totals.files_without_row_count) == (adds.num_rows, pc.sum(adds.column("num_records")).as_py(), 0)
+    assert [(c["version"], c.get("operation")) for c in followed.history(3)] == [(c["version"], c.get("operation")) for c in fresh.history(3)]
+    assert followed.schema() == fresh.schema()
+
+
+def test_a_followed_log_says_what_a_fresh_read_says_after_appends_overwrites_and_deletes(lh):
+    lh.write(_rows(range(10)), "fl.t")
+    location = lh.table_location("fl.t")
+    followed = lh.mirror(lh.load("fl.t")).follow()
+    lh.write(_rows(range(10, 20)), "fl.t")
+    lh.write(_rows(range(20)), "fl.t", mode="overwrite")
+    lh.delete("fl.t", "id < 3")
+    followed.update_incremental()
+    assert followed.base.version() < followed.version(), "the commits were read from their files, not merged by delta-rs"
+    _same_as_delta_rs(followed, location)
+    assert followed.live_totals().rows == 17
+
+
+def test_a_commit_that_changes_the_schema_is_merged_and_the_schema_is_current(lh):
+    lh.write(_rows(range(5)), "fl.s")
+    location = lh.table_location("fl.s")
+    followed = lh.mirror(lh.load("fl.s")).follow()
+    lh.write(pa.table({"id": pa.array([7], pa.int64()), "name": ["x"], "extra": [1.5]}), "fl.s")
+    followed.update_incremental()
+    assert "extra" in [f.name for f in followed.schema().fields]
+    _same_as_delta_rs(followed, location)
+
+
+def test_a_foreign_writers_commits_are_followed_too(lh):
+    lh.write(_rows(range(5)), "fl.f")
+    location = lh.table_location("fl.f")
+    followed = lh.mirror(lh.load("fl.f")).follow()
+    write_deltalake(location, _rows(range(100, 103)), mode="append")
+    followed.update_incremental()
+    _same_as_delta_rs(followed, location)
+    assert followed.history(1)[0]["version"] == DeltaTable(location).version()
+
+
+def test_writes_and_their_checks_in_one_process_never_merge_the_log_with_delta_rs(lh, monkeypatch):
+    """The cost of a write and its check follows the change: delta-rs's update over every live file never runs."""
+    lh.write(_rows(range(10)), "fl.w")
+    report = lh.verify("fl.w")
+    pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
+    merged: list[int] = []
+    original = FollowedLog._merge
+    monkeypatch.setattr(FollowedLog, "_merge", lambda self: (merged.append(self.version()), original(self)))
+    for start in (10, 20, 30):
+        lh.write(_rows(range(start, start + 10)), "fl.w")
+        report = lh.verify("fl.w", since=pair)
+        assert report["agree"], report["differences"]
+        assert report["compared"].startswith("what changed since")
+        pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
+    assert merged == []
+    assert report["delta_files"] == report["iceberg_files"] and report["delta_rows"] == 40
+    KEPT.clear()
+
+
+def test_a_tail_longer_than_its_bound_is_merged_by_delta_rs(lh, monkeypatch):
+    monkeypatch.setattr(followed_log, "MAX_TAIL", 2)
+    lh.write(_rows(range(3)), "fl.m")
+    location = lh.table_location("fl.m")
+    followed = lh.mirror(lh.load("fl.m")).follow()
+    for start in (10, 20, 30):
+        lh.write(_rows(range(start, start + 3)), "fl.m")
+    followed.update_incremental()
+    assert followed.version() - followed.base.version() <= 2
+    _same_as_delta_rs(followed, location)
+
+
+def test_a_changed_statistic_in_a_followed_commit_is_still_a_difference(lh):
+    """An add that is not the one the mirror derives is compared as Delta readers parse it: a planted wrong max is found."""
+    lh.write(_rows(range(10)), "fl.d")
+    report = lh.verify("fl.d")
+    pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
+    lh.write(_rows(range(10, 20)), "fl.d")
+    location = lh.table_location("fl.d")
+    commit = f"{location.removeprefix('file://')}/_delta_log/{DeltaTable(location).version():020d}.json"
+    lines = [json.loads(line) for line in open(commit, encoding="utf-8").read().splitlines() if line]
+    for a in lines:
+        if "add" in a:
+            stats = json.loads(a["add"]["stats"])
+            stats["maxValues"]["id"] = 12
+            a["add"]["stats"] = json.dumps(stats)
+    with open(commit, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps(a) + "\n" for a in lines))
+    KEPT.clear()
+    report = lh.verify("fl.d", since=pair)
+    assert report["compared"].startswith("what changed since")
+    assert not report["agree"] and any("stats" in d and "'id'" in d for d in report["differences"]), report["differences"]
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept():
+    KEPT.clear()
+    yield
+    KEPT.clear()
+

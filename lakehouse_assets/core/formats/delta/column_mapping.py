@@ -327,7 +327,7 @@ def put_if_absent(root_uri: str, storage: StorageConfig, path: str, data: bytes)
     try:
         obstore.put(store, path, data, mode="create")
     except (AlreadyExistsError, PreconditionError) as e:
-        raise CommitFailedError(f"Delta version file {path} was written by another writer first: {e}") from None
+        raise CommitFailedError(f"Delta version file {path} was written by another writer first") from e
 
 
 def _obstore_options(delta_options: Mapping[str, str] | None) -> tuple[dict[str, str], dict[str, Any]]:

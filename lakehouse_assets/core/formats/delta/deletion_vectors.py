@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap64
 
 from ...errors import DeletionVectorError
-from ...io.storage import StorageConfig, join_uri
+from ...io.storage import StorageConfig, delta_uri_path, join_uri
 
 MAGIC = 1681511377  # the Delta protocol's RoaringBitmapArray (portable) magic number
 FORMAT_VERSION = 1
@@ -184,7 +184,7 @@ def _from_file(storage: StorageConfig, uri: str, d: Descriptor) -> bytes:
 
 def add_json(add: Any, descriptor: Descriptor | None) -> dict:
     """The `add` action of a delta-rs `AddAction`, carrying `descriptor` (None: no rows deleted)."""
-    out = {"path": add.path, "partitionValues": dict(add.partition_values), "size": add.size,
+    out = {"path": delta_uri_path(add.path), "partitionValues": dict(add.partition_values), "size": add.size,
            "modificationTime": add.modification_time, "dataChange": add.data_change, "stats": add.stats}
     if descriptor is not None:
         out["deletionVector"] = descriptor.to_json()
@@ -194,7 +194,7 @@ def add_json(add: Any, descriptor: Descriptor | None) -> dict:
 def remove_json(remove: Any, descriptor: Descriptor | None) -> dict:
     """The `remove` action of a delta-rs `RemoveAction` for the logical file (path, `descriptor`): readers key
     files by path and vector, so a remove must name the vector its add carried."""
-    out = {"path": remove.path, "dataChange": remove.data_change, "deletionTimestamp": remove.deletion_timestamp,
+    out = {"path": delta_uri_path(remove.path), "dataChange": remove.data_change, "deletionTimestamp": remove.deletion_timestamp,
            "extendedFileMetadata": True, "partitionValues": dict(remove.partition_values or {})}
     if remove.size is not None:
         out["size"] = remove.size

@@ -19,7 +19,7 @@ from typing import Mapping
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 
-from ...io.storage import StorageConfig, delete_files, join_uri
+from ...io.storage import StorageConfig, delete_files, delta_uri_path, join_uri
 from .column_mapping import CLIENT, put_if_absent
 from .followed_log import FollowedLog
 
@@ -84,9 +84,9 @@ def _action_json(a: AddAction | RemoveAction | dict) -> dict:
     if isinstance(a, dict):
         return a
     if isinstance(a, AddAction):
-        return {"add": {"path": a.path, "partitionValues": dict(a.partition_values), "size": a.size,
+        return {"add": {"path": delta_uri_path(a.path), "partitionValues": dict(a.partition_values), "size": a.size,
                         "modificationTime": a.modification_time, "dataChange": a.data_change, "stats": a.stats}}
-    remove = {"path": a.path, "dataChange": a.data_change, "deletionTimestamp": a.deletion_timestamp, "extendedFileMetadata": True,
+    remove = {"path": delta_uri_path(a.path), "dataChange": a.data_change, "deletionTimestamp": a.deletion_timestamp, "extendedFileMetadata": True,
               "partitionValues": dict(a.partition_values or {})}
     if a.size is not None:
         remove["size"] = a.size

@@ -18,7 +18,6 @@ from lakehouse_assets.core.formats.delta.kept_logs import KEPT
 from lakehouse_assets.core.properties import DELTA_APP_ID
 
 
-
 def _rows(ids) -> pa.Table:
     return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"n{i}" for i in ids]})
 

@@ -25,8 +25,8 @@ from pyiceberg.table import Table
 
 from ..errors import CommitConflict, MirrorRefused, SchemaError, SpecError
 from ..formats import file_columns
-from ..formats.delta import log_commit as delta_log_commit
 from ..formats.delta import column_mapping as delta_column_mapping
+from ..formats.delta import log_commit as delta_log_commit
 from ..formats.delta.committer import DeltaMirror
 from ..properties import Operation, SummaryKeys
 from ..schema.type_mapping import check_column_names

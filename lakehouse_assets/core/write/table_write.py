@@ -27,8 +27,8 @@ from ..contracts.guard import enforced as enforce_contract
 from ..errors import CommitOutcomeUnknown, SchemaError, SpecError
 from ..formats import history
 from ..formats.delta import adoption as delta_adoption
-from ..formats.delta import log_commit as delta_log_commit
 from ..formats.delta import foreign_versions as foreign_delta
+from ..formats.delta import log_commit as delta_log_commit
 from ..formats.delta.column_mapping import mapping_keys
 from ..formats.delta.refusals import unfollowed_renames
 from ..formats.file_columns import enabled as mapping_enabled

@@ -1,4 +1,4 @@
-"""The Delta log as a mirror of Iceberg's snapshot history (delta-rs writes the log).
+"""The Delta log as a mirror of Iceberg's snapshot history.
 
 Iceberg is the source of truth. Each Iceberg snapshot becomes exactly one Delta commit holding the
 same file changes (add / remove), tagged with a Delta application transaction whose version is the
@@ -10,8 +10,8 @@ snapshot's Iceberg sequence number. That tag makes mirroring idempotent and resu
 * two processes racing to mirror the same snapshot cannot both land it: Delta commits are
   conditional PUTs, and the loser re-reads the log, sees the tag, and has nothing left to do.
 
-This module decides what to mirror and when (`DeltaMirror.sync`, the predicted next version); the commit
-itself is `delta_snapshot_commit`, what Delta cannot express is `delta_refusals`, the metadata-only schema
+This module decides what to mirror and when (`DeltaMirror.sync`, the predicted next version), on the log as
+followed since the process read it (followed_log.py); the commit itself is `delta_snapshot_commit`, what Delta cannot express is `delta_refusals`, the metadata-only schema
 steps are `delta_schema_evolution`, and the per-file actions are `delta_actions`.
 """
 
@@ -34,8 +34,8 @@ from ...schema.type_mapping import delta_schema, narrow_integers
 from .. import file_columns, history
 from ..snapshot_changes import SnapshotChange, snapshot_change
 from . import column_mapping, foreign_versions
-from .glue import GlueEntry
 from .followed_log import FollowedLog
+from .glue import GlueEntry
 from .kept_logs import KEPT
 from .refusals import change_refusals, refusal_message, refuse_unless_whole, schema_refusals
 from .schema_evolution import evolve_schema

@@ -28,8 +28,8 @@ from .. import file_columns, history
 from ..iceberg.committer import live_data_files
 from ..snapshot_changes import SnapshotChange
 from . import log_commit, vector_mirror
-from .followed_log import FollowedLog
 from .actions import RemovedFile, add_action, remove_action
+from .followed_log import FollowedLog
 from .refusals import misnamed_refusals, refusal_message
 from .schema_evolution import changed_types, declare_statistics, evolve_schema
 
@@ -46,7 +46,7 @@ def commit_change(
 
     When the table's change data feed is on and the snapshot replaced or deleted rows, `change_data` writes the
     rows it changed and the commit carries them as `cdc` files (log_commit.py); position deletes become deletion
-    vectors (vector_mirror.py). The commit is written here (log_commit.py) and `delta` follows it. Returns the version.""" 
+    vectors (vector_mirror.py). The commit is written here (log_commit.py) and `delta` follows it. Returns the version."""
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
     names = file_columns.file_names(table, schema)

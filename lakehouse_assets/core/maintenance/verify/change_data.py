@@ -20,8 +20,8 @@ from pyiceberg.table import Table
 
 from ...formats import history
 from ...formats.deletes import has_delete_files, table_files
-from ...formats.delta.log_commit import cdc_actions
 from ...formats.delta.committer import DeltaMirror
+from ...formats.delta.log_commit import cdc_actions
 from ...formats.delta.vector_mirror import named_data_files
 from ...formats.position_deletes import read_positions, referenced_data_file
 from ...formats.snapshot_changes import snapshot_change

@@ -125,3 +125,41 @@ def _nothing_kept():
     yield
     KEPT.clear()
 
+
+
+def _plain_delta_table(tmp_path) -> tuple[str, FollowedLog]:
+    from lakehouse_assets.core.io.storage import StorageConfig
+
+    location = str(tmp_path / "plain")
+    write_deltalake(location, _rows(range(3)))
+    return location, FollowedLog(DeltaTable(location), location, StorageConfig())
+
+
+def test_the_commit_writer_refuses_a_data_changing_remove_on_an_append_only_table(tmp_path):
+    from deltalake.transaction import RemoveAction
+
+    from lakehouse_assets import MirrorRefused
+    from lakehouse_assets.core.formats.delta import log_commit
+
+    location, followed = _plain_delta_table(tmp_path)
+    DeltaTable(location).alter.set_table_properties({"delta.appendOnly": "true"})
+    followed.update_incremental()
+    path = DeltaTable(location).file_uris()[0].rsplit("/", 1)[-1]
+    remove = RemoveAction(path=path, data_change=True, deletion_timestamp=0, size=None, partition_values={})
+    with pytest.raises(MirrorRefused, match="delta.appendOnly=true, and this version would remove data files"):
+        log_commit.commit(location, followed.storage, followed, [remove], [], [], {})
+    assert DeltaTable(location).version() == 1, "nothing was written"
+
+
+def test_the_commit_writer_refuses_a_table_feature_it_cannot_keep(tmp_path):
+    from deltalake.table import TableFeatures
+
+    from lakehouse_assets import MirrorRefused
+    from lakehouse_assets.core.formats.delta import log_commit
+
+    location, followed = _plain_delta_table(tmp_path)
+    DeltaTable(location).alter.add_feature(TableFeatures.RowTracking, allow_protocol_versions_increase=True)
+    followed.update_incremental()
+    with pytest.raises(MirrorRefused, match="declares table features the mirror cannot write: feature 'rowTracking'"):
+        log_commit.commit(location, followed.storage, followed, [], [], [], {})
+    assert DeltaTable(location).version() == 1, "nothing was written"

@@ -19,13 +19,16 @@ from typing import Mapping
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 
+from ...errors import MirrorRefused
 from ...io.storage import StorageConfig, delete_files, delta_uri_path, join_uri
+from . import features
 from .column_mapping import CLIENT, put_if_absent
 from .followed_log import FollowedLog
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 CHANGE_DATA_DIR = "_change_data"  # where change data files live, under the Delta root (the protocol's convention)
 _CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+_APPEND_ONLY = "delta.appendOnly"
 
 
 def cdc_actions(storage: StorageConfig, root_uri: str, version: int) -> list[dict] | None:
@@ -60,6 +63,7 @@ def commit(
     On any failure the cdc files are deleted (nothing referenced them).
     `actions` given as dicts are already rendered (delta_deletion_vectors: actions carrying a deletion vector);
     `protocol`: a `protocol` action the version raises the table to."""
+    _refuse_what_the_protocol_forbids(root_uri, delta, actions)
     version = delta.version() + 1
     now = int(time.time() * 1000)
     info = {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Append"}, "clientVersion": CLIENT,
@@ -78,6 +82,21 @@ def commit(
     if version % interval == 0:  # what delta-rs's post-commit hook does for its own versions (walks every live file)
         delta.table().create_checkpoint()
     return version
+
+
+def _refuse_what_the_protocol_forbids(root_uri: str, delta: FollowedLog, actions: list) -> None:
+    """The writer's side of the Delta protocol that the table declares (delta-rs's commit checked it for its own
+    versions): a feature this writer cannot keep, or a data-changing remove on an append-only table, is refused as
+    MirrorRefused (the Iceberg commit stands, Delta lags, the write's warning says why) before anything is written."""
+    if reasons := features.refusals(delta):
+        raise MirrorRefused(f"The Delta table at {root_uri} declares table features the mirror cannot write: {'; '.join(reasons)}. Delta was left as it was.")
+    removes = [a for a in actions if isinstance(a, RemoveAction) or (isinstance(a, dict) and "remove" in a)]
+    data_change = any(a.data_change if isinstance(a, RemoveAction) else a["remove"].get("dataChange", True) for a in removes)
+    if data_change and str((delta.metadata().configuration or {}).get(_APPEND_ONLY, "false")).lower() == "true":
+        raise MirrorRefused(
+            f"The Delta table at {root_uri} sets {_APPEND_ONLY}=true, and this version would remove data files with a data "
+            "change, which the Delta protocol forbids on an append-only table. Delta was left as it was."
+        )
 
 
 def _action_json(a: AddAction | RemoveAction | dict) -> dict:

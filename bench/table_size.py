@@ -19,7 +19,7 @@ reset before each run, /proc/self/clear_refs, and read after it, VmHWM): the hig
 the full verify's apart, and the whole process's (with the imports) for reference. The target: each of ours within
 1.5x between the smallest and the largest table, and the peak memory of the writes, the check and the read flat.
 
-    .venv/bin/python bench/table_size.py [--files 1000,10000,100000] [--reps 5] [--json out.json] [--markdown page.md]
+    .venv/bin/python bench/table_size.py [--files 1000,10000,100000,1000000] [--reps 5] [--java-max-files 100000] [--json out.json] [--markdown page.md]
     .venv/bin/python bench/table_size.py --render out.json --markdown page.md   # the section from an earlier run
 """
 
@@ -58,8 +58,9 @@ def make_files(root: str, files: int) -> None:
         pq.write_table(pa.table({"id": ids, "v": ids}), os.path.join(folder, f"part-{i:06d}.parquet"))
 
 
-def one_size(spark, files: int, reps: int, root: str) -> dict:
-    """The four operations on tables of `files` files made under `root`, on `spark` (with Java Iceberg's jars)."""
+def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict:
+    """The operations on tables of `files` files made under `root`, on `spark` (with Java Iceberg's jars); Java's side
+    too when `java`."""
     import uuid
 
     from pyspark.sql import functions as F
@@ -69,7 +70,8 @@ def one_size(spark, files: int, reps: int, root: str) -> dict:
 
     t0 = time.perf_counter()
     make_files(os.path.join(root, "ours-files"), files)
-    shutil.copytree(os.path.join(root, "ours-files"), os.path.join(root, "java-files"))
+    if java:
+        shutil.copytree(os.path.join(root, "ours-files"), os.path.join(root, "java-files"))
     made = time.perf_counter() - t0
     ours = Lakehouse(os.path.join(root, "ours"))
     t0 = time.perf_counter()
@@ -77,9 +79,10 @@ def one_size(spark, files: int, reps: int, root: str) -> dict:
     imported = time.perf_counter() - t0
     # Java's JdbcCatalog names its catalog like the lakehouse's; a catalog is built once per session: one name per warehouse.
     java_catalog = f"table_size_{uuid.uuid4().hex[:8]}"
-    Lakehouse(os.path.join(root, "java"), catalog_name=java_catalog).import_table("ts.t", os.path.join(root, "java-files"))
-    for key, value in java_iceberg.jdbc_catalog_conf(java_catalog, os.path.join(root, "java")).items():
-        spark.conf.set(key, value)
+    if java:
+        Lakehouse(os.path.join(root, "java"), catalog_name=java_catalog).import_table("ts.t", os.path.join(root, "java-files"))
+        for key, value in java_iceberg.jdbc_catalog_conf(java_catalog, os.path.join(root, "java")).items():
+            spark.conf.set(key, value)
     java_table = f"{java_catalog}.ts.t"
     hot_ids = list(range(0, ROWS_PER_FILE * HOT_FILES, ROWS_PER_FILE))  # one row of each of the first day's files
 
@@ -114,6 +117,8 @@ def one_size(spark, files: int, reps: int, root: str) -> dict:
         "read": {"ours": lambda rep: ours.read(spark, "ts.t", row_filter=day_filter).count(),
                  "java": lambda rep: spark.table(java_table).where(day_filter).count()},
     }
+    if not java:
+        sides = {op: {side: fn for side, fn in fns.items() if side == "ours"} for op, fns in sides.items()}
     times = {op: {side: [] for side in fns} for op, fns in sides.items()}
     peak_mb = {op: 0.0 for op in sides}  # ours: the driver's highest resident memory during each operation
     for rep in range(reps + 1):  # the first round warms both sides up, untimed
@@ -130,7 +135,7 @@ def one_size(spark, files: int, reps: int, root: str) -> dict:
         if rep:
             print(f"  table_size {files:,} files rep {rep}: " + ", ".join(f"{op} {side} {t[-1]:.2f}s" for op, s in times.items() for side, t in s.items()), flush=True)
     expected = files * ROWS_PER_FILE + 10 * (reps + 1)
-    counted = {"ours": ours.read(spark, "ts.t").count(), "java": spark.table(java_table).count()}
+    counted = {"ours": ours.read(spark, "ts.t").count(), **({"java": spark.table(java_table).count()} if java else {})}
     if set(counted.values()) != {expected}:
         raise AssertionError(f"table_size {files}: expected {expected} rows on each side, found {counted}")
     return {
@@ -150,14 +155,14 @@ def _peak_rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
-def _one_process(files: int, reps: int, tmp: str | None) -> dict:
+def _one_process(files: int, reps: int, tmp: str | None, java: bool) -> dict:
     from lakehouse_assets.core.spark.session import spark_session
     from lakehouse_assets_tests import java_iceberg
 
     root = tempfile.mkdtemp(prefix=f"bench-table-size-{files}-", dir=tmp)
     spark = spark_session({**java_iceberg.spark_conf(os.path.join(root, "java-hadoop")), "spark.app.name": "bench-table-size", "spark.sql.shuffle.partitions": "8"})
     try:
-        return one_size(spark, files, reps, root)
+        return one_size(spark, files, reps, root, java)
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -169,11 +174,12 @@ def _agree(report: dict) -> dict:
     return report
 
 
-def measure(sizes: list[int], reps: int, tmp: str | None = None) -> list[dict]:
+def measure(sizes: list[int], reps: int, tmp: str | None = None, java_max_files: int = 100_000) -> list[dict]:
     """Each size in a fresh process (its peak RSS is that size's alone)."""
     out = []
     for files in sizes:
         cmd = [sys.executable, os.path.abspath(__file__), "--one", str(files), "--reps", str(reps)] + (["--tmp", tmp] if tmp else [])
+        cmd += [] if files <= java_max_files else ["--no-java"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         print(done.stdout[-4000:], flush=True)
         if done.returncode != 0:
@@ -216,30 +222,28 @@ def render(results: list[dict]) -> str:
 
 # Profiled by hand (cProfile, one operation at a time on the 100,000-file table after its import): what the figures
 # above cannot say. Kept with the workload so the page and the measurement change together.
-WHERE_THE_GROWTH_GOES = """Where what still grows goes, at 100,000 files (cProfile, one operation at a time, pyarrow appends of 10 rows;
-delta-rs alone on a copy of that table's log):
+WHERE_THE_GROWTH_GOES = """Where the time goes, at 100,000 files (one operation at a time, pyarrow appends of 10 rows, in a process
+without Spark on the same table, 2026-12-02):
 
-- append and check: the Delta log, in delta-rs. A process's first write or check of a table loads it, and delta-rs
-  reads the entry of every live file (0.28 s from the checkpoint the import wrote). Later writes and checks in the
-  process bring the log it kept up to date instead (core/formats/delta/kept_logs.py): delta-rs reads only the
-  commits since, but merges them into its state of every live file (0.14 s for one commit). Its commit does that
-  too: once the version is written, delta-rs brings a copy of its state up to it (0.15 s), and its Python binding
-  (`DeltaTable.create_write_transaction`) drops that copy, so the next read of the log merges the same commit
-  again. An append and its check thus merge the append's commit twice, each time over every live file (cProfile
-  of 11 appends and checks, 2026-11-29: 0.152 s per Delta commit, 0.143 s per check's update of the log). The
-  Iceberg commit takes 7 ms; the check's own work (the manifests and commits since its last pair, the added
-  files compared) about 0.03 s. delta-rs 1.6.6 has no commit or update whose cost follows what it adds
-  (`PostCommit` and `EagerSnapshot::update` in its Rust core).
+- append and check: a process's first write or check of a table loads the Delta log, and delta-rs reads the entry
+  of every live file (0.28 s from the checkpoint the import wrote); it is kept for the process's next write or
+  check (core/formats/delta/kept_logs.py). From there the log is followed by its commit files
+  (core/formats/delta/followed_log.py): a write reads the versions written since, writes its own version itself
+  (core/formats/delta/log_commit.py) and records it without reading it back; the check reads the manifests and
+  commits since its last pair and takes the live totals from the loaded state and the commits since. Neither
+  merges a version into delta-rs's state of every live file, which delta-rs 1.6.6's commit and update do (0.15 s
+  each at 100,000 files, twice per write before: an append took 0.33 s and its check 0.31 s; now 0.025 s and
+  0.012 s, as at 1,000 files). Every 100th version (`delta.checkpointInterval`) the write that lands it writes
+  a checkpoint, which does walk every live file; so does any step that needs delta-rs's state, e.g. mirroring
+  deletion vectors or checking an add the mirror did not derive.
 - verify: the full comparison reads every live manifest entry (pyiceberg's Avro reader) and compares every file;
   it runs on demand (`lakehouse verify`) and in maintenance, not after each write.
 - merge: keyed by `id` and `day` (the condition Java's `MERGE INTO` uses), the batch's day prunes every other
   day's manifests, and the files lacking their `day` column get its value from the files the merge reads.
 - the driver's memory: each operation's peak includes what the process already holds, here mostly what importing
-  both 100,000-file copies left resident (the allocator keeps freed pages). Measured apart, in a fresh process
-  without Spark on the same table (2026-11-29): delta-rs's state of the log, every live file's entry with its
-  statistics, takes 74 MB once loaded and stays for the next write (core/formats/delta/kept_logs.py); an append
-  then adds at most 31 MB to what the process held before it, a check 6 MB, and the full verify 430 MB (both
-  formats' lists of every live file at once)."""
+  both copies left resident (the allocator keeps freed pages). Between writes the process holds the kept log:
+  delta-rs's state of every live file's entry with its statistics (74 MB at 100,000 files) and the path and row
+  count of each (a few MB)."""
 
 
 def main() -> None:
@@ -248,6 +252,9 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     p.add_argument("--tmp", default=None)
+    p.add_argument("--java-max-files", type=int, default=100_000,
+                   help="larger tables are measured without Java's side (its MERGE INTO takes minutes a run at 100,000 files)")
+    p.add_argument("--no-java", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json")
     p.add_argument("--markdown", help="append the section to this page")
     p.add_argument("--render", default=None, help="measure nothing: the section from this --json file")
@@ -260,9 +267,9 @@ def main() -> None:
                 f.write("\n" + section)
         return
     if a.one:
-        print("TABLE_SIZE " + json.dumps(_one_process(a.one, a.reps, a.tmp)), flush=True)
+        print("TABLE_SIZE " + json.dumps(_one_process(a.one, a.reps, a.tmp, not a.no_java)), flush=True)
         return
-    results = measure([int(n) for n in a.files.split(",")], a.reps, a.tmp)
+    results = measure([int(n) for n in a.files.split(",")], a.reps, a.tmp, a.java_max_files)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import create_table_with_add_actions
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
@@ -156,8 +156,15 @@ class DeltaMirror:
             delta = self.follow()
         if delta is None:
             delta = self._create(table)
+        try:
+            return self._sync_on(delta, table, known, target, self._mirrored_seq if updated else None)
+        except CommitFailedError:
+            self._loaded = delta  # a lost race: the retry follows this log from where it is, not loading it again
+            raise
+
+    def _sync_on(self, delta: FollowedLog, table: Table, known: dict[int, SnapshotChange], target: Snapshot | None, mirrored_seq: int | None) -> int:
         foreign_versions.refuse_to_mirror_over(".".join(table.name()), delta)  # never mirror over another engine's versions
-        chain = self.pending_snapshots(table, target, self._mirrored_seq if updated else self.mirrored_sequence_number(delta))
+        chain = self.pending_snapshots(table, target, mirrored_seq if mirrored_seq is not None else self.mirrored_sequence_number(delta))
         if chain is None:
             refuse_unless_whole(table, delta, target, self.root_uri, "the snapshots Delta lags behind were expired")
             commit_full_diff(self.root_uri, self.storage, self.configuration, table, delta, target, self.change_data)

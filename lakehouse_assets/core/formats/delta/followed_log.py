@@ -182,13 +182,19 @@ class FollowedLog:
         return self._base_files[1]
 
     def _read(self, version: int) -> list[dict[str, Any]] | None:
-        fs, path = self.storage.filesystem(join_uri(self.root_uri, f"_delta_log/{version:020d}.json"))
-        try:
-            with fs.open_input_stream(path) as f:
-                lines = f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks inside strings
-        except FileNotFoundError:
-            return None
-        return [json.loads(line) for line in lines if line.strip()]
+        return read_commit(self.storage, self.root_uri, version)
+
+
+def read_commit(storage: StorageConfig, root_uri: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of one Delta version, from its commit file; None when it is not there (not written yet, or
+    cleaned up after a checkpoint)."""
+    fs, path = storage.filesystem(join_uri(root_uri, f"_delta_log/{version:020d}.json"))
+    try:
+        with fs.open_input_stream(path) as f:
+            lines = f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks inside strings
+    except FileNotFoundError:
+        return None
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _num_records(add: dict[str, Any]) -> int | None:

@@ -23,7 +23,7 @@ from ...errors import MirrorRefused
 from ...io.storage import StorageConfig, delete_files, delta_uri_path, join_uri
 from . import features
 from .column_mapping import CLIENT, put_if_absent
-from .followed_log import FollowedLog
+from .followed_log import FollowedLog, read_commit
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 CHANGE_DATA_DIR = "_change_data"  # where change data files live, under the Delta root (the protocol's convention)
@@ -34,13 +34,8 @@ _APPEND_ONLY = "delta.appendOnly"
 def cdc_actions(storage: StorageConfig, root_uri: str, version: int) -> list[dict] | None:
     """The `cdc` actions of one Delta version, read from its commit file (delta-rs exposes none of them);
     None when the commit file is gone (cleaned up after a checkpoint)."""
-    fs, path = storage.filesystem(join_uri(root_uri, f"_delta_log/{version:020d}.json"))
-    try:
-        with fs.open_input_stream(path) as f:
-            lines = f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks at U+2028, U+0085... inside a string value
-    except FileNotFoundError:
-        return None
-    return [a["cdc"] for a in map(json.loads, filter(None, lines)) if "cdc" in a]
+    actions = read_commit(storage, root_uri, version)
+    return None if actions is None else [a["cdc"] for a in actions if "cdc" in a]
 
 
 def feed_enabled(delta: DeltaTable) -> bool:

@@ -233,9 +233,12 @@ without Spark on the same table, 2026-12-02):
   commits since its last pair and takes the live totals from the loaded state and the commits since. Neither
   merges a version into delta-rs's state of every live file, which delta-rs 1.6.6's commit and update do (0.15 s
   each at 100,000 files, twice per write before: an append took 0.33 s and its check 0.31 s; now 0.025 s and
-  0.012 s, as at 1,000 files). In the Spark run above the check after a merge still took about 0.9 s in three of
-  five rounds at 100,000 files (0.03 s in the others): not yet profiled. Every 100th version (`delta.checkpointInterval`) the write that lands it writes
-  a checkpoint, which does walk every live file; so does any step that needs delta-rs's state, e.g. mirroring
+  0.012 s, as at 1,000 files). The check used to take 0.9-1.2 s in some rounds at 100,000 files: the import's
+  version, which lists every file, stayed in the followed log's commits, and each check parsed its 100,000 adds'
+  statistics again, and the first check after the import decoded that whole version for its commitInfo. A run of
+  commits touching more than 10,000 files is now merged by delta-rs once, and a check reads only the commitInfo
+  of the version it starts from. No write writes a checkpoint, which walks every live file: maintenance does, at
+  the table's `delta.checkpointInterval`. A step that needs delta-rs's state still walks them, e.g. mirroring
   deletion vectors or checking an add the mirror did not derive.
 - verify: the full comparison reads every live manifest entry (pyiceberg's Avro reader) and compares every file;
   it runs on demand (`lakehouse verify`) and in maintenance, not after each write.

@@ -97,6 +97,22 @@ def test_a_tail_longer_than_its_bound_is_merged_by_delta_rs(lh, monkeypatch):
     _same_as_delta_rs(followed, location)
 
 
+def test_a_commit_touching_more_files_than_the_tail_holds_is_merged_and_the_totals_stay_exact(lh, monkeypatch):
+    """An import or a rewrite of the whole table lists every file: the tail would make each check walk them all."""
+    monkeypatch.setattr(followed_log, "MAX_TAIL_FILES", 2)
+    lh.write(_rows(range(3)), "fl.b")
+    location = lh.table_location("fl.b")
+    followed = lh.mirror(lh.load("fl.b")).follow()
+    lh.write(_rows(range(10, 12)), "fl.b")
+    followed.update_incremental()
+    assert followed.base.version() < followed.version(), "a small commit stays in the tail"
+    lh.write(_rows(range(20, 25)), "fl.b", mode="overwrite")  # removes both files, adds one: past the bound
+    followed.update_incremental()
+    assert followed.base.version() == followed.version(), "the tail past its bound of files was merged by delta-rs"
+    _same_as_delta_rs(followed, location)
+    assert followed.live_totals().rows == 5
+
+
 def test_a_changed_statistic_in_a_followed_commit_is_still_a_difference(lh):
     """An add that is not the one the mirror derives is compared as Delta readers parse it: a planted wrong max is found."""
     lh.write(_rows(range(10)), "fl.d")
@@ -163,3 +179,4 @@ def test_the_commit_writer_refuses_a_table_feature_it_cannot_keep(tmp_path):
     with pytest.raises(MirrorRefused, match="declares table features the mirror cannot write: feature 'rowTracking'"):
         log_commit.commit(location, followed.storage, followed, [], [], [], {})
     assert DeltaTable(location).version() == 1, "nothing was written"
+

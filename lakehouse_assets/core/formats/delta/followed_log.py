@@ -10,8 +10,9 @@ transaction version, the commitInfo of the newest versions (foreign_versions.py)
 from its commit file:
 - `update_incremental` reads only the commit files after the newest version it knows (one missing file ends it);
 - `record` adds a commit this process just wrote (log_commit.py) without reading it back;
-- a commit in the tail that changes the table's metadata or protocol, or a tail of `MAX_TAIL` commits, is merged
-  into the base by delta-rs, so `metadata`, `schema` and `protocol` are always the base's and always current;
+- a commit in the tail that changes the table's metadata or protocol, a tail of `MAX_TAIL` commits, or one that
+  would touch more than `MAX_TAIL_FILES` files (an import, a rewrite of the whole table), is merged into the base by
+  delta-rs, so `metadata`, `schema` and `protocol` are always the base's and always current;
 - any other `DeltaTable` method needs the whole state: the tail is merged into the base first (`table()`), and the
   call goes to it. Its cost then follows the table, as it did before.
 """
@@ -29,6 +30,7 @@ from deltalake import DeltaTable
 from ...io.storage import StorageConfig, join_uri
 
 MAX_TAIL = 1000  # commits kept beside the base before delta-rs merges them (memory follows the files they touched)
+MAX_TAIL_FILES = 10_000  # files a tail touches before delta-rs merges it: what each `live_totals` walks stays small
 
 
 @dataclass
@@ -36,6 +38,7 @@ class _Tail:
     """The commits after the base, net: raw (as logged) path -> its newest add, base paths removed since, txn versions."""
 
     added: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[str, int | None] = field(default_factory=dict)  # path -> its add's numRecords, parsed once
     removed: set[str] = field(default_factory=set)
     transactions: dict[str, int] = field(default_factory=dict)
     commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -110,7 +113,7 @@ class FollowedLog:
         gone = self._tail.removed | set(self._tail.added)
         left = base.filter(pc.invert(pc.is_in(base.column("path"), value_set=pa.array(sorted(gone), pa.string())))) if gone else base
         counts = left.column("num_records")
-        added = [_num_records(a) for a in self._tail.added.values()]
+        added = list(self._tail.rows.values())
         return LiveTotals(
             files=left.num_rows + len(added),
             rows=(pc.sum(counts).as_py() or 0) + sum(n for n in added if n is not None),
@@ -148,19 +151,23 @@ class FollowedLog:
     # ---- internals
 
     def _add(self, version: int, actions: list[dict[str, Any]]) -> None:
-        if any("metaData" in a or "protocol" in a for a in actions) or len(self._tail.commit_infos) >= MAX_TAIL:
+        tail = self._tail
+        files = sum("add" in a or "remove" in a for a in actions)
+        if (any("metaData" in a or "protocol" in a for a in actions) or len(tail.commit_infos) >= MAX_TAIL
+                or len(tail.added) + len(tail.removed) + files > MAX_TAIL_FILES):
             self._merge()  # delta-rs reads the new metadata (and everything after the base) itself
             return
-        tail = self._tail
         tail.commit_infos[version] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         for a in actions:  # within one commit, removes before adds: a path removed and added again is live
             if "remove" in a:
                 path = a["remove"]["path"]
                 if tail.added.pop(path, None) is None:
                     tail.removed.add(path)
+                tail.rows.pop(path, None)
         for a in actions:
             if "add" in a:
                 tail.added[a["add"]["path"]] = a["add"]
+                tail.rows[a["add"]["path"]] = _num_records(a["add"])
             elif "txn" in a:
                 tail.transactions[a["txn"]["appId"]] = int(a["txn"]["version"])
         self._version = version

@@ -100,7 +100,9 @@ def logged_changes(storage, root_uri: str, after: int, upto: int) -> LoggedChang
                 lines = f.read().decode().split("\n")  # JSON lines end at "\n" only (see `logged_stats`)
         except OSError:
             return None
-        actions = [json.loads(line) for line in lines if line.strip()]
+        # Of the first commit only its commitInfo: decoding all of it (an import's commit lists every file) would
+        # cost what the table holds, not what changed.
+        actions = [json.loads(line) for line in lines if line.strip() and (v > after or '"commitInfo"' in line)]
         out.commits[v] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if v > after:  # within one commit, its removes first: a path removed and added again is live after it
             events += [("remove", delta_path(a["remove"]["path"]), a["remove"]) for a in actions if "remove" in a]

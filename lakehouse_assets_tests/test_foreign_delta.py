@@ -72,9 +72,11 @@ def test_a_foreign_append_is_named_by_verify_refused_by_the_next_write_and_expla
 
 def test_the_mirrors_own_versions_are_never_foreign_across_schema_changes_and_checkpoints(lh, spark, duck):
     expected = start(lh, spark, "fd.own")
-    for i in range(12):  # past delta.checkpointInterval=10
+    for i in range(12):  # a checkpoint (maintenance's: no write writes one) amid the mirror's versions
         lh.write(spark.createDataFrame([(1000 + i, f"w{i}", "DE")], "id long, name string, country string"), "fd.own", mode="append")
         expected.append(("DE", 1000 + i, f"w{i}"))
+        if i == 9:
+            assert lh.maintain("fd.own", "delta_checkpoint")["checkpoint_written"]
     lh.write(spark.createDataFrame([(2000, "s", "US", 7)], "id long, name string, country string, extra int"), "fd.own", mode="append")
     assert foreign_delta.foreign_versions(DeltaTable(lh.load("fd.own").location())) == []
     report = lh.verify("fd.own")

@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import time
 
 import pytest
 from click.testing import CliRunner
 from dagster import AssetKey, DagsterInstance, DagsterInvalidConfigError, RunRequest, SkipReason, build_schedule_context, build_sensor_context, validate_run_config
+from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from lakehouse_assets.cli import cli
+from lakehouse_assets.core import maintenance
 from lakehouse_assets.dagster.io_manager import table_identifier
 from lakehouse_assets.dagster.maintenance import (
     JOB_NAME,
     OP_NAME,
     asset_key_for_table,
     compaction_sensor,
+    delta_checkpoint_sensor,
     delta_lag_sensor,
     lakehouse_maintenance_job,
     nightly_maintenance_schedule,
@@ -122,6 +126,32 @@ def test_delta_lag_sensor_requests_repair_and_the_run_repairs(lh, spark, duck, r
     assert lh.verify("dm.lag")["delta_lag_snapshots"] == 0
     with build_sensor_context(resources={"lakehouse": resource}) as context:
         assert isinstance(delta_lag_sensor(context), SkipReason)
+
+
+def test_delta_checkpoint_sensor_requests_a_checkpoint_at_the_tables_interval_and_writes_write_none(lh, spark, resource):
+    """A checkpoint walks every live file: no write writes one; the sensor asks maintenance once the table's
+    delta.checkpointInterval (10 here) commits have landed since the last one."""
+    import pyarrow as pa
+
+    def requested() -> list:
+        with build_sensor_context(resources={"lakehouse": resource}) as context:
+            result = delta_checkpoint_sensor(context)
+        return [] if isinstance(result, SkipReason) else [r for r in result if r.run_config["ops"][OP_NAME]["config"]["tables"] == ["dm.cp"]]
+
+    for i in range(8):  # the table's creation is a version too: 9 commits
+        lh.write(pa.table({"id": [i]}), "dm.cp")
+    assert maintenance.delta_log_stats(lh.context, lh.load("dm.cp"))["delta_commits_since_checkpoint"] == 9
+    assert requested() == []
+    lh.write(pa.table({"id": [8]}), "dm.cp")
+    log = lh.table_location("dm.cp").removeprefix("file://") + "/_delta_log"
+    assert not [n for n in os.listdir(log) if ".checkpoint." in n], "a write wrote a checkpoint"
+    requests = requested()
+    assert len(requests) == 1 and requests[0].run_config["ops"][OP_NAME]["config"]["operations"] == ["delta_checkpoint"]
+    assert run_job(resource, spark, requests[0].run_config).success
+    stats = maintenance.delta_log_stats(lh.context, lh.load("dm.cp"))
+    assert stats["delta_checkpoint_version"] == stats["delta_version"] and not stats["delta_checkpoint_due"]
+    assert requested() == []
+    assert DeltaTable(lh.table_location("dm.cp")).to_pyarrow_table().num_rows == 9
 
 
 def test_cli_maintain(lh, spark, warehouse):

@@ -78,10 +78,11 @@ class MaintenanceSettings(Model):
 
 
 class SensorSettings(Model):
-    enabled: list[Literal["compaction", "delta_lag", "foreign_commits"]] = Field(default_factory=lambda: list(SENSOR_NAMES))
+    enabled: list[Literal["compaction", "delta_lag", "delta_checkpoint", "foreign_commits"]] = Field(default_factory=lambda: list(SENSOR_NAMES))
     running: bool = Field(default=True, description="The sensors start running (else stopped until turned on in the UI).")
     compaction_interval_s: int = SensorPlan.compaction_interval_s
     delta_lag_interval_s: int = SensorPlan.delta_lag_interval_s
+    delta_checkpoint_interval_s: int = SensorPlan.delta_checkpoint_interval_s
     foreign_commits_interval_s: int = SensorPlan.foreign_commits_interval_s
 
     def plan(self) -> SensorPlan:
@@ -90,6 +91,7 @@ class SensorSettings(Model):
             running=self.running,
             compaction_interval_s=self.compaction_interval_s,
             delta_lag_interval_s=self.delta_lag_interval_s,
+            delta_checkpoint_interval_s=self.delta_checkpoint_interval_s,
             foreign_commits_interval_s=self.foreign_commits_interval_s,
         )
 

@@ -23,9 +23,11 @@ from .foreign_commits import build_foreign_commits_sensor
 from .io_manager import LakehouseIOManager
 from .maintenance import (
     COMPACTION_SENSOR_INTERVAL_S,
+    DELTA_CHECKPOINT_SENSOR_INTERVAL_S,
     DELTA_LAG_SENSOR_INTERVAL_S,
     MAINTENANCE_CRON,
     build_compaction_sensor,
+    build_delta_checkpoint_sensor,
     build_delta_lag_sensor,
     build_maintenance_schedule,
     maintenance_jobs,
@@ -35,7 +37,7 @@ from .rollback import lakehouse_rollback_job
 from .row_changes import lakehouse_delete_job, lakehouse_update_job
 from .schema_ops import lakehouse_alter_job
 
-SENSOR_NAMES = ("compaction", "delta_lag", "foreign_commits")
+SENSOR_NAMES = ("compaction", "delta_lag", "delta_checkpoint", "foreign_commits")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class SensorPlan:
     running: bool = True
     compaction_interval_s: int = COMPACTION_SENSOR_INTERVAL_S
     delta_lag_interval_s: int = DELTA_LAG_SENSOR_INTERVAL_S
+    delta_checkpoint_interval_s: int = DELTA_CHECKPOINT_SENSOR_INTERVAL_S
     foreign_commits_interval_s: int = FOREIGN_COMMITS_INTERVAL_S
 
     def definitions(self) -> list:
@@ -70,6 +73,7 @@ class SensorPlan:
         builders = {
             "compaction": lambda: build_compaction_sensor(self.compaction_interval_s, self.running),
             "delta_lag": lambda: build_delta_lag_sensor(self.delta_lag_interval_s, self.running),
+            "delta_checkpoint": lambda: build_delta_checkpoint_sensor(self.delta_checkpoint_interval_s, self.running),
             "foreign_commits": lambda: build_foreign_commits_sensor(self.foreign_commits_interval_s, self.running),
         }
         return [builders[name]() for name in SENSOR_NAMES if name in self.enabled]

@@ -1,5 +1,5 @@
-"""Maintenance in Dagster: one job (UI, CLI, GraphQL), a nightly schedule, a compaction sensor and a
-Delta-lag sensor. Every run records what it did as AssetObservations on each table's asset.
+"""Maintenance in Dagster: one job (UI, CLI, GraphQL), a nightly schedule, a compaction sensor, a Delta-lag
+sensor and a Delta-checkpoint sensor. Every run records what it did as AssetObservations on each table's asset.
 
 Contract (other code and tests rely on it): job `lakehouse_maintenance_job`, one op `lakehouse_maintenance`
 with config `tables` (empty = every table), `operations` (default ["full_maintenance"]), `dry_run`, and
@@ -54,6 +54,7 @@ COMPACTION_MIN_FOLDABLE_FILES = int(os.environ.get("LAKEHOUSE_COMPACTION_MIN_FOL
 MAINTENANCE_CRON = os.environ.get("LAKEHOUSE_MAINTENANCE_CRON", "0 3 * * *")
 COMPACTION_SENSOR_INTERVAL_S = int(os.environ.get("LAKEHOUSE_COMPACTION_SENSOR_INTERVAL_S", "300"))
 DELTA_LAG_SENSOR_INTERVAL_S = int(os.environ.get("LAKEHOUSE_DELTA_LAG_SENSOR_INTERVAL_S", "60"))
+DELTA_CHECKPOINT_SENSOR_INTERVAL_S = int(os.environ.get("LAKEHOUSE_DELTA_CHECKPOINT_SENSOR_INTERVAL_S", "300"))
 
 
 # The operations the core registers (core/maintenance/__init__.py), as a Dagster config enum.
@@ -245,10 +246,38 @@ def build_delta_lag_sensor(interval_s: int = DELTA_LAG_SENSOR_INTERVAL_S, runnin
     return delta_lag_sensor
 
 
+def build_delta_checkpoint_sensor(interval_s: int = DELTA_CHECKPOINT_SENSOR_INTERVAL_S, running: bool = True) -> SensorDefinition:
+    @sensor(
+        name="lakehouse_delta_checkpoint_sensor",
+        job=lakehouse_maintenance_job,
+        minimum_interval_seconds=interval_s,
+        default_status=_sensor_status(running),
+        description=(
+            "Requests a Delta checkpoint of a table once its delta.checkpointInterval commits have landed since the last "
+            "one. No write writes a checkpoint (it walks every live file): Delta readers replay the commits after it."
+        ),
+    )
+    def delta_checkpoint_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+        lh = lakehouse.get()
+        requests = []
+        for identifier in lh.table_names():
+            stats = core.delta_log_stats(lh.context, lh.load(identifier))  # lists the log; no live file is read
+            if stats.get("delta_checkpoint_due"):
+                context.log.info(
+                    f"Table {identifier}: {stats['delta_commits_since_checkpoint']} Delta commits since the last checkpoint "
+                    f"(delta.checkpointInterval {stats['delta_checkpoint_interval']}): requesting a checkpoint"
+                )
+                requests.append(_table_run_request(identifier, "delta_checkpoint", stats["delta_version"]))
+        return requests or SkipReason("no Delta log has reached its checkpoint interval since its last checkpoint")
+
+    return delta_checkpoint_sensor
+
+
 nightly_maintenance_schedule = build_maintenance_schedule()
 compaction_sensor = build_compaction_sensor()
 delta_lag_sensor = build_delta_lag_sensor()
+delta_checkpoint_sensor = build_delta_checkpoint_sensor()
 
 maintenance_jobs = [lakehouse_maintenance_job]
 maintenance_schedules = [nightly_maintenance_schedule]
-maintenance_sensors = [compaction_sensor, delta_lag_sensor]
+maintenance_sensors = [compaction_sensor, delta_lag_sensor, delta_checkpoint_sensor]

@@ -144,7 +144,7 @@ def _record_delta(ctx, identifier: str, table: Table, contract: Contract, rules_
         return
     _record_not_null(ctx.mirror(table).root_uri, ctx.storage, delta, contract)
     props = CommitProperties(custom_metadata={SummaryKeys.OPERATION: OPERATION}, max_commit_retries=0)
-    hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+    hooks = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
     configuration = delta.metadata().configuration or {}
     have = {k[len(DELTA_CONSTRAINT):] for k in configuration if k.startswith(DELTA_CONSTRAINT)}
     before = dict(previous.rules) if previous is not None else {}

@@ -23,9 +23,15 @@ from .references import list_files, mtime_ms, now_ms
 from .reports import CheckpointReport, DeltaLogStats, MetadataCleanupReport
 from .settings import CONCURRENT_COMMIT_ATTEMPTS, MaintenanceSettings
 
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+DEFAULT_CHECKPOINT_INTERVAL = 100  # delta-rs's, when a table sets none
+
 
 def delta_log_stats(ctx: TableContext, table: Table) -> DeltaLogStats:
-    """Delta log length: commit files present, commits a reader replays after the last checkpoint."""
+    """Delta log length: commit files present, commits a reader replays after the last checkpoint, and whether the
+    table's `delta.checkpointInterval` says a checkpoint is due (no write writes one: a checkpoint walks every live
+    file). The log is listed, not loaded: the version is its newest commit file; the interval is read from the log this
+    process follows (core/formats/delta/kept_logs.py), so a sensor asking again reads only the commits since."""
     if not ctx.delta_enabled(table):
         return {"delta_version": None, "delta_log_files": 0, "delta_commits_since_checkpoint": None}
     root = normalize_uri(table.location())
@@ -33,15 +39,33 @@ def delta_log_stats(ctx: TableContext, table: Table) -> DeltaLogStats:
     names = [i.base_name for i in list_files(ctx, log_uri)]
     commits = sorted(int(n.split(".")[0]) for n in names if n.endswith(".json") and n.split(".")[0].isdigit())
     checkpoints = [int(n.split(".")[0]) for n in names if ".checkpoint." in n and n.endswith(".parquet")]
-    delta = ctx.mirror(table).load()
-    version = delta.version() if delta is not None else None
     last_cp = max(checkpoints) if checkpoints else None
+    version = max(commits + checkpoints) if commits or checkpoints else None
+    since = None if version is None else version - (last_cp if last_cp is not None else -1)
+    interval = _checkpoint_interval(ctx, table) if version is not None else None
     return {
         "delta_version": version,
         "delta_log_files": len(commits),
         "delta_checkpoint_version": last_cp,
-        "delta_commits_since_checkpoint": None if version is None else version - (last_cp if last_cp is not None else -1),
+        "delta_commits_since_checkpoint": since,
+        "delta_checkpoint_interval": interval,
+        "delta_checkpoint_due": bool(since and interval and since >= interval),
     }
+
+
+def _checkpoint_interval(ctx: TableContext, table: Table) -> int | None:
+    """The table's `delta.checkpointInterval` (delta-rs's default 100 when unset); None when the log is unreadable."""
+    mirror = ctx.mirror(table)
+    try:
+        delta = mirror.load_current(table)
+    except Exception:  # noqa: BLE001 - an unreadable log is repair's to report; the figures say nothing of it
+        return None
+    if delta is None:
+        return None
+    try:
+        return int((delta.metadata().configuration or {}).get(CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL))
+    finally:
+        mirror.keep(table, delta)
 
 
 def delta_checkpoint(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> CheckpointReport:
@@ -49,7 +73,7 @@ def delta_checkpoint(ctx: TableContext, identifier: str, settings: MaintenanceSe
     before = delta_log_stats(ctx, table)
     result: CheckpointReport = {"operation": "delta_checkpoint", "table": identifier, "dry_run": dry_run, **{f"{k}_before": v for k, v in before.items()}}
     delta = ctx.mirror(table).load() if ctx.delta_enabled(table) else None
-    if delta is None or dry_run or before["delta_checkpoint_version"] == before["delta_version"]:
+    if delta is None or dry_run or not before["delta_commits_since_checkpoint"]:
         result.update(checkpoint_written=False, **delta_log_stats(ctx, table))
         return result
     delta.create_checkpoint()

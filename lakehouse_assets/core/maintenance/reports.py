@@ -11,6 +11,8 @@ class DeltaLogStats(TypedDict, total=False):
     delta_log_files: int  # commit JSON files present
     delta_checkpoint_version: int | None
     delta_commits_since_checkpoint: int | None  # commits a reader replays after the last checkpoint
+    delta_checkpoint_interval: int | None  # the table's delta.checkpointInterval
+    delta_checkpoint_due: bool  # that many commits since the last checkpoint: maintenance writes the next one
 
 
 class TableHealth(DeltaLogStats, total=False):

@@ -64,13 +64,18 @@ class TableContext:
         if not self.delta_enabled(table):
             return 0
         mirror = self.mirror(table)
-        if delta is None:
+        kept = delta is None  # the log this process follows (a sensor asking every minute reads the commits since)
+        if kept:
             try:
-                delta = mirror.load()
+                delta = mirror.load_current(table)
             except Exception:  # noqa: BLE001 - an unreadable log is what repair is for
                 return None
-        snapshot = table.current_snapshot()
-        if delta is None or snapshot is None:
-            return None if delta is None else 0
-        pending = mirror.pending_snapshots(table, snapshot, mirror.mirrored_sequence_number(delta))
-        return None if pending is None else len(pending)
+        try:
+            snapshot = table.current_snapshot()
+            if delta is None or snapshot is None:
+                return None if delta is None else 0
+            pending = mirror.pending_snapshots(table, snapshot, mirror.mirrored_sequence_number(delta))
+            return None if pending is None else len(pending)
+        finally:
+            if kept and delta is not None:
+                mirror.keep(table, delta)

@@ -12,11 +12,15 @@ while it is still a read of the same log:
 - the key holds the Iceberg table's uuid and the storage options, so a dropped and re-created table (or new
   credentials) loads afresh;
 - the commit file of the version it was read at must still be the file it was (size and modification time): a
-  Delta log deleted, or deleted and created again, under the table is loaded afresh.
+  Delta log deleted, or deleted and created again, under the table is loaded afresh;
+- no checkpoint may have been written since it was kept (`_delta_log/_last_checkpoint`): log cleanup removes the
+  commit files a newer checkpoint covers, which delta-rs may still read for the kept log (its transaction versions).
+  Checkpoints come from maintenance, rarely: the next use after one loads the log afresh, once.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 
@@ -37,11 +41,21 @@ def _commit_file(root_uri: str, storage: StorageConfig, version: int) -> tuple[i
     return None if info.size is None else (info.size, info.mtime_ns)
 
 
+def _last_checkpoint(root_uri: str, storage: StorageConfig) -> int | None:
+    """The version `_delta_log/_last_checkpoint` names; None when there is none."""
+    fs, path = storage.filesystem(join_uri(root_uri, "_delta_log/_last_checkpoint"))
+    try:
+        with fs.open_input_stream(path) as f:
+            return int(json.loads(f.read())["version"])
+    except FileNotFoundError:
+        return None
+
+
 class KeptDeltaLogs:
     """At most `max_kept` logs, least recently given back out first. Thread-safe."""
 
     def __init__(self, max_kept: int = MAX_KEPT):
-        self._logs: OrderedDict[tuple, tuple[FollowedLog, tuple]] = OrderedDict()
+        self._logs: OrderedDict[tuple, tuple[FollowedLog, tuple, int | None]] = OrderedDict()
         self._max = max_kept
         self._lock = threading.Lock()
 
@@ -52,9 +66,9 @@ class KeptDeltaLogs:
             entry = self._logs.pop(_key(root_uri, table_uuid, storage), None)
         if entry is None:
             return None
-        delta, read_at = entry
+        delta, read_at, checkpoint = entry
         try:
-            if _commit_file(root_uri, storage, delta.version()) != read_at:
+            if _commit_file(root_uri, storage, delta.version()) != read_at or _last_checkpoint(root_uri, storage) != checkpoint:
                 return None
             delta.update_incremental()
         except Exception:  # noqa: BLE001 - a kept log is an optimisation: any doubt loads the log afresh
@@ -64,6 +78,7 @@ class KeptDeltaLogs:
     def give_back(self, root_uri: str, table_uuid: str, storage: StorageConfig, delta: FollowedLog) -> None:
         try:
             read_at = _commit_file(root_uri, storage, delta.version())
+            checkpoint = _last_checkpoint(root_uri, storage)
         except Exception:  # noqa: BLE001 - not kept, loaded next time
             return
         if read_at is None:
@@ -71,7 +86,7 @@ class KeptDeltaLogs:
         with self._lock:
             key = _key(root_uri, table_uuid, storage)
             self._logs.pop(key, None)
-            self._logs[key] = (delta, read_at)
+            self._logs[key] = (delta, read_at, checkpoint)
             while len(self._logs) > self._max:
                 self._logs.popitem(last=False)
 

@@ -7,7 +7,9 @@ Delta protocol: one JSON action per line in `_delta_log/<version>.json`, created
 the column-mapping versions, `delta_column_mapping`). A concurrent writer that took the version first makes it raise
 deltalake's CommitFailedError, which the mirror's retry policy handles as any lost race (re-read the log; the txn
 tag tells what is left), never an overwrite. The followed log (followed_log.py) records the commit without reading
-it back. Everything else about the log (checkpoints, reading it) stays delta-rs's.
+it back. Everything else about the log (checkpoints, reading it) stays delta-rs's. A checkpoint walks every live
+file, so no write writes one: maintenance does (`delta_checkpoint`, requested by the checkpoint sensor once the
+table's `delta.checkpointInterval` commits have landed since the last one).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from .followed_log import FollowedLog, read_commit
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 CHANGE_DATA_DIR = "_change_data"  # where change data files live, under the Delta root (the protocol's convention)
-_CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 _APPEND_ONLY = "delta.appendOnly"
 
 
@@ -73,9 +74,6 @@ def commit(
         delete_files(storage, [join_uri(root_uri, c["path"]) for c in cdc])
         raise
     delta.record(version, lines)
-    interval = int((delta.metadata().configuration or {}).get(_CHECKPOINT_INTERVAL, "100"))
-    if version % interval == 0:  # what delta-rs's post-commit hook does for its own versions (walks every live file)
-        delta.table().create_checkpoint()
     return version
 
 

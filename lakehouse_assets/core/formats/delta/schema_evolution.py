@@ -36,7 +36,7 @@ def evolve_schema(root_uri: str, storage: StorageConfig, delta: DeltaTable, tabl
         custom_metadata={SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)},
         max_commit_retries=0,
     )
-    hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+    hooks = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
     names = file_columns.file_names(table, schema)
     if names is None and column_mapping.is_mapped(delta):
         # Mapped in Delta only (an upgrade stopped before its Iceberg property): the files hold the columns' names.
@@ -92,7 +92,7 @@ def declare_statistics(root_uri: str, storage: StorageConfig, delta: DeltaTable,
             custom_metadata={SummaryKeys.OPERATION: Operation.SCHEMA_CHANGE, DeltaCommitKeys.ICEBERG_SCHEMA_ID: str(snap.schema_id)},
             max_commit_retries=0,
         ),
-        post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
+        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False),
     )
     delta.update_incremental()
 

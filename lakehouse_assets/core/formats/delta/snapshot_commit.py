@@ -118,7 +118,7 @@ def _replace_with_wider_types(
             max_commit_retries=0,
             app_transactions=app_transactions(snap, metadata),
         ),
-        post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
+        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False),
     )
     delta.update_incremental()
 

@@ -60,7 +60,7 @@ class FollowedLog:
         self.storage = storage
         self._version = base.version()
         self._tail = _Tail()
-        self._base_files: tuple[int, pa.Table] | None = None  # (version, path and num_records of the base's live adds)
+        self._base_files: tuple[int, pa.Table, LiveTotals] | None = None  # (version, path and num_records of the base's live adds, their totals)
 
     # ---- what a write and the check read, from the base and the tail
 
@@ -109,15 +109,16 @@ class FollowedLog:
     def live_totals(self) -> LiveTotals:
         """Live files, their rows, and files whose add carries no row count, at `version()`."""
         self._follow_base()
-        base = self._base_adds()
+        base, totals = self._base_adds()
         gone = self._tail.removed | set(self._tail.added)
-        left = base.filter(pc.invert(pc.is_in(base.column("path"), value_set=pa.array(sorted(gone), pa.string())))) if gone else base
-        counts = left.column("num_records")
+        # The base's totals less its rows the tail removed or replaced: only those rows are copied, not every live file's.
+        hit = base.filter(pc.is_in(base.column("path"), value_set=pa.array(sorted(gone), pa.string()))) if gone else base.slice(0, 0)
+        counts = hit.column("num_records")
         added = list(self._tail.rows.values())
         return LiveTotals(
-            files=left.num_rows + len(added),
-            rows=(pc.sum(counts).as_py() or 0) + sum(n for n in added if n is not None),
-            files_without_row_count=counts.null_count + sum(n is None for n in added),
+            files=totals.files - hit.num_rows + len(added),
+            rows=totals.rows - (pc.sum(counts).as_py() or 0) + sum(n for n in added if n is not None),
+            files_without_row_count=totals.files_without_row_count - counts.null_count + sum(n is None for n in added),
         )
 
     # ---- following the log
@@ -181,12 +182,13 @@ class FollowedLog:
         if self.base.version() > self._version:
             self._version, self._tail = self.base.version(), _Tail()
 
-    def _base_adds(self) -> pa.Table:
+    def _base_adds(self) -> tuple[pa.Table, LiveTotals]:
         version = self.base.version()
         if self._base_files is None or self._base_files[0] != version:
-            adds = pa.table(self.base.get_add_actions(flatten=False))
-            self._base_files = (version, adds.select(["path", "num_records"]))
-        return self._base_files[1]
+            adds = pa.table(self.base.get_add_actions(flatten=False)).select(["path", "num_records"])
+            counts = adds.column("num_records")
+            self._base_files = (version, adds, LiveTotals(adds.num_rows, pc.sum(counts).as_py() or 0, counts.null_count))
+        return self._base_files[1], self._base_files[2]
 
     def _read(self, version: int) -> list[dict[str, Any]] | None:
         return read_commit(self.storage, self.root_uri, version)

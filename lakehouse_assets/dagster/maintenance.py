@@ -193,84 +193,78 @@ def _sensor_status(running: bool) -> DefaultSensorStatus:
     return DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED
 
 
-def build_compaction_sensor(interval_s: int = COMPACTION_SENSOR_INTERVAL_S, running: bool = True) -> SensorDefinition:
-    @sensor(
-        name="lakehouse_compaction_sensor",
-        job=lakehouse_maintenance_job,
-        minimum_interval_seconds=interval_s,
-        default_status=_sensor_status(running),
-        description=(
-            f"Requests compaction of a table with >= {COMPACTION_MIN_SMALL_FILES} mergeable small files, a mergeable ratio >= "
-            f"{COMPACTION_MIN_SMALL_RATIO}, or >= {COMPACTION_MIN_FOLDABLE_FILES} files whose deleted rows pass its folding thresholds."
-        ),
-    )
-    def compaction_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+def _table_sensor(name: str, interval_s: int, running: bool, description: str, nothing: str, request_for) -> SensorDefinition:
+    """A sensor that asks each table, in turn, what maintenance it needs: `request_for(context, lh, identifier)`
+    returns (operation, the table state the request is for) or None; `nothing` is the skip reason when none does."""
+
+    @sensor(name=name, job=lakehouse_maintenance_job, minimum_interval_seconds=interval_s, default_status=_sensor_status(running), description=description)
+    def table_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
         lh = lakehouse.get()
         requests = []
         for identifier in lh.table_names():
-            health = core.table_health(lh.context, identifier)
-            count, ratio = health["compactable_files"], health["compactable_ratio"]
-            if count >= COMPACTION_MIN_SMALL_FILES or (count >= COMPACTION_RATIO_MIN_FILES and ratio >= COMPACTION_MIN_SMALL_RATIO):
-                context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")
-                requests.append(_table_run_request(identifier, "compaction", health["iceberg_snapshot_id"]))
-            elif health.get("foldable_files", 0) >= COMPACTION_MIN_FOLDABLE_FILES:
-                context.log.info(
-                    f"Table {identifier}: {health['deleted_rows']} deleted rows in {health['files_with_deletes']} files, "
-                    f"{health['foldable_files']} past the table's folding thresholds: requesting compaction"
-                )
-                requests.append(_table_run_request(identifier, "compaction", health["iceberg_snapshot_id"]))
-        return requests or SkipReason("no table has enough small files or deleted rows to compact")
+            if (wanted := request_for(context, lh, identifier)) is not None:
+                requests.append(_table_run_request(identifier, *wanted))
+        return requests or SkipReason(nothing)
 
-    return compaction_sensor
+    return table_sensor
+
+
+def build_compaction_sensor(interval_s: int = COMPACTION_SENSOR_INTERVAL_S, running: bool = True) -> SensorDefinition:
+    def request_for(context: SensorEvaluationContext, lh, identifier: str):
+        health = core.table_health(lh.context, identifier)
+        count, ratio = health["compactable_files"], health["compactable_ratio"]
+        if count >= COMPACTION_MIN_SMALL_FILES or (count >= COMPACTION_RATIO_MIN_FILES and ratio >= COMPACTION_MIN_SMALL_RATIO):
+            context.log.info(f"Table {identifier}: {count} small files can be merged ({ratio:.0%} of its files): requesting compaction")
+            return "compaction", health["iceberg_snapshot_id"]
+        if health.get("foldable_files", 0) >= COMPACTION_MIN_FOLDABLE_FILES:
+            context.log.info(
+                f"Table {identifier}: {health['deleted_rows']} deleted rows in {health['files_with_deletes']} files, "
+                f"{health['foldable_files']} past the table's folding thresholds: requesting compaction"
+            )
+            return "compaction", health["iceberg_snapshot_id"]
+        return None
+
+    return _table_sensor(
+        "lakehouse_compaction_sensor", interval_s, running,
+        f"Requests compaction of a table with >= {COMPACTION_MIN_SMALL_FILES} mergeable small files, a mergeable ratio >= "
+        f"{COMPACTION_MIN_SMALL_RATIO}, or >= {COMPACTION_MIN_FOLDABLE_FILES} files whose deleted rows pass its folding thresholds.",
+        "no table has enough small files or deleted rows to compact", request_for,
+    )
 
 
 def build_delta_lag_sensor(interval_s: int = DELTA_LAG_SENSOR_INTERVAL_S, running: bool = True) -> SensorDefinition:
-    @sensor(
-        name="lakehouse_delta_lag_sensor",
-        job=lakehouse_maintenance_job,
-        minimum_interval_seconds=interval_s,
-        default_status=_sensor_status(running),
-        description="Requests a repair when a table's Delta log lags its Iceberg snapshots (the Delta commit failed after Iceberg's).",
-    )
-    def delta_lag_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-        lh = lakehouse.get()
-        requests = []
-        for identifier in lh.table_names():
-            lag = lh.delta_lag(identifier)  # metadata only: cheap enough to run every minute
-            if lag != 0:
-                context.log.info(f"Table {identifier}: Delta lags Iceberg ({'unknown' if lag is None else lag} snapshot(s)): requesting repair")
-                snapshot = lh.load(identifier).current_snapshot()
-                requests.append(_table_run_request(identifier, "repair", snapshot.snapshot_id if snapshot else None))
-        return requests or SkipReason("every Delta log is up to date")
+    def request_for(context: SensorEvaluationContext, lh, identifier: str):
+        lag = lh.delta_lag(identifier)  # metadata only, and the log this process follows: cheap enough every minute
+        if lag == 0:
+            return None
+        context.log.info(f"Table {identifier}: Delta lags Iceberg ({'unknown' if lag is None else lag} snapshot(s)): requesting repair")
+        snapshot = lh.load(identifier).current_snapshot()
+        return "repair", snapshot.snapshot_id if snapshot else None
 
-    return delta_lag_sensor
+    return _table_sensor(
+        "lakehouse_delta_lag_sensor", interval_s, running,
+        "Requests a repair when a table's Delta log lags its Iceberg snapshots (the Delta commit failed after Iceberg's).",
+        "every Delta log is up to date", request_for,
+    )
 
 
 def build_delta_checkpoint_sensor(interval_s: int = DELTA_CHECKPOINT_SENSOR_INTERVAL_S, running: bool = True) -> SensorDefinition:
-    @sensor(
-        name="lakehouse_delta_checkpoint_sensor",
-        job=lakehouse_maintenance_job,
-        minimum_interval_seconds=interval_s,
-        default_status=_sensor_status(running),
-        description=(
-            "Requests a Delta checkpoint of a table once its delta.checkpointInterval commits have landed since the last "
-            "one. No write writes a checkpoint (it walks every live file): Delta readers replay the commits after it."
-        ),
-    )
-    def delta_checkpoint_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-        lh = lakehouse.get()
-        requests = []
-        for identifier in lh.table_names():
-            stats = core.delta_log_stats(lh.context, lh.load(identifier))  # lists the log; no live file is read
-            if stats.get("delta_checkpoint_due"):
-                context.log.info(
-                    f"Table {identifier}: {stats['delta_commits_since_checkpoint']} Delta commits since the last checkpoint "
-                    f"(delta.checkpointInterval {stats['delta_checkpoint_interval']}): requesting a checkpoint"
-                )
-                requests.append(_table_run_request(identifier, "delta_checkpoint", stats["delta_version"]))
-        return requests or SkipReason("no Delta log has reached its checkpoint interval since its last checkpoint")
+    def request_for(context: SensorEvaluationContext, lh, identifier: str):
+        stats = core.delta_log_stats(lh.context, lh.load(identifier))  # lists the log; no live file is read
+        if not stats.get("delta_checkpoint_due"):
+            return None
+        context.log.info(
+            f"Table {identifier}: {stats['delta_commits_since_checkpoint']} Delta commits since the last checkpoint "
+            f"(delta.checkpointInterval {stats['delta_checkpoint_interval']}): requesting a checkpoint"
+        )
+        return "delta_checkpoint", stats["delta_version"]
 
-    return delta_checkpoint_sensor
+    return _table_sensor(
+        "lakehouse_delta_checkpoint_sensor", interval_s, running,
+        "Requests a Delta checkpoint of a table once its delta.checkpointInterval commits have landed since the last one. "
+        "No write writes a checkpoint (it walks every live file): Delta readers replay the commits after it.",
+        "no Delta log has reached its checkpoint interval since its last checkpoint", request_for,
+    )
 
 
 nightly_maintenance_schedule = build_maintenance_schedule()

@@ -312,8 +312,10 @@ def test_maintenance_runs_while_a_stream_of_small_batches_writes_and_compaction_
 
 
 def test_a_hundred_and_twenty_small_batches_then_scheduled_maintenance_leave_bounded_files_and_snapshots(lh, spark, tmp_path):
-    """More commits than Delta's checkpoint interval and Iceberg's manifest merge count (100 each): the log gets a
-    checkpoint and the manifests merge mid-stream, and maintenance still leaves one file and two snapshots."""
+    """More commits than Delta's checkpoint interval and Iceberg's manifest merge count: the manifests merge
+    mid-stream, the log's checkpoint falls due (no write writes one: it walks every live file) and the scheduled
+    maintenance writes it, and leaves one file and two snapshots."""
+    from lakehouse_assets.core import maintenance
     from lakehouse_assets.core.formats.iceberg.committer import live_data_files
 
     batches = 120
@@ -325,12 +327,14 @@ def test_a_hundred_and_twenty_small_batches_then_scheduled_maintenance_leave_bou
     table = lh.load("db.trickle")
     assert len(sink.results) == batches and len(live_data_files(table)) == batches
     log = table.location().removeprefix("file://") + "/_delta_log"
-    assert os.path.exists(f"{log}/_last_checkpoint")  # delta-rs checkpointed the log at its 100th version
+    assert not os.path.exists(f"{log}/_last_checkpoint")
+    assert maintenance.delta_log_stats(lh.context, table)["delta_checkpoint_due"]  # what the checkpoint sensor asks for
     assert len(table.current_snapshot().manifests(table.io)) < batches  # Iceberg merged the manifests
     # What the maintenance schedule runs (full_maintenance), with a retention of 0 days and at least 2 snapshots kept.
     lh.maintain("db.trickle", "full_maintenance", spark=spark, snapshot_retention_days=0, min_snapshots_to_keep=2)
     table = lh.load("db.trickle")
     assert len(live_data_files(table)) == 1 and len(table.metadata.snapshots) == 2
+    assert os.path.exists(f"{log}/_last_checkpoint") and not maintenance.delta_log_stats(lh.context, table)["delta_checkpoint_due"]
     assert lh.read(spark, "db.trickle").count() == 2 * batches
     assert lh.verify("db.trickle", deep=True)["agree"]
 

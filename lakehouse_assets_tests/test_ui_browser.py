@@ -34,6 +34,7 @@ INVOICE_CHECKS = {"amount_positive": 8, "known_currency": 5, "not_null_invoice_i
 AUTOMATIONS = [
     ("sensors", "lakehouse_compaction_sensor"),
     ("sensors", "lakehouse_delta_lag_sensor"),
+    ("sensors", "lakehouse_delta_checkpoint_sensor"),
     ("sensors", "lakehouse_foreign_commits_sensor"),
     ("schedules", "lakehouse_nightly_maintenance"),
 ]

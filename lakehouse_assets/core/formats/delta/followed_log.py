@@ -35,10 +35,9 @@ MAX_TAIL_FILES = 10_000  # files a tail touches before delta-rs merges it: what 
 
 @dataclass
 class _Tail:
-    """The commits after the base, net: raw (as logged) path -> its newest add, base paths removed since, txn versions."""
+    """The commits after the base, net: raw (as logged) paths added with their row counts, base paths removed since, txn versions."""
 
-    added: dict[str, dict[str, Any]] = field(default_factory=dict)
-    rows: dict[str, int | None] = field(default_factory=dict)  # path -> its add's numRecords, parsed once
+    added: dict[str, int | None] = field(default_factory=dict)  # path -> its newest add's numRecords, parsed once
     removed: set[str] = field(default_factory=set)
     transactions: dict[str, int] = field(default_factory=dict)
     commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -114,7 +113,7 @@ class FollowedLog:
         # The base's totals less its rows the tail removed or replaced: only those rows are copied, not every live file's.
         hit = base.filter(pc.is_in(base.column("path"), value_set=pa.array(sorted(gone), pa.string()))) if gone else base.slice(0, 0)
         counts = hit.column("num_records")
-        added = list(self._tail.rows.values())
+        added = list(self._tail.added.values())
         return LiveTotals(
             files=totals.files - hit.num_rows + len(added),
             rows=totals.rows - (pc.sum(counts).as_py() or 0) + sum(n for n in added if n is not None),
@@ -162,13 +161,12 @@ class FollowedLog:
         for a in actions:  # within one commit, removes before adds: a path removed and added again is live
             if "remove" in a:
                 path = a["remove"]["path"]
-                if tail.added.pop(path, None) is None:
+                if path not in tail.added:
                     tail.removed.add(path)
-                tail.rows.pop(path, None)
+                tail.added.pop(path, None)
         for a in actions:
             if "add" in a:
-                tail.added[a["add"]["path"]] = a["add"]
-                tail.rows[a["add"]["path"]] = _num_records(a["add"])
+                tail.added[a["add"]["path"]] = _num_records(a["add"])
             elif "txn" in a:
                 tail.transactions[a["txn"]["appId"]] = int(a["txn"]["version"])
         self._version = version

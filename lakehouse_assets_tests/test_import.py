@@ -103,6 +103,56 @@ def test_a_merge_into_a_hive_style_import_reads_only_the_manifests_of_its_partit
     assert lh.verify("imp.hive_merge", deep=True)["agree"]
 
 
+def test_clustered_groups_cut_at_partition_ends_and_split_only_a_partition_larger_than_a_manifest():
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.typedef import Record
+
+    from lakehouse_assets.core.formats.iceberg.clustered_manifests import clustered
+
+    def files(day, n):
+        return [DataFile.from_args(file_path=f"{day}-{i}", partition=Record(day)) for i in range(n)]
+
+    given = files("d3", 5) + files(None, 1) + files("d1", 2) + files("d2", 2)
+    groups = [[(f.partition[0], f.file_path) for f in g] for g in clustered(given, 3)]
+    assert [[p for p, _ in g] for g in groups] == [["d1", "d1"], ["d2", "d2"], ["d3"] * 3, ["d3", "d3", None]]
+    assert sorted(path for g in groups for _, path in g) == sorted(f.file_path for f in given)
+
+
+def test_an_import_of_more_files_than_a_manifest_holds_clusters_them_by_partition_and_a_merge_rewrites_one(lh, spark, duck, tmp_path, monkeypatch):
+    """pyiceberg would write every imported file into one manifest spanning every partition, which the first change
+    of any partition then reads and rewrites whole: here each manifest holds whole partitions, and a merge into one
+    country rewrites only the manifest that holds it."""
+    from lakehouse_assets.core.formats.iceberg import clustered_manifests
+
+    monkeypatch.setattr(clustered_manifests, "MANIFEST_ENTRIES", 4)
+    root = tmp_path / "events"
+    countries = ["DE", "FR", "NL", "US"]
+    rows = [(i, f"n{i}", countries[i % 4]) for i in range(24)]
+    data = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows], "country": [r[2] for r in rows]})
+    for part in range(3):  # three files per country: 12 files, more than a manifest holds
+        pq.write_to_dataset(data.slice(part * 8, 8), str(root), partition_cols=["country"], basename_template=f"part-{part}-{{i}}.parquet")
+    lh.import_table("imp.clustered", str(root))
+
+    def manifests():
+        table = lh.load("imp.clustered")
+        out = {}
+        for m in table.current_snapshot().manifests(table.io):
+            entries = m.fetch_manifest_entry(table.io, discard_deleted=False)  # the merge's removed files too
+            out[m.manifest_path] = sorted({e.data_file.partition[0] for e in entries})
+        return out
+
+    imported = manifests()
+    assert sorted(imported.values()) == [[c] for c in countries], imported  # four manifests, one country each
+    lh.write(spark.createDataFrame([(0, "changed", "DE"), (4, "also", "DE")], COLUMNS), "imp.clustered", mode="merge", merge=MergeOptions(keys=["id", "country"]))
+    merged = manifests()
+    kept = {path for path, held in imported.items() if held != ["DE"]}
+    assert kept <= set(merged), "a merge into DE rewrote the manifests of other countries"
+    assert [held for path, held in merged.items() if path not in kept] == [["DE"]] * (len(merged) - len(kept))
+    expected = sorted([(c, i, {0: "changed", 4: "also"}.get(i, n)) for i, n, c in rows], key=repr)
+    assert_all_readers_agree(lh, spark, duck, "imp.clustered", expected, columns=["country", "id", "name"])
+    assert lh.verify("imp.clustered", deep=True)["agree"]
+
+
 def test_a_flat_spark_written_dataset_is_imported(lh, spark, duck, tmp_path):
     root = tmp_path / "flat"
     rows = source_rows(8)

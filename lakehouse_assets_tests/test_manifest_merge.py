@@ -35,3 +35,22 @@ def test_manifest_merge_can_be_turned_off(lh, spark):
         lh.write(_rows(spark, i * 10, i * 10 + 10), "m.fast")
     table = lh.load("m.fast")
     assert len(table.current_snapshot().manifests(table.io)) == 4  # one per append
+
+
+def test_an_append_of_more_files_than_a_manifest_holds_lists_them_by_partition_and_an_overwrite_rewrites_one(lh, spark, duck, monkeypatch):
+    """A first load of history across partitions: its manifests each hold whole partitions, so an overwrite of one
+    partition afterwards rewrites only the manifest that holds it (one manifest spanning all would be rewritten whole)."""
+    from lakehouse_assets import Slice
+    from lakehouse_assets.core.formats.iceberg import clustered_manifests
+
+    monkeypatch.setattr(clustered_manifests, "MANIFEST_ENTRIES", 1)
+    lh.write(_rows(spark, 0, 30).repartition(3, "part"), "m.history", partition_by=["part"])
+    table = lh.load("m.history")
+    before = {m.manifest_path: {e.data_file.partition[0] for e in m.fetch_manifest_entry(table.io)} for m in table.current_snapshot().manifests(table.io)}
+    assert all(len(parts) == 1 for parts in before.values()) and set().union(*before.values()) == {0, 1, 2}, before
+    lh.write(_rows(spark, 100, 103).where("part = 1"), "m.history", mode="overwrite", window=Slice(values={"part": [1]}))
+    table = lh.load("m.history")
+    after = {m.manifest_path for m in table.current_snapshot().manifests(table.io)}
+    assert {path for path, parts in before.items() if parts != {1}} <= after, "the overwrite of part 1 rewrote other partitions' manifests"
+    expected = [(i, i % 3) for i in range(30) if i % 3 != 1] + [(i, i % 3) for i in range(100, 103) if i % 3 == 1]
+    assert_all_readers_agree(lh, spark, duck, "m.history", sorted(expected))

@@ -126,15 +126,8 @@ def create_over_files(ctx: TableContext, identifier: str, existing: ExistingFile
 def _commit_import(ctx: TableContext, table: Table, existing: ExistingFiles, adds: list, marks: dict, summary: dict) -> None:
     """The import's one snapshot: its files, and the position-delete files of the deletion vectors it keeps."""
     deletes = delta_vector_adoption.delete_files(ctx.storage, existing.root_uri, {p: f for (p, _, _), f in zip(existing.files, adds)}, existing.deleted)
-    try:
-        if deletes:
-            commit_files(table, adds, [], summary, stage=lambda tx: tx.set_properties(marks), added_delete_files=deletes)
-            return
-        with table.transaction() as tx:
-            tx.set_properties(marks)
-            with tx.update_snapshot(snapshot_properties=summary).fast_append() as producer:
-                for f in adds:
-                    producer.append_data_file(f)
+    try:  # an append (its manifests clustered by partition) or, with delete files, a row delta
+        commit_files(table, adds, [], summary, stage=lambda tx: tx.set_properties(marks), added_delete_files=deletes)
     except BaseException:
         delete_files(ctx.storage, [f.file_path for f in deletes])
         raise

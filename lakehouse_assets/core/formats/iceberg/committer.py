@@ -20,6 +20,7 @@ from ...io.storage import join_uri
 from ...model import WrittenFile
 from ...schema.spec import statistics_policy
 from ..file_columns import file_names, with_file_names
+from .clustered_manifests import clustered_append
 from .metadata import staged_metadata
 
 
@@ -148,9 +149,8 @@ def commit_files(
         else:
             # Merge-append unless the table turns it off: Java Iceberg's default, and older tables created
             # before this project set `commit.manifest-merge.enabled` get bounded manifest lists too.
-            update = tx.update_snapshot(snapshot_properties=summary, **target)
             merge = table.properties.get("commit.manifest-merge.enabled", "true").lower() != "false"
-            with (update.merge_append() if merge else update.fast_append()) as producer:
+            with clustered_append(tx, summary, merge, branch) as producer:
                 for f in adds:
                     producer.append_data_file(f)
     return table.snapshot_by_name(branch) if branch is not None else table.current_snapshot()

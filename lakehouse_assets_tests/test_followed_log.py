@@ -29,7 +29,7 @@ def _same_as_delta_rs(followed: FollowedLog, location: str) -> None:
     assert followed.version() == fresh.version()
     assert followed.transaction_version(DELTA_APP_ID) == fresh.transaction_version(DELTA_APP_ID)
     assert (totals.files, totals.rows, totals.files_without_row_count) == (adds.num_rows, pc.sum(adds.column("num_records")).as_py(), 0)
-    assert [(c["version"], c.get("operation")) for c in followed.history(3)] == [(c["version"], c.get("operation")) for c in fresh.history(3)]
+    assert [(c["version"], c.get("operation")) for c in followed.history()] == [(c["version"], c.get("operation")) for c in fresh.history()]
     assert followed.schema() == fresh.schema()
 
 
@@ -111,6 +111,41 @@ def test_a_commit_touching_more_files_than_the_tail_holds_is_merged_and_the_tota
     assert followed.base.version() == followed.version(), "the tail past its bound of files was merged by delta-rs"
     _same_as_delta_rs(followed, location)
     assert followed.live_totals().rows == 5
+
+
+def test_the_history_of_an_imports_version_decodes_its_commit_info_alone(lh, tmp_path, monkeypatch):
+    """An import's version lists every file of the table: reading its commitInfo (a write's foreign-version gate does)
+    must not decode them."""
+    import pyarrow.parquet as pq
+
+    for part in range(20):
+        pq.write_to_dataset(_rows(range(part * 3, part * 3 + 3)), str(tmp_path / "t"), basename_template=f"part-{part}-{{i}}.parquet")
+    lh.import_table("fl.i", str(tmp_path / "t"))
+    KEPT.clear()
+    followed = lh.mirror(lh.load("fl.i")).follow()
+    decoded: list[str] = []
+    real = json.loads
+    monkeypatch.setattr(followed_log.json, "loads", lambda text, *a, **k: (decoded.append(text), real(text, *a, **k))[1])
+    history = followed.history()
+    monkeypatch.undo()
+    assert [c["version"] for c in history] == [1, 0] and len(decoded) <= len(history), decoded
+    assert [(c["version"], c.get("operation")) for c in history] == [(c["version"], c.get("operation")) for c in DeltaTable(followed.root_uri).history()]
+
+
+def test_a_commits_info_is_found_wherever_its_writer_put_it(tmp_path, monkeypatch):
+    """Writers put the commitInfo first, and the read stops there; one put last, past the first blocks, is found too."""
+    from lakehouse_assets.core.io.storage import StorageConfig
+
+    monkeypatch.setattr(followed_log, "_INFO_BLOCK", 100)
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    adds = [json.dumps({"add": {"path": f"part-{i}-commitInfo.parquet", "size": 1}}) for i in range(50)]  # the word in a path too
+    info = json.dumps({"commitInfo": {"operation": "WRITE", "note": "é" * 40}})
+    (log / f"{0:020d}.json").write_text("\n".join([info, *adds]) + "\n", encoding="utf-8")
+    (log / f"{1:020d}.json").write_text("\n".join([*adds, info]), encoding="utf-8")  # last, without a final newline
+    (log / f"{2:020d}.json").write_text("\n".join(adds) + "\n", encoding="utf-8")
+    read = [followed_log.read_commit_info(StorageConfig(), str(tmp_path), v) for v in range(4)]
+    assert read == [{"operation": "WRITE", "note": "é" * 40}] * 2 + [{}, None]
 
 
 def test_a_changed_statistic_in_a_followed_commit_is_still_a_difference(lh):

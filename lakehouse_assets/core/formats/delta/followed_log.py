@@ -97,10 +97,9 @@ class FollowedLog:
         while v >= 0 and (limit is None or len(out) < limit):
             info = self._tail.commit_infos.get(v)
             if info is None:
-                actions = self._read(v)
-                if actions is None:
+                info = read_commit_info(self.storage, self.root_uri, v)
+                if info is None:
                     break  # cleaned up with the log's retention
-                info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
             out.append({**info, "version": v})
             v -= 1
         return out
@@ -195,13 +194,43 @@ class FollowedLog:
 def read_commit(storage: StorageConfig, root_uri: str, version: int) -> list[dict[str, Any]] | None:
     """The actions of one Delta version, from its commit file; None when it is not there (not written yet, or
     cleaned up after a checkpoint)."""
+    lines = _commit_lines(storage, root_uri, version)
+    return None if lines is None else [json.loads(line) for line in lines if line.strip()]
+
+
+def _commit_lines(storage: StorageConfig, root_uri: str, version: int) -> list[str] | None:
     fs, path = storage.filesystem(join_uri(root_uri, f"_delta_log/{version:020d}.json"))
     try:
         with fs.open_input_stream(path) as f:
-            lines = f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks inside strings
+            return f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks inside strings
     except FileNotFoundError:
         return None
-    return [json.loads(line) for line in lines if line.strip()]
+
+
+def read_commit_info(storage: StorageConfig, root_uri: str, version: int) -> dict[str, Any] | None:
+    """The commitInfo of one Delta version (`{}` when it has none); None when the commit file is not there.
+
+    An import's commit lists every file of the table (320 MB of JSON at a million files), and writers put the
+    commitInfo first (delta-rs, Spark, this project): the file is read a block at a time up to that line, and only
+    lines that name a commitInfo are decoded."""
+    fs, path = storage.filesystem(join_uri(root_uri, f"_delta_log/{version:020d}.json"))
+    try:
+        with fs.open_input_stream(path) as f:
+            rest = b""
+            while True:
+                block = f.read(_INFO_BLOCK)
+                lines = (rest + block).split(b"\n")
+                rest = lines.pop() if block else b""
+                for line in lines:
+                    if b'"commitInfo"' in line and "commitInfo" in (action := json.loads(line)):
+                        return action["commitInfo"]
+                if not block:
+                    return {}
+    except FileNotFoundError:
+        return None
+
+
+_INFO_BLOCK = 1 << 16
 
 
 def _num_records(add: dict[str, Any]) -> int | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...io.storage import delta_path, join_uri
+from .followed_log import read_commit, read_commit_info
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
@@ -91,22 +92,26 @@ class LoggedChanges:
 def logged_changes(storage, root_uri: str, after: int, upto: int) -> LoggedChanges | None:
     """The net file changes of the commits `after + 1 .. upto`, and the commitInfo of each of `after .. upto`; None
     when one of those commits cannot be read (cleaned up with the log's retention)."""
-    fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
     out = LoggedChanges()
     events: list[tuple[str, str, dict[str, Any]]] = []
-    for v in range(after, upto + 1):
-        try:
-            with fs.open_input_stream(f"{log}/{v:020d}.json") as f:
-                lines = f.read().decode().split("\n")  # JSON lines end at "\n" only (see `logged_stats`)
-        except OSError:
-            return None
-        # Of the first commit only its commitInfo: decoding all of it (an import's commit lists every file) would
-        # cost what the table holds, not what changed.
-        actions = [json.loads(line) for line in lines if line.strip() and (v > after or '"commitInfo"' in line)]
+    try:
+        # Of the first commit only its commitInfo: reading all of it (an import's commit lists every file) would cost
+        # what the table holds, not what changed.
+        commits = [(after, read_commit_info(storage, root_uri, after))]
+        for v in range(after + 1, upto + 1):
+            commits.append((v, read_commit(storage, root_uri, v)))
+            if commits[-1][1] is None:
+                break
+    except OSError:
+        return None
+    if any(read is None for _, read in commits):
+        return None
+    out.commits[after] = commits[0][1]
+    for v, actions in commits[1:]:
         out.commits[v] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        if v > after:  # within one commit, its removes first: a path removed and added again is live after it
-            events += [("remove", delta_path(a["remove"]["path"]), a["remove"]) for a in actions if "remove" in a]
-            events += [("add", delta_path(a["add"]["path"]), a["add"]) for a in actions if "add" in a]
+        # Within one commit, its removes first: a path removed and added again is live after it.
+        events += [("remove", delta_path(a["remove"]["path"]), a["remove"]) for a in actions if "remove" in a]
+        events += [("add", delta_path(a["add"]["path"]), a["add"]) for a in actions if "add" in a]
     out.added, out.removed = net_changes(events)
     return out
 

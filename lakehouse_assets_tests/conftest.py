@@ -72,11 +72,40 @@ def connect_server(tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def spark(request, tmp_path_factory):
+_CLASSIC: dict = {}  # this process's classic session and the Java Iceberg warehouse it is made with
+
+
+def _classic_session():
+    """The test session's classic Spark session, with Java Iceberg's jars (Spark 3.5: `java_iceberg.available`) so any
+    test can read a table with the reference implementation; the project's own code uses no jars. Made once per
+    process, by the `spark` fixture or by the first project code that starts Spark itself (a pyarrow delete or merge
+    in a test without the fixture), whichever comes first: the jars load only with the process's first session."""
     from lakehouse_assets.core.spark.session import spark_session
 
     from . import java_iceberg
+
+    if "session" not in _CLASSIC:
+        java = java_iceberg.spark_conf(_CLASSIC["java_warehouse"]) if java_iceberg.available() else {}
+        _CLASSIC["session"] = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests", **java})
+    return _CLASSIC["session"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def project_sessions_are_the_tests_session(tmp_path_factory):
+    """Project code that needs Spark and finds no session active starts the tests' own (`_classic_session`)."""
+    from lakehouse_assets.core.spark.session import session_provider
+
+    _CLASSIC["java_warehouse"] = str(tmp_path_factory.mktemp("java-iceberg-warehouse"))
+    if CONNECT:
+        yield
+        return
+    with session_provider(_classic_session):
+        yield
+
+
+@pytest.fixture(scope="session")
+def spark(request, project_sessions_are_the_tests_session):
+    from lakehouse_assets.core.spark.session import spark_session
 
     if CONNECT:
         server = request.getfixturevalue("connect_server")
@@ -88,10 +117,7 @@ def spark(request, tmp_path_factory):
         os.environ.pop("LAKEHOUSE_SPARK_REMOTE", None)
         return
 
-    # Java Iceberg's jars ride along so any test can read a table with the reference implementation
-    # (`java_iceberg.read_metadata`); the project's own code uses no jars. Spark 3.5 only (java_iceberg.available).
-    java = java_iceberg.spark_conf(str(tmp_path_factory.mktemp("java-iceberg-warehouse"))) if java_iceberg.available() else {}
-    session = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests", **java})
+    session = _classic_session()
     yield session
     session.stop()
 

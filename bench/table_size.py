@@ -121,6 +121,7 @@ def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict
         sides = {op: {side: fn for side, fn in fns.items() if side == "ours"} for op, fns in sides.items()}
     times = {op: {side: [] for side in fns} for op, fns in sides.items()}
     peak_mb = {op: 0.0 for op in sides}  # ours: the driver's highest resident memory during each operation
+    first_round: dict[str, float] = {}  # ours, the untimed first round: the first of each operation after the import
     for rep in range(reps + 1):  # the first round warms both sides up, untimed
         for op, fns in sides.items():
             for side in (list(fns) if rep % 2 == 0 else list(fns)[::-1]):
@@ -130,6 +131,8 @@ def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict
                 fns[side](rep)
                 if rep:
                     times[op][side].append(time.perf_counter() - t0)
+                elif side == "ours":
+                    first_round[op] = time.perf_counter() - t0
                 if side == "ours" and rep:
                     peak_mb[op] = max(peak_mb[op], _peak_rss_mb())
         if rep:
@@ -141,6 +144,7 @@ def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict
     return {
         "files": files, "live_files": len(ours.load("ts.t").inspect.files()), "make_seconds": made, "import_seconds": imported,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "peak_mb": peak_mb, "times": times,
+        "first_round": first_round,
     }
 
 
@@ -216,8 +220,19 @@ def render(results: list[dict]) -> str:
     lines += ["", "Setup per size (not timed above): " + "; ".join(
         f"{r['files']:,} files made in {r['make_seconds']:.0f} s and imported in {r['import_seconds']:.0f} s" for r in results)
         + ". The whole process's peak RSS, the imports of both copies included: " + ", ".join(f"{r['rss_mb']:.0f} MB" for r in results) + ".",
+        *_first_round(results),
         "", WHERE_THE_GROWTH_GOES]
     return "\n".join(lines) + "\n"
+
+
+def _first_round(results: list[dict]) -> list[str]:
+    """The untimed first round's merge, ours: the first change of one day after the import, which reads and rewrites the
+    manifests that hold that day."""
+    firsts = [(r["files"], r["first_round"]["merge"]) for r in results if "merge" in r.get("first_round", {})]
+    if not firsts:
+        return []
+    return ["", "The first merge into the day after the import (the untimed first round, ours, one run): "
+            + "; ".join(f"{s:.2f} s at {n:,} files" for n, s in firsts) + "."]
 
 
 # Profiled by hand (cProfile, one operation at a time on the 100,000-file table after its import): what the figures

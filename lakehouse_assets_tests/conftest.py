@@ -137,6 +137,9 @@ def spark_jobs(spark) -> int:
     it causes comes from a plan it sent to execute, so there it counts those (a check that none started is as strict)."""
     if CONNECT:
         return _ExecutionCounter.executed
+    # The status tracker learns of jobs from Spark's listener bus, asynchronously: a job of the previous step (a read
+    # that checked the last write) may be counted only after this count, as if the next step had started it.
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
 

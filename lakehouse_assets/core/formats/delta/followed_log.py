@@ -194,17 +194,13 @@ class FollowedLog:
 def read_commit(storage: StorageConfig, root_uri: str, version: int) -> list[dict[str, Any]] | None:
     """The actions of one Delta version, from its commit file; None when it is not there (not written yet, or
     cleaned up after a checkpoint)."""
-    lines = _commit_lines(storage, root_uri, version)
-    return None if lines is None else [json.loads(line) for line in lines if line.strip()]
-
-
-def _commit_lines(storage: StorageConfig, root_uri: str, version: int) -> list[str] | None:
     fs, path = storage.filesystem(join_uri(root_uri, f"_delta_log/{version:020d}.json"))
     try:
         with fs.open_input_stream(path) as f:
-            return f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks inside strings
+            lines = f.read().decode().split("\n")  # JSON lines end at "\n" only: splitlines() also breaks inside strings
     except FileNotFoundError:
         return None
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def read_commit_info(storage: StorageConfig, root_uri: str, version: int) -> dict[str, Any] | None:

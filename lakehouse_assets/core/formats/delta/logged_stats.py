@@ -97,21 +97,18 @@ def logged_changes(storage, root_uri: str, after: int, upto: int) -> LoggedChang
     try:
         # Of the first commit only its commitInfo: reading all of it (an import's commit lists every file) would cost
         # what the table holds, not what changed.
-        commits = [(after, read_commit_info(storage, root_uri, after))]
+        if (first := read_commit_info(storage, root_uri, after)) is None:
+            return None
+        out.commits[after] = first
         for v in range(after + 1, upto + 1):
-            commits.append((v, read_commit(storage, root_uri, v)))
-            if commits[-1][1] is None:
-                break
+            if (actions := read_commit(storage, root_uri, v)) is None:
+                return None
+            out.commits[v] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            # Within one commit, its removes first: a path removed and added again is live after it.
+            events += [("remove", delta_path(a["remove"]["path"]), a["remove"]) for a in actions if "remove" in a]
+            events += [("add", delta_path(a["add"]["path"]), a["add"]) for a in actions if "add" in a]
     except OSError:
         return None
-    if any(read is None for _, read in commits):
-        return None
-    out.commits[after] = commits[0][1]
-    for v, actions in commits[1:]:
-        out.commits[v] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        # Within one commit, its removes first: a path removed and added again is live after it.
-        events += [("remove", delta_path(a["remove"]["path"]), a["remove"]) for a in actions if "remove" in a]
-        events += [("add", delta_path(a["add"]["path"]), a["add"]) for a in actions if "add" in a]
     out.added, out.removed = net_changes(events)
     return out
 

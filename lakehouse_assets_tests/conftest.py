@@ -140,7 +140,9 @@ def spark_jobs(spark) -> int:
     # The status tracker learns of jobs from Spark's listener bus, asynchronously: a job of the previous step (a read
     # that checked the last write) may be counted only after this count, as if the next step had started it.
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+    # The tracker keeps only the last `spark.ui.retainedJobs` jobs, so their number can fall; job ids are numbered
+    # from 0 in the order the jobs start, so the highest one counts every job started.
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
 
 
 @pytest.fixture

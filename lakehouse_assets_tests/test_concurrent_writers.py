@@ -234,7 +234,7 @@ query Runs($id: String!) {
 }"""
 
 
-def test_a_dagster_backfill_of_30_daily_partitions_in_parallel_runs_lands_every_partition(spark, duck, capsys):
+def test_a_dagster_backfill_of_30_daily_partitions_in_parallel_runs_lands_every_partition(spark, duck, capsys, monkeypatch):
     """Launched as a person launches it, with the default run coordinator: one run per day, all at once. Every run
     succeeds without a retry, and each day's blocking formats_agree check passes."""
     import datetime as dt
@@ -246,11 +246,12 @@ def test_a_dagster_backfill_of_30_daily_partitions_in_parallel_runs_lands_every_
 
     from lakehouse_assets import Lakehouse
 
-    from . import backfill_location as location
     from .dagster_dev import graphql, running_dagster_dev, tail
 
     root = Path(tempfile.mkdtemp(prefix="lakehouse-backfill-"))
     warehouse = root / "warehouse"
+    monkeypatch.setenv("LAKEHOUSE_WAREHOUSE", str(warehouse))  # the code location reads it on import, here as in dagster dev
+    from . import backfill_location as location
     days = [(dt.date(2024, 1, 1) + dt.timedelta(days=i)).isoformat() for i in range(location.DAYS)]
     started = time.monotonic()
     with running_dagster_dev(root, warehouse, module="lakehouse_assets_tests.backfill_location") as dev:

@@ -50,6 +50,9 @@ class TableProperties:
         # Appends merge small manifests (Java Iceberg's default): the manifest list stays bounded, so
         # planning and commit time do not grow with the number of commits.
         "commit.manifest-merge.enabled": "true",
+        # A snapshot changing at most this many partitions names them in its summary: a writer re-validating a lost
+        # race reads them there instead of the snapshot's manifests (formats/iceberg/partition_summaries.py).
+        "write.summary.partition-limit": "10",
     }
     # Iceberg's row-level write modes: how a merge, a CDC delete and a window overwrite remove rows from a
     # data file. "copy-on-write" (default) rewrites the file without them; "merge-on-read" leaves it and

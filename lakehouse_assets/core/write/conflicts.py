@@ -7,7 +7,8 @@ whether the snapshots since its base conflict with its plan. The answer follows 
 
     append                  nothing: its files replace nothing, so it never conflicts
     overwrite of a slice    the slice's rows: a snapshot that added or removed data files, or added delete files,
-                            which may hold rows inside it (by partition values, then column bounds)
+                            which may hold rows inside it (by partition values, then column bounds); a snapshot
+                            whose summary lists the partitions it changed, none of them inside, is not opened
     overwrite of a table    every row: any snapshot that added or removed a file
     merge                   write/merge/merge.py: removed files, delete files, or added rows with a key of the batch
     compaction              the files it rewrites and everything else (as the whole-table overwrite)
@@ -26,8 +27,10 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.typedef import Record
 
 from ..formats import history
+from ..formats.iceberg.partition_summaries import changed_partitions
 from ..formats.snapshot_changes import snapshot_change
 from ..properties import SummaryKeys
 
@@ -91,8 +94,13 @@ def inside(expression: Callable[[Table], BooleanExpression], what: str) -> Check
         if isinstance(snapshots, str):
             return snapshots
         slice_ = expression(table)
-        may_hold, manifest_may_hold = _may_hold(table, slice_), _manifest_may_hold(table, slice_)
+        partition_may_hold = _partition_may_hold(table, slice_)
+        may_hold, manifest_may_hold = _may_hold(table, slice_, partition_may_hold), _manifest_may_hold(table, slice_)
+        spec_id = table.spec().spec_id
         for s in snapshots:
+            changed = changed_partitions(table, s)  # by its summary: no manifest read when it changed other partitions only
+            if changed is not None and not any(partition_may_hold(spec_id, p) for p in changed):
+                continue
             change = snapshot_change(table, s, manifest_may_hold)  # manifests whose partitions exclude the slice are not read
             for kind, files in (("added", change.adds), ("removed", change.removes), ("added delete file(s) to", change.delete_files_added)):
                 if overlap := [f for f in files if may_hold(f)]:
@@ -119,21 +127,28 @@ def _manifest_may_hold(table: Table, expression: BooleanExpression) -> Callable[
     return may_hold
 
 
-def _may_hold(table: Table, expression: BooleanExpression) -> Callable[[DataFile], bool]:
-    """Whether a file may hold rows matching `expression`: its partition values first (the spec it was written with),
-    then its column bounds, as Iceberg's scan planning prunes (a file without bounds may hold any row)."""
-    from pyiceberg.expressions.visitors import ROWS_CANNOT_MATCH, _InclusiveMetricsEvaluator, expression_evaluator, inclusive_projection
+def _partition_may_hold(table: Table, expression: BooleanExpression) -> Callable[[int, Record], bool]:
+    """Whether a partition (its spec id and values) may hold rows matching `expression`."""
+    from pyiceberg.expressions.visitors import expression_evaluator, inclusive_projection
     from pyiceberg.schema import Schema
 
     schema, specs = table.schema(), table.specs()
     by_spec: dict[int, Callable] = {}
-    metrics = _InclusiveMetricsEvaluator(schema, expression)
 
-    def partition_may_hold(f: DataFile) -> bool:
-        if f.spec_id not in by_spec:
-            spec = specs[f.spec_id]
+    def may_hold(spec_id: int, partition: Record) -> bool:
+        if spec_id not in by_spec:
+            spec = specs[spec_id]
             partition_schema = Schema(*spec.partition_type(schema).fields)
-            by_spec[f.spec_id] = expression_evaluator(partition_schema, inclusive_projection(schema, spec)(expression), case_sensitive=True)
-        return by_spec[f.spec_id](f.partition)
+            by_spec[spec_id] = expression_evaluator(partition_schema, inclusive_projection(schema, spec)(expression), case_sensitive=True)
+        return by_spec[spec_id](partition)
 
-    return lambda f: partition_may_hold(f) and metrics.eval(f) is not ROWS_CANNOT_MATCH
+    return may_hold
+
+
+def _may_hold(table: Table, expression: BooleanExpression, partition_may_hold: Callable[[int, Record], bool]) -> Callable[[DataFile], bool]:
+    """Whether a file may hold rows matching `expression`: its partition values first (the spec it was written with),
+    then its column bounds, as Iceberg's scan planning prunes (a file without bounds may hold any row)."""
+    from pyiceberg.expressions.visitors import ROWS_CANNOT_MATCH, _InclusiveMetricsEvaluator
+
+    metrics = _InclusiveMetricsEvaluator(table.schema(), expression)
+    return lambda f: partition_may_hold(f.spec_id, f.partition) and metrics.eval(f) is not ROWS_CANNOT_MATCH

@@ -54,3 +54,32 @@ def test_an_append_of_more_files_than_a_manifest_holds_lists_them_by_partition_a
     assert {path for path, parts in before.items() if parts != {1}} <= after, "the overwrite of part 1 rewrote other partitions' manifests"
     expected = [(i, i % 3) for i in range(30) if i % 3 != 1] + [(i, i % 3) for i in range(100, 103) if i % 3 == 1]
     assert_all_readers_agree(lh, spark, duck, "m.history", sorted(expected))
+
+
+def _added_manifests_partitions(table) -> list[set]:
+    """The partitions each data manifest that the current snapshot added holds."""
+    snapshot = table.current_snapshot()
+    return [{e.data_file.partition[0] for e in m.fetch_manifest_entry(table.io)} for m in snapshot.manifests(table.io)
+            if m.added_snapshot_id == snapshot.snapshot_id and m.content == 0 and m.added_files_count]
+
+
+def test_an_overwrite_and_a_merge_on_read_merge_of_more_files_than_a_manifest_holds_list_them_by_partition(lh, spark, duck, monkeypatch):
+    """The files an overwrite or a row delta (a merge-on-read merge, which adds delete files too) adds are clustered as
+    an append's are, so a later change to one partition rewrites only the manifests that hold it."""
+    from lakehouse_assets import MergeOptions
+    from lakehouse_assets.core.formats.iceberg import clustered_manifests
+
+    monkeypatch.setattr(clustered_manifests, "MANIFEST_ENTRIES", 1)
+    rows = spark.range(0, 30, numPartitions=1).select(F.col("id"), (F.col("id") % 3).cast("int").alias("part"), F.lit("a").alias("v"))
+    lh.write(rows, "m.rewritten", partition_by=["part"])
+    lh.write(rows.repartition(3, "part"), "m.rewritten", mode="overwrite")
+    table = lh.load("m.rewritten")
+    assert sorted(map(sorted, _added_manifests_partitions(table))) == [[0], [1], [2]]
+    lh.alter("m.rewritten", write_mode="merge-on-read")
+    batch = spark.createDataFrame([(1, 1, "b"), (2, 2, "b"), (100, 1, "new"), (101, 2, "new")], "id long, part int, v string")
+    lh.write(batch, "m.rewritten", mode="merge", merge=MergeOptions(keys=["id"]))
+    table = lh.load("m.rewritten")
+    assert int(table.current_snapshot().summary.additional_properties["added-position-delete-files"]) >= 1
+    assert sorted(map(sorted, _added_manifests_partitions(table))) == [[1], [2]]
+    expected = sorted([(i, i % 3, "b" if i in (1, 2) else "a") for i in range(30)] + [(100, 1, "new"), (101, 2, "new")])
+    assert_all_readers_agree(lh, spark, duck, "m.rewritten", expected)

@@ -1,20 +1,23 @@
-"""Appends whose added files go into manifests clustered by partition, MANIFEST_ENTRIES entries at most in each.
+"""Commits whose added files go into manifests clustered by partition, MANIFEST_ENTRIES entries at most in each.
 
 pyiceberg writes every file a commit adds into one manifest. When a commit adds files across many partitions (the
 import of an existing table, a first load of history), that manifest's partition summary spans all of them, so a later
 overwrite or merge of any one partition reads the whole manifest and rewrites it without the files it replaces: at a
 million files, minutes on the first change. Sorted by partition and cut at partition boundaries, each manifest spans
 few partitions, and planning, overwrites and merges of one partition read and rewrite only the manifests that hold it.
-A commit adding MANIFEST_ENTRIES files or fewer is written as pyiceberg writes it.
+A commit adding MANIFEST_ENTRIES files or fewer is written as pyiceberg writes it. Appends, overwrites and row deltas
+(an overwrite that also adds or removes delete files) all cluster their added files; their other manifests (existing,
+rewritten without removed files, merged) are the producer's own.
 """
 
 from __future__ import annotations
 
+import functools
 from itertools import groupby
 
 from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles, _MergeAppendFiles
+from pyiceberg.table.update.snapshot import _FastAppendFiles, _MergeAppendFiles, _OverwriteFiles, _SnapshotProducer
 
 # About 1.6 MB of manifest with a few columns' bounds (160 bytes an entry, measured on an import of 100,000 files):
 # one manifest to read and rewrite for a change to one partition of that size or smaller.
@@ -81,3 +84,18 @@ def clustered_append(tx, summary: dict[str, str], merge: bool, branch: str | Non
     producer = ClusteredMergeAppend if merge else ClusteredFastAppend
     target = {"branch": branch} if branch is not None else {}
     return producer(operation=Operation.APPEND, transaction=tx, io=tx._table.io, snapshot_properties=summary, **target)
+
+
+@functools.cache
+def clustered_producer(producer: type[_SnapshotProducer]) -> type[_SnapshotProducer]:
+    """`producer` (a pyiceberg snapshot producer class, or one of this project's, such as deletes.RowDelta) with its
+    added files clustered."""
+    return type(f"Clustered{producer.__name__.lstrip('_')}", (_ClusteredAdds, producer), {"__doc__": f"{producer.__name__}, its added files clustered."})
+
+
+def clustered_overwrite(tx, summary: dict[str, str], branch: str | None = None, kind: type[_OverwriteFiles] = _OverwriteFiles, **kwargs):
+    """The overwrite producer of `tx` (pyiceberg's `update_snapshot(...).overwrite()`, or `kind` with `kwargs`),
+    clustered: an overwrite of a table, or a branch, without a snapshot yet is an append, as pyiceberg makes it."""
+    target = {"branch": branch} if branch is not None else {}
+    operation = Operation.OVERWRITE if tx.table_metadata.snapshot_by_name(branch or "main") is not None else Operation.APPEND
+    return clustered_producer(kind)(operation=operation, transaction=tx, io=tx._table.io, snapshot_properties=summary, **target, **kwargs)

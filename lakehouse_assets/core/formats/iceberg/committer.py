@@ -20,7 +20,7 @@ from ...io.storage import join_uri
 from ...model import WrittenFile
 from ...schema.spec import statistics_policy
 from ..file_columns import file_names, with_file_names
-from .clustered_manifests import clustered_append
+from .clustered_manifests import clustered_append, clustered_overwrite
 from .metadata import staged_metadata
 
 
@@ -122,26 +122,18 @@ def commit_files(
     """
     if not adds and not removes and not removed_delete_files and not added_delete_files:
         return None
-    target = {"branch": branch} if branch is not None else {}
     with MetadataCachingTransaction(table, single_attempt=single_attempt) as tx:
         if stage is not None:
             stage(tx)  # e.g. the schema change these files need: same transaction, one atomic commit
         _create_branch(tx, table, branch, branch_base_id)
         if removed_delete_files or added_delete_files or (removes and _has_deletes(table, branch)):
-            from pyiceberg.table.snapshots import Operation
-
             from ..deletes import RowDelta
 
-            with RowDelta(
-                operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=summary,
-                removed_delete_files=removed_delete_files, added_delete_files=added_delete_files, **target,
-            ) as producer:
-                for f in removes:
-                    producer.delete_data_file(f)
-                for f in adds:
-                    producer.append_data_file(f)
-        elif removes:
-            with tx.update_snapshot(snapshot_properties=summary, **target).overwrite() as producer:
+            overwrite = clustered_overwrite(tx, summary, branch, RowDelta, removed_delete_files=removed_delete_files, added_delete_files=added_delete_files)
+        else:
+            overwrite = clustered_overwrite(tx, summary, branch) if removes else None
+        if overwrite is not None:
+            with overwrite as producer:
                 for f in removes:
                     producer.delete_data_file(f)
                 for f in adds:

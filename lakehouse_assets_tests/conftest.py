@@ -86,7 +86,11 @@ def _classic_session():
 
     if "session" not in _CLASSIC:
         java = java_iceberg.spark_conf(_CLASSIC["java_warehouse"]) if java_iceberg.available() else {}
-        _CLASSIC["session"] = spark_session({"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests", **java})
+        # The status tracker that `spark_jobs` counts with keeps the last `spark.ui.retainedJobs` jobs (1,000 by default),
+        # fewer than a worker's tests start: past it, the count would fall. (A job id is no count: a job of no partition
+        # takes one and never runs.)
+        conf = {"spark.sql.shuffle.partitions": "4", "spark.app.name": "lakehouse-tests", "spark.ui.retainedJobs": "1000000"}
+        _CLASSIC["session"] = spark_session({**conf, **java})
     return _CLASSIC["session"]
 
 
@@ -140,9 +144,7 @@ def spark_jobs(spark) -> int:
     # The status tracker learns of jobs from Spark's listener bus, asynchronously: a job of the previous step (a read
     # that checked the last write) may be counted only after this count, as if the next step had started it.
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-    # The tracker keeps only the last `spark.ui.retainedJobs` jobs, so their number can fall; job ids are numbered
-    # from 0 in the order the jobs start, so the highest one counts every job started.
-    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
 
 @pytest.fixture

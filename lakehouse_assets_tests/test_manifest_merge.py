@@ -83,3 +83,25 @@ def test_an_overwrite_and_a_merge_on_read_merge_of_more_files_than_a_manifest_ho
     assert sorted(map(sorted, _added_manifests_partitions(table))) == [[1], [2]]
     expected = sorted([(i, i % 3, "b" if i in (1, 2) else "a") for i in range(30)] + [(100, 1, "new"), (101, 2, "new")])
     assert_all_readers_agree(lh, spark, duck, "m.rewritten", expected)
+
+
+def test_an_append_merges_small_manifests_only_and_leaves_clustered_ones_as_written(lh, spark, duck, monkeypatch):
+    """After a load of history in clustered manifests, appends merge their own small manifests as before, and never
+    the clustered ones (at a million files, rewriting them all took the first append minutes)."""
+    from lakehouse_assets.core.formats.iceberg import clustered_manifests
+
+    monkeypatch.setattr(clustered_manifests, "MANIFEST_ENTRIES", 4)  # manifests of 2 files or more stay as written
+    history = spark.range(0, 60, numPartitions=1).select(F.col("id"), (F.col("id") % 6).cast("int").alias("part")).repartition(6, "part")
+    lh.write(history, "m.loaded", partition_by=["part"], table=TableOptions(properties={"commit.manifest.min-count-to-merge": "2"}))
+    table = lh.load("m.loaded")
+    clustered = {m.manifest_path for m in table.current_snapshot().manifests(table.io)}
+    assert len(clustered) == 2  # 4 + 2 files, cut where a partition ends
+    for i in range(4):  # one file each: small manifests
+        lh.write(_rows(spark, 100 + i * 10, 110 + i * 10).where("part = 0"), "m.loaded")
+    table = lh.load("m.loaded")
+    manifests = table.current_snapshot().manifests(table.io)
+    assert clustered <= {m.manifest_path for m in manifests}
+    small = [m for m in manifests if m.manifest_path not in clustered]
+    assert len(small) < 4 and sum(m.added_files_count + m.existing_files_count for m in small) == 4  # merged, not one per append
+    expected = sorted([(i, i % 6) for i in range(60)] + [(i, 0) for i in range(100, 140) if i % 3 == 0])
+    assert_all_readers_agree(lh, spark, duck, "m.loaded", expected)

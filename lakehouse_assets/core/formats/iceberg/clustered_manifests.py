@@ -76,7 +76,20 @@ class ClusteredFastAppend(_ClusteredAdds, _FastAppendFiles):
 
 
 class ClusteredMergeAppend(_ClusteredAdds, _MergeAppendFiles):
-    """pyiceberg's merge append (small manifests merged at the table's target size), its added files clustered."""
+    """pyiceberg's merge append (small manifests merged at the table's target size), its added files clustered.
+
+    Manifests of MANIFEST_ENTRIES / 2 files or more (what clustering writes) stay as they are: merging counts only
+    the smaller ones against `commit.manifest.min-count-to-merge`. Otherwise the first append after an import of a
+    million files (100 clustered manifests) would merge them all, rewriting every entry (minutes), and undo the
+    clustering."""
+
+    def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        large = [m for m in manifests if _entries(m) >= MANIFEST_ENTRIES // 2]
+        return super()._process_manifests([m for m in manifests if _entries(m) < MANIFEST_ENTRIES // 2]) + large
+
+
+def _entries(manifest: ManifestFile) -> int:
+    return sum(n or 0 for n in (manifest.added_files_count, manifest.existing_files_count, manifest.deleted_files_count))
 
 
 def clustered_append(tx, summary: dict[str, str], merge: bool, branch: str | None = None):

@@ -12,7 +12,10 @@ Only positions and file paths are read: a few bytes per deleted row, never a tab
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from pyiceberg.manifest import DataFileContent, ManifestEntry
 from pyiceberg.table import Table
 
 from ...errors import DeletionVectorError
@@ -20,6 +23,7 @@ from ...formats.deletes import TableFiles
 from ...formats.delta import deletion_vectors as dv
 from ...formats.delta.logged_vectors import live_vectors
 from ...formats.delta.vector_mirror import enabled, has_vectors
+from ...formats.position_deletes import referenced_data_file
 from ...io.storage import StorageConfig, relative_to
 from ..delete_figures import positions_by_file
 
@@ -32,8 +36,20 @@ def compares(table: Table, delta) -> bool:
     return enabled(table.properties) or has_vectors(delta)
 
 
+def deleted_from(deletes: list[ManifestEntry], delta, storage: StorageConfig, root_uri: str) -> Callable[[ManifestEntry, str], bool]:
+    """Which data entries (entry, relative path) the comparison below needs: those a file-scoped position-delete file
+    names or a Delta vector deletes from; every one when a delete file may apply to several (another engine's)."""
+    positions = [e.data_file for e in deletes if e.data_file.content == DataFileContent.POSITION_DELETES]
+    named = {referenced_data_file(d) for d in positions}
+    if None in named:
+        return lambda entry, path: True
+    vectors = set(live_vectors(storage, root_uri, delta))
+    return lambda entry, path: entry.data_file.file_path in named or path in vectors
+
+
 def deleted_position_differences(table: Table, files: TableFiles, delta, storage: StorageConfig, root_uri: str, report: dict) -> list[str]:
-    """The differences between the rows each format deletes from each live data file; `report` gets the totals."""
+    """The differences between the rows each format deletes from each live data file; `report` gets the totals.
+    `files.data`: at least the data files either format deletes rows from (`deleted_from`)."""
     data = {relative_to(root_uri, e.data_file.file_path): e for e in files.data}
     iceberg = positions_by_file(storage, files, root_uri)
     found: dict[str, list[str]] = {}

@@ -31,51 +31,92 @@ def _same(t, a, b) -> bool:
     return a == b
 
 
+class Findings:
+    """Differences by kind: how many, and the first MAX_LISTED in path order (files may come in any order)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.first: dict[str, list[tuple[str, int, str]]] = {}
+        self._seen = 0
+
+    def note(self, kind: str, path: str, detail: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self._seen += 1
+        kept = self.first.setdefault(kind, [])
+        kept.append((path, self._seen, detail))
+        if len(kept) > MAX_LISTED:
+            kept.sort()
+            kept.pop()
+
+    def examples(self, kind: str) -> list[str]:
+        return [d for *_, d in sorted(self.first.get(kind, []))]
+
+    def differences(self) -> list[str]:
+        return [f"{n} {kind} difference(s), e.g. {self.examples(kind)}" for kind, n in self.counts.items()]
+
+
+class FileComparison:
+    """Partition values and stats of the files both logs hold, compared as they come (`add`, any number of times and
+    in any order); `differences` says what differs. Holds a few examples and the partition spellings seen, not the files."""
+
+    def __init__(self, table: Table, delta, mirror: DeltaMirror):
+        self.table, self.delta, self.mirror = table, delta, mirror
+        self.findings = Findings()
+        self.delta_columns = set(delta.metadata().partition_columns)
+        # Delta readers parse the statistics of these columns only (its dataSkipping* configuration): compare those.
+        self.indexed = delta_indexed_columns(table.schema(), delta.metadata().configuration or {}, self.delta_columns)
+        self.exact = _exact_string_lengths(table)
+        self.unparsed: list[tuple[str, str, str, Any]] = []  # (path, min|max, column, expected): NULL to delta-rs
+        self.expected_spellings: set[tuple] = set()
+
+    def add(self, pairs: dict) -> None:
+        """`pairs`: path -> (Iceberg data file, the Delta add as a flat row)."""
+        schema = self.table.schema()
+        for path, (data_file, add) in sorted(pairs.items()):
+
+            def note(kind: str, detail: str, path: str = path) -> None:
+                self.findings.note(kind, path, detail)
+
+            spec = self.table.specs()[data_file.spec_id]
+            spelled = {}
+            for pos, pf in enumerate(spec.fields):
+                name = schema.find_column_name(pf.source_id)
+                if not isinstance(pf.transform, IdentityTransform) or name not in self.delta_columns:
+                    continue
+                t = schema.find_type(pf.source_id)
+                iceberg_value = delta_values.from_internal(t, data_file.partition[pos])
+                try:
+                    spelled[name] = delta_values.partition_value(name, t, data_file.partition[pos])
+                except delta_values.UnrepresentableValue:
+                    note("unrepresentable partition value", f"{path}: {name!r} is {iceberg_value!r} in Iceberg, which Delta reads as NULL")
+                    continue
+                delta_value = add.get(f"partition.{name}")
+                if not _same(t, iceberg_value, delta_value):
+                    note("partition value", f"{path}: {name!r} is {iceberg_value!r} in Iceberg, {delta_value!r} in Delta")
+            self.expected_spellings.add(tuple(sorted(spelled.items())))
+            _partition_bound_differences(schema, spec, data_file, path, note)
+            _stats_differences(schema, data_file, add, path, note, self.indexed, self.exact, self.unparsed)
+
+    def differences(self, partitions: list[dict] | None = None) -> list[str]:
+        """`partitions`: the Delta partition values as logged to check the spelling of (default: every live file's)."""
+        _unreadable_stats(self.delta, self.mirror, self.unparsed, lambda kind, detail: self.findings.note(kind, detail, detail))
+        if self.delta_columns:
+            # delta-rs parses sloppy spellings leniently; other readers do not: compare the strings in the log.
+            logical = delta_column_mapping.logical_names(self.delta) if delta_column_mapping.is_mapped(self.delta) else {}
+            logged = self.delta.partitions() if partitions is None else partitions
+            actual_spellings = {tuple(sorted((logical.get(k, k), v) for k, v in p.items())) for p in logged}
+            wrong = sorted(actual_spellings - self.expected_spellings, key=repr)
+            if wrong:
+                self.findings.note("partition value spelling", "", f"Delta log holds {dict(wrong[0])}, which is not how the Iceberg values are spelled")
+        return self.findings.differences()
+
+
 def file_differences(table: Table, delta, mirror: DeltaMirror, pairs: dict, partitions: list[dict] | None = None) -> list[str]:
-    """Partition values and stats of the files both logs hold; `partitions`: the Delta partition values as logged to
-    check the spelling of (default: every live file's)."""
-    schema = table.schema()
-    found: dict[str, list[str]] = {}
-
-    def note(kind: str, detail: str) -> None:
-        found.setdefault(kind, []).append(detail)
-
-    delta_columns = set(delta.metadata().partition_columns)
-    # Delta readers parse the statistics of these columns only (its dataSkipping* configuration): compare those.
-    indexed = delta_indexed_columns(schema, delta.metadata().configuration or {}, delta_columns)
-    exact = _exact_string_lengths(table)
-    unparsed: list[tuple[str, str, str, Any]] = []  # (path, min|max, column, expected): NULL to delta-rs
-    expected_spellings: set[tuple] = set()
-    for path, (data_file, add) in sorted(pairs.items()):
-        spec = table.specs()[data_file.spec_id]
-        spelled = {}
-        for pos, pf in enumerate(spec.fields):
-            name = schema.find_column_name(pf.source_id)
-            if not isinstance(pf.transform, IdentityTransform) or name not in delta_columns:
-                continue
-            t = schema.find_type(pf.source_id)
-            iceberg_value = delta_values.from_internal(t, data_file.partition[pos])
-            try:
-                spelled[name] = delta_values.partition_value(name, t, data_file.partition[pos])
-            except delta_values.UnrepresentableValue:
-                note("unrepresentable partition value", f"{path}: {name!r} is {iceberg_value!r} in Iceberg, which Delta reads as NULL")
-                continue
-            delta_value = add.get(f"partition.{name}")
-            if not _same(t, iceberg_value, delta_value):
-                note("partition value", f"{path}: {name!r} is {iceberg_value!r} in Iceberg, {delta_value!r} in Delta")
-        expected_spellings.add(tuple(sorted(spelled.items())))
-        _partition_bound_differences(schema, spec, data_file, path, note)
-        _stats_differences(schema, data_file, add, path, note, indexed, exact, unparsed)
-    _unreadable_stats(delta, mirror, unparsed, note)
-    if delta_columns:
-        # delta-rs parses sloppy spellings leniently; other readers do not: compare the strings in the log.
-        logical = delta_column_mapping.logical_names(delta) if delta_column_mapping.is_mapped(delta) else {}
-        logged = delta.partitions() if partitions is None else partitions
-        actual_spellings = {tuple(sorted((logical.get(k, k), v) for k, v in p.items())) for p in logged}
-        wrong = sorted(actual_spellings - expected_spellings, key=repr)
-        if wrong:
-            note("partition value spelling", f"Delta log holds {dict(wrong[0])}, which is not how the Iceberg values are spelled")
-    return [f"{len(v)} {kind} difference(s), e.g. {v[:MAX_LISTED]}" for kind, v in found.items()]
+    """Partition values and stats of the files both logs hold (`pairs`: path -> (data file, flat add)); `partitions`: the
+    Delta partition values as logged to check the spelling of (default: every live file's)."""
+    comparison = FileComparison(table, delta, mirror)
+    comparison.add(pairs)
+    return comparison.differences(partitions)
 
 
 def partition_record_differences(table: Table, data_files: dict) -> list[str]:

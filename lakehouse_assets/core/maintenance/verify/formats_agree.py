@@ -24,31 +24,32 @@ file's Parquet footer (`maintenance/verify/footers.py`).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
 from ...contracts import table_contract
 from ...errors import SchemaError
 from ...formats import file_columns
-from ...formats.deletes import TableFiles, describe_delete_files, has_delete_files, table_files
+from ...formats.deletes import TableFiles, describe_delete_files, has_delete_files
 from ...formats.delta import column_mapping as delta_column_mapping
 from ...formats.delta import foreign_versions as foreign_delta
 from ...formats.delta import glue as delta_glue
 from ...formats.delta.committer import DeltaMirror
 from ...formats.delta.followed_log import FollowedLog, LiveTotals
-from ...io.storage import delta_path, normalize_uri, relative_to
+from ...io.storage import delta_path, normalize_uri
 from ...schema.spec import delta_partition_columns
 from ...schema.type_mapping import delta_schema, narrow_integers
 from . import changes, deletion_vectors
 from .change_data import change_data_differences
 from .changes import Changes, VerifiedPair
 from .content import DEEP_HASH_MAX_ROWS, content_differences
-from .files import file_differences, partition_record_differences
+from .files import FileComparison, file_differences, partition_record_differences
 from .footers import footer_differences
+from .live_files import DeltaAdds, compare_live_files, flat_rows, live_entries, relative_path
 
 MAX_LISTED = 3  # examples per kind of difference
 
@@ -73,33 +74,32 @@ def verify_table(
         if (report := _verify_since(table, snap, mirror, loaded, since, root)) is not None:
             return report
     # From the manifests, not scan planning: pyiceberg's planning raises on equality deletes.
-    files = table_files(table, snap)
-    live = {_relative(root, e.data_file.file_path): e.data_file for e in files.data}
-    iceberg_files = {p: f.record_count for p, f in live.items()}
-    report = _iceberg_report(table, snap, iceberg_files, len(files.deletes), delta_enabled=mirror is not None, deep=deep)
+    deletes = [e for batch in live_entries(table, snap, ManifestContent.DELETES) for e in batch]
+    report = _iceberg_report(table, snap, None, None, len(deletes), delta_enabled=mirror is not None, deep=deep)
     if mirror is None:
-        report.update(agree=True, differences=[])
+        report.update(_iceberg_totals(table, snap, root), agree=True, differences=[])
         return report
-    delta, add_rows = _read_delta_adds(mirror, report, loaded)
+    delta, adds = _read_delta_adds(mirror, report, loaded)
     if delta is None:  # the report says why
+        report.update(_iceberg_totals(table, snap, root))
         return report
-    # Delta stores paths percent-encoded (URIs); compare them decoded, as Iceberg stores them.
-    delta_adds = {delta_path(a["path"]): a for a in add_rows}
-    delta_files = {p: a.get("num_records") for p, a in delta_adds.items()}
-    pending = _delta_figures(table, snap, mirror, delta, delta_files, report)
-    differences = _file_set_differences(iceberg_files, delta_files)
-    # A data file listed twice in Iceberg is read twice by its readers; Delta lists a path once.
-    listed = Counter(_relative(root, e.data_file.file_path) for e in files.data)
-    differences += [f"Iceberg lists data file {p} {n} times (its readers read its rows {n} times; Delta lists it once)" for p, n in sorted(listed.items()) if n > 1]
+    pending = _delta_figures(table, snap, mirror, delta, adds, report)
+    vectors = deletion_vectors.compares(table, delta)
+    compare_vectors = vectors and not pending  # (a lagging log is reported as such)
+    keep = deletion_vectors.deleted_from(deletes, delta, mirror.storage, root) if compare_vectors else None
+    comparison = FileComparison(table, delta, mirror)
+    live = compare_live_files(table, snap, root, delta, adds, comparison, keep=keep, keep_pairs=deep)
+    del adds  # (before the comparison's last step reads every live file's partition values again)
+    report.update(iceberg_files=live.iceberg_files, iceberg_rows=live.iceberg_rows)
+    files = TableFiles(live.kept, deletes)  # the data files deletes apply to, and every delete file
+    differences = live.differences
     differences += _schema_differences(table, delta)
     differences += table_contract.format_differences(table, delta)  # the data contract, in both formats
     if foreign := foreign_delta.foreign_versions(delta):
         report["delta_foreign_versions"] = [v.to_dict() for v in foreign]
         differences.append(foreign_delta.explain(".".join(table.name()), foreign))
-    both = {p: (live[p], delta_adds[p]) for p in set(live) & set(delta_adds)}
-    differences += file_differences(table, delta, mirror, both)
-    vectors = deletion_vectors.compares(table, delta)
-    if vectors and not pending:  # (a lagging log is reported as such)
+    differences += comparison.differences()
+    if compare_vectors:
         differences += deletion_vectors.deleted_position_differences(table, files, delta, mirror.storage, root, report)
     differences += _unmirrored_differences(report["table"], files, pending, vectors)
     if mirror.glue is not None:
@@ -107,8 +107,8 @@ def verify_table(
         differences += delta_glue.differences(mirror.glue, table, mirror.root_uri)
     # Content is compared only when the file sets agree: otherwise the counts above already say what differs.
     # (DuckDB applies position deletes and deletion vectors, not other engines' equality deletes.)
-    if deep and not pending and set(iceberg_files) == set(delta_files) and not (files.equality_deletes or (files.deletes and not vectors)):
-        differences += _deep_differences(table, mirror, delta, both, report, deep_hash_max_rows)
+    if deep and not pending and live.same_files and not (files.equality_deletes or (files.deletes and not vectors)):
+        differences += _deep_differences(table, mirror, delta, live.pairs, report, deep_hash_max_rows)
     report["columns"] = _schema_columns(_expected_delta_schema(table)[0])
     report["differences"] = differences
     report["agree"] = not differences
@@ -126,15 +126,15 @@ def _verify_since(table: Table, snap, mirror: DeltaMirror, loaded, since: Verifi
     return report
 
 
-def _delta_figures(table: Table, snap, mirror: DeltaMirror, delta, delta_files: dict[str, int | None], report: dict[str, Any]) -> list | None:
+def _delta_figures(table: Table, snap, mirror: DeltaMirror, delta, adds: DeltaAdds, report: dict[str, Any]) -> list | None:
     """The Delta side's figures into `report`; returns the snapshots Delta still lacks (None when unknown)."""
     mirrored = mirror.mirrored_sequence_number(delta)
     pending = mirror.pending_snapshots(table, snap, mirrored) if snap else []
     report.update(
         delta_version=delta.version(),
-        delta_files=len(delta_files),
-        delta_rows=sum(v or 0 for v in delta_files.values()),
-        delta_files_without_row_count=sum(v is None for v in delta_files.values()),
+        delta_files=adds.files,
+        delta_rows=adds.rows,
+        delta_files_without_row_count=int((~adds.counted).sum()),
         delta_mirrored_sequence_number=mirrored,
         delta_lag_snapshots=len(pending) if pending is not None else None,
     )
@@ -153,14 +153,14 @@ def _deep_differences(table: Table, mirror: DeltaMirror, delta, both: dict, repo
     return differences + cdc_differences
 
 
-def _iceberg_report(table: Table, snap, iceberg_files: dict[str, int], delete_files: int, *, delta_enabled: bool, deep: bool) -> dict[str, Any]:
+def _iceberg_report(table: Table, snap, files: int | None, rows: int | None, delete_files: int, *, delta_enabled: bool, deep: bool) -> dict[str, Any]:
     """The report's Iceberg side: the current snapshot and its live files, rows and delete files."""
     return {
         "table": ".".join(table.name()),
         "iceberg_snapshot_id": snap.snapshot_id if snap else None,
         "iceberg_sequence_number": snap.sequence_number if snap else None,
-        "iceberg_files": len(iceberg_files),
-        "iceberg_rows": sum(iceberg_files.values()),
+        "iceberg_files": files,
+        "iceberg_rows": rows,
         "iceberg_delete_files": delete_files,
         "delta_enabled": delta_enabled,
         "deep": deep,
@@ -192,9 +192,8 @@ def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta: FollowedLog,
     compared as Delta readers parse them, which needs delta-rs's state of every live file."""
     summary = snap.summary.additional_properties if snap.summary else {}
     iceberg_files, iceberg_rows = summary.get("total-data-files"), summary.get("total-records")
-    report = _iceberg_report(table, snap, {}, 0, delta_enabled=True, deep=False)
-    report.update(iceberg_files=int(iceberg_files) if iceberg_files else None, iceberg_rows=int(iceberg_rows) if iceberg_rows else None,
-                  compared=f"what changed since Iceberg snapshot {changed.since.snapshot_id} and Delta version {changed.since.delta_version}")
+    report = _iceberg_report(table, snap, int(iceberg_files) if iceberg_files else None, int(iceberg_rows) if iceberg_rows else None, 0, delta_enabled=True, deep=False)
+    report.update(compared=f"what changed since Iceberg snapshot {changed.since.snapshot_id} and Delta version {changed.since.delta_version}")
     report.update(delta_version=delta.version(), delta_files=totals.files, delta_rows=totals.rows, delta_files_without_row_count=totals.files_without_row_count,
                   delta_mirrored_sequence_number=changed.mirrored_sequence_number, delta_lag_snapshots=0)
     differences = changed.set_differences()
@@ -209,7 +208,7 @@ def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta: FollowedLog,
     if rest:
         adds = _delta_adds(delta)  # delta-rs's state of every live file: the statistics as Delta readers parse them
         raw = [a["path"] for a in rest.values()]
-        added = {delta_path(a["path"]): a for a in _flat_rows(adds.filter(pc.is_in(adds.column("path"), value_set=pa.array(raw, pa.string()))), delta)}
+        added = {delta_path(a["path"]): a for a in flat_rows(adds.filter(pc.is_in(adds.column("path"), value_set=pa.array(raw, pa.string()))), delta)}
         both = {p: (f, added[p]) for p, f in changed.iceberg_added.items() if p in added}
     if miscounted := [f"{p}: Iceberg {f.record_count} rows, Delta {a['num_records']}" for p, (f, a) in sorted(both.items()) if a.get("num_records") not in (None, f.record_count)]:
         differences.append(f"{len(miscounted)} added file(s) have different row counts in the two logs, e.g. {miscounted[:MAX_LISTED]}")
@@ -229,13 +228,15 @@ def _load_delta(mirror: DeltaMirror, table: Table | None = None) -> tuple[Any, s
     """The Delta log (`table`'s as this process last read it, brought up to date, when given), or None and why
     (missing or unreadable: a finding, not a crash)."""
     try:
-        delta = mirror.load() if table is None else mirror.load_current(table)
+        # Followed, not bare: its `history` decodes only the newest versions' commitInfo lines, where delta-rs's reads
+        # each commit file whole (an import's version lists every file of the table).
+        delta = mirror.follow() if table is None else mirror.load_current(table)
         return delta, None if delta is not None else "the Delta log does not exist at the table root"
     except Exception as e:  # noqa: BLE001 - an unreadable log is a finding, not a crash
         return None, f"the Delta log cannot be read: {type(e).__name__}: {e}"
 
 
-def _read_delta_adds(mirror: DeltaMirror, report: dict[str, Any], loaded=None) -> tuple[Any, list[dict[str, Any]]]:
+def _read_delta_adds(mirror: DeltaMirror, report: dict[str, Any], loaded=None) -> tuple[Any, DeltaAdds | None]:
     """The Delta log (`loaded`, or read now) and its live add actions (stats and partition values keyed by column name).
 
     A missing or unreadable log is a finding, not a crash: `report` then says why and the log is None."""
@@ -245,12 +246,12 @@ def _read_delta_adds(mirror: DeltaMirror, report: dict[str, Any], loaded=None) -
         report["differences"] = [problem]
         return None, []
     try:
-        add_rows = _flat_rows(_delta_adds(delta), delta)
+        adds = DeltaAdds.of(_delta_adds(delta))
     except Exception as e:  # noqa: BLE001 - e.g. a NULL partition value in a NOT NULL column
         report.update(delta_version=delta.version(), delta_files=None, delta_rows=None, delta_lag_snapshots=None, agree=False)
         report["differences"] = [f"the Delta log cannot be read: {type(e).__name__}: {e}"]
         return None, []
-    return delta, add_rows
+    return delta, adds
 
 
 def _live_totals_or_none(delta: FollowedLog) -> LiveTotals | None:
@@ -263,42 +264,6 @@ def _live_totals_or_none(delta: FollowedLog) -> LiveTotals | None:
 def _delta_adds(delta) -> pa.Table:
     """The live add actions, their stats and partition values as structs (flattening only the rows compared is cheap)."""
     return pa.table(delta.get_add_actions(flatten=False))
-
-
-def _flat_rows(adds: pa.Table, delta) -> list[dict[str, Any]]:
-    """Add actions as rows keyed `min.<column>`, `partition.<column>`... (delta-rs's `flatten=True` spelling), by the columns' names."""
-    while any(pa.types.is_struct(f.type) for f in adds.schema):
-        adds = adds.flatten()
-    rows = adds.to_pylist()
-    if delta_column_mapping.is_mapped(delta):
-        # The log keys stats and partition values by physical name: compare them under the columns' names.
-        rows = [_logical_keys(a, delta_column_mapping.logical_names(delta)) for a in rows]
-    return rows
-
-
-def _file_set_differences(iceberg_files: dict[str, int], delta_files: dict[str, int | None]) -> list[str]:
-    """The two logs' live files (path -> record count) compared: files only one side has, and row counts.
-
-    A Delta add without `numRecords` (optional in the protocol; older writers leave it out) counts nothing: its
-    files' counts are compared with the files themselves by `verify --deep` (maintenance/verify/footers.py)."""
-    differences = []
-    only_iceberg = sorted(set(iceberg_files) - set(delta_files))
-    only_delta = sorted(set(delta_files) - set(iceberg_files))
-    if only_iceberg:
-        differences.append(f"{len(only_iceberg)} file(s) live only in Iceberg, e.g. {only_iceberg[:MAX_LISTED]}")
-    if only_delta:
-        differences.append(f"{len(only_delta)} file(s) live only in Delta, e.g. {only_delta[:MAX_LISTED]}")
-    uncounted = {p for p, n in delta_files.items() if n is None}
-    iceberg_rows = sum(n for p, n in iceberg_files.items() if p not in uncounted)
-    delta_rows = sum(n for n in delta_files.values() if n is not None)
-    if iceberg_rows != delta_rows:
-        over = f" (over the files whose row count Delta records; {len(uncounted)} add(s) record none)" if uncounted else ""
-        differences.append(f"row counts differ: Iceberg {iceberg_rows}, Delta {delta_rows}{over}")
-    mismatched = sorted(p for p in set(iceberg_files) & set(delta_files) if delta_files[p] is not None and iceberg_files[p] != delta_files[p])
-    if mismatched:
-        examples = [f"{p}: Iceberg {iceberg_files[p]}, Delta {delta_files[p]}" for p in mismatched[:MAX_LISTED]]
-        differences.append(f"{len(mismatched)} file(s) have different row counts in the two logs, e.g. {examples}")
-    return differences
 
 
 def _unmirrored_differences(t: str, files: TableFiles, pending: list | None, vectors: bool) -> list[str]:
@@ -318,19 +283,10 @@ def _unmirrored_differences(t: str, files: TableFiles, pending: list | None, vec
     return differences
 
 
-def _logical_keys(add: dict[str, Any], logical: dict[str, str]) -> dict[str, Any]:
-    out = {}
-    for key, value in add.items():
-        prefix, dot, column = key.partition(".")
-        out[f"{prefix}.{logical.get(column, column)}" if dot else key] = value
-    return out
-
-
-def _relative(root: str, uri: str) -> str:
-    try:
-        return relative_to(root, uri)
-    except ValueError:
-        return uri  # outside the table root: never in the Delta log, reported as Iceberg-only
+def _iceberg_totals(table: Table, snap, root: str) -> dict[str, int]:
+    """Iceberg's live files and rows (a path listed twice counted once), for a report without Delta's side."""
+    counts = {relative_path(root, e.data_file.file_path): e.data_file.record_count for batch in live_entries(table, snap, ManifestContent.DATA) for e in batch}
+    return {"iceberg_files": len(counts), "iceberg_rows": sum(counts.values())}
 
 
 # ---------------------------------------------------------------- schema

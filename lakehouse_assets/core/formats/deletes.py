@@ -35,6 +35,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, SnapshotSummaryCollector, Summary, update_snapshot_summaries
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
+from ..collector import collector_paused
 from ..errors import DeleteFilesError
 from ..memo import ByImmutableFiles
 
@@ -73,9 +74,10 @@ def table_files(table: Table, snapshot: Snapshot | None = None) -> TableFiles:
     snapshot = snapshot if snapshot is not None else table.current_snapshot()
     data, deletes = [], []
     if snapshot is not None:
-        for manifest in snapshot.manifests(table.io):
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                (data if manifest.content == ManifestContent.DATA else deletes).append(entry)
+        with collector_paused():
+            for manifest in snapshot.manifests(table.io):
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    (data if manifest.content == ManifestContent.DATA else deletes).append(entry)
     return TableFiles(data, deletes)
 
 

@@ -16,6 +16,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
 
+from ...collector import collector_paused
 from ...io.storage import join_uri
 from ...model import WrittenFile
 from ...schema.spec import statistics_policy
@@ -199,4 +200,5 @@ def live_data_files(table: Table, snapshot_id: int | None = None, row_filter=Non
 
         return [e.data_file for e in table_files(table, snap).data]
     scan = table.scan(snapshot_id=snap.snapshot_id, **({"row_filter": row_filter} if row_filter is not None else {}))
-    return [task.file for task in scan.plan_files()]
+    with collector_paused():  # (planning decodes every entry of the manifests the filter keeps)
+        return [task.file for task in scan.plan_files()]

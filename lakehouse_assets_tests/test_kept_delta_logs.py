@@ -133,3 +133,15 @@ def test_a_table_created_again_by_another_process_is_loaded_afresh(lh, loads, wa
     assert loads == [location], "the log kept for the dropped table is not followed"
     assert _delta_rows(location) == _iceberg_rows(lh, "kept.t") == rows_of(_rows(range(100, 160)).to_pylist())
     assert lh.verify("kept.t")["agree"]
+
+
+def test_deletes_by_condition_follow_the_log_too_and_one_that_matches_nothing_keeps_it(lh, loads, spark):
+    lh.write(_rows(range(0, 10)), "kept.del")
+    location = lh.table_location("kept.del")
+    loads.clear()
+    assert lh.delete("kept.del", "id = 3", spark=spark).rows_removed == 1
+    assert lh.delete("kept.del", "id = 3", spark=spark).rows_removed == 0  # nothing matched: nothing committed
+    assert lh.delete("kept.del", "id IN (4, 5)", spark=spark).rows_removed == 2
+    assert loads == [], "each delete reads the Delta log the last write or delete followed (its append-only check too)"
+    assert _delta_rows(location) == _iceberg_rows(lh, "kept.del") == rows_of(_rows([0, 1, 2, 6, 7, 8, 9]).to_pylist())
+    assert lh.verify("kept.del")["agree"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.table import Table
 
+from ..collector import collector_paused
 from ..memo import ByImmutableFiles
 from ..table.context import TableContext
 from .delete_figures import files_with_deletes, read_cost
@@ -28,12 +29,13 @@ class _ManifestFigures:
     @classmethod
     def read(cls, table: Table, manifest: ManifestFile, small_file_bytes: int) -> "_ManifestFigures":
         files, size, small = 0, 0, Counter()
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            f = entry.data_file
-            files += 1
-            size += f.file_size_in_bytes
-            if f.file_size_in_bytes < small_file_bytes:
-                small[(f.spec_id, tuple(f.partition))] += 1
+        with collector_paused():
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                f = entry.data_file
+                files += 1
+                size += f.file_size_in_bytes
+                if f.file_size_in_bytes < small_file_bytes:
+                    small[(f.spec_id, tuple(f.partition))] += 1
         return cls(files, size, small)
 
 

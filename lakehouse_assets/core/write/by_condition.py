@@ -37,7 +37,7 @@ from ..errors import InputError, MirrorRefused, SchemaError
 from ..formats import history
 from ..formats.deletes import refuse_delete_files
 from ..formats.delta import log_commit as delta_log_commit
-from ..formats.delta.committer import APPEND_ONLY
+from ..formats.delta.committer import APPEND_ONLY, appends_only
 from ..formats.iceberg import committer as ic
 from ..io.storage import check_access, delete_files, normalize_uri
 from ..model import FileChanges, WriteResult
@@ -109,7 +109,7 @@ def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None
     )
     condition = condition_of(identifier, op.where, table.schema(), target.spark_schema(), spark, what="erasure condition" if op.erase else "condition", secret=op.erase)
     values = _assignments(identifier, op.assignments, target, spark) if op.assignments is not None else None
-    _refuse_unless_possible(ctx, identifier, table, op, delta_on)
+    _refuse_unless_possible(ctx, identifier, table, op, delta_on, delta)
     changes = FileChanges()
     try:
         if op.erase:  # no event carries an erased row: the version's change data is one empty file
@@ -121,6 +121,8 @@ def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None
         delete_files(ctx.storage, changes.created)  # nothing was committed
         raise
     if not changes.removes and not changes.added_delete_files:
+        if delta:
+            ctx.mirror(table).keep(table, delta)  # the next write follows the log from here
         result = WriteResult.for_table(identifier, table, op.name, _current_id(table))
         result.branch, result.write_seconds = branch, time.monotonic() - started
         return result
@@ -134,9 +136,10 @@ def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None
     return result
 
 
-def _refuse_unless_possible(ctx: TableContext, identifier: str, table: Table, op: RowOperation, delta_on: bool) -> None:
-    """Refusals before any file is read: an append-only Delta side; delete files the operation cannot fold in."""
-    if delta_on and ctx.mirror(table).append_only():
+def _refuse_unless_possible(ctx: TableContext, identifier: str, table: Table, op: RowOperation, delta_on: bool, delta) -> None:
+    """Refusals before any file is read: an append-only Delta side (in `delta`, the log the foreign-version check
+    read, when there is one: loading it again reads every live file's entry); delete files the operation cannot fold in."""
+    if delta_on and (appends_only(delta) if delta else ctx.mirror(table).append_only()):
         raise MirrorRefused(
             f"Table {identifier}: its Delta table sets {APPEND_ONLY}=true, which the Delta protocol gives no {op.name} of rows. "
             f"Nothing was changed. If the table may change rows, unset the property with the engine that owns it "

@@ -104,7 +104,7 @@ class DeltaMirror:
         cannot be read says no: Delta trouble never fails the Iceberg commit, and the mirror step reports it."""
         try:
             delta = self._loaded if self._loaded is not None else self.load()
-            return delta is not None and str((delta.metadata().configuration or {}).get(APPEND_ONLY, "false")).lower() == "true"
+            return delta is not None and appends_only(delta)
         except Exception as e:  # noqa: BLE001 - Delta trouble must never fail the Iceberg commit
             log.debug("cannot read the Delta table's configuration: %s", e)
             return False
@@ -242,3 +242,8 @@ class DeltaMirror:
                 raise
             log.debug("Delta table created concurrently: %s", e)
         return self.follow()
+
+
+def appends_only(delta: DeltaTable | FollowedLog) -> bool:
+    """Whether a Delta log, as read, sets `delta.appendOnly=true`."""
+    return str((delta.metadata().configuration or {}).get(APPEND_ONLY, "false")).lower() == "true"

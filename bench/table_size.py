@@ -244,7 +244,7 @@ def render(results: list[dict]) -> str:
     for op in OPERATIONS:
         ours = [statistics.median(r["times"][op]["ours"]) for r in results]
         java = [statistics.median(r["times"][op]["java"]) if "java" in r["times"][op] else None for r in results]
-        lines.append(f"| {op} | " + " | ".join(f"{v:.2f}" for v in ours) + f" | {ours[-1] / ours[0]:.2f}x | "
+        lines.append(f"| {op} | " + " | ".join(f"{v:.2f}" for v in ours) + f" | {_ratio(ours[-1], ours[0])} | "
                      + " | ".join("" if v is None else f"{v:.2f}" for v in java) + " |")
     rows = [("driver peak RSS (MB), append, merge, check, read", [max(r["peak_mb"][op] for op in OPERATIONS if op != "verify") for r in results]),
             ("driver peak RSS (MB), verify", [r["peak_mb"]["verify"] for r in results])]
@@ -256,13 +256,19 @@ def render(results: list[dict]) -> str:
                  ("its peak over the process before it (MB)", [r["fresh_verify"]["peak_mb"] - r["fresh_verify"]["before_mb"] for r in results])]
     for label, values in rows:
         digits = 2 if label.endswith("(s)") else 0
-        lines.append(f"| {label} | " + " | ".join(f"{v:.{digits}f}" for v in values) + f" | {values[-1] / values[0]:.2f}x | " + " | " * (len(results) - 1) + " |")
+        lines.append(f"| {label} | " + " | ".join(f"{v:.{digits}f}" for v in values) + f" | {_ratio(values[-1], values[0])} | " + " | " * (len(results) - 1) + " |")
     lines += ["", "Setup per size (not timed above): " + "; ".join(
         f"{r['files']:,} files made in {r['make_seconds']:.0f} s and imported in {r['import_seconds']:.0f} s" for r in results)
         + ". The whole process's peak RSS, the imports of both copies included: " + ", ".join(f"{r['rss_mb']:.0f} MB" for r in results) + ".",
         *_first_round(results),
         "", WHERE_THE_GROWTH_GOES]
     return "\n".join(lines) + "\n"
+
+
+def _ratio(large: float, small: float) -> str:
+    """Largest table over smallest; a figure that is 0 MB at the smallest table (the peak over what the process held) has
+    no ratio to show."""
+    return f"{large / small:.2f}x" if small > 0 else "n/a"
 
 
 def _first_round(results: list[dict]) -> list[str]:

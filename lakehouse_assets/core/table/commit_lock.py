@@ -5,7 +5,8 @@ re-validates and tries again (core/write/transaction.py). With many writers at o
 lose, and each lost attempt has already written its manifests and metadata: N writers cost about N²/2 attempts. So the
 project's writers first queue on a lock of the table in the catalog's own database, and commit (Iceberg, then the
 Delta version) while holding it: every commit then lands on its first attempt, in turn, and the Delta versions follow
-the snapshots without racing for the log.
+the snapshots without racing for the log. Waiters block in the kernel or the database, which wakes the next one as
+the lock is released: none polls, so the one committing keeps the CPU.
 
     embedded SQLite   an advisory file lock (flock) beside catalog.db: the catalog is a local file, so every writer
                       runs on this machine; the kernel releases it when a writer dies
@@ -27,13 +28,11 @@ import hashlib
 import logging
 import os
 import threading
-import time
 from typing import Iterator
 
 log = logging.getLogger("lakehouse")
 
 WAIT_SECONDS = 300.0  # the longest a commit waits for the writers ahead of it
-_POLL_SECONDS = 0.01
 _local: dict[str, threading.RLock] = {}
 _held: dict[str, int] = {}  # lock key -> how deep this process's owning thread holds it
 _registry = threading.Lock()
@@ -99,41 +98,72 @@ def _file_lock(key: str, identifier: str, wait_seconds: float) -> Iterator[bool]
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, hashlib.sha1(key.encode()).hexdigest()[:20] + ".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if not _flock_within(fd, wait_seconds):  # the waiting thread closes `fd` once it gets the lock
+        log.warning("Table %s: its commit lock (%s) was held for %.0f s; committing without it", identifier, path, wait_seconds)
+        yield False
+        return
     try:
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    log.warning("Table %s: its commit lock (%s) was held for %.0f s; committing without it", identifier, path, wait_seconds)
-                    yield False
-                    return
-                time.sleep(_POLL_SECONDS)
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        yield True
     finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _flock_within(fd: int, wait_seconds: float) -> bool:
+    """Whether this process got the exclusive flock of `fd` within `wait_seconds`.
+
+    The wait is the kernel's: a thread blocks in flock and is woken the moment the writer ahead releases it. Polling
+    instead (try, sleep, try) cost every commit in a queue of 32 about a fifth more time: 31 waiting processes woke a
+    hundred times a second each on a 2-core machine, taking the CPU from the one committing. flock has no timeout,
+    so when the wait runs out the thread is left blocked and owns `fd`: if it gets the lock later, it lets it go and
+    closes `fd`."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    got, guard, abandoned = threading.Event(), threading.Lock(), []
+
+    def wait() -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with guard:
+            if not abandoned:
+                got.set()
+                return
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    threading.Thread(target=wait, name="commit-lock-wait", daemon=True).start()
+    got.wait(wait_seconds)
+    with guard:
+        if got.is_set():
+            return True
+        abandoned.append(True)
+        return False
 
 
 @contextlib.contextmanager
 def _advisory_lock(catalog, key: str, identifier: str, wait_seconds: float) -> Iterator[bool]:
+    """PostgreSQL queues the waiters itself (pg_advisory_lock), each woken as the lock is released; `lock_timeout`
+    bounds the wait (it covers advisory locks), set for that statement's transaction only."""
     from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
 
     lock_id = int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big", signed=True)
     with catalog.engine.connect() as conn:
-        deadline = time.monotonic() + wait_seconds
-        while not conn.execute(text("SELECT pg_try_advisory_lock(:id)"), {"id": lock_id}).scalar():
+        try:
+            conn.execute(text(f"SET LOCAL lock_timeout = '{max(1, int(wait_seconds * 1000))}ms'"))
+            conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": lock_id})
+            conn.commit()  # the lock is the session's: it outlives this transaction
+        except OperationalError as e:
+            if "lock timeout" not in str(e):
+                raise
             conn.rollback()
-            if time.monotonic() > deadline:
-                log.warning("Table %s: its commit lock (PostgreSQL advisory lock %d) was held for %.0f s; committing without it", identifier, lock_id, wait_seconds)
-                yield False
-                return
-            time.sleep(_POLL_SECONDS * 4)
-        conn.commit()
+            log.warning("Table %s: its commit lock (PostgreSQL advisory lock %d) was held for %.0f s; committing without it", identifier, lock_id, wait_seconds)
+            yield False
+            return
         try:
             yield True
         finally:

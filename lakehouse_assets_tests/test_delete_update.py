@@ -93,6 +93,61 @@ def test_a_delete_whose_condition_covers_whole_files_reads_none(spark, lh, duck)
     assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
 
 
+def _rewrites_by_position(monkeypatch) -> list[int]:
+    """The files each copy-on-write delete handed to the pyarrow rewrite (core/write/position_rewrite.py)."""
+    from lakehouse_assets.core.write import position_rewrite
+
+    calls, real = [], position_rewrite.compact_in_one_job
+    monkeypatch.setattr(position_rewrite, "compact_in_one_job", lambda spark, target, groups, *a, **kw: calls.append(len(groups)) or real(spark, target, groups, *a, **kw))
+    return calls
+
+
+def test_a_copy_on_write_delete_rewrites_each_file_by_position_and_through_spark_alike(spark, lh, duck, monkeypatch):
+    """Each file holding a match is rewritten once without it by pyarrow tasks, one file for one, and a file left
+    with no row is dropped; above the positions' bound Spark rewrites the files instead, with the same rows and feed."""
+    from lakehouse_assets.core.write import by_condition
+
+    rows = _people(spark, lh)
+    calls = _rewrites_by_position(monkeypatch)
+    first = lh.delete(T, "id % 7 = 0 AND name <> 'p14'")
+    assert calls == [first.files_removed] and first.files_added == first.files_removed > 0
+    expected = [r for r in rows if not (r[0] % 7 == 0 and r[1] != "p14")]
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+    assert _delta_feed(lh, first.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in rows if r not in expected)
+
+    # Every row of the day's files matches, which no statistic can tell (concat): read, and rewritten to nothing.
+    whole_day = lh.delete(T, "concat(name, '') = name AND day = '2024-01-03'")
+    assert calls[-1] == whole_day.files_removed > 0 and whole_day.files_added == 0
+    gone = [r for r in expected if r[2] == dt.date(2024, 1, 3)]
+    expected = [r for r in expected if r not in gone]
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+    assert _delta_feed(lh, whole_day.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in gone)
+
+    monkeypatch.setattr(by_condition, "MAX_POSITIONS", 1)  # more matched rows than that: no position leaves Spark
+    before = len(calls)
+    spark_side = lh.delete(T, "amount % 20 = 0")
+    assert len(calls) == before and spark_side.files_removed > 0
+    dropped = [r for r in expected if r[3] % 20 == 0]
+    assert spark_side.rows_removed == len(dropped) > 1
+    expected = [r for r in expected if r not in dropped]
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+    assert _delta_feed(lh, spark_side.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in dropped)
+
+
+def test_a_copy_on_write_delete_of_files_of_an_older_partition_spec_rewrites_them_through_spark(spark, lh, monkeypatch):
+    name = "db.old_spec"
+    lh.write(spark.sql("SELECT id, CAST(id % 2 AS INT) AS part, CONCAT('n', id % 3) AS name FROM range(12)").coalesce(1), name,
+             partition_by=["part"], table=TableOptions(formats=["iceberg"]))
+    with lh.load(name).update_spec() as update:  # as another engine evolves it: the old files stay in the old spec
+        update.add_identity("name")
+    calls = _rewrites_by_position(monkeypatch)
+    result = lh.delete(name, "id % 5 = 0")
+    assert calls == [result.files_removed] and result.rows_removed == 3  # declined: not of the current spec
+    table = lh.load(name)
+    assert sorted(r.id for r in lh.read(spark, name).collect()) == [i for i in range(12) if i % 5]
+    assert {t.file.spec_id for t in table.scan().plan_files()} == {table.spec().spec_id}  # new files in the new spec
+
+
 def test_nothing_matched_commits_nothing_and_write_id_makes_it_idempotent(spark, lh):
     _people(spark, lh)
     head = lh.load(T).current_snapshot().snapshot_id

@@ -3,7 +3,8 @@
 A merge-on-read table marks rows deleted instead of rewriting their file: Iceberg with position-delete
 files (`position_deletes.py`), Delta with a deletion vector per file. A reader opening such a file leaves
 those positions out (`reader.ParquetFileReader`); the driver only ships the file names and descriptors,
-never positions or rows.
+never rows. The one exception, bounded: a copy-on-write delete ships the positions of the rows it matched
+(`KnownPositions`, core/write/position_rewrite.py).
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class DeltaDeletionVector:
         from ..formats.delta.deletion_vectors import read_vector
 
         return read_vector(storage, self.root_uri, dict(self.descriptor)).to_numpy().astype(np.int64)
+
+
+@dataclass(frozen=True)
+class KnownPositions:
+    """Positions the driver holds already (a copy-on-write delete's matched rows and those deleted before), shipped
+    with the task that rewrites the file."""
+
+    sorted_positions: np.ndarray  # sorted, distinct, int64
+
+    def positions(self, storage: StorageConfig) -> np.ndarray:
+        return self.sorted_positions
 
 
 def kept_rows(deleted: np.ndarray, start: int, rows: int) -> pa.Array:

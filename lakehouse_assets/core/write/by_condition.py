@@ -8,7 +8,8 @@
 3. One Spark job finds the matching rows' positions in the other candidates (positions only reach the driver).
    Files without a match are left as they are.
 4. The table's row-level mode (`write.delete.mode` / `write.update.mode`) decides how rows leave: copy-on-write
-   rewrites each file that holds a match without it (an update: with the new values); merge-on-read writes one
+   rewrites each file that holds a match without it (a delete: by pyarrow tasks that leave the matched positions
+   out, core/write/position_rewrite.py; an update: with the new values, through Spark); merge-on-read writes one
    position-delete file per such file (Delta: a deletion vector), and an update adds its new rows as a new file.
 5. The commit pipeline (core/write/transaction.py) commits one Iceberg snapshot and one Delta version; a race lost
    to another writer is re-validated against what it changed inside the condition's files.
@@ -53,6 +54,7 @@ from .condition import Condition, check_sql, condition_of
 from .merge import on_read
 from .merge.batch import PATH
 from .merge.on_read import POSITION
+from .position_rewrite import MAX_POSITIONS, rewrite_without
 from .target import WriteTarget
 
 log = logging.getLogger("lakehouse")
@@ -172,20 +174,26 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
         whole = [f for f in candidates if strict(f) == ROWS_MUST_MATCH]  # every row matches: dropped unread
     read = [f for f in candidates if f not in whole]
     deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read + whole if f.file_path in earlier}
-    scan = None
-    if by_position:
-        scan, positions = _matched_positions(spark, target, read, condition, _of(deleted, read))
+    scan, positions = None, None
+    if by_position or (values is None and not physical):  # a copy-on-write delete too: rewritten by position
+        scan, positions = _matched_positions(spark, target, read, condition, _of(deleted, read), None if by_position else MAX_POSITIONS)
+    if positions is not None:
         counts = {uri: len(p) for uri, p in positions.items()}
     else:
         counts = _matches_per_file(spark, target, read, condition)  # deleted rows count too: an erasure rewrites their bytes
     hit = [f for f in read if f.file_path in counts]
     changes.removes += whole
     try:
+        if not by_position and positions is not None and hit and not rewrite_without(spark, target, hit, positions, deleted, changes):
+            positions = None  # a file of an older partition spec: rewritten through Spark, which reads the rows again
+            if scan is not None:
+                scan.unpersist()
+                scan = None
         if not hit:
             if whole and target.change_feed:
                 changes.change_data = _feed(target, target.read(spark, whole, deleted=_of(deleted, whole) or None), None, changes, sum(f.record_count for f in whole))
             return sum(f.record_count for f in whole)
-        if scan is not None:  # merge-on-read, no row deleted before matched: the scan's rows are the matched rows
+        if scan is not None:  # by position, no row deleted before matched: the scan's rows are the matched rows
             rows, old = None, scan.drop(PATH, POSITION)
         else:
             rows = target.read(spark, hit, deleted=_of(deleted, hit) or None)
@@ -194,7 +202,7 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
         if reused:  # the matched rows feed the contract check, the new rows and the change data: read them once
             old = old.persist()
         try:
-            return _write_rows(spark, target, condition, values, changes, rows, old, hit, whole, positions if by_position else None, earlier, deleted, counts)
+            return _write_rows(spark, target, condition, values, changes, rows, old, hit, whole, positions, by_position, earlier, deleted, counts)
         finally:
             if reused:
                 old.unpersist()
@@ -203,14 +211,18 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
             scan.unpersist()
 
 
-def _matched_positions(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict):
+def _matched_positions(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict, limit: int | None = None):
     """(the matched rows with their file and position, cached; or None), {file URI: positions of its matched rows}.
     One scan by Spark's own reader of every row as the files hold it: positions from its row index, the rows deleted
     before taken out on the driver. When none of those matches, the cached rows are the operation's matched rows (the
-    change data and an update's new rows come from them); else None, and they are read again with the deletes."""
+    change data and an update's new rows come from them); else None, and they are read again with the deletes.
+    More than `limit` rows matched: (None, None), no position collected."""
     from pyspark.sql import functions as F
 
     scan = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches)).persist()
+    if limit is not None and scan.count() > limit:
+        scan.unpersist()
+        return None, None
     found = on_read.collect_positions(scan, [f.file_path for f in files])
     positions = on_read.without_deleted(found, deleted, target.storage)
     if any(len(positions.get(uri, ())) != len(p) for uri, p in found.items()):
@@ -219,18 +231,19 @@ def _matched_positions(spark, target: WriteTarget, files: list, condition: Condi
     return scan, positions
 
 
-def _write_rows(spark, target: WriteTarget, condition: Condition, values, changes: FileChanges, rows, old, hit, whole, positions, earlier, deleted, counts) -> int:
-    """`_plan`'s writing half: the rewrite or the position deletes, the new rows, the change data."""
+def _write_rows(spark, target: WriteTarget, condition: Condition, values, changes: FileChanges, rows, old, hit, whole, positions, by_position,
+                earlier, deleted, counts) -> int:
+    """`_plan`'s writing half: the rewrite or the position deletes, the new rows, the change data. `positions` without
+    `by_position`: the files were rewritten by position already (position_rewrite.py)."""
     from pyspark.sql import functions as F
 
-    by_position = positions is not None
     if values is not None:
         _check_new_rows(target.identifier, target, _updated(old, values), values)
     if by_position:
         on_read.delete_positions(target, {f: positions[f.file_path] for f in hit}, changes, earlier)
         if values is not None:
             target.write(_updated(old, values), changes)
-    else:
+    elif positions is None:
         changes.removes += hit
         kept = rows.filter(~F.expr(condition.matches)) if values is None else _updated(rows, values, condition)
         target.write(kept, changes, counts_as_written=False)

@@ -105,7 +105,7 @@ def _rewrites_by_position(monkeypatch) -> list[int]:
 def test_a_copy_on_write_delete_rewrites_each_file_by_position_and_through_spark_alike(spark, lh, duck, monkeypatch):
     """Each file holding a match is rewritten once without it by pyarrow tasks, one file for one, and a file left
     with no row is dropped; above the positions' bound Spark rewrites the files instead, with the same rows and feed."""
-    from lakehouse_assets.core.write import by_condition
+    from lakehouse_assets.core.write import position_rewrite
 
     rows = _people(spark, lh)
     calls = _rewrites_by_position(monkeypatch)
@@ -123,7 +123,7 @@ def test_a_copy_on_write_delete_rewrites_each_file_by_position_and_through_spark
     assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
     assert _delta_feed(lh, whole_day.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in gone)
 
-    monkeypatch.setattr(by_condition, "MAX_POSITIONS", 1)  # more matched rows than that: no position leaves Spark
+    monkeypatch.setattr(position_rewrite, "MAX_POSITIONS", 1)  # more matched rows than that: no position leaves Spark
     before = len(calls)
     spark_side = lh.delete(T, "amount % 20 = 0")
     assert len(calls) == before and spark_side.files_removed > 0
@@ -134,6 +134,27 @@ def test_a_copy_on_write_delete_rewrites_each_file_by_position_and_through_spark
     assert _delta_feed(lh, spark_side.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in dropped)
 
 
+def test_a_copy_on_write_update_rewrites_each_file_with_its_new_values_unless_rows_change_partition(spark, lh, duck, monkeypatch):
+    from lakehouse_assets.core.write import position_rewrite
+
+    rows = _people(spark, lh)
+    calls, real = [], position_rewrite.rewrite_with_updates
+    monkeypatch.setattr(position_rewrite, "rewrite_with_updates", lambda spark, target, files, *a: calls.append(len(files)) or real(spark, target, files, *a))
+    updated = lh.update(T, {"status": "'closed'", "amount": "amount + 1"}, "id % 4 = 0")
+    assert calls == [updated.files_removed] and updated.files_added == updated.files_removed > 0  # one file for one
+    hit = [r for r in rows if r[0] % 4 == 0]
+    expected = [(i, n, d, a + 1, "closed") if i % 4 == 0 else (i, n, d, a, s) for i, n, d, a, s in rows]
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+    pre, post = [(r[0], r[3], r[4], "update_preimage") for r in hit], [(r[0], r[3] + 1, "closed", "update_postimage") for r in hit]
+    assert _delta_feed(lh, updated.delta_version) == sorted(pre + post)
+
+    # Setting the partition's column moves the row to another partition: Spark rewrites it.
+    moved = lh.update(T, {"day": "DATE'2024-01-05'"}, "id = 5")
+    assert len(calls) == 1 and moved.rows_written == 1
+    expected = [(i, n, dt.date(2024, 1, 5), a, s) if i == 5 else (i, n, d, a, s) for i, n, d, a, s in expected]
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+
+
 def test_a_copy_on_write_delete_of_files_of_an_older_partition_spec_rewrites_them_through_spark(spark, lh, monkeypatch):
     name = "db.old_spec"
     lh.write(spark.sql("SELECT id, CAST(id % 2 AS INT) AS part, CONCAT('n', id % 3) AS name FROM range(12)").coalesce(1), name,
@@ -142,7 +163,7 @@ def test_a_copy_on_write_delete_of_files_of_an_older_partition_spec_rewrites_the
         update.add_identity("name")
     calls = _rewrites_by_position(monkeypatch)
     result = lh.delete(name, "id % 5 = 0")
-    assert calls == [result.files_removed] and result.rows_removed == 3  # declined: not of the current spec
+    assert calls == [] and result.rows_removed == 3  # not of the current spec: Spark rewrote them
     table = lh.load(name)
     assert sorted(r.id for r in lh.read(spark, name).collect()) == [i for i in range(12) if i % 5]
     assert {t.file.spec_id for t in table.scan().plan_files()} == {table.spec().spec_id}  # new files in the new spec

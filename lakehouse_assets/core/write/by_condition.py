@@ -49,12 +49,11 @@ from ..spark.session import active_session
 from ..table import branches
 from ..table.context import TableContext
 from ..table.evolution import types_were_widened
-from . import conflicts, transaction
+from . import conflicts, position_rewrite, transaction
 from .condition import Condition, check_sql, condition_of
 from .merge import on_read
 from .merge.batch import PATH
 from .merge.on_read import POSITION
-from .position_rewrite import MAX_POSITIONS, rewrite_without
 from .target import WriteTarget
 
 log = logging.getLogger("lakehouse")
@@ -175,8 +174,9 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     read = [f for f in candidates if f not in whole]
     deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read + whole if f.file_path in earlier}
     scan, positions = None, None
-    if by_position or (values is None and not physical):  # a copy-on-write delete too: rewritten by position
-        scan, positions = _matched_positions(spark, target, read, condition, _of(deleted, read), None if by_position else MAX_POSITIONS)
+    rewrite = not by_position and not physical and position_rewrite.takes(target, read, values or ())  # copy-on-write by position
+    if by_position or rewrite:
+        scan, positions = _matched_positions(spark, target, read, condition, _of(deleted, read), None if by_position else position_rewrite.MAX_POSITIONS)
     if positions is not None:
         counts = {uri: len(p) for uri, p in positions.items()}
     else:
@@ -184,11 +184,8 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     hit = [f for f in read if f.file_path in counts]
     changes.removes += whole
     try:
-        if not by_position and positions is not None and hit and not rewrite_without(spark, target, hit, positions, deleted, changes):
-            positions = None  # a file of an older partition spec: rewritten through Spark, which reads the rows again
-            if scan is not None:
-                scan.unpersist()
-                scan = None
+        if rewrite and positions is not None and hit:
+            _rewrite_by_position(spark, target, values, changes, hit, positions, deleted, scan)
         if not hit:
             if whole and target.change_feed:
                 changes.change_data = _feed(target, target.read(spark, whole, deleted=_of(deleted, whole) or None), None, changes, sum(f.record_count for f in whole))
@@ -209,6 +206,16 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     finally:
         if scan is not None:
             scan.unpersist()
+
+
+def _rewrite_by_position(spark, target: WriteTarget, values: dict | None, changes: FileChanges, hit: list, positions: dict, deleted: dict, scan) -> None:
+    """Copy-on-write by position (position_rewrite.py): a delete's files without the matched rows; an update's with
+    their new values, checked against the contract first. `scan`: the matched rows with their file and position."""
+    if values is None:
+        position_rewrite.rewrite_without(spark, target, hit, positions, deleted, changes)
+        return
+    _check_new_rows(target.identifier, target, _updated(scan.drop(PATH, POSITION), values), values)
+    position_rewrite.rewrite_with_updates(spark, target, hit, positions, _updated(scan.drop(POSITION), values), changes)
 
 
 def _matched_positions(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict, limit: int | None = None):
@@ -237,7 +244,7 @@ def _write_rows(spark, target: WriteTarget, condition: Condition, values, change
     `by_position`: the files were rewritten by position already (position_rewrite.py)."""
     from pyspark.sql import functions as F
 
-    if values is not None:
+    if values is not None and (by_position or positions is None):  # (rewritten by position: checked before)
         _check_new_rows(target.identifier, target, _updated(old, values), values)
     if by_position:
         on_read.delete_positions(target, {f: positions[f.file_path] for f in hit}, changes, earlier)

@@ -30,19 +30,16 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     """Rewrite each group (the files of one partition) into about target-size files in one Spark job;
     the new files, recorded in `changes` (None: a file is not of the current spec, nothing done).
     `deleted`: {file URI: its deleted positions (`read.deleted_positions`)}, rows left out of the new files."""
-    from .partition_keys import UNPARTITIONED_KEY, PartitionKeyer
     from .writer import file_row_schema, run_write_tasks, table_write_settings, written_files
 
     table = target.table
-    spec = table.spec()
-    if any(f.spec_id != spec.spec_id for g in groups for f in g):
+    if any(f.spec_id != table.spec().spec_id for g in groups for f in g):
         return None
     settings = table_write_settings(table, target.schema, target.target_file_size)
-    keyer = PartitionKeyer(target.schema.model_dump_json(), spec.model_dump_json(), tuple(settings["delta_columns"]))
+    key_of = partition_key_of(target, settings)
     bins = []
     for files in groups:
-        key = keyer.key_of_partition(tuple(files[0].partition[i] for i in range(len(spec.fields)))) if spec.fields else UNPARTITIONED_KEY
-        bins += [(key, b) for b in _bin_pack(files, settings["target_file_size"])]
+        bins += [(key_of(files[0]), b) for b in _bin_pack(files, settings["target_file_size"])]
     if not bins:
         return []
     bins.sort(key=lambda kb: sum(f.file_size_in_bytes for f in kb[1]), reverse=True)
@@ -59,6 +56,18 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     compactor = _BinRewriter(reader, per_bin, tasks)
     rows = run_write_tasks(spark, tasks, compactor, file_row_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     return target.record(written_files(rows), changes, counts_as_written=False)
+
+
+def partition_key_of(target: "WriteTarget", settings: dict):
+    """The FileWriter's partition key of a data file of the table's current spec, from its partition record (its rows
+    are all of that partition)."""
+    from .partition_keys import UNPARTITIONED_KEY, PartitionKeyer
+
+    spec = target.table.spec()
+    if not spec.fields:
+        return lambda data_file: UNPARTITIONED_KEY
+    keyer = PartitionKeyer(target.schema.model_dump_json(), spec.model_dump_json(), tuple(settings["delta_columns"]))
+    return lambda data_file: keyer.key_of_partition(tuple(data_file.partition[i] for i in range(len(spec.fields))))
 
 
 # Output files per partition: total / target rounded down below .65 (1.3x the target -> one file, 1.7x ->

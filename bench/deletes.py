@@ -164,12 +164,14 @@ def markdown(result: dict) -> str:
 
 
 NOTES = [
-    "Where the time goes (each phase timed on the driver, 2,000,000 rows, 2026-12-02):",
+    "Where the time goes (each phase timed on the driver, 2,000,000 rows, rounds after the first, 2026-12-03):",
     "",
-    "- Copy-on-write: rewriting the eight files without (or with) the matched rows is 3.6-4 s of the 4.3-5 s: the",
-    "  project's Parquet writer over 2,000,000 rows, as a write of them costs. Finding which files hold a match is one",
-    "  scan by Spark's own Parquet reader of the condition's columns (0.6-1 s); the change data, written from the",
-    "  matched rows themselves, 0.3-0.5 s; both commits 0.05 s.",
+    "- Copy-on-write: one scan by Spark's own vectorised reader finds the matched rows with their positions (its row",
+    "  index), 0.9-1.3 s, and caches them; pyarrow tasks rewrite each of the eight files without those positions, as",
+    "  compaction does (no row of the file passes through Spark), 1.2-1.4 s for a delete; for an update the same",
+    "  tasks add each file's matched rows with their new values, computed by Spark and shuffled to their file's task,",
+    "  1.5-1.9 s. The change data, from the cached rows, 0.15-0.35 s; both commits 0.05 s. The first round of a",
+    "  process takes 2-3 s more (the Python workers start and import the writer), Java's first too.",
     "- Merge-on-read: no data file is rewritten. One scan by Spark's own vectorised reader finds the matched rows with",
     "  their positions (its row index), 0.6-1 s of the 1.4-1.8 s; the positions deleted before are taken out on the",
     "  driver, and when none of them matched, the scan's cached rows give the change data (0.25-0.5 s) and an update's",

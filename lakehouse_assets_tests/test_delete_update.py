@@ -97,8 +97,8 @@ def _rewrites_by_position(monkeypatch) -> list[int]:
     """The files each copy-on-write delete handed to the pyarrow rewrite (core/write/position_rewrite.py)."""
     from lakehouse_assets.core.write import position_rewrite
 
-    calls, real = [], position_rewrite.compact_in_one_job
-    monkeypatch.setattr(position_rewrite, "compact_in_one_job", lambda spark, target, groups, *a, **kw: calls.append(len(groups)) or real(spark, target, groups, *a, **kw))
+    calls, real = [], position_rewrite.rewrite_without
+    monkeypatch.setattr(position_rewrite, "rewrite_without", lambda spark, target, files, *a, **kw: calls.append(len(files)) or real(spark, target, files, *a, **kw))
     return calls
 
 
@@ -114,6 +114,14 @@ def test_a_copy_on_write_delete_rewrites_each_file_by_position_and_through_spark
     expected = [r for r in rows if not (r[0] % 7 == 0 and r[1] != "p14")]
     assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
     assert _delta_feed(lh, first.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in rows if r not in expected)
+
+    # Files dropped whole by their statistics (the day) and a file rewritten (id 2) in one delete: one feed of both.
+    mixed = lh.delete(T, "day = '2024-01-01' OR id = 2")
+    gone = [r for r in expected if r[2] == dt.date(2024, 1, 1) or r[0] == 2]
+    assert calls[-1] == 1 and mixed.files_removed > 1 and mixed.files_added == 1
+    expected = [r for r in expected if r not in gone]
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+    assert _delta_feed(lh, mixed.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in gone)
 
     # Every row of the day's files matches, which no statistic can tell (concat): read, and rewritten to nothing.
     whole_day = lh.delete(T, "concat(name, '') = name AND day = '2024-01-03'")

@@ -3,8 +3,8 @@
 A merge-on-read table marks rows deleted instead of rewriting their file: Iceberg with position-delete
 files (`position_deletes.py`), Delta with a deletion vector per file. A reader opening such a file leaves
 those positions out (`reader.ParquetFileReader`); the driver only ships the file names and descriptors,
-never rows. The one exception, bounded: a copy-on-write delete ships the positions of the rows it matched
-(`KnownPositions`, core/write/position_rewrite.py).
+never rows. The one exception, bounded: copy-on-write deletes and updates ship the positions of the rows they
+matched with the tasks that rewrite their files (core/write/position_rewrite.py; `KnownPositions`).
 """
 
 from __future__ import annotations

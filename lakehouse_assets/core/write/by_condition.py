@@ -174,8 +174,10 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     read = [f for f in candidates if f not in whole]
     deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read + whole if f.file_path in earlier}
     scan, positions = None, None
-    rewrite = not by_position and not physical and position_rewrite.takes(target, read, values or ())  # copy-on-write by position
-    if by_position or rewrite:
+    rewrite = not by_position and not physical and position_rewrite.takes(target, read + whole, values or ())  # copy-on-write by position
+    if rewrite and values is None:  # the rewrite's tasks write the change data: positions alone
+        positions = _positions_only(spark, target, read, condition, position_rewrite.MAX_POSITIONS)
+    elif by_position or rewrite:
         scan, positions = _matched_positions(spark, target, read, condition, _of(deleted, read), None if by_position else position_rewrite.MAX_POSITIONS)
     if positions is not None:
         counts = {uri: len(p) for uri, p in positions.items()}
@@ -185,7 +187,10 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     changes.removes += whole
     try:
         if rewrite and positions is not None and hit:
-            _rewrite_by_position(spark, target, values, changes, hit, positions, deleted, scan)
+            if values is None:
+                position_rewrite.rewrite_without(spark, target, hit, positions, deleted, changes, whole, target.change_feed)
+                return sum(counts.values()) + sum(f.record_count for f in whole)
+            _rewrite_updated(spark, target, values, changes, hit, positions, scan)
         if not hit:
             if whole and target.change_feed:
                 changes.change_data = _feed(target, target.read(spark, whole, deleted=_of(deleted, whole) or None), None, changes, sum(f.record_count for f in whole))
@@ -208,14 +213,23 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
             scan.unpersist()
 
 
-def _rewrite_by_position(spark, target: WriteTarget, values: dict | None, changes: FileChanges, hit: list, positions: dict, deleted: dict, scan) -> None:
-    """Copy-on-write by position (position_rewrite.py): a delete's files without the matched rows; an update's with
-    their new values, checked against the contract first. `scan`: the matched rows with their file and position."""
-    if values is None:
-        position_rewrite.rewrite_without(spark, target, hit, positions, deleted, changes)
-        return
+def _rewrite_updated(spark, target: WriteTarget, values: dict, changes: FileChanges, hit: list, positions: dict, scan) -> None:
+    """A copy-on-write update by position (position_rewrite.py): its new rows checked against the contract, then each
+    file rewritten with them. `scan`: the matched rows with their file and position."""
     _check_new_rows(target.identifier, target, _updated(scan.drop(PATH, POSITION), values), values)
     position_rewrite.rewrite_with_updates(spark, target, hit, positions, _updated(scan.drop(POSITION), values), changes)
+
+
+def _positions_only(spark, target: WriteTarget, files: list, condition: Condition, limit: int) -> dict | None:
+    """{file URI: positions of its matched rows}, from one scan of the condition's columns alone (Spark prunes the
+    rest); None when more than `limit` rows match: no position collected."""
+    from pyspark.sql import functions as F
+
+    hits = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches)).select(PATH, POSITION).persist()
+    try:
+        return None if hits.count() > limit else on_read.collect_positions(hits, [f.file_path for f in files])
+    finally:
+        hits.unpersist()
 
 
 def _matched_positions(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict, limit: int | None = None):

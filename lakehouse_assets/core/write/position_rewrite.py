@@ -24,8 +24,9 @@ from ..model import FileChanges
 from ..read.deleted_positions import KnownPositions
 from ..read.reader import ParquetFileReader, file_uris, path_batches
 from ..spark.compat import default_parallelism
-from .compaction_tasks import TASKS_PER_CORE, compact_in_one_job, partition_key_of
+from .compaction_tasks import TASKS_PER_CORE, partition_key_of
 from .merge.batch import PATH
+from .parquet_files import FILE_ROW_ARROW
 from .target import WriteTarget
 
 MAX_POSITIONS = 5_000_000  # 40 MB of int64 on the driver and spread over the tasks, at most
@@ -40,18 +41,106 @@ def takes(target: WriteTarget, files: list[DataFile], assigned=()) -> bool:
     return all(f.spec_id == spec.spec_id for f in files) and not sources & set(assigned)
 
 
-def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions: dict[str, pa.Array], deleted: dict, changes: FileChanges) -> None:
+def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions: dict[str, pa.Array], deleted: dict, changes: FileChanges,
+                    whole: list[DataFile] = (), feed: bool = False) -> None:
     """Each of `files` (`takes` them) rewritten without its `positions` ({file URI: sorted positions}) and the
     positions deleted before (`deleted`: {file URI: DeletedPositions}): the new files and the removed ones recorded
-    in `changes`."""
-    gone = {}
-    for f in files:
-        new = positions[f.file_path].to_numpy()
-        if f.file_path in deleted:
-            new = np.union1d(deleted[f.file_path].positions(target.storage), new)
-        gone[f.file_path] = KnownPositions(new.astype(np.int64))
-    compact_in_one_job(spark, target, [[f] for f in files], changes, deleted=gone)
+    in `changes`. `feed`: the same tasks write the version's change data, the rows at `positions` (and every row of
+    `whole`, files dropped whole, removed by the caller), into `changes.change_data`."""
+    from ..io.storage import join_uri, normalize_uri
+    from .change_data import change_data_writer, file_actions
+    from .writer import file_row_schema, run_write_tasks, table_write_settings, written_files
+
+    settings = table_write_settings(target.table, target.schema, target.target_file_size)
+    key_of, write_id = partition_key_of(target, settings), uuid.uuid4().hex[:16]
+    writer = target.file_writer(settings, write_id)
+    root = normalize_uri(target.table.location())
+    cdc = change_data_writer(target.table, target.schema, root, target.storage, write_id) if feed else None
+    jobs = []
+    for i, f in enumerate([*files, *(whole if feed else ())]):
+        new = positions[f.file_path].to_numpy().astype(np.int64) if f.file_path in positions else None  # None: every row
+        earlier = deleted[f.file_path].positions(target.storage) if f.file_path in deleted else np.empty(0, np.int64)
+        jobs.append(_FileDelete(
+            f.file_path, key_of(f), new, np.union1d(earlier, new) if new is not None else None,
+            replace(writer, write_id=f"{write_id}-{i:05d}", target_file_size=max(writer.target_file_size, 2 * f.file_size_in_bytes)),
+            replace(cdc, write_id=f"{write_id}-{i:05d}") if cdc is not None else None,
+        ))
+    tasks = min(len(jobs), default_parallelism(spark) * TASKS_PER_CORE)
+    fn = _DeleteTasks(target.row_reader([*files, *whole]), jobs, tasks)
+    rows = run_write_tasks(spark, tasks, fn, file_row_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
+    target.record(written_files([r for r in rows if r["record_count"] >= 0]), changes, counts_as_written=False)
     changes.removes += files
+    if cdc is not None:
+        written = [{"path": r["path"], "size": r["size"], "partition_values": r["partition_key"]} for r in rows if r["record_count"] < 0]
+        changes.change_data = file_actions(written, cdc)
+        changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
+
+
+# A change data file's row travels in the writer's row shape (FILE_ROW_FIELDS): its path, its size, its Delta
+# partition values in `partition_key`, and this record count, which no data file has.
+_CHANGE_DATA_ROW = -1
+
+
+@dataclass
+class _FileDelete:
+    """One file's delete: its rows but `gone` written by `writer` into one file; with `cdc`, the rows at `new` (all
+    of them when `new` is None) written as `delete` change data."""
+
+    uri: str
+    key: str
+    new: np.ndarray | None  # the positions this delete removes (None: every row)
+    gone: np.ndarray | None  # with the positions deleted before
+    writer: object  # parquet_files.FileWriter
+    cdc: object | None  # change_data.ChangeDataWriter
+
+    def __call__(self, reader: ParquetFileReader):
+        from .partition_keys import with_partition_key
+
+        if self.new is None:  # dropped whole: every row is change data, streamed
+            yield from self._change_data(reader(path_batches(self.uri)))
+            return
+        removed = []
+
+        def kept():
+            import pyarrow.compute as pc
+
+            from ..read.deleted_positions import kept_rows
+
+            start = 0
+            for b in reader(path_batches(self.uri)):
+                if self.cdc is not None:
+                    removed.append(b.filter(pc.invert(kept_rows(self.new, start, b.num_rows))))
+                yield with_partition_key(b.filter(kept_rows(self.gone, start, b.num_rows)), self.key)
+                start += b.num_rows
+
+        yield from self.writer(kept())
+        if self.cdc is not None:
+            yield from self._change_data(removed)
+
+    def _change_data(self, batches):
+        from ..read.change_types import CHANGE_TYPE, DELETE
+
+        rows = (b.append_column(CHANGE_TYPE, pa.array([DELETE] * b.num_rows, pa.string())) for b in batches if b.num_rows)
+        for out in self.cdc(rows):
+            yield pa.RecordBatch.from_pylist(
+                [{"path": r["path"], "size": r["size"], "record_count": _CHANGE_DATA_ROW, "partition_key": r["partition_values"], "footer": b""} for r in out.to_pylist()],
+                schema=FILE_ROW_ARROW,
+            )
+
+
+@dataclass
+class _DeleteTasks:
+    """mapInArrow function: task indexes in; task i runs jobs i, i + tasks, i + 2 * tasks... Out: file rows."""
+
+    reader: ParquetFileReader  # whole rows, none left out: batch offsets are file positions
+    jobs: list[_FileDelete]
+    tasks: int
+
+    def __call__(self, batches):
+        for batch in batches:
+            for task in batch.column(0).to_pylist():
+                for job in self.jobs[task :: self.tasks]:
+                    yield from job(self.reader)
 
 
 def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], positions: dict[str, pa.Array], updated, changes: FileChanges) -> None:

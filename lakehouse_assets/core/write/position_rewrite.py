@@ -6,12 +6,14 @@ the file with pyarrow, leaves the positions out, and writes through the table's 
 appends the file's matched rows with their new values, which Spark computed and sent to the task of their file (a
 shuffle of the matched rows only). Found by one Spark scan of the condition (by_condition.py), the positions reach
 the driver and go to the tasks with the file names; so an operation matching more than MAX_POSITIONS rows is
-rewritten through Spark instead, where no position leaves the executors.
+rewritten through Spark instead, where no position leaves the executors. A delete's tasks also write its change
+data, the rows they leave out, so its scan reads the condition's columns alone.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -47,6 +49,8 @@ def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions
     positions deleted before (`deleted`: {file URI: DeletedPositions}): the new files and the removed ones recorded
     in `changes`. `feed`: the same tasks write the version's change data, the rows at `positions` (and every row of
     `whole`, files dropped whole, removed by the caller), into `changes.change_data`."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
     from ..io.storage import join_uri, normalize_uri
     from .change_data import change_data_writer, file_actions
     from .writer import file_row_schema, run_write_tasks, table_write_settings, written_files
@@ -67,18 +71,17 @@ def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions
         ))
     tasks = min(len(jobs), default_parallelism(spark) * TASKS_PER_CORE)
     fn = _DeleteTasks(target.row_reader([*files, *whole]), jobs, tasks)
-    rows = run_write_tasks(spark, tasks, fn, file_row_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
-    target.record(written_files([r for r in rows if r["record_count"] >= 0]), changes, counts_as_written=False)
+    schema = StructType([*file_row_schema().fields, StructField(_CHANGE, StringType())])
+    rows = run_write_tasks(spark, tasks, fn, schema, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
+    target.record(written_files([r for r in rows if r[_CHANGE] is None]), changes, counts_as_written=False)
     changes.removes += files
     if cdc is not None:
-        written = [{"path": r["path"], "size": r["size"], "partition_values": r["partition_key"]} for r in rows if r["record_count"] < 0]
-        changes.change_data = file_actions(written, cdc)
+        changes.change_data = file_actions([json.loads(r[_CHANGE]) for r in rows if r[_CHANGE] is not None], cdc)
         changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
 
 
-# A change data file's row travels in the writer's row shape (FILE_ROW_FIELDS): its path, its size, its Delta
-# partition values in `partition_key`, and this record count, which no data file has.
-_CHANGE_DATA_ROW = -1
+_CHANGE = "_lakehouse delete change"  # a task's row of a change data file it wrote, as JSON (a data file's: null)
+_TASK_ROW = pa.schema([*FILE_ROW_ARROW, pa.field(_CHANGE, pa.string())])
 
 
 @dataclass
@@ -113,7 +116,8 @@ class _FileDelete:
                 yield with_partition_key(b.filter(kept_rows(self.gone, start, b.num_rows)), self.key)
                 start += b.num_rows
 
-        yield from self.writer(kept())
+        for out in self.writer(kept()):
+            yield out.append_column(_CHANGE, pa.nulls(out.num_rows, pa.string()))
         if self.cdc is not None:
             yield from self._change_data(removed)
 
@@ -122,10 +126,7 @@ class _FileDelete:
 
         rows = (b.append_column(CHANGE_TYPE, pa.array([DELETE] * b.num_rows, pa.string())) for b in batches if b.num_rows)
         for out in self.cdc(rows):
-            yield pa.RecordBatch.from_pylist(
-                [{"path": r["path"], "size": r["size"], "record_count": _CHANGE_DATA_ROW, "partition_key": r["partition_values"], "footer": b""} for r in out.to_pylist()],
-                schema=FILE_ROW_ARROW,
-            )
+            yield pa.RecordBatch.from_pylist([{_CHANGE: json.dumps(r)} for r in out.to_pylist()], schema=_TASK_ROW)
 
 
 @dataclass

@@ -22,6 +22,22 @@ def _release_later(release, seconds: float) -> threading.Thread:
     return thread
 
 
+def _held_elsewhere(lock) -> tuple[threading.Thread, threading.Event]:
+    """`lock` (a lock context) taken in another thread, as another writer would hold it, until the event is set."""
+    ready, release = threading.Event(), threading.Event()
+
+    def hold():
+        with lock as got:
+            if got:
+                ready.set()
+                release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert ready.wait(30), "the other writer did not get the lock"
+    return thread, release
+
+
 def test_a_file_lock_waiter_gets_it_when_released_and_an_ended_wait_leaves_it_free(tmp_path):
     import fcntl
 
@@ -60,18 +76,7 @@ def test_a_file_lock_waiter_gets_it_when_released_and_an_ended_wait_leaves_it_fr
 def test_the_sqlite_lock_is_passed_by_after_its_wait_and_taken_once_free(tmp_path, caplog):
     catalog = SqlCatalog("locks", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
     key = commit_lock._key(catalog, "db.t")
-    held = threading.Event()
-    done = threading.Event()
-
-    def other_writer():  # another process's writer, as far as flock knows: its own open file
-        with commit_lock._file_lock(key, "db.t", 5) as got:
-            assert got
-            held.set()
-            done.wait(30)
-
-    thread = threading.Thread(target=other_writer)
-    thread.start()
-    assert held.wait(30)
+    thread, done = _held_elsewhere(commit_lock._file_lock(key, "db.t", 5))  # its own open file: another process, to flock
     with caplog.at_level(logging.WARNING, logger="lakehouse"), commit_lock._file_lock(key, "db.t", 0.2) as got:
         assert got is False
     assert "Table db.t: its commit lock" in caplog.text and "committing without it" in caplog.text
@@ -93,17 +98,7 @@ def test_the_postgres_lock_waits_in_postgres_and_its_bound_applies_to_that_wait_
         assert "PostgreSQL advisory lock" in caplog.text and "committing without it" in caplog.text
 
     # Woken by the release; the wait's lock_timeout does not stay on the pooled connection.
-    ready, release = threading.Event(), threading.Event()
-
-    def ahead():
-        with commit_lock._advisory_lock(catalog, key, "db.t", 5) as got:
-            assert got
-            ready.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=ahead)
-    thread.start()
-    assert ready.wait(30)
+    thread, release = _held_elsewhere(commit_lock._advisory_lock(catalog, key, "db.t", 5))
     _release_later(release.set, 0.3)
     with commit_lock._advisory_lock(catalog, key, "db.t", 60) as got:
         assert got is True

@@ -225,6 +225,8 @@ def _positions_only(spark, target: WriteTarget, files: list, condition: Conditio
     rest); None when more than `limit` rows match: no position collected."""
     from pyspark.sql import functions as F
 
+    if not files:  # every candidate was dropped whole by its statistics: no scan
+        return {}
     hits = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches)).select(PATH, POSITION).persist()
     try:
         return None if hits.count() > limit else on_read.collect_positions(hits, [f.file_path for f in files])

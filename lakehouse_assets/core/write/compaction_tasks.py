@@ -50,12 +50,18 @@ def compact_in_one_job(spark, target: "WriteTarget", groups: list[list[DataFile]
     # One writer per bin, named apart (`<write_id>-<bin>-...`, still swept as this write's on failure): a bin's
     # file closes when the bin ends, and it is never rolled (a bin holds at most ~1.65 targets of input).
     per_bin = [
-        (key, [f.file_path for f in files], replace(writer, write_id=f"{write_id}-{i:05d}", target_file_size=max(writer.target_file_size, 2 * sum(f.file_size_in_bytes for f in files))))
+        (key, [f.file_path for f in files], one_output_writer(writer, write_id, i, sum(f.file_size_in_bytes for f in files)))
         for i, (key, files) in enumerate(bins)
     ]
     compactor = _BinRewriter(reader, per_bin, tasks)
     rows = run_write_tasks(spark, tasks, compactor, file_row_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     return target.record(written_files(rows), changes, counts_as_written=False)
+
+
+def one_output_writer(writer, write_id: str, i: int, input_bytes: int):
+    """`writer` for the `i`-th output of a rewrite: named apart (`<write_id>-<i>-...`, still swept as this write's on
+    failure) and never rolled, as its input (`input_bytes`) fits in one file."""
+    return replace(writer, write_id=f"{write_id}-{i:05d}", target_file_size=max(writer.target_file_size, 2 * input_bytes))
 
 
 def partition_key_of(target: "WriteTarget", settings: dict):

@@ -26,7 +26,7 @@ from ..model import FileChanges
 from ..read.deleted_positions import KnownPositions
 from ..read.reader import ParquetFileReader, file_uris, path_batches
 from ..spark.compat import default_parallelism
-from .compaction_tasks import TASKS_PER_CORE, partition_key_of
+from .compaction_tasks import TASKS_PER_CORE, one_output_writer, partition_key_of
 from .merge.batch import PATH
 from .parquet_files import FILE_ROW_ARROW
 from .target import WriteTarget
@@ -66,7 +66,7 @@ def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions
         earlier = deleted[f.file_path].positions(target.storage) if f.file_path in deleted else np.empty(0, np.int64)
         jobs.append(_FileDelete(
             f.file_path, key_of(f), new, np.union1d(earlier, new) if new is not None else None,
-            replace(writer, write_id=f"{write_id}-{i:05d}", target_file_size=max(writer.target_file_size, 2 * f.file_size_in_bytes)),
+            one_output_writer(writer, write_id, i, f.file_size_in_bytes),
             replace(cdc, write_id=f"{write_id}-{i:05d}") if cdc is not None else None,
         ))
     tasks = min(len(jobs), default_parallelism(spark) * TASKS_PER_CORE)
@@ -154,7 +154,7 @@ def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], posi
     key_of, write_id = partition_key_of(target, settings), uuid.uuid4().hex[:16]
     writer = target.file_writer(settings, write_id)
     per_file = {
-        f.file_path: (key_of(f), replace(writer, write_id=f"{write_id}-{i:05d}", target_file_size=max(writer.target_file_size, 2 * f.file_size_in_bytes)))
+        f.file_path: (key_of(f), one_output_writer(writer, write_id, i, f.file_size_in_bytes))
         for i, f in enumerate(files)
     }
     reader = replace(target.row_reader(files), deleted={f.file_path: KnownPositions(positions[f.file_path].to_numpy().astype(np.int64)) for f in files})

@@ -164,7 +164,6 @@ def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], posi
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     target.record(written_files(rows), changes, counts_as_written=False)
     changes.removes += files
-    return True
 
 
 @dataclass

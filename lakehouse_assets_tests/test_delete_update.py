@@ -4,6 +4,7 @@ the refusals a user meets (unknown column, not SQL, wrong type, append-only Delt
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import pyarrow as pa
 import pytest
@@ -140,6 +141,47 @@ def test_a_copy_on_write_delete_rewrites_each_file_by_position_and_through_spark
     expected = [r for r in expected if r not in dropped]
     assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
     assert _delta_feed(lh, spark_side.delta_version) == sorted((r[0], r[3], r[4], "delete") for r in dropped)
+
+
+def test_the_deep_check_finds_a_wrong_or_missing_row_in_the_change_data_the_delete_tasks_write(spark, lh, monkeypatch):
+    """The change data of a position delete comes from its pyarrow tasks (rows left out of rewritten files, every row
+    of files dropped whole): `verify --deep` recomputes it from the files the snapshot replaced, and a row changed,
+    dropped or added in one of those cdc files is a difference, each alone."""
+    import pyarrow.parquet as pq
+
+    from .test_delta_change_feed import referenced_cdc_files
+
+    _people(spark, lh)
+    calls = _rewrites_by_position(monkeypatch)
+    result = lh.delete(T, "day = '2024-01-01' OR id = 2")  # whole files of the day and one file rewritten by position
+    assert calls == [1] and result.files_removed > 1
+    report = lh.verify(T, deep=True)
+    assert report["agree"], report["differences"]
+    assert report["content"]["change_data"]["cdc_rows"] == result.rows_removed == 11
+    root = lh.load(T).location().removeprefix("file://")
+    path = os.path.join(root, sorted(referenced_cdc_files(root) - _cdc_before(root, result.delta_version))[0])
+    good = pq.read_table(path)
+    name = good.schema.get_field_index("name")
+    planted = {
+        "a value": good.set_column(name, "name", pa.array(["wrong"] * good.num_rows)),
+        "a row left out": good.slice(1),
+        "a row twice": pa.concat_tables([good, good.slice(0, 1)]),
+    }
+    for what, rows in planted.items():
+        pq.write_table(rows, path)
+        report = lh.verify(T, deep=True)
+        assert not report["agree"] and any("change data files of Delta version" in d for d in report["differences"]), (what, report["differences"])
+    pq.write_table(good, path)
+    assert lh.verify(T, deep=True)["agree"]
+
+
+def _cdc_before(root: str, version: int) -> set[str]:
+    """The cdc files the Delta versions before `version` reference."""
+    import json
+
+    log = os.path.join(root, "_delta_log")
+    return {json.loads(line)["cdc"]["path"] for v in range(version) if os.path.exists(p := os.path.join(log, f"{v:020d}.json"))
+            for line in open(p) if '"cdc"' in line}
 
 
 def test_a_copy_on_write_update_rewrites_each_file_with_its_new_values_unless_rows_change_partition(spark, lh, duck, monkeypatch):

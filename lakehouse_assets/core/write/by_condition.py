@@ -8,8 +8,8 @@
 3. One Spark job finds the matching rows' positions in the other candidates (positions only reach the driver).
    Files without a match are left as they are.
 4. The table's row-level mode (`write.delete.mode` / `write.update.mode`) decides how rows leave: copy-on-write
-   rewrites each file that holds a match without it (a delete: by pyarrow tasks that leave the matched positions
-   out, core/write/position_rewrite.py; an update: with the new values, through Spark); merge-on-read writes one
+   rewrites each file that holds a match without it or with its new values (by pyarrow tasks that read each file
+   once and write its change data, core/write/position_rewrite.py; through Spark above a bound); merge-on-read writes one
    position-delete file per such file (Delta: a deletion vector), and an update adds its new rows as a new file.
 5. The commit pipeline (core/write/transaction.py) commits one Iceberg snapshot and one Delta version; a race lost
    to another writer is re-validated against what it changed inside the condition's files.
@@ -175,10 +175,10 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read + whole if f.file_path in earlier}
     scan, positions = None, None
     rewrite = not by_position and not physical and position_rewrite.takes(target, read + whole, values or ())  # copy-on-write by position
-    if rewrite and values is None:  # the rewrite's tasks write the change data: positions alone
-        positions = _positions_only(spark, target, read, condition, position_rewrite.MAX_POSITIONS)
-    elif by_position or rewrite:
-        scan, positions = _matched_positions(spark, target, read, condition, _of(deleted, read), None if by_position else position_rewrite.MAX_POSITIONS)
+    if rewrite:  # the rewrite's tasks read the files and write the change data: the scan reads what the condition and values need
+        scan, positions = _positions(spark, target, read, condition, values, position_rewrite.MAX_POSITIONS)
+    elif by_position:
+        scan, positions = _matched_positions(spark, target, read, condition, _of(deleted, read))
     if positions is not None:
         counts = {uri: len(p) for uri, p in positions.items()}
     else:
@@ -189,8 +189,10 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
         if rewrite and positions is not None and hit:
             if values is None:
                 position_rewrite.rewrite_without(spark, target, hit, positions, deleted, changes, whole, target.change_feed)
-                return sum(counts.values()) + sum(f.record_count for f in whole)
-            _rewrite_updated(spark, target, values, changes, hit, positions, scan)
+            else:
+                _check_new_rows(target.identifier, target, scan.drop(PATH, POSITION), values)
+                position_rewrite.rewrite_with_updates(spark, target, hit, positions, scan, list(values), changes, target.change_feed)
+            return sum(counts.values()) + sum(f.record_count for f in whole)
         if not hit:
             if whole and target.change_feed:
                 changes.change_data = _feed(target, target.read(spark, whole, deleted=_of(deleted, whole) or None), None, changes, sum(f.record_count for f in whole))
@@ -213,39 +215,36 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
             scan.unpersist()
 
 
-def _rewrite_updated(spark, target: WriteTarget, values: dict, changes: FileChanges, hit: list, positions: dict, scan) -> None:
-    """A copy-on-write update by position (position_rewrite.py): its new rows checked against the contract, then each
-    file rewritten with them. `scan`: the matched rows with their file and position."""
-    _check_new_rows(target.identifier, target, _updated(scan.drop(PATH, POSITION), values), values)
-    position_rewrite.rewrite_with_updates(spark, target, hit, positions, _updated(scan.drop(POSITION), values), changes)
-
-
-def _positions_only(spark, target: WriteTarget, files: list, condition: Condition, limit: int) -> dict | None:
-    """{file URI: positions of its matched rows}, from one scan of the condition's columns alone (Spark prunes the
-    rest); None when more than `limit` rows match: no position collected."""
+def _positions(spark, target: WriteTarget, files: list, condition: Condition, values: dict | None, limit: int):
+    """(the matched rows, persisted, or None), {file URI: positions of its matched rows}; (None, None) when more than
+    `limit` rows match: no position collected. One scan of the columns the condition reads (Spark prunes the rest);
+    for an update, its matched rows' new values of the columns it sets, from the columns they read too (every
+    column when the table has a contract: its rules check the whole new row)."""
     from pyspark.sql import functions as F
 
     if not files:  # every candidate was dropped whole by its statistics: no scan
-        return {}
-    hits = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches)).select(PATH, POSITION).persist()
-    try:
-        return None if hits.count() > limit else on_read.collect_positions(hits, [f.file_path for f in files])
-    finally:
+        return None, {}
+    hits = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches))
+    columns = [PATH, POSITION, *(values or ())] if values is None or table_contract.stored(target.table) is None else hits.columns
+    hits = (hits if values is None else _updated(hits, values)).select(*[F.col(f"`{c}`") for c in columns]).persist()
+    if hits.count() > limit:
         hits.unpersist()
+        return None, None
+    try:
+        return hits, on_read.collect_positions(hits, [f.file_path for f in files])
+    except BaseException:
+        hits.unpersist()
+        raise
 
 
-def _matched_positions(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict, limit: int | None = None):
+def _matched_positions(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict):
     """(the matched rows with their file and position, cached; or None), {file URI: positions of its matched rows}.
     One scan by Spark's own reader of every row as the files hold it: positions from its row index, the rows deleted
     before taken out on the driver. When none of those matches, the cached rows are the operation's matched rows (the
-    change data and an update's new rows come from them); else None, and they are read again with the deletes.
-    More than `limit` rows matched: (None, None), no position collected."""
+    change data and an update's new rows come from them); else None, and they are read again with the deletes."""
     from pyspark.sql import functions as F
 
     scan = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches)).persist()
-    if limit is not None and scan.count() > limit:
-        scan.unpersist()
-        return None, None
     found = on_read.collect_positions(scan, [f.file_path for f in files])
     positions = on_read.without_deleted(found, deleted, target.storage)
     if any(len(positions.get(uri, ())) != len(p) for uri, p in found.items()):

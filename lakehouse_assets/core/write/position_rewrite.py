@@ -1,18 +1,18 @@
 """Copy-on-write deletes and updates whose matched rows are known by position: each file that holds one is rewritten
 by pyarrow tasks into one new file, as compaction rewrites (core/write/compaction_tasks.py).
 
-The file's other rows never pass through Spark's reader and the JVM-to-Python hop of a DataFrame write: a task reads
-the file with pyarrow, leaves the positions out, and writes through the table's own `FileWriter`; an update's task
-appends the file's matched rows with their new values, which Spark computed and sent to the task of their file (a
-shuffle of the matched rows only). Found by one Spark scan of the condition (by_condition.py), the positions reach
-the driver and go to the tasks with the file names; so an operation matching more than MAX_POSITIONS rows is
-rewritten through Spark instead, where no position leaves the executors. A delete's tasks also write its change
-data, the rows they leave out, so its scan reads the condition's columns alone.
+The file's rows never pass through Spark's reader and the JVM-to-Python hop of a DataFrame write: a task reads the
+file with pyarrow, leaves the positions out (a delete) or puts the matched rows' new values in their place (an
+update: Spark computed the values of the columns it sets and sent them to the task of their file, a shuffle of the
+matched rows' new values only), and writes through the table's own `FileWriter`. The same task writes the change
+data from the rows it read: a delete's removed rows, an update's pre- and post-images. So Spark's one scan
+(by_condition.py) reads only the columns the condition and the new values need. The positions reach the driver and
+go to the tasks with the file names; so an operation matching more than MAX_POSITIONS rows is rewritten through
+Spark instead, where no position leaves the executors.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import uuid
 from collections import defaultdict
@@ -23,11 +23,11 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 
 from ..model import FileChanges
-from ..read.deleted_positions import KnownPositions
 from ..read.reader import ParquetFileReader, file_uris, path_batches
 from ..spark.compat import default_parallelism
 from .compaction_tasks import TASKS_PER_CORE, one_output_writer, partition_key_of
 from .merge.batch import PATH
+from .merge.on_read import POSITION
 from .parquet_files import FILE_ROW_ARROW
 from .target import WriteTarget
 
@@ -49,11 +49,9 @@ def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions
     positions deleted before (`deleted`: {file URI: DeletedPositions}): the new files and the removed ones recorded
     in `changes`. `feed`: the same tasks write the version's change data, the rows at `positions` (and every row of
     `whole`, files dropped whole, removed by the caller), into `changes.change_data`."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
     from ..io.storage import join_uri, normalize_uri
     from .change_data import change_data_writer, file_actions
-    from .writer import file_row_schema, run_write_tasks, table_write_settings, written_files
+    from .writer import run_write_tasks, table_write_settings, written_files
 
     settings = table_write_settings(target.table, target.schema, target.target_file_size)
     key_of, write_id = partition_key_of(target, settings), uuid.uuid4().hex[:16]
@@ -71,8 +69,7 @@ def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions
         ))
     tasks = min(len(jobs), default_parallelism(spark) * TASKS_PER_CORE)
     fn = _DeleteTasks(target.row_reader([*files, *whole]), jobs, tasks)
-    schema = StructType([*file_row_schema().fields, StructField(_CHANGE, StringType())])
-    rows = run_write_tasks(spark, tasks, fn, schema, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
+    rows = run_write_tasks(spark, tasks, fn, _task_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     target.record(written_files([r for r in rows if r[_CHANGE] is None]), changes, counts_as_written=False)
     changes.removes += files
     if cdc is not None:
@@ -125,8 +122,7 @@ class _FileDelete:
         from ..read.change_types import CHANGE_TYPE, DELETE
 
         rows = (b.append_column(CHANGE_TYPE, pa.array([DELETE] * b.num_rows, pa.string())) for b in batches if b.num_rows)
-        for out in self.cdc(rows):
-            yield pa.RecordBatch.from_pylist([{_CHANGE: json.dumps(r)} for r in out.to_pylist()], schema=_TASK_ROW)
+        yield from _change_rows(self.cdc, rows)
 
 
 @dataclass
@@ -144,53 +140,147 @@ class _DeleteTasks:
                     yield from job(self.reader)
 
 
-def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], positions: dict[str, pa.Array], updated, changes: FileChanges) -> None:
-    """Each of `files` (`takes` them, with the update's columns) rewritten without its `positions` and with its
-    matched rows' new values (`updated`: those rows, new values in place, each with the file it came from in PATH):
-    one new file each, recorded in `changes` with the files removed."""
-    from .writer import file_row_schema, run_write_job, table_write_settings, written_files
+def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], positions: dict[str, pa.Array], updated, assigned: list[str],
+                         changes: FileChanges, feed: bool = False) -> None:
+    """Each of `files` (`takes` them, with the update's `assigned` columns) rewritten with its matched rows' new values
+    in place: one new file each, recorded in `changes` with the files removed. `updated`: the matched rows' new
+    values of `assigned` (more columns are ignored), each with its file (PATH) and position (POSITION). `feed`: the
+    same tasks write the version's change data, the pre- and post-images of the rows whose values changed, into
+    `changes.change_data`."""
+    from pyspark.sql import functions as F
+
+    from ..io.storage import join_uri, normalize_uri
+    from .change_data import change_data_writer, file_actions
+    from .writer import run_write_job, table_write_settings, written_files
 
     settings = table_write_settings(target.table, target.schema, target.target_file_size)
     key_of, write_id = partition_key_of(target, settings), uuid.uuid4().hex[:16]
     writer = target.file_writer(settings, write_id)
+    root = normalize_uri(target.table.location())
+    cdc = change_data_writer(target.table, target.schema, root, target.storage, write_id) if feed else None
     per_file = {
-        f.file_path: (key_of(f), one_output_writer(writer, write_id, i, f.file_size_in_bytes))
+        f.file_path: _FileUpdate(key_of(f), positions[f.file_path].to_numpy().astype(np.int64), one_output_writer(writer, write_id, i, f.file_size_in_bytes),
+                                 replace(cdc, write_id=f"{write_id}-{i:05d}") if cdc is not None else None)
         for i, f in enumerate(files)
     }
-    reader = replace(target.row_reader(files), deleted={f.file_path: KnownPositions(positions[f.file_path].to_numpy().astype(np.int64)) for f in files})
-    columns = [c for c in updated.columns if c != PATH]
     tasks = min(len(files), default_parallelism(spark) * TASKS_PER_CORE)
-    mapped = updated.repartition(tasks, PATH).mapInArrow(_WithUpdates(reader, per_file, columns), file_row_schema())
+    columns = [F.col(f"`{c}`") for c in (PATH, POSITION, *assigned)]
+    mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_WithUpdates(target.row_reader(files), per_file, assigned), _task_schema())
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
-    target.record(written_files(rows), changes, counts_as_written=False)
+    written = written_files([r for r in rows if r[_CHANGE] is None])
+    if len(written) != len(files):  # every file holds a matched row, so each gives one file: never commit fewer
+        raise RuntimeError(f"Table {settings['table_name']}: an update rewrote {len(written)} of the {len(files)} files holding its rows; nothing was committed")
+    target.record(written, changes, counts_as_written=False)
     changes.removes += files
+    if cdc is not None:
+        changes.change_data = file_actions([json.loads(r[_CHANGE]) for r in rows if r[_CHANGE] is not None], cdc)
+        changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
+
+
+def _task_schema():
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from .writer import file_row_schema
+
+    return StructType([*file_row_schema().fields, StructField(_CHANGE, StringType())])
+
+
+@dataclass
+class _FileUpdate:
+    """One file's update: its rows written by `writer` into one file, those at `positions` with their new values;
+    with `cdc`, the pre- and post-images of the rows whose values changed written as change data."""
+
+    key: str
+    positions: np.ndarray  # sorted: the matched rows
+    writer: object  # parquet_files.FileWriter
+    cdc: object | None  # change_data.ChangeDataWriter
+
+    def __call__(self, reader: ParquetFileReader, uri: str, values: pa.Table):
+        """`values`: the new values of the rows at `positions`, in their order."""
+        import pyarrow.compute as pc
+
+        from ..read.deleted_positions import kept_rows
+        from .partition_keys import with_partition_key
+
+        old, new = [], []
+
+        def rows():
+            start = 0
+            for b in reader(path_batches(uri)):
+                keep = kept_rows(self.positions, start, b.num_rows)
+                old.append(b.filter(pc.invert(keep)))
+                if (kept := b.filter(keep)).num_rows:
+                    yield with_partition_key(kept, self.key)
+                start += b.num_rows
+            matched = pa.Table.from_batches(old).combine_chunks()
+            if matched.num_rows != values.num_rows:
+                raise RuntimeError(f"{uri}: {matched.num_rows} rows at the update's {values.num_rows} positions")
+            for name in values.column_names:
+                i = matched.schema.get_field_index(name)
+                matched = matched.set_column(i, matched.field(i), values.column(name).cast(matched.field(i).type))
+            new.extend(matched.to_batches())
+            yield from (with_partition_key(b, self.key) for b in new if b.num_rows)
+
+        for out in self.writer(rows()):
+            yield out.append_column(_CHANGE, pa.nulls(out.num_rows, pa.string()))
+        if self.cdc is not None:
+            yield from _change_rows(self.cdc, _images(pa.Table.from_batches(old), pa.Table.from_batches(new), values.column_names))
+
+
+def _images(old: pa.Table, new: pa.Table, assigned: list[str]):
+    """The pre- and post-image batches of the rows whose `assigned` values changed (NULL equal to NULL, NaN to NaN,
+    as the change feed compares them)."""
+    import pyarrow.compute as pc
+
+    from ..read.change_types import CHANGE_TYPE, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
+
+    same = pa.array(np.ones(old.num_rows, dtype=bool))
+    for name in assigned:
+        same = pc.and_(same, _same(old.column(name).combine_chunks(), new.column(name).combine_chunks()))
+    changed = pc.invert(same)
+    for rows, kind in ((old, UPDATE_PREIMAGE), (new, UPDATE_POSTIMAGE)):
+        rows = rows.filter(changed)
+        if rows.num_rows:
+            yield from rows.append_column(CHANGE_TYPE, pa.array([kind] * rows.num_rows, pa.string())).to_batches()
+
+
+def _same(a: pa.Array, b: pa.Array) -> pa.Array:
+    import pyarrow.compute as pc
+
+    if pa.types.is_nested(a.type):  # no Arrow kernel compares them: Python's equality, value by value
+        return pa.array([x == y for x, y in zip(a.to_pylist(), b.to_pylist())], pa.bool_())
+    same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+    if pa.types.is_floating(a.type):
+        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
+    return same
+
+
+def _change_rows(cdc, batches):
+    """Write `batches` (change rows) with `cdc`; its file rows as this job's rows, in the `_CHANGE` column."""
+    for out in cdc(batches):
+        yield pa.RecordBatch.from_pylist([{_CHANGE: json.dumps(r)} for r in out.to_pylist()], schema=_TASK_ROW)
 
 
 @dataclass
 class _WithUpdates:
-    """mapInArrow function: the updated rows of some files in (with PATH); each of those files read whole but the
-    matched positions (`reader`), its updated rows appended, written into one file by its own `FileWriter`."""
+    """mapInArrow function: the new values of some files' matched rows in (with PATH and POSITION); each of those
+    files rewritten by its `_FileUpdate`, which reads it whole (`reader`)."""
 
     reader: ParquetFileReader
-    per_file: dict  # file URI -> (partition key, the file's parquet_files.FileWriter)
-    columns: list[str]  # the table's columns, in the reader's order
+    per_file: dict  # file URI -> its _FileUpdate
+    assigned: list[str]
 
     def __call__(self, batches):
         import pyarrow.compute as pc
 
-        from .partition_keys import with_partition_key
-
-        updates: dict[str, list] = defaultdict(list)  # the file's name as Spark spells it -> its updated rows
+        updates: dict[str, list] = defaultdict(list)  # the file's name as Spark spells it -> its matched rows' values
         for batch in batches:
             paths = batch.column(PATH)
             for spelled in pc.unique(paths).to_pylist():
-                updates[spelled].append(batch.filter(pc.equal(paths, spelled)).select(self.columns))
-
-        def rows(uri: str, key: str, new_rows: list):
-            for b in itertools.chain(self.reader(path_batches(uri)), new_rows):
-                if b.num_rows:
-                    yield with_partition_key(b, key)
-
+                updates[spelled].append(batch.filter(pc.equal(paths, spelled)))
         for spelled, uri in zip(updates, file_uris(list(updates), list(self.per_file))):
-            key, writer = self.per_file[uri]
-            yield from writer(rows(uri, key, updates[spelled]))
+            values = pa.Table.from_batches(updates[spelled]).sort_by(POSITION)
+            job = self.per_file[uri]
+            if not np.array_equal(values.column(POSITION).to_numpy(), job.positions):
+                raise RuntimeError(f"{uri}: the update's new values name other positions than its scan found")
+            yield from job(self.reader, uri, values.select(self.assigned))

@@ -133,3 +133,38 @@ def test_the_formats_agree_check_compares_what_changed_since_its_last_pass(lh, w
         compared.append(evaluation.metadata["compared"].value)
     assert compared[0] == "every live file" and all(c.startswith("what changed since Iceberg snapshot") for c in compared[1:]), compared
     assert lh.read_arrow("vc.events").num_rows == 18
+
+
+def test_a_check_meeting_a_commit_in_flight_looks_again_once_it_is_done_and_a_lag_left_behind_is_reported(lh):
+    """Another writer holds the commit lock between its Iceberg snapshot and its Delta version (another thread here, as
+    another run's process would): the check that reads the table then waits for that commit and agrees. A snapshot
+    nobody is mirroring (a writer killed between its two commits) is a difference, as before."""
+    import threading
+    import time
+
+    from lakehouse_assets.core.table import commit_lock
+
+    t = "chk.in_flight"
+    since = _verified(lh, t)
+    iceberg_committed, mirrored_at = threading.Event(), []
+
+    def writer():
+        with commit_lock.holding(lh.catalog, t):
+            lh.load(t).append(_rows(10, 12))  # pyiceberg: Iceberg only, so far
+            iceberg_committed.set()
+            time.sleep(1.0)
+            lh.repair(t)  # the Delta version of that snapshot
+            mirrored_at.append(time.monotonic())
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert iceberg_committed.wait(30)
+    report = lh.verify(t, since=since)
+    checked_at = time.monotonic()
+    thread.join()
+    assert report["agree"] and report["iceberg_rows"] == report["delta_rows"] == 12, report
+    assert checked_at >= mirrored_at[0]  # it looked again after the Delta version, not before
+
+    lh.load(t).append(_rows(12, 13))  # nobody holds the lock: no commit in flight, a real lag
+    report = lh.verify(t, since=_pair(report))
+    assert not report["agree"] and any("Delta lags Iceberg by 1 snapshot" in d for d in report["differences"]), report

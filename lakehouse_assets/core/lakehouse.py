@@ -31,7 +31,7 @@ from .maintenance import rollback as rollback_
 from .maintenance.import_table import import_table as import_table_
 from .maintenance.repair import repair_table
 from .maintenance.verify.changes import VerifiedPair
-from .maintenance.verify.formats_agree import verify_table
+from .maintenance.verify.settled import verify_settled
 from .model import MergeOptions, PublishResult, TableOptions, WriteResult
 from .properties import DEFAULT_DELTA_CONFIGURATION
 from .read import changes as changes_
@@ -401,8 +401,7 @@ class Lakehouse:
         `deep=True` also compares the content as DuckDB reads each format. `since`: a pair of versions an earlier
         verify found agreeing (its report's `iceberg_snapshot_id` and `delta_version`): when both logs confirm it,
         only the files changed since are compared, and the report's `compared` says so."""
-        table = self.load(identifier)
-        return verify_table(table, self.mirror(table) if self.delta_enabled(table) else None, deep=deep, since=since)
+        return verify_settled(self.context, identifier, deep=deep, since=since)
 
     def delta_lag(self, identifier: str) -> int | None:
         """Iceberg snapshots the Delta log has not mirrored yet, from metadata only (no manifests, no file lists).

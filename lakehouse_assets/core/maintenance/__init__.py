@@ -11,7 +11,7 @@ One module per concern:
     reports.py      the typed dicts every operation returns
     logs.py         delta_checkpoint, metadata_cleanup, Delta log figures
     health.py       table_health (metadata-only figures the sensors read)
-    verify/         the formats-agree check (`verify/formats_agree.py`: verify_table), read-only
+    verify/         the formats-agree check (`verify/settled.py`: verify_settled), read-only
 
 Every operation works on one table and returns a plain dict of what it did. The names below are imported on
 first use: a Dagster code location reads the registry without loading catalogs, Delta or pyiceberg's FileIO.

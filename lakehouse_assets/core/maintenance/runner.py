@@ -12,7 +12,7 @@ from .operations import FULL_ORDER, OPERATIONS, REGISTRY
 from .repair import repair_table
 from .reports import FullMaintenanceReport, OperationReport, RepairReport
 from .settings import MaintenanceSettings
-from .verify.formats_agree import verify_table
+from .verify.settled import verify_settled
 
 
 def repair(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> RepairReport:
@@ -24,8 +24,7 @@ def repair(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dr
 
 def verify_deep(ctx: TableContext, identifier: str, settings: MaintenanceSettings, dry_run: bool = False, spark=None) -> OperationReport:
     """The formats-agree check including content (core/maintenance/verify/formats_agree.py). Read-only, so dry_run changes nothing."""
-    table = ctx.load(identifier)
-    report = verify_table(table, ctx.mirror(table) if ctx.delta_enabled(table) else None, deep=True)
+    report = verify_settled(ctx, identifier, deep=True)
     return {"operation": "verify_deep", "table": identifier, "agree": report["agree"], "differences": report["differences"], "content": report.get("content")}
 
 

@@ -1,5 +1,6 @@
 """The formats-agree check: do Iceberg and Delta say the same thing about the table? (Read-only.)
 
+    settled.py           verify_settled: the check's entry, looking again when it met a commit in flight
     formats_agree.py     verify_table: the check's entry, the live file sets and the schema of both formats
     files.py             per file both logs hold: counts, partition values and statistics
     changes.py           only what changed since a pair of versions that agreed

@@ -97,6 +97,73 @@ def test_merge_on_read_rows_a_deletion_vector_hides_are_rewritten_out_of_the_fil
     assert lh.verify(T)["agree"]
 
 
+def _append_until(warehouse: str, first, stop, done) -> None:
+    """Another writer's process: one customer a commit, appended until `stop` is set (and at least three), `first` set
+    once the first landed; the rows it appended go into the queue `done`."""
+    import time
+
+    import pyarrow as pa
+
+    from lakehouse_assets import Lakehouse
+
+    lh, appended = Lakehouse(warehouse), []
+    try:
+        while not stop.is_set() or len(appended) < 3:
+            i = 1000 + len(appended)
+            lh.write(pa.table({"id": pa.array([i], pa.int64()), "email": [f"w{i}@example.org"], "day": pa.array([dt.date(2024, 1, 2)], pa.date32()),
+                               "amount": pa.array([i], pa.int32())}), T, "append")
+            appended.append((i, f"w{i}@example.org", dt.date(2024, 1, 2), i))
+            first.set()
+            time.sleep(0.05)  # a few commits a second: a stream's pace, not a loop's
+    finally:
+        done.put(appended)
+
+
+def test_an_erase_while_another_writer_appends_leaves_no_trace_and_loses_no_append(spark, lh, duck, warehouse):
+    """Another writer's process appends to the table throughout the erasure: its commits queue with the erasure's on the
+    table's commit lock, every append lands in both formats, and the proof, run while the appends go on and again
+    after them, finds nothing of the subject."""
+    import multiprocessing as mp
+
+    rows = _customers(spark, lh)
+    spawn = mp.get_context("spawn")
+    first, stop, done = spawn.Event(), spawn.Event(), spawn.Queue()
+    writer = spawn.Process(target=_append_until, args=(warehouse, first, stop, done))
+    writer.start()
+    try:
+        assert first.wait(120), "the other writer did not append"
+        report = lh.erase(T, f"email = '{SUBJECT}'")
+    finally:
+        stop.set()
+        appended = done.get(timeout=300)
+        writer.join(60)
+    assert writer.exitcode == 0 and len(appended) >= 3
+    assert report["rows_erased"] == 1 and report["proof"]["erased"], report["proof"]
+    assert lh.prove_erased(T, f"email = '{SUBJECT}'")["erased"]
+    assert_all_readers_agree(lh, spark, duck, T, _expected(rows + appended))
+    assert lh.verify(T)["agree"]
+
+
+def test_an_erase_stopped_after_its_rows_left_is_finished_by_running_it_again(spark, lh, duck, monkeypatch):
+    """A process that dies after the erasure's commit leaves the rows out of the live files and their history still
+    there: the proof says so, and the same erasure run again ends the history."""
+    from lakehouse_assets.core.maintenance import erase as erase_module
+
+    rows = _customers(spark, lh)
+    real = erase_module._end_history
+    monkeypatch.setattr(erase_module, "_end_history", lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("stopped")))
+    with pytest.raises(RuntimeError, match="stopped"):
+        lh.erase(T, f"email = '{SUBJECT}'")
+    assert_all_readers_agree(lh, spark, duck, T, _expected(rows))
+    left = lh.prove_erased(T, f"email = '{SUBJECT}'")
+    assert not left["erased"] and "data" in _kinds(left), left  # the old file, which older snapshots still name
+    monkeypatch.setattr(erase_module, "_end_history", real)
+    report = lh.erase(T, f"email = '{SUBJECT}'")
+    assert report["rows_erased"] == 0 and report["proof"]["erased"], report
+    assert_all_readers_agree(lh, spark, duck, T, _expected(rows))
+    assert lh.verify(T)["agree"]
+
+
 def test_a_branch_or_an_untold_quarantine_table_refuses_the_erase_naming_it(spark, lh, duck):
     contract = Contract(rules={"positive": "amount > 0"}, on_violation="quarantine")
     rows = _customers(spark, lh, contract=contract)

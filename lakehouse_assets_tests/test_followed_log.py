@@ -215,3 +215,25 @@ def test_the_commit_writer_refuses_a_table_feature_it_cannot_keep(tmp_path):
         log_commit.commit(location, followed.storage, followed, [], [], [], {})
     assert DeltaTable(location).version() == 1, "nothing was written"
 
+
+
+def test_the_mirrors_log_labels_each_version_exactly_when_another_writer_commits_after_it_was_loaded(lh):
+    """delta-rs 1.6.6's `history` on a DeltaTable loaded at version N, after another writer committed N+1, returns N+2
+    commits labelled N down to -1: the mirror's load reads each version's commitInfo from its commit file instead,
+    so a snapshot's Delta version and the log's oldest version stay right while other writers commit."""
+    from lakehouse_assets.core.formats import history
+
+    t = "fl.labels"
+    lh.write(_rows(range(3)), t)
+    lh.write(_rows(range(3, 5)), t)
+    table = lh.load(t)
+    location = table.location().removeprefix("file://")
+    loaded, raw = lh.mirror(table).load(), DeltaTable(location)
+    later = lh.write(_rows(range(5, 7)), t)  # another writer's version, after both were loaded
+    n = loaded.version()
+    assert raw.version() == n and later.delta_version == n + 1
+    assert [c["version"] for c in raw.history()] == list(range(n, -2, -1))  # delta-rs's labels: shifted by the commit since
+    assert [c["version"] for c in loaded.history()] == list(range(n, -1, -1)) and history.oldest_delta_version(loaded) == 0
+    mirrored = history.delta_versions_by_snapshot(loaded)
+    assert [mirrored[s.snapshot_id] for s in table.snapshots()] == [n - 1, n]  # each write's snapshot, its version
+    assert history.delta_version_of(lh.mirror(lh.load(t)).load(), later.iceberg_snapshot_id) == n + 1

@@ -44,7 +44,7 @@ def repair_table(
             out["adopt_delta"] = delta_adoption.adopt(identifier, table, mirror, adoption_rewrite(ctx.storage, identifier, spark))
             table = ctx.load(identifier)
         else:
-            out["revert_delta"] = foreign_delta.revert(identifier, mirror.root_uri, ctx.storage.delta_options(mirror.root_uri))
+            out["revert_delta"] = foreign_delta.revert(identifier, mirror.load())
         version = transaction.sync_delta(mirror, table)
         return {**out, "delta_version_before": before_version, "delta_version": version, "repaired": version != before_version}
     if before is not None and (foreign := foreign_delta.foreign_versions(before)):

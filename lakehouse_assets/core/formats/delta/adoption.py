@@ -55,8 +55,8 @@ def adopt(identifier: str, table: Table, mirror, rewrite: Rewrite | None = None)
 
     root_uri = mirror.root_uri
     storage_options = mirror.storage.delta_options(root_uri)
-    delta = DeltaTable(root_uri, storage_options=storage_options)
-    versions = foreign_versions(delta)
+    delta = mirror.load()
+    versions = foreign_versions(delta) if delta is not None else []
     if not versions:
         return {"adopted_versions": [], "reason": "no foreign Delta versions"}
     added, removed, before = _changes(delta, versions, root_uri, storage_options)

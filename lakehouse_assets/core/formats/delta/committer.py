@@ -34,7 +34,7 @@ from ...schema.type_mapping import delta_schema, narrow_integers
 from .. import file_columns, history
 from ..snapshot_changes import SnapshotChange, snapshot_change
 from . import column_mapping, foreign_versions
-from .followed_log import FollowedLog
+from .followed_log import FollowedLog, LoadedDeltaTable
 from .glue import GlueEntry
 from .kept_logs import KEPT
 from .refusals import change_refusals, refusal_message, refuse_unless_whole, schema_refusals
@@ -76,7 +76,7 @@ class DeltaMirror:
 
     def load(self, version: int | None = None) -> DeltaTable | None:
         try:
-            return DeltaTable(self.root_uri, version=version, storage_options=self.storage.delta_options(self.root_uri))
+            return LoadedDeltaTable(self.root_uri, self.storage, version)
         except TableNotFoundError:
             return None
 

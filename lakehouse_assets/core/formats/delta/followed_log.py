@@ -90,19 +90,8 @@ class FollowedLog:
         return self.base.transaction_version(app_id)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """The commitInfo of the newest `limit` versions, newest first, each with its `version` (as delta-rs's
-        `history`, which labels its commits from the base's version even when the log has moved on)."""
-        out = []
-        v = self.version()
-        while v >= 0 and (limit is None or len(out) < limit):
-            info = self._tail.commit_infos.get(v)
-            if info is None:
-                info = read_commit_info(self.storage, self.root_uri, v)
-                if info is None:
-                    break  # cleaned up with the log's retention
-            out.append({**info, "version": v})
-            v -= 1
-        return out
+        """The commitInfo of the newest `limit` versions, newest first, each with its `version`."""
+        return commit_history(self.storage, self.root_uri, self.version(), limit, self._tail.commit_infos)
 
     def live_totals(self) -> LiveTotals:
         """Live files, their rows, and files whose add carries no row count, at `version()`."""
@@ -189,6 +178,39 @@ class FollowedLog:
 
     def _read(self, version: int) -> list[dict[str, Any]] | None:
         return read_commit(self.storage, self.root_uri, version)
+
+
+class LoadedDeltaTable(DeltaTable):
+    """delta-rs's DeltaTable of a table on `storage`, whose `history` gives each commit its own version.
+
+    delta-rs 1.6.6 lists the commits in storage, newest first, versions written after the table was loaded included,
+    and labels them down from the version it loaded: a commit another writer lands in between shifts every label
+    by one (the oldest to -1), so a snapshot's Delta version, the log's oldest version or a foreign version's
+    number would be off by one. Here each version's commitInfo from the loaded one down is read from its commit
+    file, as `FollowedLog` reads it."""
+
+    def __init__(self, root_uri: str, storage: StorageConfig, version: int | None = None):
+        super().__init__(root_uri, version=version, storage_options=storage.delta_options(root_uri))
+        self._files = (storage, root_uri)
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        return commit_history(*self._files, self.version(), limit)
+
+
+def commit_history(storage: StorageConfig, root_uri: str, newest: int, limit: int | None = None, known: dict | None = None) -> list[dict[str, Any]]:
+    """The commitInfo of the `limit` versions from `newest` down (all still in the log when None), newest first, each
+    with its `version`; `known`: {version: commitInfo} already read."""
+    out = []
+    v = newest
+    while v >= 0 and (limit is None or len(out) < limit):
+        info = (known or {}).get(v)
+        if info is None:
+            info = read_commit_info(storage, root_uri, v)
+            if info is None:
+                break  # cleaned up with the log's retention
+        out.append({**info, "version": v})
+        v -= 1
+    return out
 
 
 def read_commit(storage: StorageConfig, root_uri: str, version: int) -> list[dict[str, Any]] | None:

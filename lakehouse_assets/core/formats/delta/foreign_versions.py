@@ -158,15 +158,15 @@ def refuse_to_mirror_over(identifier: str, delta: DeltaTable) -> None:
 # ---------------------------------------------------------------- the ways out
 
 
-def revert(identifier: str, root_uri: str, storage_options: dict) -> dict[str, Any]:
-    """Undo the foreign versions with one new Delta version: their adds removed, their removes restored.
+def revert(identifier: str, delta: DeltaTable) -> dict[str, Any]:
+    """Undo the foreign versions with one new Delta version: their adds removed, their removes restored (`delta`: the
+    log as the mirror loads it, whose history labels every version exactly).
 
     delta-rs's `restore` to the version before them writes exactly that commit (the Iceberg side never saw them);
     the commitInfo marks it as ours so it is not foreign itself.
     """
     from deltalake.transaction import CommitProperties
 
-    delta = DeltaTable(root_uri, storage_options=storage_options)
     versions = foreign_versions(delta)
     if not versions:
         return {"reverted_versions": [], "reason": "no foreign Delta versions"}

@@ -168,13 +168,13 @@ def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], posi
     mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_WithUpdates(target.row_reader(files), per_file, assigned), _task_schema())
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     written = written_files([r for r in rows if r[_CHANGE] is None])
-    if len(written) != len(files):  # every file holds a matched row, so each gives one file: never commit fewer
-        raise RuntimeError(f"Table {settings['table_name']}: an update rewrote {len(written)} of the {len(files)} files holding its rows; nothing was committed")
-    target.record(written, changes, counts_as_written=False)
+    target.record(written, changes, counts_as_written=False)  # (recorded first: a refusal below removes them)
     changes.removes += files
     if cdc is not None:
         changes.change_data = file_actions([json.loads(r[_CHANGE]) for r in rows if r[_CHANGE] is not None], cdc)
         changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
+    if len(written) != len(files):  # every file holds a matched row, so each gives one file: never commit fewer
+        raise RuntimeError(f"Table {settings['table_name']}: an update rewrote {len(written)} of the {len(files)} files holding its rows; nothing was committed")
 
 
 def _task_schema():

@@ -216,17 +216,19 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
 
 
 def _positions(spark, target: WriteTarget, files: list, condition: Condition, values: dict | None, limit: int):
-    """(the matched rows, persisted, or None), {file URI: positions of its matched rows}; (None, None) when more than
-    `limit` rows match: no position collected. One scan of the columns the condition reads (Spark prunes the rest);
-    for an update, its matched rows' new values of the columns it sets, from the columns they read too (every
-    column when the table has a contract: its rules check the whole new row)."""
+    """(the matched rows, persisted, or None), {file URI: their positions}; (None, None) above `limit` matches. One scan
+    of the columns the condition reads; an update's rows hold the new values of the columns it sets, read from the
+    columns they need (every column under a contract, whose rules check the whole new row)."""
     from pyspark.sql import functions as F
 
     if not files:  # every candidate was dropped whole by its statistics: no scan
         return None, {}
     hits = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches))
-    columns = [PATH, POSITION, *(values or ())] if values is None or table_contract.stored(target.table) is None else hits.columns
-    hits = (hits if values is None else _updated(hits, values)).select(*[F.col(f"`{c}`") for c in columns]).persist()
+    columns = [PATH, POSITION]
+    if values is not None:
+        hits = _updated(hits, values)
+        columns = hits.columns if table_contract.stored(target.table) is not None else [*columns, *values]
+    hits = hits.select(*[F.col(f"`{c}`") for c in columns]).persist()
     if hits.count() > limit:
         hits.unpersist()
         return None, None

@@ -184,14 +184,20 @@ def _cdc_before(root: str, version: int) -> set[str]:
             for line in open(p) if '"cdc"' in line}
 
 
-def test_a_copy_on_write_update_rewrites_each_file_with_its_new_values_unless_rows_change_partition(spark, lh, duck, monkeypatch):
+def _rewrites(monkeypatch) -> list[tuple[int, bool]]:
+    """Each call of the copy-on-write update's rewrite: (the files it was given, whether one job scanned and rewrote)."""
     from lakehouse_assets.core.write import position_rewrite
 
-    rows = _people(spark, lh)
     calls, real = [], position_rewrite.rewrite_with_updates
-    monkeypatch.setattr(position_rewrite, "rewrite_with_updates", lambda spark, target, files, *a: calls.append(len(files)) or real(spark, target, files, *a))
+    monkeypatch.setattr(position_rewrite, "rewrite_with_updates", lambda spark, target, files, positions, *a: calls.append((len(files), positions is None)) or real(spark, target, files, positions, *a))
+    return calls
+
+
+def test_a_copy_on_write_update_rewrites_each_file_with_its_new_values_unless_rows_change_partition(spark, lh, duck, monkeypatch):
+    rows = _people(spark, lh)
+    calls = _rewrites(monkeypatch)
     updated = lh.update(T, {"status": "'closed'", "amount": "amount + 1"}, "id % 4 = 0")
-    assert calls == [updated.files_removed] and updated.files_added == updated.files_removed > 0  # one file for one
+    assert calls == [(updated.files_removed, True)] and updated.files_added == updated.files_removed > 0  # one file for one, one job
     hit = [r for r in rows if r[0] % 4 == 0]
     expected = [(i, n, d, a + 1, "closed") if i % 4 == 0 else (i, n, d, a, s) for i, n, d, a, s in rows]
     assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
@@ -203,6 +209,30 @@ def test_a_copy_on_write_update_rewrites_each_file_with_its_new_values_unless_ro
     assert len(calls) == 1 and moved.rows_written == 1
     expected = [(i, n, dt.date(2024, 1, 5), a, s) if i == 5 else (i, n, d, a, s) for i, n, d, a, s in expected]
     assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+
+
+def test_a_copy_on_write_update_in_one_job_leaves_files_without_a_match_and_commits_nothing_when_none_matches(spark, lh, duck, monkeypatch):
+    """The scan feeds the rewrite's tasks directly (no count, no positions on the driver): a file whose statistics
+    admit the condition but which holds no matching row gets no task work and stays; no match at all, no commit."""
+    rows = _people(spark, lh)
+    files = {t.file.file_path for t in lh.load(T).scan().plan_files()}
+    calls = _rewrites(monkeypatch)
+    updated = lh.update(T, {"status": "'vip'"}, "name = 'p7'")  # the name bounds of several files admit 'p7'; one holds it
+    (given, one_job), = calls
+    assert one_job and given > 1 and updated.rows_written == 1 and updated.files_removed == updated.files_added == 1
+    left = {t.file.file_path for t in lh.load(T).scan().plan_files()}
+    assert len(files - left) == 1 and len(files & left) == len(files) - 1
+    expected = [(i, n, d, a, "vip" if i == 7 else s) for i, n, d, a, s in rows]
+    assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+    assert _delta_feed(lh, updated.delta_version) == [(7, 70, "open", "update_preimage"), (7, 70, "vip", "update_postimage")]
+
+    head, version = lh.load(T).current_snapshot().snapshot_id, DeltaTable(lh.load(T).location()[len("file://"):]).version()
+    nothing = lh.update(T, {"status": "'vip'"}, "name = 'nobody'")
+    assert nothing.iceberg_snapshot_id == head and nothing.rows_written == 0
+    assert DeltaTable(lh.load(T).location()[len("file://"):]).version() == version
+    root = lh.load(T).location()[len("file://"):]
+    assert not [f for f in os.listdir(os.path.join(root, "_change_data"))
+                if os.path.getmtime(os.path.join(root, "_change_data", f)) > os.path.getmtime(os.path.join(root, "_delta_log", f"{version:020d}.json"))]
 
 
 TYPED = """SELECT id, CAST(id % 2 AS INT) AS part, named_struct('a', id, 'b', CAST(id AS STRING)) AS s,
@@ -221,11 +251,11 @@ def test_a_copy_on_write_update_by_position_keeps_each_type_and_a_renamed_column
     name = "db.typed"
     lh.write(spark.sql(TYPED).repartition(2), name, partition_by=["part"], table=TableOptions(properties={cm.MODE: "name"}))
     lh.alter(name, rename={"note": "remark"})
-    calls, real = [], position_rewrite.rewrite_with_updates
-    monkeypatch.setattr(position_rewrite, "rewrite_with_updates", lambda spark, target, files, *a: calls.append(len(files)) or real(spark, target, files, *a))
+    calls = _rewrites(monkeypatch)
 
     same = lh.update(name, {"x": "x", "remark": "remark", "s": "s"}, "id < 12")  # NaN stays NaN, NULL NULL, a struct itself
-    assert calls == [same.files_removed] and same.rows_written == 12
+    # `s` is required (a named_struct is never NULL): the new rows are checked first, so the scan is kept for the rewrite.
+    assert calls == [(same.files_removed, False)] and same.rows_written == 12
     assert _cdc_rows(lh, name, same.delta_version) == []
 
     sets = {"s": "named_struct('a', s.a + 100, 'b', upper(s.b))", "remark": "concat('r', id)", "at": "at + INTERVAL 1 DAY",

@@ -6,7 +6,8 @@
 2. Files are planned from metadata: those the condition cannot match are never read; for a delete, files whose
    statistics say every row matches are dropped without being read (metadata only).
 3. One Spark job finds the matching rows' positions in the other candidates (positions only reach the driver).
-   Files without a match are left as they are.
+   Files without a match are left as they are. A copy-on-write update with nothing to check first (no contract, no
+   required column set) of at most MAX_POSITIONS candidate rows skips that: its scan feeds the rewrite's tasks.
 4. The table's row-level mode (`write.delete.mode` / `write.update.mode`) decides how rows leave: copy-on-write
    rewrites each file that holds a match without it or with its new values (by pyarrow tasks that read each file
    once and write its change data, core/write/position_rewrite.py; through Spark above a bound); merge-on-read writes one
@@ -34,7 +35,7 @@ from pyiceberg.table import Table
 
 from ..contracts import table_contract
 from ..contracts.model import ContractViolation
-from ..errors import InputError, MirrorRefused, SchemaError
+from ..errors import MirrorRefused
 from ..formats import history
 from ..formats.deletes import refuse_delete_files
 from ..formats.delta import log_commit as delta_log_commit
@@ -50,7 +51,8 @@ from ..table import branches
 from ..table.context import TableContext
 from ..table.evolution import types_were_widened
 from . import conflicts, position_rewrite, transaction
-from .condition import Condition, check_sql, condition_of
+from .assignments import checked_assignments
+from .condition import Condition, condition_of
 from .merge import on_read
 from .merge.batch import PATH
 from .merge.on_read import POSITION
@@ -109,7 +111,7 @@ def run(ctx: TableContext, op: RowOperation, *, foreign_default: str, spark=None
         change_feed=delta_on and delta is not None and delta_log_commit.feed_enabled(delta),
     )
     condition = condition_of(identifier, op.where, table.schema(), target.spark_schema(), spark, what="erasure condition" if op.erase else "condition", secret=op.erase)
-    values = _assignments(identifier, op.assignments, target, spark) if op.assignments is not None else None
+    values = checked_assignments(identifier, op.assignments, target, spark) if op.assignments is not None else None
     _refuse_unless_possible(ctx, identifier, table, op, delta_on, delta)
     changes = FileChanges()
     try:
@@ -175,6 +177,10 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read + whole if f.file_path in earlier}
     scan, positions = None, None
     rewrite = not by_position and not physical and position_rewrite.takes(target, read + whole, values or ())  # copy-on-write by position
+    if rewrite and values is not None and not _checked(target, values) and sum(f.record_count for f in read) <= position_rewrite.MAX_POSITIONS:
+        # One job: the scan feeds the rewrite's tasks, which hold their files' new values (bounded as the positions are).
+        updated = _matched_rows(spark, target, read, condition, values)
+        return position_rewrite.rewrite_with_updates(spark, target, read, None, updated, list(values), changes, target.change_feed) if read else 0
     if rewrite:  # the rewrite's tasks read the files and write the change data: the scan reads what the condition and values need
         scan, positions = _positions(spark, target, read, condition, values, position_rewrite.MAX_POSITIONS)
     elif by_position:
@@ -216,19 +222,10 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
 
 
 def _positions(spark, target: WriteTarget, files: list, condition: Condition, values: dict | None, limit: int):
-    """(the matched rows, persisted, or None), {file URI: their positions}; (None, None) above `limit` matches. One scan
-    of the columns the condition reads; an update's rows hold the new values of the columns it sets, read from the
-    columns they need (every column under a contract, whose rules check the whole new row)."""
-    from pyspark.sql import functions as F
-
+    """(`_matched_rows`, persisted, or None), {file URI: their positions}; (None, None) above `limit` matches."""
     if not files:  # every candidate was dropped whole by its statistics: no scan
         return None, {}
-    hits = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches))
-    columns = [PATH, POSITION]
-    if values is not None:
-        hits = _updated(hits, values)
-        columns = hits.columns if table_contract.stored(target.table) is not None else [*columns, *values]
-    hits = hits.select(*[F.col(f"`{c}`") for c in columns]).persist()
+    hits = _matched_rows(spark, target, files, condition, values).persist()
     if hits.count() > limit:
         hits.unpersist()
         return None, None
@@ -237,6 +234,26 @@ def _positions(spark, target: WriteTarget, files: list, condition: Condition, va
     except BaseException:
         hits.unpersist()
         raise
+
+
+def _matched_rows(spark, target: WriteTarget, files: list, condition: Condition, values: dict | None):
+    """The rows of `files` the condition matches: their file (PATH) and position (POSITION); an update's with the new
+    values of the columns it sets, read from the columns they need (every column under a contract, whose rules check
+    the whole new row)."""
+    from pyspark.sql import functions as F
+
+    hits = target.read(spark, files, path_column=PATH, position_column=POSITION).filter(F.expr(condition.matches))
+    columns = [PATH, POSITION]
+    if values is not None:
+        hits = _updated(hits, values)
+        columns = hits.columns if table_contract.stored(target.table) is not None else [*columns, *values]
+    return hits.select(*[F.col(f"`{c}`") for c in columns])
+
+
+def _checked(target: WriteTarget, values: dict) -> bool:
+    """Whether an update's new rows are checked before any file is written: the table has a contract, or the update
+    sets a required column (`_check_new_rows`)."""
+    return table_contract.stored(target.table) is not None or any(not target.schema.find_field(c).optional for c in values)
 
 
 def _matched_positions(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict):
@@ -343,53 +360,6 @@ def _updated(rows, values: dict, condition: Condition | None = None):
             column = F.when(F.expr(condition.matches), new).otherwise(column) if condition is not None else new
         out.append(column.alias(name))
     return rows.select(*out)
-
-
-def _assignments(identifier: str, assignments: Mapping[str, str], target: WriteTarget, spark) -> dict:
-    """{column: (expression, the column's Spark type)}, each expression checked: a known top-level column, valid SQL
-    over the row, a type the column takes without loss, not NULL for a required column."""
-    if not assignments or not isinstance(assignments, Mapping):
-        raise InputError(f"Table {identifier}: an update needs set={{column: SQL expression}}, e.g. set={{\"status\": \"'closed'\"}}; got {assignments!r}. Nothing was changed.")
-    schema = target.spark_schema()
-    out = {}
-    for column, expression in assignments.items():
-        if column not in schema.fieldNames():
-            raise InputError(f"Table {identifier}: update sets column {column!r}, which the table does not have (its columns: {', '.join(schema.fieldNames())}). Nothing was changed.")
-        if not isinstance(expression, str) or not expression.strip():
-            raise InputError(f"Table {identifier}: update sets column {column!r} to {expression!r}; give a Spark SQL expression as text (a string literal is quoted: \"'closed'\"). Nothing was changed.")
-        wanted = schema[column].dataType
-        given = check_sql(identifier, spark, schema, expression, f"value for column {column!r}", boolean=False)
-        if not _assignable(given, wanted):
-            raise SchemaError(
-                f"Table {identifier}: update sets column {column!r} ({wanted.simpleString()}) to {expression!r}, which is "
-                f"{given.simpleString()}. Cast it in the expression, e.g. CAST({expression} AS {wanted.simpleString().upper()}). Nothing was changed."
-            )
-        if given.simpleString() == "void" and not target.schema.find_field(column).optional:
-            raise SchemaError(f"Table {identifier}: update sets column {column!r} to NULL, and the column is required. Nothing was changed.")
-        out[column] = (expression, wanted)
-    return out
-
-
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
-
-
-def _assignable(given, wanted) -> bool:
-    """Whether a value of Spark type `given` goes into a column of type `wanted` without loss: the same type, NULL, or a
-    widening (a narrower integer; an integer into a decimal with room or a double; a float into a double)."""
-    g, w = given.simpleString(), wanted.simpleString()
-    if g == w or g == "void":
-        return True
-    if g in _INTEGRAL and w in _INTEGRAL:
-        return _INTEGRAL.index(g) <= _INTEGRAL.index(w)
-    if g in _INTEGRAL and w == "double":
-        return True
-    if g in _INTEGRAL and w.startswith("decimal"):
-        return wanted.precision - wanted.scale >= (3, 5, 10, 20)[_INTEGRAL.index(g)]
-    if g == "float" and w == "double":
-        return True
-    if g.startswith("decimal") and w.startswith("decimal"):
-        return wanted.scale >= given.scale and wanted.precision - wanted.scale >= given.precision - given.scale
-    return False
 
 
 def _summary(op: RowOperation, condition: Condition, values: dict | None, table: Table) -> dict[str, str]:

@@ -6,9 +6,10 @@ file with pyarrow, leaves the positions out (a delete) or puts the matched rows'
 update: Spark computed the values of the columns it sets and sent them to the task of their file, a shuffle of the
 matched rows' new values only), and writes through the table's own `FileWriter`. The same task writes the change
 data from the rows it read: a delete's removed rows, an update's pre- and post-images. So Spark's one scan
-(by_condition.py) reads only the columns the condition and the new values need. The positions reach the driver and
-go to the tasks with the file names; so an operation matching more than MAX_POSITIONS rows is rewritten through
-Spark instead, where no position leaves the executors.
+(by_condition.py) reads only the columns the condition and the new values need. A delete's positions reach the
+driver and go to the tasks with the file names; so a delete matching more than MAX_POSITIONS rows is rewritten
+through Spark instead, where no position leaves the executors. An update's new values reach each file's task by a
+shuffle, with their positions: its scan can feed the tasks in one job, no position on the driver.
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions
 
 
 _CHANGE = "_lakehouse delete change"  # a task's row of a change data file it wrote, as JSON (a data file's: null)
-_TASK_ROW = pa.schema([*FILE_ROW_ARROW, pa.field(_CHANGE, pa.string())])
+_SOURCE = "_lakehouse source file"  # a data file's row: the file it replaces
+_MATCHED = "_lakehouse matched rows"  # ... and how many of that file's rows the operation matched
+_TASK_ROW = pa.schema([*FILE_ROW_ARROW, pa.field(_CHANGE, pa.string()), pa.field(_SOURCE, pa.string()), pa.field(_MATCHED, pa.int64())])
 
 
 @dataclass
@@ -114,7 +117,7 @@ class _FileDelete:
                 start += b.num_rows
 
         for out in self.writer(kept()):
-            yield out.append_column(_CHANGE, pa.nulls(out.num_rows, pa.string()))
+            yield _data_rows(out, self.uri, len(self.new))
         if self.cdc is not None:
             yield from self._change_data(removed)
 
@@ -140,13 +143,16 @@ class _DeleteTasks:
                     yield from job(self.reader)
 
 
-def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], positions: dict[str, pa.Array], updated, assigned: list[str],
-                         changes: FileChanges, feed: bool = False) -> None:
-    """Each of `files` (`takes` them, with the update's `assigned` columns) rewritten with its matched rows' new values
-    in place: one new file each, recorded in `changes` with the files removed. `updated`: the matched rows' new
-    values of `assigned` (more columns are ignored), each with its file (PATH) and position (POSITION). `feed`: the
-    same tasks write the version's change data, the pre- and post-images of the rows whose values changed, into
-    `changes.change_data`."""
+def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], positions: dict[str, pa.Array] | None, updated, assigned: list[str],
+                         changes: FileChanges, feed: bool = False) -> int:
+    """Each of `files` (`takes` them, with the update's `assigned` columns) that holds a matched row rewritten with its
+    matched rows' new values in place: one new file each, recorded in `changes` with the files removed; returns the
+    rows matched. `updated`: the matched rows' new values of `assigned` (more columns are ignored), each with its file
+    (PATH) and position (POSITION). `positions`: {file URI: its matched rows' positions} when the driver has them (each
+    of `files` holds some), checked against the rows each task receives; None: `updated` is computed by this job, as
+    the scan that finds the matched rows feeding the tasks (one job, nothing persisted or collected), and the files
+    that receive none are left alone. `feed`: the same tasks write the version's change data, the pre- and post-images
+    of the rows whose values changed, into `changes.change_data`."""
     from pyspark.sql import functions as F
 
     from ..io.storage import join_uri, normalize_uri
@@ -159,7 +165,8 @@ def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], posi
     root = normalize_uri(target.table.location())
     cdc = change_data_writer(target.table, target.schema, root, target.storage, write_id) if feed else None
     per_file = {
-        f.file_path: _FileUpdate(key_of(f), positions[f.file_path].to_numpy().astype(np.int64), one_output_writer(writer, write_id, i, f.file_size_in_bytes),
+        f.file_path: _FileUpdate(key_of(f), positions[f.file_path].to_numpy().astype(np.int64) if positions is not None else None,
+                                 one_output_writer(writer, write_id, i, f.file_size_in_bytes),
                                  replace(cdc, write_id=f"{write_id}-{i:05d}") if cdc is not None else None)
         for i, f in enumerate(files)
     }
@@ -167,22 +174,32 @@ def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], posi
     columns = [F.col(f"`{c}`") for c in (PATH, POSITION, *assigned)]
     mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_WithUpdates(target.row_reader(files), per_file, assigned), _task_schema())
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
-    written = written_files([r for r in rows if r[_CHANGE] is None])
-    target.record(written, changes, counts_as_written=False)  # (recorded first: a refusal below removes them)
-    changes.removes += files
-    if cdc is not None:
+    data = [r for r in rows if r[_CHANGE] is None]
+    target.record(written_files(data), changes, counts_as_written=False)  # (recorded first: a refusal below removes them)
+    sources = {r[_SOURCE] for r in data}
+    changes.removes += [f for f in files if f.file_path in sources]
+    if cdc is not None and data:  # (nothing matched: no version, so no change data, not even an empty file)
         changes.change_data = file_actions([json.loads(r[_CHANGE]) for r in rows if r[_CHANGE] is not None], cdc)
         changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
-    if len(written) != len(files):  # every file holds a matched row, so each gives one file: never commit fewer
-        raise RuntimeError(f"Table {settings['table_name']}: an update rewrote {len(written)} of the {len(files)} files holding its rows; nothing was committed")
+    if len(sources) != len(data) or (positions is not None and len(data) != len(files)):  # each file holding a match gives one
+        raise RuntimeError(f"Table {settings['table_name']}: an update rewrote {len(sources)} files into {len(data)} (of the {len(files)} "
+                           "files that may hold its rows); nothing was committed")
+    return sum(r[_MATCHED] for r in data)
 
 
 def _task_schema():
-    from pyspark.sql.types import StringType, StructField, StructType
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from .writer import file_row_schema
 
-    return StructType([*file_row_schema().fields, StructField(_CHANGE, StringType())])
+    return StructType([*file_row_schema().fields, StructField(_CHANGE, StringType()), StructField(_SOURCE, StringType()), StructField(_MATCHED, LongType())])
+
+
+def _data_rows(out: pa.RecordBatch, source: str, matched: int) -> pa.RecordBatch:
+    """A writer's file rows as this job's rows: no change data, the file they replace and its matched rows."""
+    n = out.num_rows
+    return (out.append_column(_CHANGE, pa.nulls(n, pa.string())).append_column(_SOURCE, pa.array([source] * n, pa.string()))
+            .append_column(_MATCHED, pa.array([matched] * n, pa.int64())))
 
 
 @dataclass
@@ -191,12 +208,12 @@ class _FileUpdate:
     with `cdc`, the pre- and post-images of the rows whose values changed written as change data."""
 
     key: str
-    positions: np.ndarray  # sorted: the matched rows
+    positions: np.ndarray | None  # sorted: the matched rows the driver collected (None: the task takes those it receives)
     writer: object  # parquet_files.FileWriter
     cdc: object | None  # change_data.ChangeDataWriter
 
-    def __call__(self, reader: ParquetFileReader, uri: str, values: pa.Table):
-        """`values`: the new values of the rows at `positions`, in their order."""
+    def __call__(self, reader: ParquetFileReader, uri: str, positions: np.ndarray, values: pa.Table):
+        """`values`: the new values of the rows at `positions` (sorted), in their order."""
         import pyarrow.compute as pc
 
         from ..read.deleted_positions import kept_rows
@@ -207,7 +224,7 @@ class _FileUpdate:
         def rows():
             start = 0
             for b in reader(path_batches(uri)):
-                keep = kept_rows(self.positions, start, b.num_rows)
+                keep = kept_rows(positions, start, b.num_rows)
                 old.append(b.filter(pc.invert(keep)))
                 if (kept := b.filter(keep)).num_rows:
                     yield with_partition_key(kept, self.key)
@@ -222,7 +239,7 @@ class _FileUpdate:
             yield from (with_partition_key(b, self.key) for b in new if b.num_rows)
 
         for out in self.writer(rows()):
-            yield out.append_column(_CHANGE, pa.nulls(out.num_rows, pa.string()))
+            yield _data_rows(out, uri, values.num_rows)
         if self.cdc is not None:
             yield from _change_rows(self.cdc, _images(pa.Table.from_batches(old), pa.Table.from_batches(new), values.column_names))
 
@@ -280,7 +297,7 @@ class _WithUpdates:
                 updates[spelled].append(batch.filter(pc.equal(paths, spelled)))
         for spelled, uri in zip(updates, file_uris(list(updates), list(self.per_file))):
             values = pa.Table.from_batches(updates[spelled]).sort_by(POSITION)
-            job = self.per_file[uri]
-            if not np.array_equal(values.column(POSITION).to_numpy(), job.positions):
+            job, positions = self.per_file[uri], values.column(POSITION).to_numpy().astype(np.int64)
+            if job.positions is not None and not np.array_equal(positions, job.positions):
                 raise RuntimeError(f"{uri}: the update's new values name other positions than its scan found")
-            yield from job(self.reader, uri, values.select(self.assigned))
+            yield from job(self.reader, uri, positions, values.select(self.assigned))

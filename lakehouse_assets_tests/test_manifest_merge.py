@@ -6,7 +6,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import TableOptions
 
-from .conftest import assert_all_readers_agree
+from .conftest import assert_all_readers_agree, rows_of
 
 
 def _rows(spark, lo, hi):
@@ -105,3 +105,36 @@ def test_an_append_merges_small_manifests_only_and_leaves_clustered_ones_as_writ
     assert len(small) < 4 and sum(m.added_files_count + m.existing_files_count for m in small) == 4  # merged, not one per append
     expected = sorted([(i, i % 6) for i in range(60)] + [(i, 0) for i in range(100, 140) if i % 3 == 0])
     assert_all_readers_agree(lh, spark, duck, "m.loaded", expected)
+
+
+def test_overwrites_and_deletes_leave_no_manifest_of_deleted_entries_only_for_later_snapshots(lh, spark, duck):
+    """Each overwrite or delete writes its DELETED entries into a manifest of its own snapshot; the next commit leaves
+    that manifest out of its list (as an append does), so the list holds what is live, not the table's history.
+    Time travel to a snapshot still reads its own list."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from lakehouse_assets import Window
+
+    def day_rows(day: int, version: int) -> pa.Table:
+        ids = list(range(day * 100, day * 100 + 10))
+        return pa.table({"id": pa.array(ids, pa.int64()), "day": pa.array([dt.date(2024, 1, day)] * 10, pa.date32()),
+                         "v": pa.array([version] * 10, pa.int64())})
+
+    name = "m.history"
+    lh.write(pa.concat_tables([day_rows(d, 0) for d in (1, 2, 3)]), name, partition_by=["day"])
+    first = lh.load(name).current_snapshot().snapshot_id
+    for version in range(1, 7):
+        lh.write(day_rows(1, version), name, mode="overwrite", window=Window("day", dt.date(2024, 1, 1), dt.date(2024, 1, 2)))
+        lh.delete(name, f"day = DATE'2024-01-02' AND id = {200 + version}", spark=spark)
+    table = lh.load(name)
+    current = table.current_snapshot()
+    manifests = current.manifests(table.io)
+    stale = [m.manifest_path for m in manifests if not m.added_files_count and not m.existing_files_count and m.added_snapshot_id != current.snapshot_id]
+    assert stale == [] and len(manifests) <= 6, [(m.added_files_count, m.existing_files_count, m.deleted_files_count) for m in manifests]
+    expected = [(i, dt.date(2024, 1, 1), 6) for i in range(100, 110)] + [(i, dt.date(2024, 1, 2), 0) for i in range(200, 210) if not 200 < i < 207] + [
+        (i, dt.date(2024, 1, 3), 0) for i in range(300, 310)]
+    assert_all_readers_agree(lh, spark, duck, name, rows_of([dict(zip(("id", "day", "v"), r)) for r in expected]))
+    assert lh.read(spark, name, snapshot_id=first).count() == 30
+    assert lh.verify(name, deep=True)["agree"]

@@ -49,18 +49,26 @@ def clustered(files: list[DataFile], limit: int) -> list[list[DataFile]]:
 
 
 class _ClusteredAdds:
-    """Writes the added files in clustered manifests; the producer's other manifests are pyiceberg's own."""
+    """Writes the added files in clustered manifests; the producer's other manifests are pyiceberg's own, less those
+    an earlier snapshot left holding deleted entries only."""
 
     def _manifests(self) -> list[ManifestFile]:
         added = self._added_data_files
         if len(added) <= MANIFEST_ENTRIES:
-            return super()._manifests()
+            return self._live(super()._manifests())
         self._added_data_files = []  # pyiceberg's manifests without the added files: the existing (and merged) ones
         try:
             others = super()._manifests()
         finally:
             self._added_data_files = added
-        return [self._added_manifest(group) for group in clustered(added, MANIFEST_ENTRIES)] + others
+        return [self._added_manifest(group) for group in clustered(added, MANIFEST_ENTRIES)] + self._live(others)
+
+    def _live(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        """`manifests` without those of earlier snapshots that list no live file: their DELETED entries belong to the
+        snapshot that wrote them, and its own manifest list keeps them. pyiceberg's overwrite carries them forward (its
+        fast append drops them, by the same rule), so each overwrite, delete or merge left one more for every later
+        commit and plan to read: the manifest list grew with the table's history, not with its files."""
+        return [m for m in manifests if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id]
 
     def _added_manifest(self, files: list[DataFile]) -> ManifestFile:
         with self.new_manifest_writer(spec=self._transaction.table_metadata.spec()) as writer:

@@ -392,14 +392,19 @@ def test_a_second_delete_on_merge_on_read_does_not_count_rows_twice(spark, lh, d
         ("lower(name) = 'a'", False, False),
         ("id = 5 and amount * 2 > 3", True, False),  # the term pyiceberg reads prunes; the other is Spark's alone
         ("name = 'it''s'", False, False),  # Spark reads 'it''s' as 'its', pyiceberg as "it's"
+        ("day = DATE'2024-01-01' and id = 5", True, True),  # Spark's typed date literal, read as the date it names
+        ("day between date '2024-01-01' and DATE'2024-01-03'", True, True),
+        ("ts >= DATE'2024-01-01'", False, False),  # Spark makes it a timestamp in the session's time zone
+        ("day = DATE'2024-01-01' or id = 3", False, False),  # a term mixing it with other columns: Spark's alone
     ],
 )
 def test_conditions_prune_only_where_pyiceberg_reads_them_as_spark_does(text, prunes, strict):
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.schema import Schema
-    from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+    from pyiceberg.types import DateType, IntegerType, LongType, NestedField, StringType, TimestamptzType
 
-    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "name", StringType()), NestedField(3, "amount", IntegerType()))
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "name", StringType()), NestedField(3, "amount", IntegerType()),
+                    NestedField(4, "day", DateType()), NestedField(5, "ts", TimestamptzType()))
     prune, exact, null_rejecting = _pruning(text, schema)
     assert (prune != AlwaysTrue()) == prunes
     assert (exact and null_rejecting) == strict

@@ -123,7 +123,10 @@ def _pruning(text: str, schema: Schema) -> tuple[BooleanExpression, bool, bool]:
         try:
             if "''" in term or "\\" in term:
                 raise ValueError("Spark reads 'a''b' as 'ab' and backslashes as escapes; pyiceberg reads them otherwise")
-            parsed = parse(term)
+            plain, dated = _plain_date_literals(term)
+            parsed = parse(plain)
+            if dated and not _on_dates_only(parsed, schema):
+                raise ValueError("a DATE literal compared with a column that is not a date: Spark casts it in its own way")
         except Exception:  # noqa: BLE001 - outside pyiceberg's grammar: this term prunes nothing
             exact = strict = False
             continue
@@ -131,6 +134,44 @@ def _pruning(text: str, schema: Schema) -> tuple[BooleanExpression, bool, bool]:
         exact, strict = exact and term_exact, strict and term_strict
         out = prune if out is None else And(out, prune)
     return (out if out is not None else AlwaysTrue()), exact, strict
+
+
+_DATE_LITERAL = re.compile(r"(?i)\bDATE\s*'(\d{4}-\d{2}-\d{2})'")
+
+
+def _plain_date_literals(term: str) -> tuple[str, bool]:
+    """`term` with Spark's typed date literals (`DATE'2024-01-01'`) as the ISO text pyiceberg reads into a date column,
+    outside string literals; and whether it held any."""
+    out, i, dated = [], 0, False
+    while i < len(term):
+        if term[i] in "'\"`":
+            end = term.find(term[i], i + 1)
+            end = len(term) if end == -1 else end + 1
+            out.append(term[i:end])
+            i = end
+            continue
+        m = _DATE_LITERAL.match(term, i)
+        if m and (i == 0 or not (term[i - 1].isalnum() or term[i - 1] == "_")):
+            out.append(f"'{m.group(1)}'")
+            i, dated = m.end(), True
+            continue
+        out.append(term[i])
+        i += 1
+    return "".join(out), dated
+
+
+def _on_dates_only(expr: BooleanExpression, schema: Schema) -> bool:
+    """Whether every predicate of `expr` is on a date column (the only columns a rewritten DATE literal prunes)."""
+    if isinstance(expr, (And, Or)):
+        return _on_dates_only(expr.left, schema) and _on_dates_only(expr.right, schema)
+    if isinstance(expr, Not):
+        return _on_dates_only(expr.child, schema)
+    if isinstance(expr, UnboundPredicate):
+        try:
+            return isinstance(schema.find_field(expr.term.name, case_sensitive=True).field_type, DateType)
+        except ValueError:  # not a column of the table
+            return False
+    return False
 
 
 def _conjuncts(text: str) -> list[str]:

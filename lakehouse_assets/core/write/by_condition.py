@@ -179,8 +179,10 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     rewrite = not by_position and not physical and position_rewrite.takes(target, read + whole, values or ())  # copy-on-write by position
     if rewrite and values is not None and not _checked(target, values) and sum(f.record_count for f in read) <= position_rewrite.MAX_POSITIONS:
         # One job: the scan feeds the rewrite's tasks, which hold their files' new values (bounded as the positions are).
+        if not read:  # the condition's statistics excluded every file: nothing to scan
+            return 0
         updated = _matched_rows(spark, target, read, condition, values)
-        return position_rewrite.rewrite_with_updates(spark, target, read, None, updated, list(values), changes, target.change_feed) if read else 0
+        return position_rewrite.rewrite_with_updates(spark, target, read, None, updated, list(values), changes, target.change_feed)
     if rewrite:  # the rewrite's tasks read the files and write the change data: the scan reads what the condition and values need
         scan, positions = _positions(spark, target, read, condition, values, position_rewrite.MAX_POSITIONS)
     elif by_position:

@@ -138,3 +138,55 @@ def test_overwrites_and_deletes_leave_no_manifest_of_deleted_entries_only_for_la
     assert_all_readers_agree(lh, spark, duck, name, rows_of([dict(zip(("id", "day", "v"), r)) for r in expected]))
     assert lh.read(spark, name, snapshot_id=first).count() == 30
     assert lh.verify(name, deep=True)["agree"]
+
+
+def test_an_overwrite_decodes_each_manifest_that_may_hold_a_removed_file_once_and_commits_what_pyiceberg_commits(lh, spark, monkeypatch):
+    """The manifests an overwrite may rewrite are read once per commit (pyiceberg's producer reads them twice, for the
+    DELETED entries and for the rewrite); the snapshot is the one pyiceberg's producer makes from the same table."""
+    import collections
+
+    from pyiceberg.manifest import ManifestEntryStatus, ManifestFile
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    from lakehouse_assets.core.formats.iceberg.clustered_manifests import clustered_overwrite
+    from lakehouse_assets.core.formats.iceberg.committer import live_data_files
+    from lakehouse_assets.core.formats.iceberg.one_read_overwrite import OneReadOverwrite
+
+    reads: collections.Counter = collections.Counter()
+    fetch = ManifestFile.fetch_manifest_entry
+
+    def counted(self, io, discard_deleted=True):
+        reads[self.manifest_path] += 1
+        return fetch(self, io, discard_deleted)
+
+    def remove_a_file_of_part_0(name: str, kind) -> tuple[dict, list, int]:
+        for lo in (0, 30, 60):
+            lh.write(_rows(spark, lo, lo + 30), name, **({"partition_by": ["part"]} if lo == 0 else {}))
+        lh.write(_rows(spark, 90, 120).where("part = 1"), name)  # a manifest the removal cannot touch
+        table = lh.load(name)
+        before = table.current_snapshot().manifests(table.io)
+        first = min(before, key=lambda m: m.sequence_number)  # the same manifest of both tables: the first write's
+        victim = min((e.data_file for e in first.fetch_manifest_entry(table.io) if e.data_file.partition[0] == 0), key=lambda f: f.file_path)
+        reads.clear()
+        with monkeypatch.context() as m:
+            m.setattr(ManifestFile, "fetch_manifest_entry", counted)
+            with table.transaction() as tx, clustered_overwrite(tx, {}, None, kind) as producer:
+                producer.delete_data_file(victim)
+        by_path = {m.manifest_path: i for i, m in enumerate(before)}
+        table = lh.load(name)
+        after = table.current_snapshot()
+        shape = sorted(
+            (by_path.get(m.manifest_path, -1), sorted((e.status.name, e.snapshot_id == after.snapshot_id, e.data_file.file_path == victim.file_path)
+                                                      for e in m.fetch_manifest_entry(table.io, discard_deleted=False)))
+            for m in after.manifests(table.io)
+        )
+        deleted = [e.data_file.file_path for m in after.manifests(table.io) for e in m.fetch_manifest_entry(table.io, discard_deleted=False)
+                   if e.status == ManifestEntryStatus.DELETED]
+        assert deleted == [victim.file_path] and len(live_data_files(table)) == len(live_data_files(table, after.parent_snapshot_id)) - 1
+        return {by_path[p]: n for p, n in reads.items()}, shape, len(before)
+
+    ours, ours_shape, manifests_before = remove_a_file_of_part_0("m.once", OneReadOverwrite)
+    theirs, theirs_shape, _ = remove_a_file_of_part_0("m.twice", _OverwriteFiles)
+    assert ours_shape == theirs_shape  # the same manifests reused, rewritten and added, entry for entry
+    assert set(theirs.values()) == {2} and ours == {i: 1 for i in theirs}, (ours, theirs)  # the part-1-only manifest: never read
+    assert manifests_before == 4 and len(ours) == 3

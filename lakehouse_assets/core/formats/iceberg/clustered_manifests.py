@@ -19,6 +19,8 @@ from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, Man
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles, _MergeAppendFiles, _OverwriteFiles, _SnapshotProducer
 
+from .one_read_overwrite import OneReadOverwrite
+
 # About 1.6 MB of manifest with a few columns' bounds (160 bytes an entry, measured on an import of 100,000 files):
 # one manifest to read and rewrite for a change to one partition of that size or smaller.
 MANIFEST_ENTRIES = 10_000
@@ -114,9 +116,9 @@ def clustered_producer(producer: type[_SnapshotProducer]) -> type[_SnapshotProdu
     return type(f"Clustered{producer.__name__.lstrip('_')}", (_ClusteredAdds, producer), {"__doc__": f"{producer.__name__}, its added files clustered."})
 
 
-def clustered_overwrite(tx, summary: dict[str, str], branch: str | None = None, kind: type[_OverwriteFiles] = _OverwriteFiles, **kwargs):
-    """The overwrite producer of `tx` (pyiceberg's `update_snapshot(...).overwrite()`, or `kind` with `kwargs`),
-    clustered: an overwrite of a table, or a branch, without a snapshot yet is an append, as pyiceberg makes it."""
+def clustered_overwrite(tx, summary: dict[str, str], branch: str | None = None, kind: type[_OverwriteFiles] = OneReadOverwrite, **kwargs):
+    """The overwrite producer of `tx` (pyiceberg's `update_snapshot(...).overwrite()` reading each manifest it may
+    rewrite once, or `kind` with `kwargs`), clustered: an overwrite of a table, or a branch, without a snapshot yet is an append, as pyiceberg makes it."""
     target = {"branch": branch} if branch is not None else {}
     operation = Operation.OVERWRITE if tx.table_metadata.snapshot_by_name(branch or "main") is not None else Operation.APPEND
     return clustered_producer(kind)(operation=operation, transaction=tx, io=tx._table.io, snapshot_properties=summary, **target, **kwargs)

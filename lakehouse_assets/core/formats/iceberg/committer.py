@@ -123,7 +123,7 @@ def commit_files(
     """
     if not adds and not removes and not removed_delete_files and not added_delete_files:
         return None
-    # (an overwrite's producer reads every manifest its removed files' partitions may be in, twice)
+    # (an overwrite's producer reads every manifest its removed files' partitions may be in, once: one_read_overwrite.py)
     with collector_paused(), MetadataCachingTransaction(table, single_attempt=single_attempt) as tx:
         if stage is not None:
             stage(tx)  # e.g. the schema change these files need: same transaction, one atomic commit

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pyiceberg.manifest import DataFileContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table.update.snapshot import _OverwriteFiles
+from pyiceberg.typedef import KeyDefaultDict
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 
@@ -23,14 +24,8 @@ class OneReadOverwrite(_OverwriteFiles):
             self._existing = None
             return super()._deleted_entries()
         manifests = parent.manifests(self._io)
-        evaluators: dict[int, object] = {}
-
-        def may_hold(m: ManifestFile) -> bool:
-            if m.partition_spec_id not in evaluators:
-                evaluators[m.partition_spec_id] = self._build_manifest_evaluator(m.partition_spec_id)
-            return evaluators[m.partition_spec_id](m)
-
-        relevant = [m for m in manifests if may_hold(m)]
+        evaluators = KeyDefaultDict(self._build_manifest_evaluator)
+        relevant = [m for m in manifests if evaluators[m.partition_spec_id](m)]
         read = dict(zip((m.manifest_path for m in relevant), ExecutorFactory.get_or_create().map(self._live_entries, relevant)))
         deleted = [
             ManifestEntry.from_args(status=ManifestEntryStatus.DELETED, snapshot_id=self._snapshot_id, sequence_number=e.sequence_number,

@@ -42,6 +42,7 @@ def _write(lakehouse_kwargs: dict, identifier: str, i: int, n: int, mode: str, b
 
     if not lock:  # as on a catalog without the commit lock (REST, Glue): the commits race, the losers re-validate
         commit_lock.holding = lambda *args, **kw: contextlib.nullcontext(False)
+        commit_lock.committing = lambda *args, **kw: contextlib.nullcontext(commit_lock.Turn(False))
 
     lh = Lakehouse(**lakehouse_kwargs)
     frame = rows(i, n, version)

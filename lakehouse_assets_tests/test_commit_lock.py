@@ -1,6 +1,6 @@
 """The table's commit lock (core/table/commit_lock.py): a waiter is woken when the writer ahead lets go, and a wait that
 runs out passes the lock by without keeping it, on the embedded SQLite catalog's file lock and on PostgreSQL's
-advisory lock."""
+advisory lock; its two stages let the next writer commit its snapshot while one writes its Delta version, in order."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import threading
 import time
 
+import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from lakehouse_assets.core.table import commit_lock
@@ -106,3 +107,45 @@ def test_the_postgres_lock_waits_in_postgres_and_its_bound_applies_to_that_wait_
     with catalog.engine.connect() as conn:
         settings = {conn.execute(text("SHOW lock_timeout")).scalar() for _ in range(3)}
     assert settings == {"0"}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_next_writer_commits_its_snapshot_while_one_writes_its_delta_version_and_the_delta_versions_keep_their_order(kind, request, tmp_path, caplog):
+    uri = f"sqlite:///{tmp_path}/catalog.db" if kind == "sqlite" else request.getfixturevalue("postgres").urls["sqlalchemy"]
+    catalog = SqlCatalog("locks", uri=uri, warehouse=f"file://{tmp_path}")
+    events, errors = [], []
+    a_writes_delta, b_committed = threading.Event(), threading.Event()
+
+    def writer(name, before, during_delta):
+        try:
+            if before is not None:
+                assert before.wait(30)
+            with commit_lock.committing(catalog, "db.t", 30) as turn:
+                assert turn.locked
+                events.append(f"{name} iceberg")
+                if name == "b":
+                    b_committed.set()
+                turn.to_delta()  # b waits here until a has written its Delta version
+                events.append(f"{name} delta")
+                if during_delta is not None:
+                    during_delta()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def a_during_delta():
+        a_writes_delta.set()
+        assert b_committed.wait(30), "b could not commit its snapshot while a held the Delta stage"
+        # Both stages are taken now: a check that needs no commit in flight waits, and gives up after its bound.
+        with caplog.at_level(logging.WARNING, logger="lakehouse"), commit_lock.holding(catalog, "db.t", 0.3) as got:
+            assert got is False
+        events.append("a wrote its version")
+
+    threads = [threading.Thread(target=writer, args=("a", None, a_during_delta)), threading.Thread(target=writer, args=("b", a_writes_delta, None))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert events == ["a iceberg", "a delta", "b iceberg", "a wrote its version", "b delta"]
+    with commit_lock.holding(catalog, "db.t", 5) as got:  # both stages free again
+        assert got is True

@@ -3,21 +3,29 @@
 Iceberg commits are optimistic: each writer commits with the catalog's compare-and-swap, and a writer that lost
 re-validates and tries again (core/write/transaction.py). With many writers at once (a backfill's runs), most attempts
 lose, and each lost attempt has already written its manifests and metadata: N writers cost about N²/2 attempts. So the
-project's writers first queue on a lock of the table in the catalog's own database, and commit (Iceberg, then the
-Delta version) while holding it: every commit then lands on its first attempt, in turn, and the Delta versions follow
-the snapshots without racing for the log. Waiters block in the kernel or the database, which wakes the next one as
-the lock is released: none polls, so the one committing keeps the CPU.
+project's writers first queue on a lock of the table in the catalog's own database, and commit while holding it: every
+commit then lands on its first attempt, in turn, and the Delta versions follow the snapshots without racing for the
+log. Waiters block in the kernel or the database, which wakes the next one as the lock is released: none polls, so the
+one committing keeps the CPU.
 
-    embedded SQLite   an advisory file lock (flock) beside catalog.db: the catalog is a local file, so every writer
-                      runs on this machine; the kernel releases it when a writer dies
-    PostgreSQL        a session advisory lock (pg_advisory_lock) on its own connection: writers on any machine;
-                      released when the connection closes, a dead writer's too
+The lock has two stages, taken in this order, so that commits flow like a pipeline (`committing`): a writer holds the
+Iceberg stage for its Iceberg commit, then takes the Delta stage (it waits there for the writer ahead to finish its
+Delta version) and only then lets the Iceberg stage go. The next writer commits its snapshot while this one writes its
+Delta version, and the Delta versions still follow the snapshots in order: each writer enters the Delta stage before
+the writer behind it can leave the Iceberg stage. N writers in a queue then wait for N times the longer stage, not for
+N times both. `holding` takes both stages: while it is held no writer of the project is halfway through a commit
+(the formats-agree check, an erasure).
+
+    embedded SQLite   an advisory file lock (flock) per stage beside catalog.db: the catalog is a local file, so
+                      every writer runs on this machine; the kernel releases it when a writer dies
+    PostgreSQL        a session advisory lock (pg_advisory_lock) per stage on its own connection: writers on any
+                      machine; released when the connection closes, a dead writer's too
 
 The lock only orders this project's writers; another engine's commits still race, and the compare-and-swap and the
-re-validation keep those safe. A lock not obtained within the wait bound is passed by (logged): the commit then races
+re-validation keep those safe. A stage not obtained within the wait bound is passed by (logged): the commit then races
 as it would without it. Other catalogs (REST, Glue) have no such lock here and race.
 
-Within one process the lock is re-entrant for its thread (a write inside another write's commit, as tests stage
+Within one process each stage is re-entrant for its thread (a write inside another write's commit, as tests stage
 races) and other threads of the process queue on it too.
 """
 
@@ -35,17 +43,59 @@ log = logging.getLogger("lakehouse")
 WAIT_SECONDS = 300.0  # the longest a commit waits for the writers ahead of it
 _local: dict[str, threading.RLock] = {}
 _held: dict[str, int] = {}  # lock key -> how deep this process's owning thread holds it
+DELTA_STAGE = ":delta"  # the Delta stage's key: the Iceberg stage's key with this suffix
 _registry = threading.Lock()
 
 
 @contextlib.contextmanager
 def holding(catalog, identifier: str, wait_seconds: float = WAIT_SECONDS) -> Iterator[bool]:
-    """Hold the commit lock of `identifier` in `catalog` (yields whether one is held: False where the catalog has none,
-    or the wait ran out)."""
+    """Hold both stages of the commit lock of `identifier` in `catalog`: no writer of the project is halfway through a
+    commit meanwhile (yields whether both are held: False where the catalog has none, or a wait ran out)."""
     key = _key(catalog, identifier)
     if key is None:
         yield False
         return
+    with _stage(catalog, key, identifier, wait_seconds) as iceberg, _stage(catalog, key + DELTA_STAGE, identifier, wait_seconds) as delta:
+        yield iceberg and delta
+
+
+class Turn:
+    """A writer's place in the commit queue (`committing`): `locked` whether it holds the Iceberg stage; `to_delta()`
+    once its Iceberg commit is done."""
+
+    def __init__(self, locked: bool, to_delta=None):
+        self.locked = locked
+        self._to_delta = to_delta
+
+    def to_delta(self) -> None:
+        """Take the Delta stage (after the writer ahead has written its Delta version), then let the Iceberg stage go
+        to the writer behind. Once only; nothing where the catalog has no lock."""
+        if self._to_delta is not None:
+            self._to_delta, step = None, self._to_delta
+            step()
+
+
+@contextlib.contextmanager
+def committing(catalog, identifier: str, wait_seconds: float = WAIT_SECONDS) -> Iterator[Turn]:
+    """A commit's turn: the Iceberg stage held from now, the Delta stage from `Turn.to_delta()` to the end."""
+    key = _key(catalog, identifier)
+    if key is None:
+        yield Turn(False)
+        return
+    with contextlib.ExitStack() as delta, contextlib.ExitStack() as iceberg:
+        locked = iceberg.enter_context(_stage(catalog, key, identifier, wait_seconds))
+
+        def to_delta() -> None:
+            delta.enter_context(_stage(catalog, key + DELTA_STAGE, identifier, wait_seconds))
+            iceberg.close()
+
+        yield Turn(locked, to_delta)
+
+
+@contextlib.contextmanager
+def _stage(catalog, key: str, identifier: str, wait_seconds: float) -> Iterator[bool]:
+    """Hold one stage (`key`) of the lock: re-entrant for this thread, queued behind this process's other threads,
+    then behind other processes."""
     with _registry:
         local = _local.setdefault(key, threading.RLock())
     if not local.acquire(timeout=wait_seconds):

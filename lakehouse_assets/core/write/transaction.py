@@ -86,17 +86,20 @@ def commit(
     `branch`: commit to that Iceberg branch (`table` is the branch's view, core/table/branches.py). Delta
     mirrors main only, so nothing reaches the Delta log until the branch is published.
 
-    The commit holds the table's commit lock (core/table/commit_lock.py) from the Iceberg commit to the Delta version:
-    the project's writers sharing a SQL catalog commit in turn instead of racing.
+    The commit queues on the table's commit lock (core/table/commit_lock.py): its Iceberg stage for the Iceberg commit,
+    its Delta stage for the Delta version. The project's writers sharing a SQL catalog commit in turn instead of
+    racing, the next one's Iceberg commit while this one writes its Delta version.
     """
-    with commit_lock.holding(ctx.catalog, identifier) as locked:
-        return _commit(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, delta, branch, locked)
+    with commit_lock.committing(ctx.catalog, identifier) as turn:
+        return _commit(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, delta, branch, turn)
 
 
 def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str,
-            schema_plan: SchemaPlan | None, revalidate: conflicts.Check | None, delta, branch: str | None, locked: bool) -> WriteResult:
-    """`commit`'s work; `locked`: it holds the commit lock, so the writers ahead of it have committed: it reads the
-    table again first and re-validates against what they committed, instead of losing the race to them."""
+            schema_plan: SchemaPlan | None, revalidate: conflicts.Check | None, delta, branch: str | None, turn: commit_lock.Turn) -> WriteResult:
+    """`commit`'s work; `turn.locked`: it holds the lock's Iceberg stage, so the writers ahead of it have committed
+    their snapshots: it reads the table again first and re-validates against what they committed, instead of losing
+    the race to them."""
+    locked = turn.locked
     started = time.monotonic()
     mirror = ctx.mirror(table) if ctx.delta_enabled(table) and branch is None else None
     if mirror is not None and delta is not None:
@@ -122,6 +125,9 @@ def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChang
         if error is None:
             raise
         raise error from e
+    turn.to_delta()  # the writer behind may commit its snapshot while this one writes its Delta version
+    if mirror is not None:
+        mirror.log_may_have_moved()  # the writer ahead wrote its Delta version while this one committed its snapshot
     iceberg_done = time.monotonic()
     result = WriteResult.for_table(identifier, table, mode, snapshot.snapshot_id if snapshot else _current_id(table))
     result.branch = branch

@@ -99,6 +99,11 @@ class DeltaMirror:
         """A log this process read moments ago (the write's foreign-version check): `next_version` updates it instead of loading."""
         self._loaded, self._updated = delta, False
 
+    def log_may_have_moved(self) -> None:
+        """Another writer may have written Delta versions since `next_version` read the log (the writer ahead in the
+        commit lock's queue writes its version while this one commits its snapshot): `sync` reads what landed first."""
+        self._updated = False
+
     def append_only(self) -> bool:
         """Whether the Delta table sets `delta.appendOnly=true` (the log `next_version` read, else loaded). A log that
         cannot be read says no: Delta trouble never fails the Iceberg commit, and the mirror step reports it."""

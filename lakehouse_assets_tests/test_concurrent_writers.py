@@ -11,6 +11,7 @@ process, through the commit seam the merge tests use.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,6 +96,68 @@ def test_two_overwrites_of_the_same_partition_one_lands_and_the_other_is_refused
     referenced = {e.data_file.file_path for s in table.snapshots() for m in s.manifests(table.io) for e in m.fetch_manifest_entry(table.io, discard_deleted=False)}
     on_disk = {f"file://{os.path.join(d, n)}" for d, _, names in os.walk(os.path.join(warehouse, "bf", "events", "data")) for n in names}
     assert on_disk == referenced  # the refused write's files are gone
+
+
+CHANGE_DATA_BEFORE_THE_LOCK = """
+import sys
+
+import pyarrow as pa
+
+from lakehouse_assets import Lakehouse, Window
+from lakehouse_assets.core.formats.iceberg import committer as ic
+from lakehouse_assets.core.read import arrow_changes
+from lakehouse_assets_tests import concurrent_writers as cw
+
+lh = Lakehouse(warehouse=sys.argv[1])
+lh.write(pa.concat_tables([cw.rows(i, 100) for i in range(2)]), "bf.events", partition_by=["day"])
+
+
+def computed_by_the_mirror(*args, **kwargs):
+    raise AssertionError("the mirror computed the overwrite's change data while holding the commit lock's Delta stage")
+
+
+arrow_changes.small_change_rows = computed_by_the_mirror
+result = lh.write(cw.rows(0, 100, 2), "bf.events", mode="overwrite", window=Window("day", cw.day(0), cw.day(1)))
+assert not result.delta_lagging, result.warnings
+
+
+def catalog_down(*args, **kwargs):
+    raise OSError("the catalog is down")
+
+
+ic.commit_files = catalog_down
+try:
+    lh.write(cw.rows(1, 100, 2), "bf.events", mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))
+except Exception as e:
+    print("refused:", type(e).__name__)
+"""
+
+
+def test_a_frame_overwrite_writes_its_change_data_before_the_commit_and_a_failed_commit_removes_it(spark, tmp_path):
+    """A write without Spark (a process of its own, as a backfill's run) writes its overwrite's change data before it
+    commits, so the mirror only writes the Delta version while it holds the commit lock's Delta stage; the feed is the
+    rows the overwrite changed, and a commit that fails removes those files with the data files."""
+    from lakehouse_assets import Lakehouse
+
+    warehouse = tmp_path / "warehouse"
+    done = subprocess.run([sys.executable, "-c", CHANGE_DATA_BEFORE_THE_LOCK, str(warehouse)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "refused: " in done.stdout, done.stdout
+    lh = Lakehouse(str(warehouse))
+    table = lh.load(T)
+    first = table.snapshots()[0]
+    columns = ["id", "value", "_change_type", "_commit_version"]
+    changes = sorted(tuple(r[c] for c in columns) for r in lh.changes(T, first.snapshot_id).collect())
+    feed = pa.table(DeltaTable(table.location()).load_cdf(starting_version=2).read_all()).to_pylist()
+    assert sorted(tuple(r[c] for c in columns) for r in feed) == changes and len(changes) == 100  # day 0's odd ids, out and in
+    root = os.path.join(str(warehouse), "bf", "events")
+    referenced = set()
+    for name in os.listdir(os.path.join(root, "_delta_log")):
+        if name.endswith(".json"):
+            with open(os.path.join(root, "_delta_log", name)) as f:
+                referenced |= {json.loads(line)["cdc"]["path"] for line in f if '"cdc"' in line}
+    assert set(os.listdir(os.path.join(root, "_change_data"))) == {os.path.basename(p) for p in referenced}  # the failed write's are gone
 
 
 def test_appends_racing_at_once_all_land(lh, spark, duck, warehouse):

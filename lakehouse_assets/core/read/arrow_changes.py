@@ -30,20 +30,31 @@ _SIGN = "_lakehouse_sign"
 def small_change_rows(table: Table, change: SnapshotChange, parent, spark_schema, storage: StorageConfig) -> pa.Table | None:
     """The rows `change` changed (columns of `spark_schema` and the change type; empty: none), or None when this
     change is not one to compute here (see the module docstring). `parent`: the snapshot before it."""
-    if _spark_running() or _paired(change.snapshot):
-        return None
-    if sum(f.file_size_in_bytes for f in (*change.adds, *change.removes)) > MAX_BYTES:
+    if _spark_running() or _paired(change.snapshot) or _bytes(change.adds, change.removes) > MAX_BYTES:
         return None
     if has_delete_files(table, change.snapshot) or (parent is not None and has_delete_files(table, parent)):
+        return None
+    return planned_change_rows(change.adds, change.removes, spark_schema, storage)
+
+
+def planned_change_rows(adds, removes, spark_schema, storage: StorageConfig) -> pa.Table | None:
+    """The rows a change that replaces the data files `removes` with `adds` makes (as `small_change_rows`), before it is
+    committed: the caller knows that no delete file is involved and that its rows do not pair by key. None when not
+    computed here: a Spark session is running, the files are too large, or a column's type is not one pyarrow groups by."""
+    if _spark_running() or _bytes(adds, removes) > MAX_BYTES:
         return None
     from ..spark.compat import arrow_schema
 
     schema = arrow_schema(spark_schema)
     if not all(_groupable(f.type) for f in schema):
         return None
-    removed = _read(change.removes, spark_schema, schema, storage)
-    added = _read(change.adds, spark_schema, schema, storage)
+    removed = _read(removes, spark_schema, schema, storage)
+    added = _read(adds, spark_schema, schema, storage)
     return net_changes(removed, added)
+
+
+def _bytes(adds, removes) -> int:
+    return sum(f.file_size_in_bytes for f in (*adds, *removes))
 
 
 def net_changes(removed: pa.Table, added: pa.Table) -> pa.Table:

@@ -25,10 +25,13 @@ import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
 from ..formats import file_columns, history
+from ..formats.deletes import has_delete_files
 from ..formats.delta.log_commit import CHANGE_DATA_DIR
 from ..formats.delta.values import partition_value
 from ..formats.snapshot_changes import SnapshotChange
-from ..io.storage import StorageConfig, join_uri
+from ..io.storage import StorageConfig, join_uri, normalize_uri
+from ..model import FileChanges
+from ..properties import SummaryKeys
 from ..read.change_types import CHANGE_TYPE
 from ..schema.conform import conform_batch
 from ..schema.spec import delta_partition_columns
@@ -79,6 +82,32 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
         tasks = max(1, min(default_parallelism(spark), -(-read // CHANGE_BYTES_PER_TASK)))
         files = [r.asDict() for r in rows.coalesce(tasks).mapInArrow(writer, "path string, size long, partition_values string").collect()]
     return file_actions(files, writer)
+
+
+def write_before_commit(table: Table, schema, storage: StorageConfig, changes: FileChanges, summary: dict[str, str]) -> None:
+    """The change data of a small plan that replaces files (an overwrite of a frame written without Spark), written
+    before its commit into `changes.change_data` (its files in `changes.created`, removed if the commit does not land).
+
+    The mirror then writes the Delta version alone, holding the second stage of the table's commit lock
+    (core/table/commit_lock.py) for that only, not for reading the replaced files and writing their rows as well: in a
+    queue of writers, the time each holds a stage is what the last one waits for. The rows are the same the mirror
+    would compute from the snapshot (the plan's files are the snapshot's: a re-validated commit keeps them). Left to the
+    mirror when the plan has its change data already, removes nothing, involves delete files (the table's or its own),
+    pairs rows by key, or is not one core/read/arrow_changes.py computes in this process (Spark running, large files)."""
+    from ..read.arrow_changes import planned_change_rows
+
+    if changes.change_data is not None or not changes.removes or changes.added_delete_files or changes.removed_delete_files:
+        return
+    if summary.get(SummaryKeys.MERGE_KEYS) or summary.get(SummaryKeys.UPDATE_KEYS) or has_delete_files(table):
+        return
+    rows = planned_change_rows(changes.adds, changes.removes, iceberg_to_spark_schema(schema, field_ids=column_names_moved(table)), storage)
+    if rows is None:
+        return
+    root = normalize_uri(table.location())
+    writer = change_data_writer(table, schema, root, storage, uuid.uuid4().hex)
+    actions = file_actions([row for out in writer(iter(rows.to_batches())) for row in out.to_pylist()], writer)
+    changes.created += [join_uri(root, a["path"]) for a in actions]
+    changes.change_data = actions
 
 
 def change_data_writer(table: Table, schema, root_uri: str, storage: StorageConfig, write_id: str) -> "ChangeDataWriter":

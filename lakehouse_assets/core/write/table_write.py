@@ -45,7 +45,7 @@ from ..spark.session import active_session
 from ..table import branches, tables
 from ..table.context import TableContext
 from ..table.evolution import evolved_schema, types_were_widened
-from . import arrow_frames, conflicts, transaction, write_modes
+from . import arrow_frames, change_data, conflicts, transaction, write_modes
 from .adoption import adoption_rewrite
 from .merge import batch as merge_batch
 from .merge import merge as merge_
@@ -264,6 +264,8 @@ def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: Write
     changes = FileChanges()
     try:
         summary |= write_modes.plan(target, request, df, changes, widen_types=delta_on and bool(schema_plan.widen), key_stats=key_stats, session=session)
+        if target.change_feed and schema_plan.empty:
+            change_data.write_before_commit(table, target.schema, ctx.storage, changes, summary)  # off the commit lock's Delta stage
     except BaseException:
         delete_files(ctx.storage, changes.created)  # nothing was committed
         raise

@@ -90,6 +90,7 @@ def commit(
     its Delta stage for the Delta version. The project's writers sharing a SQL catalog commit in turn instead of
     racing, the next one's Iceberg commit while this one writes its Delta version.
     """
+    ic.start_manifest_threads()  # not while the writers behind this one wait on the lock
     with commit_lock.committing(ctx.catalog, identifier) as turn:
         return _commit(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, delta, branch, turn)
 

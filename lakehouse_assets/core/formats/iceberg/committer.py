@@ -52,6 +52,27 @@ def data_files_from_written(table: Table, root_uri: str, written: Iterable[Writt
     return out
 
 
+_pool_started_in: int | None = None  # the process whose pyiceberg thread pool has its threads started
+
+
+def start_manifest_threads(threads: int = 4) -> None:
+    """Start the threads of pyiceberg's thread pool, on which a snapshot commit writes its manifests, once per process.
+
+    A ThreadPoolExecutor starts a thread per task submitted while none is idle, so a process's first commit started
+    them (2 or 3) itself: a few milliseconds each on a busy machine, spent while the table's commit lock holds the
+    writers behind it (a backfill's run commits once, so always its first). Tasks that stay busy a moment make the pool
+    start `threads` of them (at most its max-workers) before the lock is taken."""
+    import os
+    import time
+
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    global _pool_started_in
+    if _pool_started_in != os.getpid():
+        list(ExecutorFactory.get_or_create().map(time.sleep, [0.002] * threads))
+        _pool_started_in = os.getpid()
+
+
 class MetadataCachingTransaction(Transaction):
     """pyiceberg's Transaction, computing its staged metadata once per staged change, without copying history.
 

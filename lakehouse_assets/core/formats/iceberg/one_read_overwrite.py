@@ -26,7 +26,9 @@ class OneReadOverwrite(_OverwriteFiles):
         manifests = parent.manifests(self._io)
         evaluators = KeyDefaultDict(self._build_manifest_evaluator)
         relevant = [m for m in manifests if evaluators[m.partition_spec_id](m)]
-        read = dict(zip((m.manifest_path for m in relevant), ExecutorFactory.get_or_create().map(self._live_entries, relevant)))
+        # One manifest (an overwrite of one partition, usually) on this thread: no hand-over to the pool and back.
+        entries = map(self._live_entries, relevant) if len(relevant) <= 1 else ExecutorFactory.get_or_create().map(self._live_entries, relevant)
+        read = dict(zip((m.manifest_path for m in relevant), entries))
         deleted = [
             ManifestEntry.from_args(status=ManifestEntryStatus.DELETED, snapshot_id=self._snapshot_id, sequence_number=e.sequence_number,
                                     file_sequence_number=e.file_sequence_number, data_file=e.data_file)

@@ -279,6 +279,64 @@ def test_a_writer_killed_during_its_revalidation_leaves_the_table_clean(lh, spar
     assert_all_readers_agree(lh, spark, duck, T, _expected({0: 5, 1: 6}))
 
 
+KILLED_IN_THE_DELTA_STAGE = """
+import sys, time
+from lakehouse_assets import Lakehouse, Window
+from lakehouse_assets.core.write import transaction
+from lakehouse_assets_tests import concurrent_writers as cw
+
+warehouse, signal_file = sys.argv[1], sys.argv[2]
+
+def stuck(*args, **kw):  # its snapshot is committed and it holds the lock's Delta stage: the test kills it here
+    open(signal_file, "w").close()
+    time.sleep(120)
+
+transaction.mirror_to_delta = stuck
+Lakehouse(warehouse=warehouse).write(cw.rows(0, {rows}, 7), "{table}", mode="overwrite", window=Window("day", cw.day(0), cw.day(1)))
+"""
+
+
+def test_a_writer_killed_holding_the_delta_stage_is_caught_up_by_the_writer_queued_behind_it(lh, spark, duck, warehouse, tmp_path):
+    """The commit lock's two stages: a writer killed after its Iceberg snapshot, while it holds the Delta stage, lets
+    the writer behind it commit its own snapshot meanwhile; once the kill frees the stage, that writer writes the
+    killed one's Delta version, then its own, in the snapshots' order, with the change feed of both."""
+    import threading
+
+    _populated(lh, 2)
+    before = lh.load(T).current_snapshot().snapshot_id
+    signal_file = tmp_path / "holding-the-delta-stage"
+    script = tmp_path / "killed_in_the_delta_stage.py"
+    script.write_text(textwrap.dedent(KILLED_IN_THE_DELTA_STAGE).format(rows=ROWS, table=T))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, str(script), warehouse, str(signal_file)], cwd=root, env={**os.environ, "PYTHONPATH": root})
+    behind: dict = {}
+    try:
+        deadline = time.monotonic() + 180
+        while not signal_file.exists():
+            assert proc.poll() is None, f"the writer ended before its Delta stage (exit {proc.returncode})"
+            assert time.monotonic() < deadline, "the writer never reached its Delta stage"
+            time.sleep(0.1)
+        writer = threading.Thread(target=lambda: behind.update(result=lh.write(cw.rows(1, ROWS, 8), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))))
+        writer.start()
+        while len(lh.load(T).snapshots()) < 3:  # the writer behind committed its snapshot while the other holds the Delta stage
+            assert writer.is_alive() and time.monotonic() < deadline, "the writer behind did not commit its snapshot"
+            time.sleep(0.05)
+        assert writer.is_alive()  # and waits for the Delta stage
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    writer.join(120)
+    result = behind["result"]
+    assert not result.delta_lagging and result.delta_version == 3, result.warnings
+    _delta_follows_iceberg(lh)
+    assert_all_readers_agree(lh, spark, duck, T, _expected({0: 7, 1: 8}))
+    assert lh.verify(T, deep=True)["agree"]
+    columns = ["id", "value", "_change_type", "_commit_version"]
+    changes = sorted(tuple(r[c] for c in columns) for r in lh.changes(T, before).collect())
+    feed = pa.table(DeltaTable(lh.load(T).location()).load_cdf(starting_version=2).read_all()).to_pylist()
+    assert sorted(tuple(r[c] for c in columns) for r in feed) == changes and len(changes) == 2 * ROWS
+
+
 LAUNCH_BACKFILL = """
 mutation Launch($params: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $params) {

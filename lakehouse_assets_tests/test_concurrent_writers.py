@@ -272,9 +272,12 @@ def test_a_writer_killed_during_its_revalidation_leaves_the_table_clean(lh, spar
     assert_all_readers_agree(lh, spark, duck, T, _expected({0: 5, 1: 0}))
     _delta_follows_iceberg(lh)
     assert lh.verify(T)["agree"]
-    # Its files are orphans no snapshot or version references: orphan cleanup removes them, and the next write lands.
+    # Its files are orphans no snapshot or version references (its data file and the change data it wrote before its
+    # commit): orphan cleanup removes them, and the next write lands.
     cleaned = lh.maintain(T, "orphan_cleanup", orphan_grace_hours=0)
-    assert cleaned["orphans_found"] >= 1 and all(p.startswith("data/day=2024-01-02/") for p in cleaned["orphan_paths"]), cleaned["orphan_paths"]
+    orphans = cleaned["orphan_paths"]
+    assert {p.split("/")[0] for p in orphans} == {"data", "_change_data"}, orphans
+    assert all(p.startswith(("data/day=2024-01-02/", "_change_data/cdc-")) for p in orphans), orphans
     lh.write(cw.rows(1, ROWS, 6), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))
     assert_all_readers_agree(lh, spark, duck, T, _expected({0: 5, 1: 6}))
 

@@ -252,22 +252,32 @@ lh.write(cw.rows(1, {rows}, 6), "{table}", mode="overwrite", window=Window("day"
 """
 
 
-def test_a_writer_killed_during_its_revalidation_leaves_the_table_clean(lh, spark, duck, warehouse, tmp_path):
-    _populated(lh, 2)
-    signal_file = tmp_path / "revalidating"
-    script = tmp_path / "killed_writer.py"
-    script.write_text(textwrap.dedent(KILLED_WRITER).format(rows=ROWS, table=T))
+def _writer_at(script: str, tmp_path, warehouse, signal_name: str, what: str) -> subprocess.Popen:
+    """A writer process running `script` (formatted with the test's rows and table), once it has reached `what`,
+    which it signals by creating the file `signal_name`."""
+    signal_file = tmp_path / signal_name
+    path = tmp_path / f"{signal_name}.py"
+    path.write_text(textwrap.dedent(script).format(rows=ROWS, table=T))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([sys.executable, str(script), warehouse, str(signal_file)], cwd=root, env={**os.environ, "PYTHONPATH": root})
+    proc = subprocess.Popen([sys.executable, str(path), warehouse, str(signal_file)], cwd=root, env={**os.environ, "PYTHONPATH": root})
     try:
         deadline = time.monotonic() + 180
         while not signal_file.exists():
-            assert proc.poll() is None, f"the writer ended before re-validating (exit {proc.returncode})"
-            assert time.monotonic() < deadline, "the writer never re-validated"
+            assert proc.poll() is None, f"the writer ended before {what} (exit {proc.returncode})"
+            assert time.monotonic() < deadline, f"the writer never reached {what}"
             time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
+    except BaseException:
+        proc.kill()
         proc.wait(timeout=60)
+        raise
+    return proc
+
+
+def test_a_writer_killed_during_its_revalidation_leaves_the_table_clean(lh, spark, duck, warehouse, tmp_path):
+    _populated(lh, 2)
+    proc = _writer_at(KILLED_WRITER, tmp_path, warehouse, "revalidating", "its re-validation")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
     # The concurrent overwrite of day 0 landed; the killed write of day 1 did not, in either format.
     assert_all_readers_agree(lh, spark, duck, T, _expected({0: 5, 1: 0}))
     _delta_follows_iceberg(lh)
@@ -307,18 +317,10 @@ def test_a_writer_killed_holding_the_delta_stage_is_caught_up_by_the_writer_queu
 
     _populated(lh, 2)
     before = lh.load(T).current_snapshot().snapshot_id
-    signal_file = tmp_path / "holding-the-delta-stage"
-    script = tmp_path / "killed_in_the_delta_stage.py"
-    script.write_text(textwrap.dedent(KILLED_IN_THE_DELTA_STAGE).format(rows=ROWS, table=T))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([sys.executable, str(script), warehouse, str(signal_file)], cwd=root, env={**os.environ, "PYTHONPATH": root})
+    proc = _writer_at(KILLED_IN_THE_DELTA_STAGE, tmp_path, warehouse, "holding-the-delta-stage", "its Delta stage")
     behind: dict = {}
     try:
         deadline = time.monotonic() + 180
-        while not signal_file.exists():
-            assert proc.poll() is None, f"the writer ended before its Delta stage (exit {proc.returncode})"
-            assert time.monotonic() < deadline, "the writer never reached its Delta stage"
-            time.sleep(0.1)
         writer = threading.Thread(target=lambda: behind.update(result=lh.write(cw.rows(1, ROWS, 8), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))))
         writer.start()
         while len(lh.load(T).snapshots()) < 3:  # the writer behind committed its snapshot while the other holds the Delta stage

@@ -342,6 +342,33 @@ def test_a_writer_killed_holding_the_delta_stage_is_caught_up_by_the_writer_queu
     assert sorted(tuple(r[c] for c in columns) for r in feed) == changes and len(changes) == 2 * ROWS
 
 
+def test_a_commit_that_cannot_take_the_delta_stage_still_writes_its_delta_version(lh, spark, duck, monkeypatch, caplog):
+    """The snapshot has landed when a writer takes the lock's Delta stage: if the lock's database fails it then, the
+    write still succeeds and writes its Delta version without the stage (put-if-absent, retried), saying so."""
+    import contextlib
+    import logging
+
+    from lakehouse_assets.core.table import commit_lock
+
+    _populated(lh, 2)
+    real = commit_lock._acquired
+
+    @contextlib.contextmanager
+    def delta_stage_fails(catalog, key, identifier, wait_seconds):
+        if key.endswith(commit_lock.DELTA_STAGE):
+            raise OSError("the lock's database went away")
+        with real(catalog, key, identifier, wait_seconds) as held:
+            yield held
+
+    monkeypatch.setattr(commit_lock, "_acquired", delta_stage_fails)
+    with caplog.at_level(logging.WARNING, logger="lakehouse"):
+        result = lh.write(cw.rows(1, ROWS, 3), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))
+    assert not result.delta_lagging and result.delta_version == 2, result.warnings
+    assert "could not take the Delta stage of the commit lock (OSError: the lock's database went away)" in caplog.text
+    _delta_follows_iceberg(lh)
+    assert_all_readers_agree(lh, spark, duck, T, _expected({0: 0, 1: 3}))
+
+
 LAUNCH_BACKFILL = """
 mutation Launch($params: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $params) {

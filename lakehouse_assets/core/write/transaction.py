@@ -126,10 +126,13 @@ def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChang
         if error is None:
             raise
         raise error from e
-    turn.to_delta()  # the writer behind may commit its snapshot while this one writes its Delta version
+    iceberg_done = time.monotonic()
+    try:
+        turn.to_delta()  # the writer behind may commit its snapshot while this one writes its Delta version
+    except Exception as e:  # noqa: BLE001 - the snapshot has landed; a Delta commit is put-if-absent and retried without the stage too
+        log.warning("Table %s: could not take the Delta stage of the commit lock (%s: %s); writing the Delta version without it", identifier, type(e).__name__, e)
     if mirror is not None:
         mirror.log_may_have_moved()  # the writer ahead wrote its Delta version while this one committed its snapshot
-    iceberg_done = time.monotonic()
     result = WriteResult.for_table(identifier, table, mode, snapshot.snapshot_id if snapshot else _current_id(table))
     result.branch = branch
     result.files_added = len(changes.adds)

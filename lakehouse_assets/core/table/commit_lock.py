@@ -23,7 +23,8 @@ N times both. `holding` takes both stages: while it is held no writer of the pro
 
 The lock only orders this project's writers; another engine's commits still race, and the compare-and-swap and the
 re-validation keep those safe. A stage not obtained within the wait bound is passed by (logged): the commit then races
-as it would without it. Other catalogs (REST, Glue) have no such lock here and race.
+as it would without it, as it does when the lock's database fails as it takes the Delta stage (its snapshot has landed;
+a Delta commit is put-if-absent and retried). Other catalogs (REST, Glue) have no such lock here and race.
 
 Within one process each stage is re-entrant for its thread (a write inside another write's commit, as tests stage
 races) and other threads of the process queue on it too.

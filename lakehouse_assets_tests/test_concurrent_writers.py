@@ -158,6 +158,25 @@ def test_a_frame_overwrite_writes_its_change_data_before_the_commit_and_a_failed
             with open(os.path.join(root, "_delta_log", name)) as f:
                 referenced |= {json.loads(line)["cdc"]["path"] for line in f if '"cdc"' in line}
     assert set(os.listdir(os.path.join(root, "_change_data"))) == {os.path.basename(p) for p in referenced}  # the failed write's are gone
+    # The deep check recomputes that change data from the files the snapshot replaced: a value changed, a row left out
+    # or a row twice in it is a difference, each alone.
+    import pyarrow.parquet as pq
+
+    assert lh.verify(T, deep=True)["agree"]
+    (path,) = [os.path.join(root, p) for p in referenced]
+    good = pq.read_table(path)
+    value = good.schema.get_field_index("value")
+    planted = {
+        "a value": good.set_column(value, good.schema.field(value), pa.array(["wrong"] * good.num_rows)),
+        "a row left out": good.slice(1),
+        "a row twice": pa.concat_tables([good, good.slice(0, 1)]),
+    }
+    for what, rows in planted.items():
+        pq.write_table(rows, path)
+        report = lh.verify(T, deep=True)
+        assert not report["agree"] and any("change data files of Delta version" in d for d in report["differences"]), (what, report["differences"])
+    pq.write_table(good, path)
+    assert lh.verify(T, deep=True)["agree"]
 
 
 def test_appends_racing_at_once_all_land(lh, spark, duck, warehouse):

@@ -57,7 +57,7 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
 
     snap = change.snapshot
     schema = table.schemas().get(snap.schema_id, table.schema()) if snap.schema_id is not None else table.schema()
-    spark_schema = iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
+    spark_schema = _spark_schema(table, schema)
     writer = change_data_writer(table, schema, root_uri, storage, uuid.uuid4().hex)
     parent = None
     if not removed_uris:
@@ -65,8 +65,7 @@ def write_change_data(table: Table, change: SnapshotChange, root_uri: str, stora
         parent = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
         # A small change of a write without Spark: its rows here, with pyarrow (no JVM started for the feed).
         if (small := small_change_rows(table, change, parent, spark_schema, storage)) is not None:
-            files = [row for out in writer(iter(small.to_batches())) for row in out.to_pylist()]
-            return file_actions(files, writer)
+            return written_here(writer, small)
     spark = active_session()
     if removed_uris:
         rows = rows_changed_between(spark, removed_uris, [f.file_path for f in change.adds], spark_schema, storage, types_were_widened(table))
@@ -100,14 +99,23 @@ def write_before_commit(table: Table, schema, storage: StorageConfig, changes: F
         return
     if summary.get(SummaryKeys.MERGE_KEYS) or summary.get(SummaryKeys.UPDATE_KEYS) or has_delete_files(table):
         return
-    rows = planned_change_rows(changes.adds, changes.removes, iceberg_to_spark_schema(schema, field_ids=column_names_moved(table)), storage)
+    rows = planned_change_rows(changes.adds, changes.removes, _spark_schema(table, schema), storage)
     if rows is None:
         return
     root = normalize_uri(table.location())
-    writer = change_data_writer(table, schema, root, storage, uuid.uuid4().hex)
-    actions = file_actions([row for out in writer(iter(rows.to_batches())) for row in out.to_pylist()], writer)
+    actions = written_here(change_data_writer(table, schema, root, storage, uuid.uuid4().hex), rows)
     changes.created += [join_uri(root, a["path"]) for a in actions]
     changes.change_data = actions
+
+
+def written_here(writer: "ChangeDataWriter", rows: pa.Table) -> list[dict]:
+    """The `cdc` actions of `rows` written by `writer` in this process (no Spark task)."""
+    return file_actions([row for out in writer(iter(rows.to_batches())) for row in out.to_pylist()], writer)
+
+
+def _spark_schema(table: Table, schema):
+    """`schema` (one of `table`'s) as Spark sees the table's files: with field ids where columns were renamed."""
+    return iceberg_to_spark_schema(schema, field_ids=column_names_moved(table))
 
 
 def change_data_writer(table: Table, schema, root_uri: str, storage: StorageConfig, write_id: str) -> "ChangeDataWriter":

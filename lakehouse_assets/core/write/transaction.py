@@ -100,7 +100,6 @@ def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChang
     """`commit`'s work; `turn.locked`: it holds the lock's Iceberg stage, so the writers ahead of it have committed
     their snapshots: it reads the table again first and re-validates against what they committed, instead of losing
     the race to them."""
-    locked = turn.locked
     started = time.monotonic()
     mirror = ctx.mirror(table) if ctx.delta_enabled(table) and branch is None else None
     if mirror is not None and delta is not None:
@@ -108,7 +107,7 @@ def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChang
     before_commit = {s.snapshot_id for s in table.metadata.snapshots}  # read now: a commit that lands updates `table` in place
     summary = {**summary, SummaryKeys.COMMIT_ID: uuid.uuid4().hex}
     try:
-        if locked and branch is None:
+        if turn.locked and branch is None:
             table = _revalidated(identifier, table, _current_id(table), revalidate or conflicts.any_change, schema_plan, mode)
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
         if summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION:

@@ -297,3 +297,24 @@ def assert_all_readers_agree(lh, spark, duck, identifier: str, expected: list[tu
     report = lh.verify(identifier)
     assert report["agree"], report["differences"]
     return reference
+
+
+def assert_the_deep_check_finds_planted_change_data(lh, identifier: str, path: str, column: str) -> None:
+    """`verify --deep` of `identifier` finds each of a value of `column` changed, a row left out and a row twice,
+    planted alone in the change data file `path`; the file is put back after, and the check agrees again."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = pq.read_table(path)
+    index = good.schema.get_field_index(column)
+    planted = {
+        "a value": good.set_column(index, good.schema.field(index), pa.array(["wrong"] * good.num_rows)),
+        "a row left out": good.slice(1),
+        "a row twice": pa.concat_tables([good, good.slice(0, 1)]),
+    }
+    for what, rows in planted.items():
+        pq.write_table(rows, path)
+        report = lh.verify(identifier, deep=True)
+        assert not report["agree"] and any("change data files of Delta version" in d for d in report["differences"]), (what, report["differences"])
+    pq.write_table(good, path)
+    assert lh.verify(identifier, deep=True)["agree"]

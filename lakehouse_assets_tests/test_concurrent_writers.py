@@ -27,7 +27,7 @@ from lakehouse_assets import CommitConflict, MergeOptions, Window
 from lakehouse_assets.core.properties import DELTA_APP_ID, DeltaCommitKeys
 
 from . import concurrent_writers as cw
-from .conftest import assert_all_readers_agree, rows_of
+from .conftest import assert_all_readers_agree, assert_the_deep_check_finds_planted_change_data, rows_of
 
 pytestmark = pytest.mark.slow  # processes of their own: scheduled first (conftest.py)
 
@@ -160,23 +160,9 @@ def test_a_frame_overwrite_writes_its_change_data_before_the_commit_and_a_failed
     assert set(os.listdir(os.path.join(root, "_change_data"))) == {os.path.basename(p) for p in referenced}  # the failed write's are gone
     # The deep check recomputes that change data from the files the snapshot replaced: a value changed, a row left out
     # or a row twice in it is a difference, each alone.
-    import pyarrow.parquet as pq
-
     assert lh.verify(T, deep=True)["agree"]
     (path,) = [os.path.join(root, p) for p in referenced]
-    good = pq.read_table(path)
-    value = good.schema.get_field_index("value")
-    planted = {
-        "a value": good.set_column(value, good.schema.field(value), pa.array(["wrong"] * good.num_rows)),
-        "a row left out": good.slice(1),
-        "a row twice": pa.concat_tables([good, good.slice(0, 1)]),
-    }
-    for what, rows in planted.items():
-        pq.write_table(rows, path)
-        report = lh.verify(T, deep=True)
-        assert not report["agree"] and any("change data files of Delta version" in d for d in report["differences"]), (what, report["differences"])
-    pq.write_table(good, path)
-    assert lh.verify(T, deep=True)["agree"]
+    assert_the_deep_check_finds_planted_change_data(lh, T, path, "value")
 
 
 def test_appends_racing_at_once_all_land(lh, spark, duck, warehouse):

@@ -15,7 +15,7 @@ from lakehouse_assets.core.contracts.model import Contract
 from lakehouse_assets.core.errors import InputError, MirrorRefused, SchemaError
 from lakehouse_assets.core.write.condition import _pruning
 
-from .conftest import assert_all_readers_agree, rows_of
+from .conftest import assert_all_readers_agree, assert_the_deep_check_finds_planted_change_data, rows_of
 
 pytestmark = pytest.mark.smoke
 
@@ -147,8 +147,6 @@ def test_the_deep_check_finds_a_wrong_or_missing_row_in_the_change_data_the_dele
     """The change data of a position delete comes from its pyarrow tasks (rows left out of rewritten files, every row
     of files dropped whole): `verify --deep` recomputes it from the files the snapshot replaced, and a row changed,
     dropped or added in one of those cdc files is a difference, each alone."""
-    import pyarrow.parquet as pq
-
     from .test_delta_change_feed import referenced_cdc_files
 
     _people(spark, lh)
@@ -160,19 +158,7 @@ def test_the_deep_check_finds_a_wrong_or_missing_row_in_the_change_data_the_dele
     assert report["content"]["change_data"]["cdc_rows"] == result.rows_removed == 11
     root = lh.load(T).location().removeprefix("file://")
     path = os.path.join(root, sorted(referenced_cdc_files(root) - _cdc_before(root, result.delta_version))[0])
-    good = pq.read_table(path)
-    name = good.schema.get_field_index("name")
-    planted = {
-        "a value": good.set_column(name, "name", pa.array(["wrong"] * good.num_rows)),
-        "a row left out": good.slice(1),
-        "a row twice": pa.concat_tables([good, good.slice(0, 1)]),
-    }
-    for what, rows in planted.items():
-        pq.write_table(rows, path)
-        report = lh.verify(T, deep=True)
-        assert not report["agree"] and any("change data files of Delta version" in d for d in report["differences"]), (what, report["differences"])
-    pq.write_table(good, path)
-    assert lh.verify(T, deep=True)["agree"]
+    assert_the_deep_check_finds_planted_change_data(lh, T, path, "name")
 
 
 def _cdc_before(root: str, version: int) -> set[str]:

@@ -9,4 +9,5 @@ written on either side (delete files, foreign Delta versions and their adoption)
     position_deletes.py   position-delete files of merge-on-read tables, one per data file (the Delta vectors' source)
     history.py            from metadata only: the snapshot ancestor chain and the snapshot <-> Delta version map
     snapshot_changes.py   one Iceberg snapshot's file changes, read from its manifests
+    manifest_lists.py     the manifests a snapshot lists, read once per manifest list
 """

@@ -38,6 +38,7 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 from ..collector import collector_paused
 from ..errors import DeleteFilesError
 from ..memo import ByImmutableFiles
+from . import manifest_lists
 
 log = logging.getLogger("lakehouse.deletes")
 
@@ -75,7 +76,7 @@ def table_files(table: Table, snapshot: Snapshot | None = None) -> TableFiles:
     data, deletes = [], []
     if snapshot is not None:
         with collector_paused():
-            for manifest in snapshot.manifests(table.io):
+            for manifest in manifest_lists.manifests(table.io, snapshot):
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                     (data if manifest.content == ManifestContent.DATA else deletes).append(entry)
     return TableFiles(data, deletes)
@@ -94,7 +95,7 @@ def has_delete_files(table: Table, snapshot: Snapshot | None = None) -> bool:
     def read() -> bool:
         return any(
             m.content == ManifestContent.DELETES and ((m.added_files_count or 0) + (m.existing_files_count or 0)) > 0
-            for m in snapshot.manifests(table.io)
+            for m in manifest_lists.manifests(table.io, snapshot)
         )
 
     return _HAS_DELETES.get(snapshot.manifest_list, read) if snapshot.manifest_list else read()
@@ -113,7 +114,7 @@ def live_delete_entries(table: Table, snapshot: Snapshot | None = None) -> list[
 
     def read() -> list[ManifestEntry]:
         return [
-            e for m in snapshot.manifests(table.io) if m.content == ManifestContent.DELETES
+            e for m in manifest_lists.manifests(table.io, snapshot) if m.content == ManifestContent.DELETES
             for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
         ]
 
@@ -156,7 +157,7 @@ def has_equality_delete_files(table: Table, snapshot: Snapshot) -> bool:
     def read() -> bool:
         return any(
             e.data_file.content == DataFileContent.EQUALITY_DELETES
-            for m in snapshot.manifests(table.io)
+            for m in manifest_lists.manifests(table.io, snapshot)
             if m.content == ManifestContent.DELETES
             for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
         )

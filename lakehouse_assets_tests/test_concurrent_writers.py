@@ -209,6 +209,35 @@ def test_an_overwrite_racing_an_append_into_its_partition_is_refused(lh, spark, 
     assert lh.verify(T)["agree"]
 
 
+def test_the_added_files_manifests_are_written_before_the_commit_kept_across_attempts_and_removed_when_refused(lh, spark, duck, monkeypatch):
+    """A commit writes its added files' manifests before it queues for the lock (clustered_manifests.prepare_adds): the
+    attempt after a lost race commits the same manifests as the same snapshot id, and a refused write removes them."""
+    from lakehouse_assets.core.write import transaction
+
+    _populated(lh, 2)
+    prepared, real_prepare = [], transaction.prepare_adds
+    monkeypatch.setattr(transaction, "prepare_adds", lambda *args: prepared.append(real_prepare(*args)) or prepared[-1])
+
+    _with_a_concurrent_write(monkeypatch, lambda: lh.write(cw.rows(2, 10), T))  # another day's append lands first
+    landed = lh.write(cw.rows(0, ROWS, 1), T, mode="overwrite", window=Window("day", cw.day(0), cw.day(1)))
+    ours = prepared[0]  # (the concurrent append's own come after it)
+    table = lh.load(T)
+    assert landed.commit_attempts == 2 and landed.iceberg_snapshot_id == ours.snapshot_id == table.current_snapshot().snapshot_id
+    head = table.current_snapshot()
+    assert {m.manifest_path for m in ours.manifests} <= {m.manifest_path for m in head.manifests(table.io)}
+    added = [e for m in head.manifests(table.io) if m.manifest_path in {p.manifest_path for p in ours.manifests} for e in m.fetch_manifest_entry(table.io)]
+    assert added and {e.sequence_number for e in added} == {head.sequence_number}  # the attempt that landed numbers them, not the first
+
+    prepared.clear()
+    _with_a_concurrent_write(monkeypatch, lambda: lh.write(cw.rows(1, 5, 7).set_column(0, "id", pa.array(range(-5, 0), pa.int64())), T))
+    with pytest.raises(CommitConflict):
+        lh.write(cw.rows(1, ROWS, 1), T, mode="overwrite", window=Window("day", cw.day(1), cw.day(2)))
+    monkeypatch.undo()
+    refused = [m.manifest_path for m in prepared[0].manifests]
+    assert refused and not any(os.path.exists(p.removeprefix("file://")) for p in refused)
+    assert_all_readers_agree(lh, spark, duck, T, _expected({0: 1, 1: 0}) + rows_of([*cw.rows(2, 10).to_pylist(), *cw.rows(1, 5, 7).set_column(0, "id", pa.array(range(-5, 0), pa.int64())).to_pylist()]))
+
+
 def test_a_delete_racing_an_append_to_another_partition_lands_and_one_racing_an_overwrite_of_its_rows_is_refused(lh, spark, duck, monkeypatch):
     """A delete by condition re-validates like an overwrite of the rows its condition names (docs/deletes-and-erasure.md)."""
     _populated(lh, 2)

@@ -233,6 +233,7 @@ def foreign_delta_gate(ctx: TableContext, identifier: str, table: Table, foreign
 
 def _write_into(ctx: TableContext, table: Table, schema_plan, df, request: WriteRequest, started: float, key_stats, delta=None, session=None) -> WriteResult:
     identifier = request.spec.identifier
+    ic.start_manifest_threads()  # while the files are written: not in the commit, which queues the writers behind it
     delta_on = tables.delta_enabled(table) and request.branch is None
     if delta_on and schema_plan.widen and mapping_enabled(table.properties):
         raise SchemaError(

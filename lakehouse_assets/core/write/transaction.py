@@ -3,7 +3,9 @@
 Given the files an operation wrote and the files it replaces (a `FileChanges`, planned without
 committing), `commit`:
 
-1. commits them as one Iceberg snapshot (the source of truth), together with any schema change. A race lost to
+1. commits them as one Iceberg snapshot (the source of truth), together with any schema change; the manifests that
+   list the added files are written before the commit queues for the table's commit lock, and kept for every attempt
+   (core/formats/iceberg/clustered_manifests.py). A race lost to
    another writer (the catalog's compare-and-swap failed) is re-validated against the snapshots that landed
    (core/write/conflicts.py): when they leave the plan valid, the same files are committed again on top, after a
    short jittered wait, at most COMMIT_ATTEMPTS times (or as the table's `commit.retry.*` properties say);
@@ -37,6 +39,7 @@ from ..formats.delta import foreign_versions as foreign_delta
 from ..formats.delta import glue as delta_glue
 from ..formats.delta.committer import APPEND_ONLY, DeltaMirror
 from ..formats.iceberg import committer as ic
+from ..formats.iceberg.clustered_manifests import PreparedAdds, prepare_adds
 from ..formats.snapshot_changes import SnapshotChange
 from ..io.storage import delete_files
 from ..model import FileChanges, WriteResult
@@ -90,16 +93,33 @@ def commit(
     its Delta stage for the Delta version. The project's writers sharing a SQL catalog commit in turn instead of
     racing, the next one's Iceberg commit while this one writes its Delta version.
     """
-    ic.start_manifest_threads()  # not while the writers behind this one wait on the lock
+    # Not while the writers behind this one wait on the lock: the pool's threads (a write started them as it began), the
+    # added files' manifests.
+    ic.start_manifest_threads()
+    prepared = _prepared_adds(identifier, table, changes, schema_plan, branch)
     with commit_lock.committing(ctx.catalog, identifier) as turn:
-        return _commit(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, delta, branch, turn)
+        return _commit(ctx, identifier, table, changes, summary, mode, schema_plan, revalidate, delta, branch, turn, prepared)
+
+
+def _prepared_adds(identifier: str, table: Table, changes: FileChanges, schema_plan: SchemaPlan | None, branch: str | None) -> PreparedAdds | None:
+    """The manifests of the added files, written before the commit queues (clustered_manifests.prepare_adds). None for a
+    branch or a schema change (the commit's own transaction writes them, against its staged schema), or when writing
+    them failed: the commit then writes them itself, and says what failed if that fails too."""
+    if branch is not None or (schema_plan is not None and not schema_plan.empty):
+        return None
+    try:
+        return prepare_adds(table, changes.adds)
+    except Exception as e:  # noqa: BLE001 - an early start only; the commit writes the manifests itself
+        log.info("Table %s: the added files' manifests were not written before the commit (%s: %s); the commit writes them", identifier, type(e).__name__, e)
+        return None
 
 
 def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str,
-            schema_plan: SchemaPlan | None, revalidate: conflicts.Check | None, delta, branch: str | None, turn: commit_lock.Turn) -> WriteResult:
+            schema_plan: SchemaPlan | None, revalidate: conflicts.Check | None, delta, branch: str | None, turn: commit_lock.Turn,
+            prepared: PreparedAdds | None = None) -> WriteResult:
     """`commit`'s work; `turn.locked`: it holds the lock's Iceberg stage, so the writers ahead of it have committed
     their snapshots: it reads the table again first and re-validates against what they committed, instead of losing
-    the race to them."""
+    the race to them. `prepared`: the added files' manifests, removed with the files if nothing lands."""
     started = time.monotonic()
     mirror = ctx.mirror(table) if ctx.delta_enabled(table) and branch is None else None
     if mirror is not None and delta is not None:
@@ -112,15 +132,15 @@ def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChang
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
         if summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION:
             refuse_removes_if_append_only(identifier, mirror, len(changes.removes), "this write")
-        table, snapshot, attempts = _commit_iceberg(identifier, table, changes, summary, mode, schema_plan, revalidate, branch)
+        table, snapshot, attempts = _commit_iceberg(identifier, table, changes, summary, mode, schema_plan, revalidate, branch, prepared)
     except CommitStateUnknownException as e:
         _drop_pooled_connections(table)
         table, snapshot = _landed(ctx, identifier, before_commit, summary[SummaryKeys.COMMIT_ID], e)
         attempts = None
     except BaseException as e:
         _drop_pooled_connections(table)
-        # Nothing became visible: remove every file this operation created.
-        left = delete_files(ctx.storage, changes.created)
+        # Nothing became visible: remove every file this operation created, the added files' manifests too.
+        left = delete_files(ctx.storage, changes.created + ([m.manifest_path for m in prepared.manifests] if prepared else []))
         error = _commit_error(identifier, e, left)
         if error is None:
             raise
@@ -182,7 +202,8 @@ def refuse_removes_if_append_only(identifier: str, mirror: DeltaMirror | None, r
 
 
 
-def _commit_iceberg(identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate, branch=None):
+def _commit_iceberg(identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate, branch=None,
+                    prepared: PreparedAdds | None = None):
     """(the table as committed to, the new snapshot, the attempts it took): one Iceberg snapshot of `changes`, committed
     again on top of concurrent writes while `revalidate` says the plan still holds (see the module docstring)."""
     stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
@@ -197,8 +218,9 @@ def _commit_iceberg(identifier: str, table: Table, changes: FileChanges, summary
     started, locked = time.monotonic(), 0
     for attempt in range(1, policy.attempts + 1):
         try:
-            # The delete files are passed only when there are some: tests wrap commit_files as a seam.
-            return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, single_attempt=True, **_delete_file_changes(changes)), attempt
+            # The delete files and prepared manifests are passed only when there are some: tests wrap commit_files as a seam.
+            extra = _delete_file_changes(changes) | ({"prepared": prepared} if prepared is not None else {})
+            return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, single_attempt=True, **extra), attempt
         except Exception as e:
             if not ic.lost_race(e):
                 raise

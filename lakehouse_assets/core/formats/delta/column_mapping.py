@@ -28,9 +28,12 @@ import time
 import uuid
 from typing import Any, Mapping
 
+import obstore
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
+from obstore.exceptions import AlreadyExistsError, PreconditionError
+from obstore.store import from_url
 from pyiceberg.schema import Schema
 from pyiceberg.types import ListType, MapType, NestedField, StructType
 
@@ -318,10 +321,6 @@ def _ids(f: NestedField):
 
 def put_if_absent(root_uri: str, storage: StorageConfig, path: str, data: bytes) -> None:
     """Create `path` under the table root only if nothing is there (local file systems, S3, GCS and Azure alike)."""
-    import obstore
-    from obstore.exceptions import AlreadyExistsError, PreconditionError
-    from obstore.store import from_url
-
     config, client_options = _obstore_options(storage.delta_options(root_uri))
     store = from_url(root_uri, config=config, client_options=client_options)
     try:

@@ -8,16 +8,25 @@ few partitions, and planning, overwrites and merges of one partition read and re
 A commit adding MANIFEST_ENTRIES files or fewer is written as pyiceberg writes it. Appends, overwrites and row deltas
 (an overwrite that also adds or removes delete files) all cluster their added files; their other manifests (existing,
 rewritten without removed files, merged) are the producer's own.
+
+The manifests of the added files do not depend on the snapshot the commit lands on, only on its snapshot id: a commit
+writes them before it queues for the table's commit lock (`prepare_adds`), as Java Iceberg writes them before its
+commit and keeps them across retries, and every attempt's producer uses them (`use_prepared`). The writers queued
+behind wait for the rest of the commit only.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import uuid
+from dataclasses import dataclass
 from itertools import groupby
 
-from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile, ManifestWriter, write_manifest
+from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles, _MergeAppendFiles, _OverwriteFiles, _SnapshotProducer
+from pyiceberg.table.update.snapshot import _FastAppendFiles, _MergeAppendFiles, _new_manifest_file_name, _OverwriteFiles, _SnapshotProducer
 
 from .one_read_overwrite import OneReadOverwrite
 
@@ -50,19 +59,72 @@ def clustered(files: list[DataFile], limit: int) -> list[list[DataFile]]:
     return groups
 
 
+@dataclass(frozen=True)
+class PreparedAdds:
+    """The manifests of a commit's added data files, written for the snapshot id the commit will take. Like clustered
+    manifests, they stay out of a merge append's merge of small manifests in their own commit (the next one merges them)."""
+
+    snapshot_id: int
+    manifests: tuple[ManifestFile, ...]
+
+
+def prepare_adds(table: Table, adds: list[DataFile]) -> PreparedAdds | None:
+    """The manifests of `adds`, clustered, for a new snapshot id; None when nothing is added or the files are of more
+    than one partition spec (the producer writes those). A manifest written before a failure is removed."""
+    metadata = table.metadata
+    if not adds or len({f.spec_id for f in adds}) > 1 or adds[0].spec_id not in metadata.specs():
+        return None
+    snapshot_id, commit_uuid = metadata.new_snapshot_id(), uuid.uuid4()
+    compression = metadata.properties.get(TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT)
+    written: list[ManifestFile] = []
+    try:
+        for num, group in enumerate(clustered(adds, MANIFEST_ENTRIES)):
+            path = table.location_provider().new_metadata_location(_new_manifest_file_name(num=num, commit_uuid=commit_uuid))
+            with write_manifest(format_version=metadata.format_version, spec=metadata.specs()[group[0].spec_id], schema=metadata.schema(),
+                                output_file=table.io.new_output(path), snapshot_id=snapshot_id, avro_compression=compression) as writer:
+                _add(writer, group, snapshot_id)
+            written.append(writer.to_manifest_file())
+    except BaseException:
+        for manifest in written:
+            try:
+                table.io.delete(manifest.manifest_path)
+            except Exception:  # noqa: BLE001 - best effort, as pyiceberg's own clean-up of a failed commit's manifests
+                pass
+        raise
+    return PreparedAdds(snapshot_id, tuple(written))
+
+
+def _add(writer: ManifestWriter, files: list[DataFile], snapshot_id: int) -> None:
+    for data_file in files:
+        writer.add(ManifestEntry.from_args(
+            status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, sequence_number=None, file_sequence_number=None, data_file=data_file,
+        ))
+
+
 class _ClusteredAdds:
-    """Writes the added files in clustered manifests; the producer's other manifests are pyiceberg's own, less those
-    an earlier snapshot left holding deleted entries only."""
+    """Writes the added files in clustered manifests, or takes those `prepare_adds` wrote; the producer's other
+    manifests are pyiceberg's own, less those an earlier snapshot left holding deleted entries only."""
+
+    _prepared: tuple[ManifestFile, ...] | None = None
+
+    def use_prepared(self, prepared: PreparedAdds) -> None:
+        """Commit as `prepared.snapshot_id`, with `prepared.manifests` for the added files (exactly those appended)."""
+        self._snapshot_id = prepared.snapshot_id
+        self._prepared = prepared.manifests
 
     def _manifests(self) -> list[ManifestFile]:
         added = self._added_data_files
-        if len(added) <= MANIFEST_ENTRIES:
+        if self._prepared is None and len(added) <= MANIFEST_ENTRIES:
             return self._live(super()._manifests())
         self._added_data_files = []  # pyiceberg's manifests without the added files: the existing (and merged) ones
         try:
             others = super()._manifests()
         finally:
             self._added_data_files = added
+        if self._prepared is not None:
+            # Copies: the manifest list writer numbers a manifest (its sequence numbers) on a shallow copy that shares the
+            # Record's values, so the manifest an attempt listed would keep that attempt's numbers in the next one.
+            return [copy.deepcopy(m) for m in self._prepared] + self._live(others)
         return [self._added_manifest(group) for group in clustered(added, MANIFEST_ENTRIES)] + self._live(others)
 
     def _live(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
@@ -74,10 +136,7 @@ class _ClusteredAdds:
 
     def _added_manifest(self, files: list[DataFile]) -> ManifestFile:
         with self.new_manifest_writer(spec=self._transaction.table_metadata.spec()) as writer:
-            for data_file in files:
-                writer.add(ManifestEntry.from_args(
-                    status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, sequence_number=None, file_sequence_number=None, data_file=data_file,
-                ))
+            _add(writer, files, self._snapshot_id)
         return writer.to_manifest_file()
 
 

@@ -21,7 +21,7 @@ from ...io.storage import join_uri
 from ...model import WrittenFile
 from ...schema.spec import statistics_policy
 from ..file_columns import file_names, with_file_names
-from .clustered_manifests import clustered_append, clustered_overwrite
+from .clustered_manifests import PreparedAdds, clustered_append, clustered_overwrite
 from .metadata import staged_metadata
 
 
@@ -56,12 +56,13 @@ _pool_started_in: int | None = None  # the process whose pyiceberg thread pool h
 
 
 def start_manifest_threads(threads: int = 4) -> None:
-    """Start the threads of pyiceberg's thread pool, on which a snapshot commit writes its manifests, once per process.
+    """Start the threads of pyiceberg's thread pool, on which a snapshot commit writes its manifests, once per process,
+    without waiting for them.
 
     A ThreadPoolExecutor starts a thread per task submitted while none is idle, so a process's first commit started
     them (2 or 3) itself: a few milliseconds each on a busy machine, spent while the table's commit lock holds the
-    writers behind it (a backfill's run commits once, so always its first). Tasks that stay busy a moment make the pool
-    start `threads` of them (at most its max-workers) before the lock is taken."""
+    writers behind it (a backfill's run commits once, so always its first). A write calls this as it begins: tasks that
+    stay busy a moment make the pool start `threads` of them (at most its max-workers) while the write goes on."""
     import os
     import time
 
@@ -69,7 +70,9 @@ def start_manifest_threads(threads: int = 4) -> None:
 
     global _pool_started_in
     if _pool_started_in != os.getpid():
-        list(ExecutorFactory.get_or_create().map(time.sleep, [0.002] * threads))
+        executor = ExecutorFactory.get_or_create()
+        for _ in range(threads):
+            executor.submit(time.sleep, 0.002)
         _pool_started_in = os.getpid()
 
 
@@ -127,6 +130,7 @@ def commit_files(
     branch: str | None = None,
     branch_base_id: int | None = None,
     single_attempt: bool = False,
+    prepared: PreparedAdds | None = None,
 ) -> Snapshot | None:
     """One snapshot: an append (merging manifests) when nothing is removed, else an overwrite. None when there is nothing to do.
 
@@ -141,6 +145,8 @@ def commit_files(
     `branch_base_id` (the snapshot the write planned against) in the same commit.
     `single_attempt`: a lost race (`lost_race`) is raised at once, the attempt's metadata files removed, for the caller
     to re-validate and commit again; otherwise pyiceberg retries with its own validation.
+    `prepared`: the manifests of `adds`, written before the commit (clustered_manifests.prepare_adds), and its snapshot id;
+    the caller removes them if the commit does not land.
     """
     if not adds and not removes and not removed_delete_files and not added_delete_files:
         return None
@@ -157,6 +163,7 @@ def commit_files(
             overwrite = clustered_overwrite(tx, summary, branch) if removes else None
         if overwrite is not None:
             with overwrite as producer:
+                _use(producer, prepared)
                 for f in removes:
                     producer.delete_data_file(f)
                 for f in adds:
@@ -166,9 +173,15 @@ def commit_files(
             # before this project set `commit.manifest-merge.enabled` get bounded manifest lists too.
             merge = table.properties.get("commit.manifest-merge.enabled", "true").lower() != "false"
             with clustered_append(tx, summary, merge, branch) as producer:
+                _use(producer, prepared)
                 for f in adds:
                     producer.append_data_file(f)
     return table.snapshot_by_name(branch) if branch is not None else table.current_snapshot()
+
+
+def _use(producer, prepared: PreparedAdds | None) -> None:
+    if prepared is not None:
+        producer.use_prepared(prepared)
 
 
 def lost_race(e: BaseException) -> bool:

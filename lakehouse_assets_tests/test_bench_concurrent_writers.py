@@ -22,6 +22,9 @@ def test_the_concurrent_writers_workload_runs_with_two_writers(spark, tmp_path):
         spark.conf.set(key, value)
     java = bench.java(spark, "tinyconc", 2, "append", "jtiny")
     assert java["landed"] == 2 and not java["errors"]
+    lone_kwargs, _ = bench.catalog_settings("sqlite", None, "tinylone", str(tmp_path))
+    assert 0 < bench.lone(lone_kwargs, 1, 2) < 60  # one process overwriting its day of a table of two days
     section = bench.render({"rows": bench.ROWS, "cells": [{"catalog": "sqlite", "writers": 2, "mode": "overwrite", "ours": ours, "java": java}],
-                            "lone": {"sqlite": 0.5}})
+                            "lone": {"sqlite": {"2": 0.5}}})
     assert "| sqlite | overwrite | 2 | 2/2 | 1.0 / 1 |" in section and "| 1.00 | 2/2 |" in section
+    assert "A lone commit's median, on a table of N days: sqlite 0.500 s at 2." in section

@@ -238,37 +238,6 @@ def test_the_added_files_manifests_are_written_before_the_commit_kept_across_att
     assert_all_readers_agree(lh, spark, duck, T, _expected({0: 1, 1: 0}) + rows_of([*cw.rows(2, 10).to_pylist(), *cw.rows(1, 5, 7).set_column(0, "id", pa.array(range(-5, 0), pa.int64())).to_pylist()]))
 
 
-def test_a_commit_reads_the_catalog_row_once_and_one_whose_table_is_stale_fails_the_swap(lh):
-    """pyiceberg's SQL commit reads the table's row again before it writes; the table the committer has just read stands
-    in for that read (core/table/catalog.py), so the commit's only query of the row is its conditional update. A table
-    read before another commit landed still fails that update, and a table created in a transaction is still inserted."""
-    from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField
-    from sqlalchemy import event
-
-    _populated(lh, 1)
-    catalog = lh.catalog
-    stale = catalog.load_table(T)
-    lh.write(cw.rows(1, 10), T)  # lands after `stale` was read
-    with pytest.raises(CommitFailedException):
-        stale.transaction().set_properties(marked="stale").commit_transaction()
-    assert "marked" not in catalog.load_table(T).properties
-
-    fresh, statements = catalog.load_table(T), []
-    listener = lambda conn, cursor, statement, *rest: statements.append(statement.split()[0].upper())  # noqa: E731
-    event.listen(catalog.engine, "before_cursor_execute", listener)
-    try:
-        fresh.transaction().set_properties(marked="fresh").commit_transaction()
-    finally:
-        event.remove(catalog.engine, "before_cursor_execute", listener)
-    assert statements == ["UPDATE"] and catalog.load_table(T).properties["marked"] == "fresh"
-
-    with catalog.create_table_transaction("bf.created", Schema(NestedField(1, "id", LongType(), required=False))) as tx:
-        tx.set_properties(marked="created")
-    assert catalog.load_table("bf.created").properties["marked"] == "created"
-
-
 def test_a_delete_racing_an_append_to_another_partition_lands_and_one_racing_an_overwrite_of_its_rows_is_refused(lh, spark, duck, monkeypatch):
     """A delete by condition re-validates like an overwrite of the rows its condition names (docs/deletes-and-erasure.md)."""
     _populated(lh, 2)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from urllib.parse import urlparse
 
@@ -85,18 +84,11 @@ class LakehouseSqlCatalog(SqlCatalog):
     changes: `iceberg_metadata.MetadataByLocation`), the metadata a commit produced is remembered under
     its new location, and the commit applies its updates without the deep copy. The conditional update of
     the catalog row (compare-and-swap on the previous location) is pyiceberg's own, unchanged.
-
-    pyiceberg's `commit_table` also reads the table's row again before it writes, to check the commit's requirements
-    against it and to swap the row on its location. A commit's table was read just before (the committer re-validates
-    it holding the table's commit lock, core/write/transaction.py), so that table stands in for the read: one query
-    fewer while the writers behind wait. A commit that landed in between still fails the swap (CommitFailedException),
-    as it failed the requirements, only after writing a metadata file that nothing names.
     """
 
     def __init__(self, name: str, **properties: str):
         super().__init__(name, **properties)
         self.metadata_cache = MetadataByLocation()
-        self._committing = threading.local()  # the table a commit on this thread stands for its own read of (commit_table)
 
     def create_tables(self) -> None:
         """Create the catalog's tables, safe when several processes open a brand-new catalog at once.
@@ -132,11 +124,17 @@ class LakehouseSqlCatalog(SqlCatalog):
                 session.rollback()
                 return False
 
-    def load_table(self, identifier) -> Table:
-        committing = getattr(self._committing, "table", None)
-        if committing is not None and committing.name() == Catalog.identifier_to_tuple(identifier):
-            return committing  # (commit_table's own read)
-        return super().load_table(identifier)
+    def metadata_location_of(self, identifier) -> str | None:
+        """The table's current metadata location, read from its catalog row alone (no Table built): a committer that
+        waited for the commit lock asks it to learn whether anyone committed meanwhile."""
+        from pyiceberg.catalog.sql import IcebergTables
+
+        namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+        with Session(self.engine) as session:
+            return session.scalar(select(IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == self.name, IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name == Catalog.table_name_from(identifier),
+            ))
 
     def _convert_orm_to_iceberg(self, orm_table) -> Table:
         location = orm_table.metadata_location
@@ -162,11 +160,7 @@ class LakehouseSqlCatalog(SqlCatalog):
         )
 
     def commit_table(self, table: Table, requirements, updates) -> CommitTableResponse:
-        self._committing.table = None if isinstance(table, StagedTable) else table  # (a table being created has no row yet)
-        try:
-            response = super().commit_table(table, requirements, updates)
-        finally:
-            self._committing.table = None
+        response = super().commit_table(table, requirements, updates)
         self.metadata_cache.put(table.name(), response.metadata_location, response.metadata)
         return response
 

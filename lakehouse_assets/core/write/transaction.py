@@ -239,10 +239,10 @@ def _revalidated(identifier: str, table: Table, base_id: int | None, check: conf
     """`table`, read again in place (the caller's object then shows what it commits on), when the snapshots committed
     since `base_id` leave the plan valid; else `CommitConflict` naming the write that invalidated it."""
     schema_id = table.metadata.current_schema_id
-    fresh = table.catalog.load_table(table.name())  # a SQL catalog: one query of the row; each metadata file parsed once
-    if cause is None and fresh.metadata_location == table.metadata_location:
+    location_of = getattr(table.catalog, "metadata_location_of", None)  # the SQL catalogs: one column of one row
+    if cause is None and location_of is not None and location_of(table.name()) == table.metadata_location:
         return table  # nothing committed since the table was read
-    _refresh_from(table, fresh)
+    table.refresh()
     if _current_id(table) == base_id:
         return table
     conflict = check(table, base_id)
@@ -254,12 +254,6 @@ def _revalidated(identifier: str, table: Table, base_id: int | None, check: conf
             f"the written files were removed. Run the {mode} again: it re-plans against the table as it is now."
         ) from cause
     return table
-
-
-def _refresh_from(table: Table, fresh: Table) -> None:
-    """pyiceberg's `Table.refresh`, from the table as the catalog has just returned it."""
-    Table._check_uuid(table.metadata, fresh.metadata)  # a table dropped and created again under the name is refused
-    table.metadata, table.io, table.metadata_location, table.config = fresh.metadata, fresh.io, fresh.metadata_location, fresh.config
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,47 @@ def test_the_added_files_manifests_are_written_before_the_commit_kept_across_att
     assert_all_readers_agree(lh, spark, duck, T, _expected({0: 1, 1: 0}) + rows_of([*cw.rows(2, 10).to_pylist(), *cw.rows(1, 5, 7).set_column(0, "id", pa.array(range(-5, 0), pa.int64())).to_pylist()]))
 
 
+def test_a_commit_holding_the_lock_reads_the_catalog_row_once_and_a_stale_hand_over_fails_the_swap(lh, monkeypatch):
+    """pyiceberg's SQL commit reads the table's row again before it writes. A committer holding the commit lock has just
+    read the table, and hands it over for that read (catalog.fresh_for_commit): the commit's only statement on the catalog
+    is its conditional update. A table handed over after another commit landed fails that update, and the metadata file
+    written for it is removed; outside a hand-over pyiceberg's own read (and re-basing) is unchanged."""
+    from pyiceberg.exceptions import CommitFailedException
+    from sqlalchemy import event
+
+    _populated(lh, 1)
+    catalog, statements, inside = lh.catalog, [], []
+    real_commit = type(catalog).commit_table
+
+    def commit_table(self, *args):
+        inside.append(True)
+        try:
+            return real_commit(self, *args)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(type(catalog), "commit_table", commit_table)
+    listener = lambda conn, cursor, statement, *rest: inside and statements.append(statement.split()[0].upper())  # noqa: E731
+    event.listen(catalog.engine, "before_cursor_execute", listener)
+    try:
+        lh.write(cw.rows(0, ROWS, 1), T, mode="overwrite", window=Window("day", cw.day(0), cw.day(1)))
+    finally:
+        event.remove(catalog.engine, "before_cursor_execute", listener)
+    assert statements == ["UPDATE"]
+
+    stale = catalog.load_table(T)
+    metadata_dir = os.path.dirname(stale.metadata_location.removeprefix("file://"))
+    before = set(os.listdir(metadata_dir))
+    lh.write(cw.rows(1, 10), T)  # lands after `stale` was read
+    after_the_write = set(os.listdir(metadata_dir))
+    with pytest.raises(CommitFailedException), catalog.fresh_for_commit(stale):
+        stale.transaction().set_properties(marked="stale").commit_transaction()
+    assert set(os.listdir(metadata_dir)) == after_the_write != before
+    assert "marked" not in catalog.load_table(T).properties
+    stale.transaction().set_properties(marked="re-based").commit_transaction()  # no hand-over: pyiceberg reads the row
+    assert catalog.load_table(T).properties["marked"] == "re-based"
+
+
 def test_a_delete_racing_an_append_to_another_partition_lands_and_one_racing_an_overwrite_of_its_rows_is_refused(lh, spark, duck, monkeypatch):
     """A delete by condition re-validates like an overwrite of the rows its condition names (docs/deletes-and-erasure.md)."""
     _populated(lh, 2)

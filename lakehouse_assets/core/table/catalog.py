@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
+from contextlib import contextmanager
 from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, load_catalog
@@ -84,11 +86,30 @@ class LakehouseSqlCatalog(SqlCatalog):
     changes: `iceberg_metadata.MetadataByLocation`), the metadata a commit produced is remembered under
     its new location, and the commit applies its updates without the deep copy. The conditional update of
     the catalog row (compare-and-swap on the previous location) is pyiceberg's own, unchanged.
+
+    pyiceberg's `commit_table` reads the row once more before it writes, to check the commit's requirements and to
+    swap on the location it read. A committer that has just read the table holding the commit lock hands that table
+    over for this read (`fresh_for_commit`): one query fewer while the writers behind it wait.
     """
 
     def __init__(self, name: str, **properties: str):
         super().__init__(name, **properties)
         self.metadata_cache = MetadataByLocation()
+        self._commit = threading.local()  # this thread's handed-over table and the metadata file its commit wrote
+
+    @contextmanager
+    def fresh_for_commit(self, table: Table):
+        """Within: a commit of `table` (the same object) checks its requirements against `table` instead of reading the
+        row again. Only for a table read just before, committing a snapshot of main: its requirement on main's snapshot
+        then holds exactly when no one has committed since the table was read, and if someone has, the row's swap on the
+        location fails (CommitFailedException, a lost race; the metadata file written for it is removed). Anything else
+        committed through the catalog meanwhile (a property change, a schema update) is re-based by pyiceberg on the
+        row as it is, as always."""
+        self._commit.fresh = table
+        try:
+            yield
+        finally:
+            self._commit.fresh = None
 
     def create_tables(self) -> None:
         """Create the catalog's tables, safe when several processes open a brand-new catalog at once.
@@ -124,18 +145,6 @@ class LakehouseSqlCatalog(SqlCatalog):
                 session.rollback()
                 return False
 
-    def metadata_location_of(self, identifier) -> str | None:
-        """The table's current metadata location, read from its catalog row alone (no Table built): a committer that
-        waited for the commit lock asks it to learn whether anyone committed meanwhile."""
-        from pyiceberg.catalog.sql import IcebergTables
-
-        namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
-        with Session(self.engine) as session:
-            return session.scalar(select(IcebergTables.metadata_location).where(
-                IcebergTables.catalog_name == self.name, IcebergTables.table_namespace == namespace,
-                IcebergTables.table_name == Catalog.table_name_from(identifier),
-            ))
-
     def _convert_orm_to_iceberg(self, orm_table) -> Table:
         location = orm_table.metadata_location
         identifier = Catalog.identifier_to_tuple(orm_table.table_namespace or "") + (orm_table.table_name,)
@@ -159,10 +168,38 @@ class LakehouseSqlCatalog(SqlCatalog):
             identifier=table_identifier, metadata=metadata, metadata_location=location, io=self._load_file_io(properties=metadata.properties, location=location), catalog=self
         )
 
+    def load_table(self, identifier) -> Table:
+        standing_in = getattr(self._commit, "standing_in", None)
+        if standing_in is not None and standing_in.name() == Catalog.identifier_to_tuple(identifier):
+            return standing_in  # (commit_table's own read of the row, see fresh_for_commit)
+        return super().load_table(identifier)
+
+    def _write_metadata(self, metadata, io, metadata_path: str) -> None:
+        self._commit.written = metadata_path
+        super()._write_metadata(metadata, io, metadata_path)
+
     def commit_table(self, table: Table, requirements, updates) -> CommitTableResponse:
-        response = super().commit_table(table, requirements, updates)
+        from pyiceberg.exceptions import CommitFailedException
+
+        handed_over = table is getattr(self._commit, "fresh", None)
+        self._commit.standing_in, self._commit.written = (table if handed_over else None), None
+        try:
+            response = super().commit_table(table, requirements, updates)
+        except CommitFailedException:
+            if handed_over and self._commit.written:  # the swap failed: the metadata file written for it is named nowhere
+                _delete_quietly(table, self._commit.written)
+            raise
+        finally:
+            self._commit.standing_in = None
         self.metadata_cache.put(table.name(), response.metadata_location, response.metadata)
         return response
+
+
+def _delete_quietly(table: Table, path: str) -> None:
+    try:
+        table.io.delete(path)
+    except Exception:  # noqa: BLE001 - the lost race is what the caller must see; an unnamed metadata file harms no reader
+        pass
 
 
 def _is_glue(catalog: Catalog) -> bool:

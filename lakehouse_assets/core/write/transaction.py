@@ -26,6 +26,7 @@ import logging
 import random
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
@@ -132,7 +133,7 @@ def _commit(ctx: TableContext, identifier: str, table: Table, changes: FileChang
         summary = _with_expected_delta_version(identifier, table, mirror, summary, schema_plan)
         if summary.get(SummaryKeys.OPERATION) != Operation.COMPACTION:
             refuse_removes_if_append_only(identifier, mirror, len(changes.removes), "this write")
-        table, snapshot, attempts = _commit_iceberg(identifier, table, changes, summary, mode, schema_plan, revalidate, branch, prepared)
+        table, snapshot, attempts = _commit_iceberg(identifier, table, changes, summary, mode, schema_plan, revalidate, branch, prepared, turn.locked)
     except CommitStateUnknownException as e:
         _drop_pooled_connections(table)
         table, snapshot = _landed(ctx, identifier, before_commit, summary[SummaryKeys.COMMIT_ID], e)
@@ -203,9 +204,10 @@ def refuse_removes_if_append_only(identifier: str, mirror: DeltaMirror | None, r
 
 
 def _commit_iceberg(identifier: str, table: Table, changes: FileChanges, summary: dict[str, str], mode: str, schema_plan, revalidate, branch=None,
-                    prepared: PreparedAdds | None = None):
+                    prepared: PreparedAdds | None = None, fresh: bool = False):
     """(the table as committed to, the new snapshot, the attempts it took): one Iceberg snapshot of `changes`, committed
-    again on top of concurrent writes while `revalidate` says the plan still holds (see the module docstring)."""
+    again on top of concurrent writes while `revalidate` says the plan still holds (see the module docstring).
+    `fresh`: `table` was read just now, holding the commit lock; so is it after each re-validation."""
     stage = None if schema_plan is None or schema_plan.empty else (lambda tx: apply_schema_change(tx, schema_plan))
     base_id = _current_id(table)
     if branch is not None:
@@ -220,7 +222,8 @@ def _commit_iceberg(identifier: str, table: Table, changes: FileChanges, summary
         try:
             # The delete files and prepared manifests are passed only when there are some: tests wrap commit_files as a seam.
             extra = _delete_file_changes(changes) | ({"prepared": prepared} if prepared is not None else {})
-            return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, single_attempt=True, **extra), attempt
+            with _handed_over(table, fresh or attempt > 1):
+                return table, ic.commit_files(table, changes.adds, changes.removes, summary, stage, single_attempt=True, **extra), attempt
         except Exception as e:
             if not ic.lost_race(e):
                 raise
@@ -235,14 +238,21 @@ def _commit_iceberg(identifier: str, table: Table, changes: FileChanges, summary
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+def _handed_over(table: Table, fresh: bool):
+    """A table just read stands in for the SQL catalog's own read of its row in the commit (catalog.fresh_for_commit):
+    a snapshot commit of main, whose requirement fails the row's swap if anyone has committed since."""
+    hand_over = getattr(table.catalog, "fresh_for_commit", None) if fresh else None
+    return hand_over(table) if hand_over is not None else nullcontext()
+
+
 def _revalidated(identifier: str, table: Table, base_id: int | None, check: conflicts.Check, schema_plan, mode: str, cause=None) -> Table:
     """`table`, read again in place (the caller's object then shows what it commits on), when the snapshots committed
     since `base_id` leave the plan valid; else `CommitConflict` naming the write that invalidated it."""
     schema_id = table.metadata.current_schema_id
-    location_of = getattr(table.catalog, "metadata_location_of", None)  # the SQL catalogs: one column of one row
-    if cause is None and location_of is not None and location_of(table.name()) == table.metadata_location:
+    fresh = table.catalog.load_table(table.name())  # a SQL catalog: one query of the row; each metadata file parsed once
+    if cause is None and fresh.metadata_location == table.metadata_location:
         return table  # nothing committed since the table was read
-    table.refresh()
+    _refresh_from(table, fresh)
     if _current_id(table) == base_id:
         return table
     conflict = check(table, base_id)
@@ -254,6 +264,12 @@ def _revalidated(identifier: str, table: Table, base_id: int | None, check: conf
             f"the written files were removed. Run the {mode} again: it re-plans against the table as it is now."
         ) from cause
     return table
+
+
+def _refresh_from(table: Table, fresh: Table) -> None:
+    """pyiceberg's `Table.refresh`, from the table as the catalog has just returned it."""
+    Table._check_uuid(table.metadata, fresh.metadata)  # a table dropped and created again under the name is refused
+    table.metadata, table.io, table.metadata_location, table.config = fresh.metadata, fresh.io, fresh.metadata_location, fresh.config
 
 
 @dataclass(frozen=True)

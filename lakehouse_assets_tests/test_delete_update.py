@@ -367,6 +367,27 @@ def test_a_second_delete_on_merge_on_read_does_not_count_rows_twice(spark, lh, d
     assert lh.verify(T)["agree"]
 
 
+def test_a_merge_on_read_delete_scans_once_and_without_the_feed_reads_only_the_conditions_columns(spark, tmp_path, duck, monkeypatch):
+    """A merge-on-read delete's one scan (core/write/delete_scan.py): with the change feed its matched rows give the
+    positions and the change data, rows deleted before left out of both; without the feed it reads the columns the
+    condition names and nothing else."""
+    from lakehouse_assets.core.write.target import WriteTarget
+
+    reads, real_read = [], WriteTarget.read
+    monkeypatch.setattr(WriteTarget, "read", lambda self, spark, files, **kw: reads.append(kw.get("columns")) or real_read(self, spark, files, **kw))
+    for feed in ("true", "false"):
+        lh = Lakehouse(warehouse=str(tmp_path / feed), delta_configuration={"delta.enableChangeDataFeed": feed})
+        rows = _people(spark, lh, "merge-on-read")
+        first = lh.delete(T, "id <= 5")
+        reads.clear()
+        result = lh.delete(T, "amount <= 80")  # ids 1 to 8, of which 1 to 5 are hidden already
+        assert result.rows_removed == 3 and reads == [["amount"]]
+        assert_all_readers_agree(lh, spark, duck, T, _as_read([r for r in rows if r[0] > 8]))
+        if feed == "true":
+            assert _changes(lh, spark, first.iceberg_snapshot_id) == _delta_feed(lh, result.delta_version) == sorted((i, i * 10, "open", "delete") for i in (6, 7, 8))
+        assert lh.verify(T)["agree"]
+
+
 @pytest.mark.parametrize(
     "text, prunes, strict",
     [

@@ -50,7 +50,7 @@ from ..spark.session import active_session
 from ..table import branches
 from ..table.context import TableContext
 from ..table.evolution import types_were_widened
-from . import conflicts, position_rewrite, transaction
+from . import conflicts, delete_scan, position_rewrite, transaction
 from .assignments import checked_assignments
 from .condition import Condition, condition_of
 from .merge import on_read
@@ -168,11 +168,9 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     table = target.table
     by_position = not physical and on_read.chosen(table, TableProperties.DELETE_MODE if values is None else TableProperties.UPDATE_MODE)
     candidates = ic.live_data_files(table, row_filter=condition.prune)
-    whole = []
     earlier = on_read.live_delete_files(table) if by_position or physical else {}
-    if values is None and condition.strict:
-        strict = _StrictMetricsEvaluator(table.schema(), condition.prune).eval
-        whole = [f for f in candidates if strict(f) == ROWS_MUST_MATCH]  # every row matches: dropped unread
+    strict = _StrictMetricsEvaluator(table.schema(), condition.prune).eval if values is None and condition.strict else None
+    whole = [f for f in candidates if strict(f) == ROWS_MUST_MATCH] if strict else []  # every row matches: dropped unread
     read = [f for f in candidates if f not in whole]
     deleted = {f.file_path: IcebergPositionDeletes(f.file_path, tuple(d.file_path for d in earlier[f.file_path])) for f in read + whole if f.file_path in earlier}
     scan, positions = None, None
@@ -183,6 +181,8 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
             return 0
         updated = _matched_rows(spark, target, read, condition, values)
         return position_rewrite.rewrite_with_updates(spark, target, read, None, updated, list(values), changes, target.change_feed)
+    if by_position and values is None and not whole:
+        return _delete_by_position(spark, target, read, condition, _of(deleted, read), earlier, changes)
     if rewrite:  # the rewrite's tasks read the files and write the change data: the scan reads what the condition and values need
         scan, positions = _positions(spark, target, read, condition, values, position_rewrite.MAX_POSITIONS)
     elif by_position:
@@ -221,6 +221,14 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
     finally:
         if scan is not None:
             scan.unpersist()
+
+
+def _delete_by_position(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict, earlier: dict, changes: FileChanges) -> int:
+    """A merge-on-read delete: one scan finds the positions and writes the change data (delete_scan.py), then a
+    position-delete file per file holding a match. Returns the rows deleted."""
+    positions = delete_scan.matched_positions(spark, target, files, condition, deleted, changes)
+    on_read.delete_positions(target, {f: positions[f.file_path] for f in files if f.file_path in positions}, changes, earlier)
+    return sum(len(p) for p in positions.values())
 
 
 def _positions(spark, target: WriteTarget, files: list, condition: Condition, values: dict | None, limit: int):

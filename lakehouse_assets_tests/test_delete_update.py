@@ -367,14 +367,18 @@ def test_a_second_delete_on_merge_on_read_does_not_count_rows_twice(spark, lh, d
     assert lh.verify(T)["agree"]
 
 
-def test_a_merge_on_read_delete_scans_once_and_without_the_feed_reads_only_the_conditions_columns(spark, tmp_path, duck, monkeypatch):
-    """A merge-on-read delete's one scan (core/write/delete_scan.py): with the change feed its matched rows give the
-    positions and the change data, rows deleted before left out of both; without the feed it reads the columns the
-    condition names and nothing else."""
+def test_merge_on_read_deletes_and_updates_read_what_they_need_and_leave_hidden_rows_alone(spark, tmp_path, duck, monkeypatch):
+    """A merge-on-read delete scans the columns its condition names for the positions, and with the change feed its
+    tasks write the rows at them (core/write/delete_scan.py); an update's tasks write its new rows and their images
+    (core/write/position_updates.py). Rows a delete file hides already are neither deleted nor updated again."""
     from lakehouse_assets.core.write.target import WriteTarget
+
+    from lakehouse_assets.core.write import position_updates
 
     reads, real_read = [], WriteTarget.read
     monkeypatch.setattr(WriteTarget, "read", lambda self, spark, files, **kw: reads.append(kw.get("columns")) or real_read(self, spark, files, **kw))
+    written, real_write = [], position_updates.write_new_rows
+    monkeypatch.setattr(position_updates, "write_new_rows", lambda *a: (lambda out: written.append(sum(map(len, out.values()))) or out)(real_write(*a)))
     for feed in ("true", "false"):
         lh = Lakehouse(warehouse=str(tmp_path / feed), delta_configuration={"delta.enableChangeDataFeed": feed})
         rows = _people(spark, lh, "merge-on-read")
@@ -385,6 +389,17 @@ def test_a_merge_on_read_delete_scans_once_and_without_the_feed_reads_only_the_c
         assert_all_readers_agree(lh, spark, duck, T, _as_read([r for r in rows if r[0] > 8]))
         if feed == "true":
             assert _changes(lh, spark, first.iceberg_snapshot_id) == _delta_feed(lh, result.delta_version) == sorted((i, i * 10, "open", "delete") for i in (6, 7, 8))
+        assert lh.verify(T)["agree"]
+
+        # An update: its tasks write the new rows and their images (position_updates.py), hidden rows left alone.
+        written.clear()
+        updated = lh.update(T, {"status": "'x'", "amount": "amount + 1"}, "amount <= 100")  # ids 9 and 10 of 1 to 10
+        assert updated.rows_written == 2 and written == [2]
+        expected = [(i, n, d, a + 1, "x") if i in (9, 10) else (i, n, d, a, s) for i, n, d, a, s in rows if i > 8]
+        assert_all_readers_agree(lh, spark, duck, T, _as_read(expected))
+        if feed == "true":
+            assert _delta_feed(lh, updated.delta_version) == sorted(
+                [(i, i * 10, "open", "update_preimage") for i in (9, 10)] + [(i, i * 10 + 1, "x", "update_postimage") for i in (9, 10)])
         assert lh.verify(T)["agree"]
 
 

@@ -50,7 +50,7 @@ from ..spark.session import active_session
 from ..table import branches
 from ..table.context import TableContext
 from ..table.evolution import types_were_widened
-from . import conflicts, delete_scan, position_rewrite, transaction
+from . import conflicts, delete_scan, position_rewrite, position_updates, transaction
 from .assignments import checked_assignments
 from .condition import Condition, condition_of
 from .merge import on_read
@@ -181,8 +181,8 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
             return 0
         updated = _matched_rows(spark, target, read, condition, values)
         return position_rewrite.rewrite_with_updates(spark, target, read, None, updated, list(values), changes, target.change_feed)
-    if by_position and values is None and not whole:
-        return _delete_by_position(spark, target, read, condition, _of(deleted, read), earlier, changes)
+    if by_position and (done := _by_position(spark, target, read, whole, condition, values, _of(deleted, read), earlier, changes)) is not None:
+        return done
     if rewrite:  # the rewrite's tasks read the files and write the change data: the scan reads what the condition and values need
         scan, positions = _positions(spark, target, read, condition, values, position_rewrite.MAX_POSITIONS)
     elif by_position:
@@ -223,10 +223,22 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
             scan.unpersist()
 
 
-def _delete_by_position(spark, target: WriteTarget, files: list, condition: Condition, deleted: dict, earlier: dict, changes: FileChanges) -> int:
-    """A merge-on-read delete: one scan finds the positions and writes the change data (delete_scan.py), then a
-    position-delete file per file holding a match. Returns the rows deleted."""
-    positions = delete_scan.matched_positions(spark, target, files, condition, deleted, changes)
+def _by_position(spark, target: WriteTarget, files: list, whole: list, condition: Condition, values: dict | None, deleted: dict, earlier: dict,
+                 changes: FileChanges) -> int | None:
+    """A merge-on-read delete or update in the jobs that read only what it needs: one scan finds the positions and
+    writes the change data (a delete: delete_scan.py), or feeds the tasks that write the new rows and their change
+    data (an update with nothing to check first: position_updates.py); then a position-delete file per file holding a
+    match. Returns the rows deleted or updated; None where the general road goes (files dropped whole, an update of
+    rows that change partition or are checked first, or too many)."""
+    if whole:
+        return None
+    if values is None:
+        positions = delete_scan.matched_positions(spark, target, files, condition, deleted, changes)
+    elif position_rewrite.takes(target, files, values) and not _checked(target, values) and sum(f.record_count for f in files) <= position_rewrite.MAX_POSITIONS:
+        updated = _matched_rows(spark, target, files, condition, values) if files else None
+        positions = position_updates.write_new_rows(spark, target, files, updated, list(values), deleted, changes) if files else {}
+    else:
+        return None
     on_read.delete_positions(target, {f: positions[f.file_path] for f in files if f.file_path in positions}, changes, earlier)
     return sum(len(p) for p in positions.values())
 

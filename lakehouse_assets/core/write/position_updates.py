@@ -1,0 +1,139 @@
+"""A merge-on-read update in one Spark job: the matched rows' new values go to their file's pyarrow task, which writes
+them as a new file and writes their change data; the positions come back for the position-delete files.
+
+Spark's scan finds the matched rows and computes the new values of the columns the update sets (Spark SQL, as
+everywhere in by_condition.py), reading only the columns the condition and the values need; the values, with each
+row's file and position, are shuffled to the task of their file, as the copy-on-write update's are
+(position_rewrite.rewrite_with_updates). The task reads its file with pyarrow, takes the rows at those positions
+(leaving out any a delete file hides already: no longer in the table, not updated), puts the new values in, and
+writes them through the table's own `FileWriter` into one new file of the file's partition, with their pre- and
+post-images as change data. Caching every column of the matched rows to read them twice (the new rows, the change
+data) took longer than the whole job does (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.manifest import DataFile
+
+from ..model import FileChanges
+from ..read.reader import ParquetFileReader, file_uris, path_batches
+from ..spark.compat import default_parallelism
+from .compaction_tasks import TASKS_PER_CORE, one_output_writer, partition_key_of
+from .merge.batch import PATH
+from .merge.on_read import POSITION
+from .position_rewrite import _CHANGE, _MATCHED, _SOURCE, _TASK_ROW, _change_rows, _data_rows, _images, _task_schema
+from .target import WriteTarget
+
+_POSITIONS = "_lakehouse updated positions"  # a task's row on a file it updated: the positions, as int64 bytes
+
+
+def write_new_rows(spark, target: WriteTarget, files: list[DataFile], updated, assigned: list[str], deleted: dict, changes: FileChanges) -> dict[str, pa.Array]:
+    """The matched rows of `files` written again with their new values: one new file per file holding a match, recorded
+    in `changes`, and with `target.change_feed` their pre- and post-images in `changes.change_data`. `updated`: the
+    matched rows' new values of `assigned`, each with its file (PATH) and position (POSITION), rows of any file;
+    `deleted`: {file URI: its deleted positions}, rows no longer in the table. Returns {file URI: the sorted positions
+    of its rows updated}, for their position deletes."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from ..io.storage import join_uri, normalize_uri
+    from .change_data import change_data_writer, file_actions
+    from .writer import run_write_job, table_write_settings, written_files
+
+    settings = table_write_settings(target.table, target.schema, target.target_file_size)
+    key_of, write_id = partition_key_of(target, settings), uuid.uuid4().hex[:16]
+    writer = target.file_writer(settings, write_id)
+    root = normalize_uri(target.table.location())
+    cdc = change_data_writer(target.table, target.schema, root, target.storage, write_id) if target.change_feed else None
+    per_file = {
+        f.file_path: _NewRows(key_of(f), one_output_writer(writer, write_id, i, f.file_size_in_bytes),
+                              replace(cdc, write_id=f"{write_id}-{i:05d}") if cdc is not None else None,
+                              np.asarray(deleted[f.file_path].positions(target.storage), np.int64) if f.file_path in deleted else None)
+        for i, f in enumerate(files)
+    }
+    tasks = min(len(files), default_parallelism(spark) * TASKS_PER_CORE)
+    schema = StructType([*_task_schema().fields, StructField(_POSITIONS, BinaryType())])
+    columns = [F.col(f"`{c}`") for c in (PATH, POSITION, *assigned)]
+    mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_Tasks(target.row_reader(files), per_file, assigned), schema)
+    rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
+    target.record(written_files([r for r in rows if r[_CHANGE] is None and r[_POSITIONS] is None]), changes, counts_as_written=False)
+    if cdc is not None:
+        changes.change_data = file_actions([json.loads(r[_CHANGE]) for r in rows if r[_CHANGE] is not None], cdc)
+        changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
+    return {r[_SOURCE]: pa.array(np.frombuffer(r[_POSITIONS], np.int64)) for r in rows if r[_POSITIONS] is not None}
+
+
+@dataclass
+class _NewRows:
+    """One file's updated rows: those at the positions its task receives, with their new values, written by `writer`
+    into one file of the file's partition (`key`); with `cdc`, their pre- and post-images."""
+
+    key: str
+    writer: object  # parquet_files.FileWriter
+    cdc: object | None  # change_data.ChangeDataWriter
+    gone: np.ndarray | None  # positions deleted before (sorted)
+
+    def __call__(self, reader: ParquetFileReader, uri: str, positions: np.ndarray, values: pa.Table):
+        """`values`: the new values of the rows at `positions` (sorted), in their order."""
+        import pyarrow.compute as pc
+
+        from ..read.deleted_positions import kept_rows
+        from .partition_keys import with_partition_key
+
+        if self.gone is not None and len(self.gone):
+            live = ~np.isin(positions, self.gone)
+            positions, values = positions[live], values.filter(pa.array(live))
+        if not len(positions):
+            return
+        old, start = [], 0
+        for b in reader(path_batches(uri)):
+            old.append(b.filter(pc.invert(kept_rows(positions, start, b.num_rows))))
+            start += b.num_rows
+            if start > positions[-1]:
+                break
+        old = pa.Table.from_batches(old).combine_chunks()
+        if old.num_rows != values.num_rows:
+            raise RuntimeError(f"{uri}: {old.num_rows} rows at the update's {values.num_rows} positions")
+        new = old
+        for name in values.column_names:
+            i = new.schema.get_field_index(name)
+            new = new.set_column(i, new.field(i), values.column(name).cast(new.field(i).type))
+        for out in self.writer(with_partition_key(b, self.key) for b in new.to_batches() if b.num_rows):
+            yield _data_rows(out, uri, values.num_rows).append_column(_POSITIONS, pa.nulls(out.num_rows, pa.binary()))
+        if self.cdc is not None:
+            for out in _change_rows(self.cdc, _images(old, new, values.column_names)):
+                yield out.append_column(_POSITIONS, pa.nulls(out.num_rows, pa.binary()))
+        yield pa.RecordBatch.from_pylist([{_SOURCE: uri, _MATCHED: len(positions), _POSITIONS: positions.astype(np.int64).tobytes()}], schema=_ROW)
+
+
+_ROW = pa.schema([*_TASK_ROW, pa.field(_POSITIONS, pa.binary())])  # the task rows: position_rewrite's, and the positions
+
+
+@dataclass
+class _Tasks:
+    """mapInArrow function: the new values of some files' matched rows in (with PATH and POSITION); each of those
+    files' `_NewRows` run."""
+
+    reader: ParquetFileReader
+    per_file: dict  # file URI -> its _NewRows
+    assigned: list[str]
+
+    def __call__(self, batches):
+        import pyarrow.compute as pc
+
+        updates: dict[str, list] = defaultdict(list)  # the file's name as Spark spells it -> its matched rows' values
+        for batch in batches:
+            paths = batch.column(PATH)
+            for spelled in pc.unique(paths).to_pylist():
+                updates[spelled].append(batch.filter(pc.equal(paths, spelled)))
+        for spelled, uri in zip(updates, file_uris(list(updates), list(self.per_file))):
+            values = pa.Table.from_batches(updates[spelled]).sort_by(POSITION)
+            positions = values.column(POSITION).to_numpy().astype(np.int64)
+            yield from self.per_file[uri](self.reader, uri, positions, values.select(self.assigned))

@@ -371,9 +371,8 @@ def test_merge_on_read_deletes_and_updates_read_what_they_need_and_leave_hidden_
     """A merge-on-read delete scans the columns its condition names for the positions, and with the change feed its
     tasks write the rows at them (core/write/delete_scan.py); an update's tasks write its new rows and their images
     (core/write/position_updates.py). Rows a delete file hides already are neither deleted nor updated again."""
-    from lakehouse_assets.core.write.target import WriteTarget
-
     from lakehouse_assets.core.write import position_updates
+    from lakehouse_assets.core.write.target import WriteTarget
 
     reads, real_read = [], WriteTarget.read
     monkeypatch.setattr(WriteTarget, "read", lambda self, spark, files, **kw: reads.append(kw.get("columns")) or real_read(self, spark, files, **kw))

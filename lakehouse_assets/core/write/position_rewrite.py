@@ -70,18 +70,18 @@ def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions
         ))
     tasks = min(len(jobs), default_parallelism(spark) * TASKS_PER_CORE)
     fn = _DeleteTasks(target.row_reader([*files, *whole]), jobs, tasks)
-    rows = run_write_tasks(spark, tasks, fn, _task_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
-    target.record(written_files([r for r in rows if r[_CHANGE] is None]), changes, counts_as_written=False)
+    rows = run_write_tasks(spark, tasks, fn, task_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
+    target.record(written_files([r for r in rows if r[CHANGE] is None]), changes, counts_as_written=False)
     changes.removes += files
     if cdc is not None:
-        changes.change_data = file_actions([json.loads(r[_CHANGE]) for r in rows if r[_CHANGE] is not None], cdc)
+        changes.change_data = file_actions([json.loads(r[CHANGE]) for r in rows if r[CHANGE] is not None], cdc)
         changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
 
 
-_CHANGE = "_lakehouse delete change"  # a task's row of a change data file it wrote, as JSON (a data file's: null)
-_SOURCE = "_lakehouse source file"  # a data file's row: the file it replaces
-_MATCHED = "_lakehouse matched rows"  # ... and how many of that file's rows the operation matched
-_TASK_ROW = pa.schema([*FILE_ROW_ARROW, pa.field(_CHANGE, pa.string()), pa.field(_SOURCE, pa.string()), pa.field(_MATCHED, pa.int64())])
+CHANGE = "_lakehouse delete change"  # a task's row of a change data file it wrote, as JSON (a data file's: null)
+SOURCE = "_lakehouse source file"  # a data file's row: the file it replaces
+MATCHED = "_lakehouse matched rows"  # ... and how many of that file's rows the operation matched
+TASK_ROW = pa.schema([*FILE_ROW_ARROW, pa.field(CHANGE, pa.string()), pa.field(SOURCE, pa.string()), pa.field(MATCHED, pa.int64())])
 
 
 @dataclass
@@ -117,7 +117,7 @@ class _FileDelete:
                 start += b.num_rows
 
         for out in self.writer(kept()):
-            yield _data_rows(out, self.uri, len(self.new))
+            yield data_rows(out, self.uri, len(self.new))
         if self.cdc is not None:
             yield from self._change_data(removed)
 
@@ -125,7 +125,7 @@ class _FileDelete:
         from ..read.change_types import CHANGE_TYPE, DELETE
 
         rows = (b.append_column(CHANGE_TYPE, pa.array([DELETE] * b.num_rows, pa.string())) for b in batches if b.num_rows)
-        yield from _change_rows(self.cdc, rows)
+        yield from change_rows(self.cdc, rows)
 
 
 @dataclass
@@ -172,34 +172,34 @@ def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], posi
     }
     tasks = min(len(files), default_parallelism(spark) * TASKS_PER_CORE)
     columns = [F.col(f"`{c}`") for c in (PATH, POSITION, *assigned)]
-    mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_WithUpdates(target.row_reader(files), per_file, assigned), _task_schema())
+    mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_WithUpdates(target.row_reader(files), per_file, assigned), task_schema())
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
-    data = [r for r in rows if r[_CHANGE] is None]
+    data = [r for r in rows if r[CHANGE] is None]
     target.record(written_files(data), changes, counts_as_written=False)  # (recorded first: a refusal below removes them)
-    sources = {r[_SOURCE] for r in data}
+    sources = {r[SOURCE] for r in data}
     changes.removes += [f for f in files if f.file_path in sources]
     if cdc is not None and data:  # (nothing matched: no version, so no change data, not even an empty file)
-        changes.change_data = file_actions([json.loads(r[_CHANGE]) for r in rows if r[_CHANGE] is not None], cdc)
+        changes.change_data = file_actions([json.loads(r[CHANGE]) for r in rows if r[CHANGE] is not None], cdc)
         changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
     if len(sources) != len(data) or (positions is not None and len(data) != len(files)):  # each file holding a match gives one
         raise RuntimeError(f"Table {settings['table_name']}: an update rewrote {len(sources)} files into {len(data)} (of the {len(files)} "
                            "files that may hold its rows); nothing was committed")
-    return sum(r[_MATCHED] for r in data)
+    return sum(r[MATCHED] for r in data)
 
 
-def _task_schema():
+def task_schema():
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from .writer import file_row_schema
 
-    return StructType([*file_row_schema().fields, StructField(_CHANGE, StringType()), StructField(_SOURCE, StringType()), StructField(_MATCHED, LongType())])
+    return StructType([*file_row_schema().fields, StructField(CHANGE, StringType()), StructField(SOURCE, StringType()), StructField(MATCHED, LongType())])
 
 
-def _data_rows(out: pa.RecordBatch, source: str, matched: int) -> pa.RecordBatch:
+def data_rows(out: pa.RecordBatch, source: str, matched: int) -> pa.RecordBatch:
     """A writer's file rows as this job's rows: no change data, the file they replace and its matched rows."""
     n = out.num_rows
-    return (out.append_column(_CHANGE, pa.nulls(n, pa.string())).append_column(_SOURCE, pa.array([source] * n, pa.string()))
-            .append_column(_MATCHED, pa.array([matched] * n, pa.int64())))
+    return (out.append_column(CHANGE, pa.nulls(n, pa.string())).append_column(SOURCE, pa.array([source] * n, pa.string()))
+            .append_column(MATCHED, pa.array([matched] * n, pa.int64())))
 
 
 @dataclass
@@ -239,12 +239,12 @@ class _FileUpdate:
             yield from (with_partition_key(b, self.key) for b in new if b.num_rows)
 
         for out in self.writer(rows()):
-            yield _data_rows(out, uri, values.num_rows)
+            yield data_rows(out, uri, values.num_rows)
         if self.cdc is not None:
-            yield from _change_rows(self.cdc, _images(pa.Table.from_batches(old), pa.Table.from_batches(new), values.column_names))
+            yield from change_rows(self.cdc, images(pa.Table.from_batches(old), pa.Table.from_batches(new), values.column_names))
 
 
-def _images(old: pa.Table, new: pa.Table, assigned: list[str]):
+def images(old: pa.Table, new: pa.Table, assigned: list[str]):
     """The pre- and post-image batches of the rows whose `assigned` values changed (NULL equal to NULL, NaN to NaN,
     as the change feed compares them)."""
     import pyarrow.compute as pc
@@ -272,10 +272,10 @@ def _same(a: pa.Array, b: pa.Array) -> pa.Array:
     return same
 
 
-def _change_rows(cdc, batches):
-    """Write `batches` (change rows) with `cdc`; its file rows as this job's rows, in the `_CHANGE` column."""
+def change_rows(cdc, batches):
+    """Write `batches` (change rows) with `cdc`; its file rows as this job's rows, in the `CHANGE` column."""
     for out in cdc(batches):
-        yield pa.RecordBatch.from_pylist([{_CHANGE: json.dumps(r)} for r in out.to_pylist()], schema=_TASK_ROW)
+        yield pa.RecordBatch.from_pylist([{CHANGE: json.dumps(r)} for r in out.to_pylist()], schema=TASK_ROW)
 
 
 @dataclass

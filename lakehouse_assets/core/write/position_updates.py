@@ -28,7 +28,7 @@ from ..spark.compat import default_parallelism
 from .compaction_tasks import TASKS_PER_CORE, one_output_writer, partition_key_of
 from .merge.batch import PATH
 from .merge.on_read import POSITION
-from .position_rewrite import _CHANGE, _MATCHED, _SOURCE, _TASK_ROW, _change_rows, _data_rows, _images, _task_schema
+from .position_rewrite import CHANGE, MATCHED, SOURCE, TASK_ROW, change_rows, data_rows, images, task_schema
 from .target import WriteTarget
 
 _POSITIONS = "_lakehouse updated positions"  # a task's row on a file it updated: the positions, as int64 bytes
@@ -40,12 +40,10 @@ def write_new_rows(spark, target: WriteTarget, files: list[DataFile], updated, a
     matched rows' new values of `assigned`, each with its file (PATH) and position (POSITION), rows of any file;
     `deleted`: {file URI: its deleted positions}, rows no longer in the table. Returns {file URI: the sorted positions
     of its rows updated}, for their position deletes."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType, StructField, StructType
 
     from ..io.storage import join_uri, normalize_uri
     from .change_data import change_data_writer, file_actions
-    from .writer import run_write_job, table_write_settings, written_files
+    from .writer import table_write_settings, written_files
 
     settings = table_write_settings(target.table, target.schema, target.target_file_size)
     key_of, write_id = partition_key_of(target, settings), uuid.uuid4().hex[:16]
@@ -58,16 +56,66 @@ def write_new_rows(spark, target: WriteTarget, files: list[DataFile], updated, a
                               np.asarray(deleted[f.file_path].positions(target.storage), np.int64) if f.file_path in deleted else None)
         for i, f in enumerate(files)
     }
-    tasks = min(len(files), default_parallelism(spark) * TASKS_PER_CORE)
-    schema = StructType([*_task_schema().fields, StructField(_POSITIONS, BinaryType())])
-    columns = [F.col(f"`{c}`") for c in (PATH, POSITION, *assigned)]
-    mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_Tasks(target.row_reader(files), per_file, assigned), schema)
-    rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
-    target.record(written_files([r for r in rows if r[_CHANGE] is None and r[_POSITIONS] is None]), changes, counts_as_written=False)
+    rows = run_by_file(spark, target, files, updated, assigned, per_file, write_id)
+    target.record(written_files([r for r in rows if r[CHANGE] is None and r[_POSITIONS] is None]), changes, counts_as_written=False)
     if cdc is not None:
-        changes.change_data = file_actions([json.loads(r[_CHANGE]) for r in rows if r[_CHANGE] is not None], cdc)
+        changes.change_data = file_actions([json.loads(r[CHANGE]) for r in rows if r[CHANGE] is not None], cdc)
         changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
-    return {r[_SOURCE]: pa.array(np.frombuffer(r[_POSITIONS], np.int64)) for r in rows if r[_POSITIONS] is not None}
+    return positions_of(rows)
+
+
+def run_by_file(spark, target: WriteTarget, files: list[DataFile], matched, assigned: list[str], per_file: dict, write_id: str) -> list:
+    """One job: `matched` (rows with PATH, POSITION and the `assigned` columns) shuffled to their file's task, which
+    calls that file's job of `per_file` ({file URI: job(reader, uri, sorted positions, their values)}); the tasks' rows."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from ..io.storage import normalize_uri
+    from .writer import run_write_job
+
+    tasks = min(len(files), default_parallelism(spark) * TASKS_PER_CORE)
+    schema = StructType([*task_schema().fields, StructField(_POSITIONS, BinaryType())])
+    columns = [F.col(f"`{c}`") for c in (PATH, POSITION, *assigned)]
+    mapped = matched.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_Tasks(target.row_reader(files), per_file, assigned), schema)
+    return run_write_job(mapped, write_id, storage=target.storage, root_uri=normalize_uri(target.table.location()), table_name=target.identifier)
+
+
+def positions_of(rows: list) -> dict[str, pa.Array]:
+    """{file URI: sorted positions} from the tasks' positions rows (`positions_row`)."""
+    return {r[SOURCE]: pa.array(np.frombuffer(r[_POSITIONS], np.int64)) for r in rows if r[_POSITIONS] is not None}
+
+
+def positions_row(uri: str, positions: np.ndarray) -> pa.RecordBatch:
+    """A task's row on the rows of `uri` it handled, at `positions`."""
+    return pa.RecordBatch.from_pylist([{SOURCE: uri, MATCHED: len(positions), _POSITIONS: positions.astype(np.int64).tobytes()}], schema=_ROW)
+
+
+def without_positions(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A task's row on a file it wrote (position_rewrite's rows), in this job's schema."""
+    return batch.append_column(_POSITIONS, pa.nulls(batch.num_rows, pa.binary()))
+
+
+def live(positions: np.ndarray, values: pa.Table, gone: np.ndarray | None) -> tuple[np.ndarray, pa.Table]:
+    """`positions` and their `values` without those `gone` (deleted before: no longer in the table)."""
+    if gone is None or not len(gone):
+        return positions, values
+    keep = ~np.isin(positions, gone)
+    return positions[keep], values.filter(pa.array(keep))
+
+
+def rows_at(reader: ParquetFileReader, uri: str, positions: np.ndarray) -> pa.Table:
+    """The rows of `uri` at `positions` (sorted, not empty), read with pyarrow up to the last of them."""
+    import pyarrow.compute as pc
+
+    from ..read.deleted_positions import kept_rows
+
+    found, start = [], 0
+    for b in reader(path_batches(uri)):
+        found.append(b.filter(pc.invert(kept_rows(positions, start, b.num_rows))))
+        start += b.num_rows
+        if start > positions[-1]:
+            break
+    return pa.Table.from_batches(found).combine_chunks()
 
 
 @dataclass
@@ -82,23 +130,12 @@ class _NewRows:
 
     def __call__(self, reader: ParquetFileReader, uri: str, positions: np.ndarray, values: pa.Table):
         """`values`: the new values of the rows at `positions` (sorted), in their order."""
-        import pyarrow.compute as pc
-
-        from ..read.deleted_positions import kept_rows
         from .partition_keys import with_partition_key
 
-        if self.gone is not None and len(self.gone):
-            live = ~np.isin(positions, self.gone)
-            positions, values = positions[live], values.filter(pa.array(live))
+        positions, values = live(positions, values, self.gone)
         if not len(positions):
             return
-        old, start = [], 0
-        for b in reader(path_batches(uri)):
-            old.append(b.filter(pc.invert(kept_rows(positions, start, b.num_rows))))
-            start += b.num_rows
-            if start > positions[-1]:
-                break
-        old = pa.Table.from_batches(old).combine_chunks()
+        old = rows_at(reader, uri, positions)
         if old.num_rows != values.num_rows:
             raise RuntimeError(f"{uri}: {old.num_rows} rows at the update's {values.num_rows} positions")
         new = old
@@ -106,14 +143,13 @@ class _NewRows:
             i = new.schema.get_field_index(name)
             new = new.set_column(i, new.field(i), values.column(name).cast(new.field(i).type))
         for out in self.writer(with_partition_key(b, self.key) for b in new.to_batches() if b.num_rows):
-            yield _data_rows(out, uri, values.num_rows).append_column(_POSITIONS, pa.nulls(out.num_rows, pa.binary()))
+            yield without_positions(data_rows(out, uri, values.num_rows))
         if self.cdc is not None:
-            for out in _change_rows(self.cdc, _images(old, new, values.column_names)):
-                yield out.append_column(_POSITIONS, pa.nulls(out.num_rows, pa.binary()))
-        yield pa.RecordBatch.from_pylist([{_SOURCE: uri, _MATCHED: len(positions), _POSITIONS: positions.astype(np.int64).tobytes()}], schema=_ROW)
+            yield from map(without_positions, change_rows(self.cdc, images(old, new, values.column_names)))
+        yield positions_row(uri, positions)
 
 
-_ROW = pa.schema([*_TASK_ROW, pa.field(_POSITIONS, pa.binary())])  # the task rows: position_rewrite's, and the positions
+_ROW = pa.schema([*TASK_ROW, pa.field(_POSITIONS, pa.binary())])  # the task rows: position_rewrite's, and the positions
 
 
 @dataclass

@@ -11,7 +11,6 @@ the same scan of the condition's column alone 0.17-0.29 s (docs/performance.md).
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, replace
 
@@ -21,13 +20,11 @@ from pyiceberg.manifest import DataFile
 
 from ..io.storage import join_uri, normalize_uri
 from ..model import FileChanges
-from ..read.reader import ParquetFileReader
-from . import position_updates
+from ..read.reader import ParquetFileReader, path_batches
+from ..spark.compat import default_parallelism
+from .compaction_tasks import TASKS_PER_CORE
 from .condition import Condition
 from .merge import on_read
-from .merge.batch import PATH
-from .merge.on_read import POSITION
-from .position_rewrite import CHANGE, change_rows
 from .target import WriteTarget
 
 
@@ -37,41 +34,64 @@ def matched_positions(spark, target: WriteTarget, files: list[DataFile], conditi
     positions are written as `delete` change data: `changes.change_data` (its files in `changes.created`)."""
     from pyspark.sql import functions as F
 
-    columns = condition.columns([f.name for f in target.schema.fields]) or None
-    if not target.change_feed:
-        return on_read.positions_where(spark, target, files, lambda _: F.expr(condition.matches), deleted, columns=columns)
-    if not files:
-        return {}
-    from .change_data import change_data_writer, file_actions
-
-    root, write_id = normalize_uri(target.table.location()), uuid.uuid4().hex[:16]
-    cdc = change_data_writer(target.table, target.schema, root, target.storage, write_id)
-    per_file = {f.file_path: _DeletedRows(replace(cdc, write_id=f"{write_id}-{i:05d}"), np.asarray(deleted[f.file_path].positions(target.storage), np.int64) if f.file_path in deleted else None)
-                for i, f in enumerate(files)}
-    matched = target.read(spark, files, path_column=PATH, position_column=POSITION, columns=columns).filter(F.expr(condition.matches))
-    rows = position_updates.run_by_file(spark, target, files, matched, [], per_file, write_id)
-    positions = position_updates.positions_of(rows)
-    if positions:
-        changes.change_data = file_actions([json.loads(r[CHANGE]) for r in rows if r[CHANGE] is not None], cdc)
-        changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
+    names = [f.name for f in target.schema.fields]
+    positions = on_read.positions_where(spark, target, files, lambda _: F.expr(condition.matches), deleted, columns=condition.columns(names) or None)
+    if target.change_feed and positions:
+        _write_feed(spark, target, [f for f in files if f.file_path in positions], positions, changes)
     return positions
 
 
+def _write_feed(spark, target: WriteTarget, files: list[DataFile], positions: dict[str, pa.Array], changes: FileChanges) -> None:
+    from .change_data import change_data_writer, file_actions
+    from .writer import run_write_tasks
+
+    root, write_id = normalize_uri(target.table.location()), uuid.uuid4().hex[:16]
+    cdc = change_data_writer(target.table, target.schema, root, target.storage, write_id)
+    jobs = [_FileFeed(f.file_path, positions[f.file_path].to_numpy().astype(np.int64), replace(cdc, write_id=f"{write_id}-{i:05d}")) for i, f in enumerate(files)]
+    tasks = min(len(jobs), default_parallelism(spark) * TASKS_PER_CORE)
+    fn = _FeedTasks(target.row_reader(files), jobs, tasks)
+    rows = run_write_tasks(spark, tasks, fn, "path string, size long, partition_values string", write_id, storage=target.storage, root_uri=root, table_name=target.identifier)
+    changes.change_data = file_actions([dict(r) for r in rows], cdc)
+    changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
+
+
 @dataclass
-class _DeletedRows:
-    """One file's deleted rows: those at the positions its task receives, but any `gone` already, written as `delete`
-    change data by `cdc`."""
+class _FileFeed:
+    """One file's change data: its rows at `positions` (sorted) as `delete` events, written by `cdc`."""
 
+    uri: str
+    positions: np.ndarray
     cdc: object  # change_data.ChangeDataWriter
-    gone: np.ndarray | None
 
-    def __call__(self, reader: ParquetFileReader, uri: str, positions: np.ndarray, values: pa.Table):
+    def __call__(self, reader: ParquetFileReader):
+        import pyarrow.compute as pc
+
         from ..read.change_types import CHANGE_TYPE, DELETE
+        from ..read.deleted_positions import kept_rows
 
-        positions, _ = position_updates.live(positions, values, self.gone)
-        if not len(positions):
-            return
-        rows = position_updates.rows_at(reader, uri, positions)
-        batches = rows.append_column(CHANGE_TYPE, pa.array([DELETE] * rows.num_rows, pa.string())).to_batches()
-        yield from map(position_updates.without_positions, change_rows(self.cdc, batches))
-        yield position_updates.positions_row(uri, positions)
+        def rows():
+            start, last = 0, int(self.positions[-1])
+            for b in reader(path_batches(self.uri)):
+                matched = b.filter(pc.invert(kept_rows(self.positions, start, b.num_rows)))
+                if matched.num_rows:
+                    yield matched.append_column(CHANGE_TYPE, pa.array([DELETE] * matched.num_rows, pa.string()))
+                start += b.num_rows
+                if start > last:  # the rest of the file holds no match
+                    return
+
+        yield from self.cdc(rows())
+
+
+@dataclass
+class _FeedTasks:
+    """mapInArrow function: task indexes in; task i runs jobs i, i + tasks, i + 2 * tasks... Out: change data file rows."""
+
+    reader: ParquetFileReader  # whole rows, none left out: batch offsets are file positions
+    jobs: list[_FileFeed]
+    tasks: int
+
+    def __call__(self, batches):
+        for batch in batches:
+            for task in batch.column(0).to_pylist():
+                for job in self.jobs[task :: self.tasks]:
+                    yield from job(self.reader)

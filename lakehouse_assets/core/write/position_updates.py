@@ -56,15 +56,15 @@ def write_new_rows(spark, target: WriteTarget, files: list[DataFile], updated, a
                               np.asarray(deleted[f.file_path].positions(target.storage), np.int64) if f.file_path in deleted else None)
         for i, f in enumerate(files)
     }
-    rows = run_by_file(spark, target, files, updated, assigned, per_file, write_id)
+    rows = _run_by_file(spark, target, files, updated, assigned, per_file, write_id)
     target.record(written_files([r for r in rows if r[CHANGE] is None and r[_POSITIONS] is None]), changes, counts_as_written=False)
     if cdc is not None:
         changes.change_data = file_actions([json.loads(r[CHANGE]) for r in rows if r[CHANGE] is not None], cdc)
         changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
-    return positions_of(rows)
+    return _positions_of(rows)
 
 
-def run_by_file(spark, target: WriteTarget, files: list[DataFile], matched, assigned: list[str], per_file: dict, write_id: str) -> list:
+def _run_by_file(spark, target: WriteTarget, files: list[DataFile], matched, assigned: list[str], per_file: dict, write_id: str) -> list:
     """One job: `matched` (rows with PATH, POSITION and the `assigned` columns) shuffled to their file's task, which
     calls that file's job of `per_file` ({file URI: job(reader, uri, sorted positions, their values)}); the tasks' rows."""
     from pyspark.sql import functions as F
@@ -80,22 +80,22 @@ def run_by_file(spark, target: WriteTarget, files: list[DataFile], matched, assi
     return run_write_job(mapped, write_id, storage=target.storage, root_uri=normalize_uri(target.table.location()), table_name=target.identifier)
 
 
-def positions_of(rows: list) -> dict[str, pa.Array]:
+def _positions_of(rows: list) -> dict[str, pa.Array]:
     """{file URI: sorted positions} from the tasks' positions rows (`positions_row`)."""
     return {r[SOURCE]: pa.array(np.frombuffer(r[_POSITIONS], np.int64)) for r in rows if r[_POSITIONS] is not None}
 
 
-def positions_row(uri: str, positions: np.ndarray) -> pa.RecordBatch:
+def _positions_row(uri: str, positions: np.ndarray) -> pa.RecordBatch:
     """A task's row on the rows of `uri` it handled, at `positions`."""
     return pa.RecordBatch.from_pylist([{SOURCE: uri, MATCHED: len(positions), _POSITIONS: positions.astype(np.int64).tobytes()}], schema=_ROW)
 
 
-def without_positions(batch: pa.RecordBatch) -> pa.RecordBatch:
+def _without_positions(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A task's row on a file it wrote (position_rewrite's rows), in this job's schema."""
     return batch.append_column(_POSITIONS, pa.nulls(batch.num_rows, pa.binary()))
 
 
-def live(positions: np.ndarray, values: pa.Table, gone: np.ndarray | None) -> tuple[np.ndarray, pa.Table]:
+def _live(positions: np.ndarray, values: pa.Table, gone: np.ndarray | None) -> tuple[np.ndarray, pa.Table]:
     """`positions` and their `values` without those `gone` (deleted before: no longer in the table)."""
     if gone is None or not len(gone):
         return positions, values
@@ -103,7 +103,7 @@ def live(positions: np.ndarray, values: pa.Table, gone: np.ndarray | None) -> tu
     return positions[keep], values.filter(pa.array(keep))
 
 
-def rows_at(reader: ParquetFileReader, uri: str, positions: np.ndarray) -> pa.Table:
+def _rows_at(reader: ParquetFileReader, uri: str, positions: np.ndarray) -> pa.Table:
     """The rows of `uri` at `positions` (sorted, not empty), read with pyarrow up to the last of them."""
     import pyarrow.compute as pc
 
@@ -132,10 +132,10 @@ class _NewRows:
         """`values`: the new values of the rows at `positions` (sorted), in their order."""
         from .partition_keys import with_partition_key
 
-        positions, values = live(positions, values, self.gone)
+        positions, values = _live(positions, values, self.gone)
         if not len(positions):
             return
-        old = rows_at(reader, uri, positions)
+        old = _rows_at(reader, uri, positions)
         if old.num_rows != values.num_rows:
             raise RuntimeError(f"{uri}: {old.num_rows} rows at the update's {values.num_rows} positions")
         new = old
@@ -143,10 +143,10 @@ class _NewRows:
             i = new.schema.get_field_index(name)
             new = new.set_column(i, new.field(i), values.column(name).cast(new.field(i).type))
         for out in self.writer(with_partition_key(b, self.key) for b in new.to_batches() if b.num_rows):
-            yield without_positions(data_rows(out, uri, values.num_rows))
+            yield _without_positions(data_rows(out, uri, values.num_rows))
         if self.cdc is not None:
-            yield from map(without_positions, change_rows(self.cdc, images(old, new, values.column_names)))
-        yield positions_row(uri, positions)
+            yield from map(_without_positions, change_rows(self.cdc, images(old, new, values.column_names)))
+        yield _positions_row(uri, positions)
 
 
 _ROW = pa.schema([*TASK_ROW, pa.field(_POSITIONS, pa.binary())])  # the task rows: position_rewrite's, and the positions

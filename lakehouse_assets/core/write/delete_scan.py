@@ -25,6 +25,7 @@ from ..spark.compat import default_parallelism
 from .compaction_tasks import TASKS_PER_CORE
 from .condition import Condition
 from .merge import on_read
+from .position_rewrite import IndexedTasks
 from .target import WriteTarget
 
 
@@ -49,7 +50,7 @@ def _write_feed(spark, target: WriteTarget, files: list[DataFile], positions: di
     cdc = change_data_writer(target.table, target.schema, root, target.storage, write_id)
     jobs = [_FileFeed(f.file_path, positions[f.file_path].to_numpy().astype(np.int64), replace(cdc, write_id=f"{write_id}-{i:05d}")) for i, f in enumerate(files)]
     tasks = min(len(jobs), default_parallelism(spark) * TASKS_PER_CORE)
-    fn = _FeedTasks(target.row_reader(files), jobs, tasks)
+    fn = IndexedTasks(target.row_reader(files), jobs, tasks)
     rows = run_write_tasks(spark, tasks, fn, "path string, size long, partition_values string", write_id, storage=target.storage, root_uri=root, table_name=target.identifier)
     changes.change_data = file_actions([dict(r) for r in rows], cdc)
     changes.created += [join_uri(root, a["path"]) for a in changes.change_data]
@@ -80,18 +81,3 @@ class _FileFeed:
                     return
 
         yield from self.cdc(rows())
-
-
-@dataclass
-class _FeedTasks:
-    """mapInArrow function: task indexes in; task i runs jobs i, i + tasks, i + 2 * tasks... Out: change data file rows."""
-
-    reader: ParquetFileReader  # whole rows, none left out: batch offsets are file positions
-    jobs: list[_FileFeed]
-    tasks: int
-
-    def __call__(self, batches):
-        for batch in batches:
-            for task in batch.column(0).to_pylist():
-                for job in self.jobs[task :: self.tasks]:
-                    yield from job(self.reader)

@@ -69,7 +69,7 @@ def rewrite_without(spark, target: WriteTarget, files: list[DataFile], positions
             replace(cdc, write_id=f"{write_id}-{i:05d}") if cdc is not None else None,
         ))
     tasks = min(len(jobs), default_parallelism(spark) * TASKS_PER_CORE)
-    fn = _DeleteTasks(target.row_reader([*files, *whole]), jobs, tasks)
+    fn = IndexedTasks(target.row_reader([*files, *whole]), jobs, tasks)
     rows = run_write_tasks(spark, tasks, fn, task_schema(), write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     target.record(written_files([r for r in rows if r[CHANGE] is None]), changes, counts_as_written=False)
     changes.removes += files
@@ -129,11 +129,12 @@ class _FileDelete:
 
 
 @dataclass
-class _DeleteTasks:
-    """mapInArrow function: task indexes in; task i runs jobs i, i + tasks, i + 2 * tasks... Out: file rows."""
+class IndexedTasks:
+    """mapInArrow function: task indexes in; task i runs jobs i, i + tasks, i + 2 * tasks... (each `job(reader)`, one
+    file's work). Out: what the jobs yield."""
 
     reader: ParquetFileReader  # whole rows, none left out: batch offsets are file positions
-    jobs: list[_FileDelete]
+    jobs: list
     tasks: int
 
     def __call__(self, batches):
@@ -172,7 +173,7 @@ def rewrite_with_updates(spark, target: WriteTarget, files: list[DataFile], posi
     }
     tasks = min(len(files), default_parallelism(spark) * TASKS_PER_CORE)
     columns = [F.col(f"`{c}`") for c in (PATH, POSITION, *assigned)]
-    mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_WithUpdates(target.row_reader(files), per_file, assigned), task_schema())
+    mapped = updated.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(FileTasks(target.row_reader(files), per_file, assigned), task_schema())
     rows = run_write_job(mapped, write_id, storage=target.storage, root_uri=settings["root_uri"], table_name=settings["table_name"])
     data = [r for r in rows if r[CHANGE] is None]
     target.record(written_files(data), changes, counts_as_written=False)  # (recorded first: a refusal below removes them)
@@ -219,6 +220,8 @@ class _FileUpdate:
         from ..read.deleted_positions import kept_rows
         from .partition_keys import with_partition_key
 
+        if self.positions is not None and not np.array_equal(positions, self.positions):
+            raise RuntimeError(f"{uri}: the update's new values name other positions than its scan found")
         old, new = [], []
 
         def rows():
@@ -279,12 +282,12 @@ def change_rows(cdc, batches):
 
 
 @dataclass
-class _WithUpdates:
-    """mapInArrow function: the new values of some files' matched rows in (with PATH and POSITION); each of those
-    files rewritten by its `_FileUpdate`, which reads it whole (`reader`)."""
+class FileTasks:
+    """mapInArrow function: the new values of some files' matched rows in (with PATH and POSITION; no other column for
+    a delete's); each of those files' job of `per_file` called as `job(reader, uri, sorted positions, their values)`."""
 
     reader: ParquetFileReader
-    per_file: dict  # file URI -> its _FileUpdate
+    per_file: dict  # file URI -> its job
     assigned: list[str]
 
     def __call__(self, batches):
@@ -297,7 +300,4 @@ class _WithUpdates:
                 updates[spelled].append(batch.filter(pc.equal(paths, spelled)))
         for spelled, uri in zip(updates, file_uris(list(updates), list(self.per_file))):
             values = pa.Table.from_batches(updates[spelled]).sort_by(POSITION)
-            job, positions = self.per_file[uri], values.column(POSITION).to_numpy().astype(np.int64)
-            if job.positions is not None and not np.array_equal(positions, job.positions):
-                raise RuntimeError(f"{uri}: the update's new values name other positions than its scan found")
-            yield from job(self.reader, uri, positions, values.select(self.assigned))
+            yield from self.per_file[uri](self.reader, uri, values.column(POSITION).to_numpy().astype(np.int64), values.select(self.assigned))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,12 +22,12 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 
 from ..model import FileChanges
-from ..read.reader import ParquetFileReader, file_uris, path_batches
+from ..read.reader import ParquetFileReader, path_batches
 from ..spark.compat import default_parallelism
 from .compaction_tasks import TASKS_PER_CORE, one_output_writer, partition_key_of
 from .merge.batch import PATH
 from .merge.on_read import POSITION
-from .position_rewrite import CHANGE, MATCHED, SOURCE, TASK_ROW, change_rows, data_rows, images, task_schema
+from .position_rewrite import CHANGE, MATCHED, SOURCE, TASK_ROW, FileTasks, change_rows, data_rows, images, task_schema
 from .target import WriteTarget
 
 _POSITIONS = "_lakehouse updated positions"  # a task's row on a file it updated: the positions, as int64 bytes
@@ -76,7 +75,7 @@ def _run_by_file(spark, target: WriteTarget, files: list[DataFile], matched, ass
     tasks = min(len(files), default_parallelism(spark) * TASKS_PER_CORE)
     schema = StructType([*task_schema().fields, StructField(_POSITIONS, BinaryType())])
     columns = [F.col(f"`{c}`") for c in (PATH, POSITION, *assigned)]
-    mapped = matched.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(_Tasks(target.row_reader(files), per_file, assigned), schema)
+    mapped = matched.select(*columns).repartition(tasks, F.col(f"`{PATH}`")).mapInArrow(FileTasks(target.row_reader(files), per_file, assigned), schema)
     return run_write_job(mapped, write_id, storage=target.storage, root_uri=normalize_uri(target.table.location()), table_name=target.identifier)
 
 
@@ -150,26 +149,3 @@ class _NewRows:
 
 
 _ROW = pa.schema([*TASK_ROW, pa.field(_POSITIONS, pa.binary())])  # the task rows: position_rewrite's, and the positions
-
-
-@dataclass
-class _Tasks:
-    """mapInArrow function: the new values of some files' matched rows in (with PATH and POSITION); each of those
-    files' `_NewRows` run."""
-
-    reader: ParquetFileReader
-    per_file: dict  # file URI -> its _NewRows
-    assigned: list[str]
-
-    def __call__(self, batches):
-        import pyarrow.compute as pc
-
-        updates: dict[str, list] = defaultdict(list)  # the file's name as Spark spells it -> its matched rows' values
-        for batch in batches:
-            paths = batch.column(PATH)
-            for spelled in pc.unique(paths).to_pylist():
-                updates[spelled].append(batch.filter(pc.equal(paths, spelled)))
-        for spelled, uri in zip(updates, file_uris(list(updates), list(self.per_file))):
-            values = pa.Table.from_batches(updates[spelled]).sort_by(POSITION)
-            positions = values.column(POSITION).to_numpy().astype(np.int64)
-            yield from self.per_file[uri](self.reader, uri, positions, values.select(self.assigned))

@@ -95,7 +95,7 @@ class LakehouseSqlCatalog(SqlCatalog):
     def __init__(self, name: str, **properties: str):
         super().__init__(name, **properties)
         self.metadata_cache = MetadataByLocation()
-        self._commit = threading.local()  # this thread's handed-over table and the metadata file its commit wrote
+        self._commit = threading.local()  # this thread's handed-over table and the metadata file its commit stages
 
     @contextmanager
     def fresh_for_commit(self, table: Table):
@@ -164,6 +164,7 @@ class LakehouseSqlCatalog(SqlCatalog):
         metadata = staged_metadata(current_table.metadata, updates, current_table.metadata_location)
         version = self._parse_metadata_version(current_table.metadata_location) + 1
         location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        self._commit.staged = location  # the metadata file commit_table writes next, before it swaps the row
         return StagedTable(
             identifier=table_identifier, metadata=metadata, metadata_location=location, io=self._load_file_io(properties=metadata.properties, location=location), catalog=self
         )
@@ -174,20 +175,16 @@ class LakehouseSqlCatalog(SqlCatalog):
             return standing_in  # (commit_table's own read of the row, see fresh_for_commit)
         return super().load_table(identifier)
 
-    def _write_metadata(self, metadata, io, metadata_path: str) -> None:
-        self._commit.written = metadata_path
-        super()._write_metadata(metadata, io, metadata_path)
-
     def commit_table(self, table: Table, requirements, updates) -> CommitTableResponse:
         from pyiceberg.exceptions import CommitFailedException
 
         handed_over = table is getattr(self._commit, "fresh", None)
-        self._commit.standing_in, self._commit.written = (table if handed_over else None), None
+        self._commit.standing_in, self._commit.staged = (table if handed_over else None), None
         try:
             response = super().commit_table(table, requirements, updates)
         except CommitFailedException:
-            if handed_over and self._commit.written:  # the swap failed: the metadata file written for it is named nowhere
-                _delete_quietly(table, self._commit.written)
+            if handed_over and self._commit.staged:  # the swap failed: the metadata file written for it is named nowhere
+                _delete_quietly(table, self._commit.staged)
             raise
         finally:
             self._commit.standing_in = None

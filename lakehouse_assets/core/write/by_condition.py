@@ -225,18 +225,17 @@ def _plan(spark, target: WriteTarget, condition: Condition, values: dict | None,
 
 def _by_position(spark, target: WriteTarget, files: list, whole: list, condition: Condition, values: dict | None, deleted: dict, earlier: dict,
                  changes: FileChanges) -> int | None:
-    """A merge-on-read delete or update in the jobs that read only what it needs: one scan finds the positions and
-    writes the change data (a delete: delete_scan.py), or feeds the tasks that write the new rows and their change
-    data (an update with nothing to check first: position_updates.py); then a position-delete file per file holding a
-    match. Returns the rows deleted or updated; None where the general road goes (files dropped whole, an update of
+    """A merge-on-read delete or update in the jobs that read only what it needs: a delete's scan finds the positions
+    and pyarrow tasks write the change data (delete_scan.py); an update's scan feeds the tasks that write the new rows
+    and their change data (one job, when there is nothing to check first: position_updates.py); then a position-delete
+    file per file holding a match. Returns the rows deleted or updated; None where the general road goes (files dropped whole, an update of
     rows that change partition or are checked first, or too many)."""
     if whole:
         return None
     if values is None:
         positions = delete_scan.matched_positions(spark, target, files, condition, deleted, changes)
     elif position_rewrite.takes(target, files, values) and not _checked(target, values) and sum(f.record_count for f in files) <= position_rewrite.MAX_POSITIONS:
-        updated = _matched_rows(spark, target, files, condition, values) if files else None
-        positions = position_updates.write_new_rows(spark, target, files, updated, list(values), deleted, changes) if files else {}
+        positions = position_updates.write_new_rows(spark, target, files, _matched_rows(spark, target, files, condition, values), list(values), deleted, changes) if files else {}
     else:
         return None
     on_read.delete_positions(target, {f: positions[f.file_path] for f in files if f.file_path in positions}, changes, earlier)

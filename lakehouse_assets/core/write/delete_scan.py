@@ -20,12 +20,12 @@ from pyiceberg.manifest import DataFile
 
 from ..io.storage import join_uri, normalize_uri
 from ..model import FileChanges
-from ..read.reader import ParquetFileReader, path_batches
+from ..read.reader import ParquetFileReader
 from ..spark.compat import default_parallelism
 from .compaction_tasks import TASKS_PER_CORE
 from .condition import Condition
 from .merge import on_read
-from .position_rewrite import IndexedTasks
+from .position_rewrite import IndexedTasks, rows_at
 from .target import WriteTarget
 
 
@@ -65,19 +65,7 @@ class _FileFeed:
     cdc: object  # change_data.ChangeDataWriter
 
     def __call__(self, reader: ParquetFileReader):
-        import pyarrow.compute as pc
-
         from ..read.change_types import CHANGE_TYPE, DELETE
-        from ..read.deleted_positions import kept_rows
 
-        def rows():
-            start, last = 0, int(self.positions[-1])
-            for b in reader(path_batches(self.uri)):
-                matched = b.filter(pc.invert(kept_rows(self.positions, start, b.num_rows)))
-                if matched.num_rows:
-                    yield matched.append_column(CHANGE_TYPE, pa.array([DELETE] * matched.num_rows, pa.string()))
-                start += b.num_rows
-                if start > last:  # the rest of the file holds no match
-                    return
-
-        yield from self.cdc(rows())
+        rows = (b.append_column(CHANGE_TYPE, pa.array([DELETE] * b.num_rows, pa.string())) for b in rows_at(reader, self.uri, self.positions))
+        yield from self.cdc(rows)

@@ -275,6 +275,21 @@ def _same(a: pa.Array, b: pa.Array) -> pa.Array:
     return same
 
 
+def rows_at(reader: ParquetFileReader, uri: str, positions: np.ndarray):
+    """The batches of the rows of `uri` at `positions` (sorted, not empty), read with pyarrow up to the last of them."""
+    import pyarrow.compute as pc
+
+    from ..read.deleted_positions import kept_rows
+
+    start = 0
+    for b in reader(path_batches(uri)):
+        if (found := b.filter(pc.invert(kept_rows(positions, start, b.num_rows)))).num_rows:
+            yield found
+        start += b.num_rows
+        if start > positions[-1]:  # the rest of the file holds none
+            return
+
+
 def change_rows(cdc, batches):
     """Write `batches` (change rows) with `cdc`; its file rows as this job's rows, in the `CHANGE` column."""
     for out in cdc(batches):

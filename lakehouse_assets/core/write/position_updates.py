@@ -22,12 +22,12 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 
 from ..model import FileChanges
-from ..read.reader import ParquetFileReader, path_batches
+from ..read.reader import ParquetFileReader
 from ..spark.compat import default_parallelism
 from .compaction_tasks import TASKS_PER_CORE, one_output_writer, partition_key_of
 from .merge.batch import PATH
 from .merge.on_read import POSITION
-from .position_rewrite import CHANGE, MATCHED, SOURCE, TASK_ROW, FileTasks, change_rows, data_rows, images, task_schema
+from .position_rewrite import CHANGE, MATCHED, SOURCE, TASK_ROW, FileTasks, change_rows, data_rows, images, rows_at, task_schema
 from .target import WriteTarget
 
 _POSITIONS = "_lakehouse updated positions"  # a task's row on a file it updated: the positions, as int64 bytes
@@ -101,21 +101,6 @@ def _live(positions: np.ndarray, values: pa.Table, gone: np.ndarray | None) -> t
     return positions[keep], values.filter(pa.array(keep))
 
 
-def _rows_at(reader: ParquetFileReader, uri: str, positions: np.ndarray) -> pa.Table:
-    """The rows of `uri` at `positions` (sorted, not empty), read with pyarrow up to the last of them."""
-    import pyarrow.compute as pc
-
-    from ..read.deleted_positions import kept_rows
-
-    found, start = [], 0
-    for b in reader(path_batches(uri)):
-        found.append(b.filter(pc.invert(kept_rows(positions, start, b.num_rows))))
-        start += b.num_rows
-        if start > positions[-1]:
-            break
-    return pa.Table.from_batches(found).combine_chunks()
-
-
 @dataclass
 class _NewRows:
     """One file's updated rows: those at the positions its task receives, with their new values, written by `writer`
@@ -133,9 +118,10 @@ class _NewRows:
         positions, values = _live(positions, values, self.gone)
         if not len(positions):
             return
-        old = _rows_at(reader, uri, positions)
-        if old.num_rows != values.num_rows:
-            raise RuntimeError(f"{uri}: {old.num_rows} rows at the update's {values.num_rows} positions")
+        found = list(rows_at(reader, uri, positions))
+        if sum(b.num_rows for b in found) != values.num_rows:
+            raise RuntimeError(f"{uri}: {sum(b.num_rows for b in found)} rows at the update's {values.num_rows} positions")
+        old = pa.Table.from_batches(found).combine_chunks()
         new = old
         for name in values.column_names:
             i = new.schema.get_field_index(name)

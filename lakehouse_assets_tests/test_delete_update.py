@@ -331,9 +331,11 @@ def test_an_append_only_delta_table_refuses_a_delete_and_an_update(spark, lh, tm
     assert lh.load(T).current_snapshot().snapshot_id == head and DeltaTable(root).version() == version
 
 
-def test_an_update_that_breaks_the_contract_is_refused_whole(spark, lh):
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_an_update_that_breaks_the_contract_is_refused_whole(spark, lh, mode):
     df = spark.createDataFrame([(1, 5), (2, 7)], "id long, amount int")
-    lh.write(df, T, table=TableOptions(contract=Contract(rules={"positive": "amount > 0"}, not_null=["amount"])))
+    properties = {"write.update.mode": mode}
+    lh.write(df, T, table=TableOptions(contract=Contract(rules={"positive": "amount > 0"}, not_null=["amount"]), properties=properties))
     with pytest.raises(InputError, match=r"rule 'positive'.*1 row"):
         lh.update(T, {"amount": "amount - 6"}, "id = 1")
     assert sorted(r["amount"] for r in lh.read(spark, T).collect()) == [5, 7]
@@ -388,6 +390,7 @@ def test_merge_on_read_deletes_and_updates_read_what_they_need_and_leave_hidden_
         assert_all_readers_agree(lh, spark, duck, T, _as_read([r for r in rows if r[0] > 8]))
         if feed == "true":
             assert _changes(lh, spark, first.iceberg_snapshot_id) == _delta_feed(lh, result.delta_version) == sorted((i, i * 10, "open", "delete") for i in (6, 7, 8))
+            _the_deep_check_finds_planted_change_data_of(lh, result.delta_version)
         assert lh.verify(T)["agree"]
 
         # An update: its tasks write the new rows and their images (position_updates.py), hidden rows left alone.
@@ -399,7 +402,17 @@ def test_merge_on_read_deletes_and_updates_read_what_they_need_and_leave_hidden_
         if feed == "true":
             assert _delta_feed(lh, updated.delta_version) == sorted(
                 [(i, i * 10, "open", "update_preimage") for i in (9, 10)] + [(i, i * 10 + 1, "x", "update_postimage") for i in (9, 10)])
+            _the_deep_check_finds_planted_change_data_of(lh, updated.delta_version)
         assert lh.verify(T)["agree"]
+
+
+def _the_deep_check_finds_planted_change_data_of(lh, version: int) -> None:
+    from .test_delta_change_feed import referenced_cdc_files
+
+    root = lh.load(T).location().removeprefix("file://")
+    written = sorted(referenced_cdc_files(root) - _cdc_before(root, version))
+    assert written
+    assert_the_deep_check_finds_planted_change_data(lh, T, os.path.join(root, written[0]), "name")
 
 
 @pytest.mark.parametrize(

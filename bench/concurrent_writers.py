@@ -85,6 +85,7 @@ def pooled(bursts: list[dict]) -> dict:
         "bursts": len(bursts), "landed": sum(b["landed"] for b in bursts), "writers": sum(b["writers"] for b in bursts),
         "p50": _percentile(latencies, 0.5) if latencies else None, "p95": _percentile(latencies, 0.95) if latencies else None,
         "errors": sorted({e for b in bursts for e in b["errors"]}),
+        "latencies": [sorted(round(s, 4) for s in b["latencies"]) for b in bursts],  # each burst's, for the JSON
     }
     if "agree" in bursts[0]:  # ours: both formats agree after every burst, and the attempts each write took
         out.update(agree=all(b["agree"] for b in bursts), attempts_max=max(attempts, default=0),

@@ -1,6 +1,7 @@
 """A Delta log followed commit by commit (core/formats/delta/followed_log.py) says what delta-rs says of the same log:
 its version, the mirror's transaction version, the newest commits, the live totals and, once metadata changes, the
-schema, whoever wrote the commits; and a write followed that way touches no live file's entry."""
+schema, whoever wrote the commits, whether it was read by delta-rs or from its checkpoint by pyarrow
+(checkpoint_state.py); and a write followed that way touches no live file's entry."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_a_followed_log_says_what_a_fresh_read_says_after_appends_overwrites_and
     lh.write(_rows(range(20)), "fl.t", mode="overwrite")
     lh.delete("fl.t", "id < 3")
     followed.update_incremental()
-    assert followed.base.version() < followed.version(), "the commits were read from their files, not merged by delta-rs"
+    assert followed.base_version() < followed.version(), "the commits were read from their files, not merged by delta-rs"
     _same_as_delta_rs(followed, location)
     assert followed.live_totals().rows == 17
 
@@ -93,7 +94,7 @@ def test_a_tail_longer_than_its_bound_is_merged_by_delta_rs(lh, monkeypatch):
     for start in (10, 20, 30):
         lh.write(_rows(range(start, start + 3)), "fl.m")
     followed.update_incremental()
-    assert followed.version() - followed.base.version() <= 2
+    assert followed.version() - followed.base_version() <= 2
     _same_as_delta_rs(followed, location)
 
 
@@ -105,10 +106,10 @@ def test_a_commit_touching_more_files_than_the_tail_holds_is_merged_and_the_tota
     followed = lh.mirror(lh.load("fl.b")).follow()
     lh.write(_rows(range(10, 12)), "fl.b")
     followed.update_incremental()
-    assert followed.base.version() < followed.version(), "a small commit stays in the tail"
+    assert followed.base_version() < followed.version(), "a small commit stays in the tail"
     lh.write(_rows(range(20, 25)), "fl.b", mode="overwrite")  # removes both files, adds one: past the bound
     followed.update_incremental()
-    assert followed.base.version() == followed.version(), "the tail past its bound of files was merged by delta-rs"
+    assert followed.base_version() == followed.version(), "the tail past its bound of files was merged by delta-rs"
     _same_as_delta_rs(followed, location)
     assert followed.live_totals().rows == 5
 
@@ -237,3 +238,115 @@ def test_the_mirrors_log_labels_each_version_exactly_when_another_writer_commits
     mirrored = history.delta_versions_by_snapshot(loaded)
     assert [mirrored[s.snapshot_id] for s in table.snapshots()] == [n - 1, n]  # each write's snapshot, its version
     assert history.delta_version_of(lh.mirror(lh.load(t)).load(), later.iceberg_snapshot_id) == n + 1
+
+
+def _checkpointed(lh, identifier: str) -> str:
+    """The table's Delta log with a checkpoint at its current version (maintenance writes them); its location."""
+    location = lh.table_location(identifier)
+    DeltaTable(location).create_checkpoint()
+    KEPT.clear()
+    return location
+
+
+def test_a_log_followed_from_its_checkpoint_holds_no_file_entries_and_says_what_delta_rs_says(lh):
+    """From a checkpoint the base is pyarrow's read of it (metadata, protocol, transactions, paths and row counts),
+    not delta-rs's state of every live file; followed through overwrites, a delete, a schema change and another
+    writer's commit, it says what a fresh delta-rs read says."""
+    lh.write(_rows(range(10)), "fl.c")
+    lh.write(_rows(range(10, 20)), "fl.c")
+    location = _checkpointed(lh, "fl.c")
+    followed = lh.mirror(lh.load("fl.c")).follow()
+    assert not followed.holds_every_file() and followed.base_version() == followed.version()
+    _same_as_delta_rs(followed, location)
+    lh.write(_rows(range(20)), "fl.c", mode="overwrite")
+    lh.delete("fl.c", "id < 3")
+    followed.update_incremental()
+    assert followed.base_version() < followed.version(), "the commits after the checkpoint are in the tail"
+    _same_as_delta_rs(followed, location)
+    before = followed.version()
+    lh.write(pa.table({"id": pa.array([7], pa.int64()), "name": ["x"], "extra": [1.5]}), "fl.c")  # a schema version, then the data
+    followed.update_incremental()
+    assert followed.base_version() == before + 1 and followed.version() == before + 2, "the schema's version was taken into the read"
+    assert not followed.holds_every_file() and "extra" in [f.name for f in followed.schema().fields]
+    _same_as_delta_rs(followed, location)
+    write_deltalake(location, pa.table({"id": pa.array([100, 101, 102], pa.int64()), "name": ["a", "b", "c"], "extra": [0.5] * 3}), mode="append")
+    followed.update_incremental()  # another writer's commit, in the tail
+    _same_as_delta_rs(followed, location)
+    fresh = DeltaTable(location)
+    assert followed.protocol() == fresh.protocol()
+    mine, theirs = followed.metadata(), fresh.metadata()
+    assert (mine.id, mine.partition_columns, mine.configuration) == (theirs.id, theirs.partition_columns, theirs.configuration)
+    assert followed.live_totals().rows == 21
+
+
+def test_a_call_needing_every_file_gives_the_checkpoints_read_way_to_delta_rs(lh):
+    lh.write(_rows(range(5)), "fl.g")
+    location = _checkpointed(lh, "fl.g")
+    followed = lh.mirror(lh.load("fl.g")).follow()
+    lh.write(_rows(range(5, 8)), "fl.g")
+    followed.update_incremental()
+    adds = pa.table(followed.get_add_actions(flatten=False))  # a DeltaTable method: delta-rs's state at the followed version
+    assert followed.holds_every_file() and followed.version() == DeltaTable(location).version() and adds.num_rows == 2
+    _same_as_delta_rs(followed, location)
+
+
+def test_writes_and_their_checks_from_a_checkpoint_never_load_delta_rs_state(lh, monkeypatch):
+    """What an append, an overwrite, a delete and their checks need of the log comes from the checkpoint's read and
+    the commits since: delta-rs's state of every live file (550 MB at 1,000,000 files) is never loaded."""
+    lh.write(_rows(range(10)), "fl.n")
+    report = lh.verify("fl.n")
+    pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
+    _checkpointed(lh, "fl.n")
+    loads: list[str] = []
+    original = followed_log.LoadedDeltaTable.__init__
+    monkeypatch.setattr(followed_log.LoadedDeltaTable, "__init__", lambda self, *a, **k: (loads.append(repr(a)), original(self, *a, **k))[1])
+    for step in range(3):
+        lh.write(_rows(range(10 * step + 10, 10 * step + 20)), "fl.n")
+        lh.write(_rows(range(10 * step + 10)), "fl.n", mode="overwrite")
+        lh.delete("fl.n", f"id = {10 * step + 9}")
+        report = lh.verify("fl.n", since=pair)
+        assert report["agree"], report["differences"]
+        assert report["compared"].startswith("what changed since")
+        pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
+    assert loads == []
+    assert report["delta_rows"] == 29
+
+
+def test_a_checkpoints_row_counts_come_from_statistics_of_any_shape():
+    from lakehouse_assets.core.formats.delta.checkpoint_state import _num_records
+
+    stats = ['{"numRecords":2,"minValues":{"id":1}}', None, '{"minValues":{"numRecords":5},"numRecords":7}', '{"numRecords":3}', "not json", "{}"]
+    assert _num_records(pa.array(stats, pa.string())).to_pylist() == [2, None, 7, 3, None, None]
+
+
+def _checkpoint_file(path, adds: list[dict], sidecar: bool = False) -> str:
+    """A classic checkpoint as Spark may write it: statistics as a struct only (`stats_parsed`), or a V2 one's sidecar."""
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([
+        ("protocol", pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])),
+        ("metaData", pa.struct([("id", pa.string()), ("schemaString", pa.string()), ("partitionColumns", pa.list_(pa.string())),
+                                ("configuration", pa.map_(pa.string(), pa.string()))])),
+        ("txn", pa.struct([("appId", pa.string()), ("version", pa.int64())])),
+        ("add", pa.struct([("path", pa.string()), ("stats_parsed", pa.struct([("numRecords", pa.int64())]))])),
+        ("sidecar", pa.struct([("path", pa.string())])),
+    ])
+    schema_string = json.dumps({"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]})
+    rows = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+            {"metaData": {"id": "t-1", "schemaString": schema_string, "partitionColumns": ["id"], "configuration": [("delta.appendOnly", "true")]}},
+            {"txn": {"appId": "app", "version": 7}}, *({"add": a} for a in adds), *([{"sidecar": {"path": "s.parquet"}}] if sidecar else [])]
+    pq.write_table(pa.Table.from_pylist(rows, schema), str(path))
+    return str(path)
+
+
+def test_a_checkpoint_read_takes_row_counts_from_statistics_as_a_struct_and_leaves_v2_checkpoints_to_delta_rs(tmp_path):
+    from lakehouse_assets.core.formats.delta.checkpoint_state import read_checkpoint
+    from lakehouse_assets.core.io.storage import StorageConfig
+
+    adds = [{"path": "id=1/a.parquet", "stats_parsed": {"numRecords": 4}}, {"path": "id=2/b.parquet", "stats_parsed": None}]
+    state = read_checkpoint(StorageConfig(), _checkpoint_file(tmp_path / "c.parquet", adds), 3)
+    assert state.adds.to_pylist() == [{"path": "id=1/a.parquet", "num_records": 4}, {"path": "id=2/b.parquet", "num_records": None}]
+    assert (state.version(), state.transaction_version("app"), state.protocol().min_writer_version) == (3, 7, 2)
+    assert (state.metadata().id, state.metadata().partition_columns, state.metadata().configuration) == ("t-1", ["id"], {"delta.appendOnly": "true"})
+    assert [f.name for f in state.schema().fields] == ["id"]
+    assert read_checkpoint(StorageConfig(), _checkpoint_file(tmp_path / "v2.parquet", adds, sidecar=True), 3) is None

@@ -34,6 +34,7 @@ from ...schema.type_mapping import delta_schema, narrow_integers
 from .. import file_columns, history
 from ..snapshot_changes import SnapshotChange, snapshot_change
 from . import column_mapping, foreign_versions
+from .checkpoint_state import read_newest_checkpoint
 from .followed_log import FollowedLog, LoadedDeltaTable
 from .glue import GlueEntry
 from .kept_logs import KEPT
@@ -81,7 +82,16 @@ class DeltaMirror:
             return None
 
     def follow(self, version: int | None = None) -> FollowedLog | None:
-        """The log loaded by delta-rs, to be followed from there commit by commit (core/formats/delta/followed_log.py)."""
+        """The log read once, to be followed from there commit by commit (core/formats/delta/followed_log.py): the
+        current log from its newest checkpoint (checkpoint_state.py, without delta-rs's state of every live file),
+        else, and at an older `version`, loaded by delta-rs."""
+        if version is None and (read := read_newest_checkpoint(self.storage, self.root_uri)) is not None:
+            state, newest_listed = read
+            followed = FollowedLog(state, self.root_uri, self.storage)
+            followed.update_incremental()
+            if followed.version() >= newest_listed:
+                return followed
+            # A commit file after the checkpoint is missing (log cleanup racing the read): delta-rs reads the log.
         delta = self.load(version)
         return None if delta is None else FollowedLog(delta, self.root_uri, self.storage)
 

@@ -6,15 +6,19 @@ is written. At 100,000 files that is 0.15 s per commit, twice per write (the com
 write and the formats-agree check need of the log is far less: its version, metadata and protocol, the mirror's
 transaction version, the commitInfo of the newest versions (foreign_versions.py), and the live files' totals.
 
-`FollowedLog` keeps one delta-rs read of the log (the base) and the commits after it (the tail), each parsed once
-from its commit file:
+`FollowedLog` keeps one read of the log (the base) and the commits after it (the tail), each parsed once from its
+commit file. The base is the log's newest checkpoint read with pyarrow (checkpoint_state.py: metadata, protocol,
+transaction versions, each live file's path and row count), or, for a log without such a checkpoint, delta-rs's
+read, which holds every live file's entry with its statistics:
 - `update_incremental` reads only the commit files after the newest version it knows (one missing file ends it);
 - `record` adds a commit this process just wrote (log_commit.py) without reading it back;
 - a commit in the tail that changes the table's metadata or protocol, a tail of `MAX_TAIL` commits, or one that
-  would touch more than `MAX_TAIL_FILES` files (an import, a rewrite of the whole table), is merged into the base by
-  delta-rs, so `metadata`, `schema` and `protocol` are always the base's and always current;
-- any other `DeltaTable` method needs the whole state: the tail is merged into the base first (`table()`), and the
-  call goes to it. Its cost then follows the table, as it did before.
+  would touch more than `MAX_TAIL_FILES` files (an import, a rewrite of the whole table), is merged into the base (a
+  checkpoint's read takes the tail's files and metadata; delta-rs merges its own), so `metadata`, `schema` and
+  `protocol` are always the base's and always current;
+- any other `DeltaTable` method needs delta-rs's whole state (`table()`): a checkpoint's read gives way to
+  delta-rs's read of the log at the followed version, a delta-rs base merges the tail, and the call goes to it. Its
+  cost then follows the table.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from ...io.storage import StorageConfig, join_uri
+from .checkpoint_state import CheckpointState
 
 MAX_TAIL = 1000  # commits kept beside the base before delta-rs merges them (memory follows the files they touched)
 MAX_TAIL_FILES = 10_000  # files a tail touches before delta-rs merges it: what each `live_totals` walks stays small
@@ -41,6 +46,8 @@ class _Tail:
     removed: set[str] = field(default_factory=set)
     transactions: dict[str, int] = field(default_factory=dict)
     commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
+    metadata: dict[str, Any] | None = None  # the newest metaData and protocol actions (a checkpoint's read takes them as it merges)
+    protocol: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,9 @@ class LiveTotals:
 
 
 class FollowedLog:
-    """The Delta log at `root_uri`, read by delta-rs once (`base`) and followed from there by its commit files."""
+    """The Delta log at `root_uri`, read once (`base`: its checkpoint's read, or delta-rs's) and followed from there by its commit files."""
 
-    def __init__(self, base: DeltaTable, root_uri: str, storage: StorageConfig):
+    def __init__(self, base: DeltaTable | CheckpointState, root_uri: str, storage: StorageConfig):
         self.base = base
         self.root_uri = root_uri
         self.storage = storage
@@ -65,7 +72,15 @@ class FollowedLog:
 
     @property
     def table_uri(self) -> str:
-        return self.base.table_uri
+        return self.root_uri if isinstance(self.base, CheckpointState) else self.base.table_uri
+
+    def base_version(self) -> int:
+        """The version the base was read or merged at (the tail holds the commits after it)."""
+        return self.base.version()
+
+    def holds_every_file(self) -> bool:
+        """Whether the base is delta-rs's state of every live file (not a checkpoint's read)."""
+        return isinstance(self.base, DeltaTable)
 
     def version(self) -> int:
         self._follow_base()
@@ -126,7 +141,9 @@ class FollowedLog:
     def table(self) -> DeltaTable:
         """delta-rs's read of the log at `version()`, every live file in it (the tail merged: cost follows the table)."""
         self._follow_base()
-        if self._version > self.base.version() or self._tail.commit_infos:
+        if isinstance(self.base, CheckpointState):  # from here on delta-rs's state is the base
+            self.base, self._tail, self._base_files = LoadedDeltaTable(self.root_uri, self.storage, self._version), _Tail(), None
+        elif self._version > self.base.version() or self._tail.commit_infos:
             self._merge()
         return self.base
 
@@ -141,8 +158,9 @@ class FollowedLog:
     def _add(self, version: int, actions: list[dict[str, Any]]) -> None:
         tail = self._tail
         files = sum("add" in a or "remove" in a for a in actions)
-        if (any("metaData" in a or "protocol" in a for a in actions) or len(tail.commit_infos) >= MAX_TAIL
-                or len(tail.added) + len(tail.removed) + files > MAX_TAIL_FILES):
+        merge = (any("metaData" in a or "protocol" in a for a in actions) or len(tail.commit_infos) >= MAX_TAIL
+                 or len(tail.added) + len(tail.removed) + files > MAX_TAIL_FILES)
+        if merge and not isinstance(self.base, CheckpointState):
             self._merge()  # delta-rs reads the new metadata (and everything after the base) itself
             return
         tail.commit_infos[version] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
@@ -157,10 +175,20 @@ class FollowedLog:
                 tail.added[a["add"]["path"]] = _num_records(a["add"])
             elif "txn" in a:
                 tail.transactions[a["txn"]["appId"]] = int(a["txn"]["version"])
+            elif "metaData" in a:
+                tail.metadata = a["metaData"]
+            elif "protocol" in a:
+                tail.protocol = a["protocol"]
         self._version = version
+        if merge:
+            self._merge()
 
     def _merge(self) -> None:
-        self.base.update_incremental()
+        if isinstance(self.base, CheckpointState):  # the tail's files, transactions and metadata taken into the read
+            t = self._tail
+            self.base = self.base.advanced(self._version, t.added, t.removed | set(t.added), t.transactions, t.metadata, t.protocol)
+        else:
+            self.base.update_incremental()
         self._version, self._tail = self.base.version(), _Tail()
 
     def _follow_base(self) -> None:
@@ -171,7 +199,8 @@ class FollowedLog:
     def _base_adds(self) -> tuple[pa.Table, LiveTotals]:
         version = self.base.version()
         if self._base_files is None or self._base_files[0] != version:
-            adds = pa.table(self.base.get_add_actions(flatten=False)).select(["path", "num_records"])
+            adds = (self.base.adds if isinstance(self.base, CheckpointState)
+                    else pa.table(self.base.get_add_actions(flatten=False)).select(["path", "num_records"]))
             counts = adds.column("num_records")
             self._base_files = (version, adds, LiveTotals(adds.num_rows, pc.sum(counts).as_py() or 0, counts.null_count))
         return self._base_files[1], self._base_files[2]

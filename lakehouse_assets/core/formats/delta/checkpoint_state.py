@@ -1,0 +1,200 @@
+"""What a write and the formats-agree check need of a Delta log, read from its newest checkpoint without delta-rs.
+
+delta-rs 1.6.6 loads a log by materialising every live file's entry with its statistics (its options to skip them
+are deprecated and ignored): 550 MB at 1,000,000 files, held for as long as the table object lives. A write and
+the check follow the log from a base (followed_log.py) and need of that base only its version, metadata, protocol
+and schema, the transaction versions, and each live file's path and row count. Those are read here from the
+checkpoint's Parquet with pyarrow: the few rows holding metadata, protocol and transactions, and of the adds only
+their path and statistics, a batch at a time, keeping the row count parsed from the statistics (about 70 bytes a
+live file).
+
+Only a log whose newest checkpoint is a classic single-file one (`<version>.checkpoint.parquet`, as delta-rs and
+Spark write by default) is read here; a multi-part or V2 checkpoint, sidecar files, or a log without a checkpoint
+give None, and the caller loads the log with delta-rs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import Schema
+from deltalake.table import ProtocolVersions
+
+from ...io.storage import StorageConfig, join_uri
+
+_CLASSIC = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+_OTHER_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.")  # multi-part (`.checkpoint.<part>.<parts>.parquet`) or V2 (`.checkpoint.<uuid>.<ext>`)
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+# The statistics' own numRecords: writers put it first; any other shape is parsed whole (a column may be named numRecords).
+_LEADING_NUM_RECORDS = r'^\{\s*"numRecords"\s*:\s*(?P<n>\d+)\s*[,}]'
+_BATCH = 8192  # rows a batch: what reading the checkpoint holds at once
+
+
+@dataclass(frozen=True)
+class LogMetadata:
+    """A metaData action's fields, named as delta-rs's `Metadata` names them."""
+
+    id: str
+    name: str | None
+    description: str | None
+    partition_columns: list[str]
+    created_time: int | None
+    configuration: dict[str, str]
+    schema_string: str
+
+    @classmethod
+    def of(cls, action: dict[str, Any]) -> LogMetadata:
+        """From a metaData action as JSON decodes it (maps as objects) or as pyarrow gives it (maps as pairs)."""
+        configuration = action.get("configuration") or {}
+        return cls(
+            id=action["id"], name=action.get("name"), description=action.get("description"),
+            partition_columns=list(action.get("partitionColumns") or []), created_time=action.get("createdTime"),
+            configuration=dict(configuration.items() if isinstance(configuration, dict) else configuration),
+            schema_string=action["schemaString"],
+        )
+
+
+def protocol_of(action: dict[str, Any]) -> ProtocolVersions:
+    return ProtocolVersions(
+        int(action["minReaderVersion"]), int(action["minWriterVersion"]),
+        list(action["writerFeatures"]) if action.get("writerFeatures") is not None else None,
+        list(action["readerFeatures"]) if action.get("readerFeatures") is not None else None,
+    )
+
+
+@dataclass
+class CheckpointState:
+    """The log at one version: its metadata, protocol, transaction versions and live files (raw path, row count)."""
+
+    at_version: int
+    log_metadata: LogMetadata
+    log_protocol: ProtocolVersions
+    transactions: dict[str, int]
+    adds: pa.Table  # path (as logged), num_records (None: the add carries no row count)
+    _schema: Schema | None = field(default=None, repr=False)
+
+    # The read side of delta-rs's DeltaTable that followed_log.py uses of its base.
+    def version(self) -> int:
+        return self.at_version
+
+    def metadata(self) -> LogMetadata:
+        return self.log_metadata
+
+    def protocol(self) -> ProtocolVersions:
+        return self.log_protocol
+
+    def schema(self) -> Schema:
+        if self._schema is None:
+            self._schema = Schema.from_json(self.log_metadata.schema_string)
+        return self._schema
+
+    def transaction_version(self, app_id: str) -> int | None:
+        return self.transactions.get(app_id)
+
+    def advanced(self, version: int, added: dict[str, int | None], gone: set[str], transactions: dict[str, int],
+                 metadata: dict | None, protocol: dict | None) -> CheckpointState:
+        """This state with the commits up to `version` applied: `gone` the paths removed or added again since, `added`
+        the live paths they added, and the newest metaData and protocol among them."""
+        adds = self.adds
+        if gone:
+            adds = adds.filter(pc.invert(pc.is_in(adds.column("path"), value_set=pa.array(sorted(gone), pa.string()))))
+        if added:
+            adds = pa.concat_tables([adds, pa.table({"path": pa.array(list(added), pa.string()),
+                                                     "num_records": pa.array(list(added.values()), pa.int64())})])
+        return CheckpointState(
+            version, LogMetadata.of(metadata) if metadata else self.log_metadata,
+            protocol_of(protocol) if protocol else self.log_protocol, {**self.transactions, **transactions},
+            adds.combine_chunks(), None if metadata else self._schema,
+        )
+
+
+def read_newest_checkpoint(storage: StorageConfig, root_uri: str) -> tuple[CheckpointState, int] | None:
+    """The state at the log's newest checkpoint and the newest commit version listed in `_delta_log/`; None when the
+    log has no checkpoint this module reads, or it cannot be read (the caller loads the log with delta-rs)."""
+    try:
+        return _read_newest(storage, root_uri)
+    except Exception:  # noqa: BLE001 - this read saves memory and time; any doubt (a checkpoint being written, a shape not known here) leaves the log to delta-rs
+        return None
+
+
+def _read_newest(storage: StorageConfig, root_uri: str) -> tuple[CheckpointState, int] | None:
+    fs, log_dir = storage.filesystem(join_uri(root_uri, "_delta_log"))
+    from pyarrow import fs as pafs
+
+    try:
+        names = [info.base_name for info in fs.get_file_info(pafs.FileSelector(log_dir))]
+    except FileNotFoundError:
+        return None
+    classic = [int(m.group(1)) for n in names if (m := _CLASSIC.match(n))]
+    others = [int(m.group(1)) for n in names if not _CLASSIC.match(n) and (m := _OTHER_CHECKPOINT.match(n))]
+    commits = [int(m.group(1)) for n in names if (m := _COMMIT.match(n))]
+    if not classic or (others and max(others) >= max(classic)):
+        return None
+    version = max(classic)
+    state = read_checkpoint(storage, join_uri(root_uri, f"_delta_log/{version:020d}.checkpoint.parquet"), version)
+    return None if state is None else (state, max(commits, default=version))
+
+
+def read_checkpoint(storage: StorageConfig, uri: str, version: int) -> CheckpointState | None:
+    """One pass over the checkpoint, a batch at a time (a million-file checkpoint is one row group of a million rows:
+    read whole, its columns would take hundreds of MB): the rows of metadata, protocol and transactions, and each
+    add's path and row count."""
+    fs, path = storage.filesystem(uri)
+    with fs.open_input_file(path) as f:
+        parquet = pq.ParquetFile(f, pre_buffer=False)
+        columns = set(parquet.schema_arrow.names)
+        if not {"add", "metaData", "protocol"} <= columns:
+            return None
+        add_type = parquet.schema_arrow.field("add").type
+        with_stats = "stats" in {f.name for f in add_type}
+        # Spark may write the statistics as a struct too (delta.checkpoint.writeStatsAsStruct), or only so.
+        parsed = "stats_parsed" in {f.name for f in add_type} and "numRecords" in {f.name for f in add_type.field("stats_parsed").type}
+        small = [c for c in ("metaData", "protocol", "txn", "sidecar", "checkpointMetadata") if c in columns]
+        found: dict[str, list] = {c: [] for c in small}
+        paths, counts = [], []
+        wanted = small + ["add.path"] + (["add.stats"] if with_stats else []) + (["add.stats_parsed.numRecords"] if parsed else [])
+        for batch in parquet.iter_batches(batch_size=_BATCH, columns=wanted, use_threads=False):
+            for name in small:
+                column = batch.column(name)
+                if column.null_count < len(column):
+                    found[name].extend(column.filter(column.is_valid()).to_pylist())
+            adds = batch.column("add")
+            adds = adds.filter(adds.is_valid())
+            paths.append(pc.struct_field(adds, "path"))
+            count = _num_records(pc.struct_field(adds, "stats")) if with_stats else pa.nulls(len(adds), pa.int64())
+            if parsed:
+                count = pc.coalesce(count, pc.cast(pc.struct_field(adds, ["stats_parsed", "numRecords"]), pa.int64()))
+            counts.append(count)
+    if found.get("sidecar") or found.get("checkpointMetadata") or len(found["metaData"]) != 1 or len(found["protocol"]) != 1:
+        return None  # a V2 checkpoint (its files live in sidecars), or not one table's state
+    transactions = {t["appId"]: int(t["version"]) for t in found.get("txn", [])}
+    return CheckpointState(
+        version, LogMetadata.of(found["metaData"][0]), protocol_of(found["protocol"][0]), transactions,
+        pa.table({"path": pa.concat_arrays(paths) if paths else pa.array([], pa.string()),
+                  "num_records": pa.concat_arrays(counts) if counts else pa.array([], pa.int64())}),
+    )
+
+
+def _num_records(stats: pa.Array) -> pa.Array:
+    """Each add's numRecords from its statistics JSON; null where it has none."""
+    if not len(stats):
+        return pa.array([], pa.int64())
+    counts = pc.cast(pc.struct_field(pc.extract_regex(stats, _LEADING_NUM_RECORDS), [0]), pa.int64())
+    missing = pc.and_(pc.is_null(counts), pc.is_valid(stats))
+    if missing.true_count:  # statistics that do not start with numRecords: decoded whole
+        counts = pa.array([_parsed(s) if m else n for s, m, n in zip(stats.to_pylist(), missing.to_pylist(), counts.to_pylist())], pa.int64())
+    return counts
+
+
+def _parsed(stats: str) -> int | None:
+    try:
+        n = json.loads(stats).get("numRecords")
+    except ValueError:
+        return None
+    return int(n) if n is not None else None

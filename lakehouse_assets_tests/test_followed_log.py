@@ -292,18 +292,25 @@ def test_a_call_needing_every_file_gives_the_checkpoints_read_way_to_delta_rs(lh
 
 def test_writes_and_their_checks_from_a_checkpoint_never_load_delta_rs_state(lh, monkeypatch):
     """What an append, an overwrite, a delete and their checks need of the log comes from the checkpoint's read and
-    the commits since: delta-rs's state of every live file (550 MB at 1,000,000 files) is never loaded."""
+    the commits since: delta-rs's state of every live file (550 MB at 1,000,000 files) is never loaded, the writes
+    read none of the checkpoint's adds, and the first check reads their paths and row counts once."""
     lh.write(_rows(range(10)), "fl.n")
     report = lh.verify("fl.n")
     pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
     _checkpointed(lh, "fl.n")
+    from lakehouse_assets.core.formats.delta import checkpoint_state
+
     loads: list[str] = []
     original = followed_log.LoadedDeltaTable.__init__
     monkeypatch.setattr(followed_log.LoadedDeltaTable, "__init__", lambda self, *a, **k: (loads.append(repr(a)), original(self, *a, **k))[1])
+    adds_read: list[str] = []
+    read_adds = checkpoint_state.read_adds
+    monkeypatch.setattr(checkpoint_state, "read_adds", lambda storage, uri: (adds_read.append(uri), read_adds(storage, uri))[1])
     for step in range(3):
         lh.write(_rows(range(10 * step + 10, 10 * step + 20)), "fl.n")
         lh.write(_rows(range(10 * step + 10)), "fl.n", mode="overwrite")
         lh.delete("fl.n", f"id = {10 * step + 9}")
+        assert len(adds_read) == min(step, 1), "a write reads no live file's entry; the first check reads the checkpoint's adds once"
         report = lh.verify("fl.n", since=pair)
         assert report["agree"], report["differences"]
         assert report["compared"].startswith("what changed since")

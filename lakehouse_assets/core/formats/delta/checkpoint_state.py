@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,7 @@ _COMMIT = re.compile(r"^(\d{20})\.json$")
 # The statistics' own numRecords: writers put it first; any other shape is parsed whole (a column may be named numRecords).
 _LEADING_NUM_RECORDS = r'^\{\s*"numRecords"\s*:\s*(?P<n>\d+)\s*[,}]'
 _BATCH = 8192  # rows a batch: what reading the checkpoint holds at once
+_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -70,13 +73,19 @@ def protocol_of(action: dict[str, Any]) -> ProtocolVersions:
 
 @dataclass
 class CheckpointState:
-    """The log at one version: its metadata, protocol, transaction versions and live files (raw path, row count)."""
+    """The log at one version: its metadata, protocol and transaction versions, read at once, and its live files
+    (raw path, row count), read from the checkpoint when first asked for (`adds`): a write needs none of them, the
+    formats-agree check their totals."""
 
     at_version: int
     log_metadata: LogMetadata
     log_protocol: ProtocolVersions
     transactions: dict[str, int]
-    adds: pa.Table  # path (as logged), num_records (None: the add carries no row count)
+    storage: StorageConfig = field(repr=False)
+    checkpoint_uri: str = field(repr=False)
+    # The commits applied since the checkpoint, in order, while its adds are not read yet: (added, gone).
+    pending: tuple[tuple[dict[str, int | None], frozenset[str]], ...] = ()
+    _adds: pa.Table | None = field(default=None, repr=False)
     _schema: Schema | None = field(default=None, repr=False)
 
     # The read side of delta-rs's DeltaTable that followed_log.py uses of its base.
@@ -97,21 +106,36 @@ class CheckpointState:
     def transaction_version(self, app_id: str) -> int | None:
         return self.transactions.get(app_id)
 
+    @property
+    def adds(self) -> pa.Table:
+        """path (as logged), num_records (None: the add carries no row count) of every live file at `version()`."""
+        if self._adds is None:
+            adds = read_adds(self.storage, self.checkpoint_uri)
+            for added, gone in self.pending:
+                adds = _applied(adds, added, gone)
+            self._adds, self.pending = adds, ()
+        return self._adds
+
     def advanced(self, version: int, added: dict[str, int | None], gone: set[str], transactions: dict[str, int],
                  metadata: dict | None, protocol: dict | None) -> CheckpointState:
         """This state with the commits up to `version` applied: `gone` the paths removed or added again since, `added`
         the live paths they added, and the newest metaData and protocol among them."""
-        adds = self.adds
-        if gone:
-            adds = adds.filter(pc.invert(pc.is_in(adds.column("path"), value_set=pa.array(sorted(gone), pa.string()))))
-        if added:
-            adds = pa.concat_tables([adds, pa.table({"path": pa.array(list(added), pa.string()),
-                                                     "num_records": pa.array(list(added.values()), pa.int64())})])
+        loaded = self._adds is not None
         return CheckpointState(
             version, LogMetadata.of(metadata) if metadata else self.log_metadata,
             protocol_of(protocol) if protocol else self.log_protocol, {**self.transactions, **transactions},
-            adds.combine_chunks(), None if metadata else self._schema,
+            self.storage, self.checkpoint_uri, () if loaded else (*self.pending, (dict(added), frozenset(gone))),
+            _applied(self._adds, added, gone) if loaded else None, None if metadata else self._schema,
         )
+
+
+def _applied(adds: pa.Table, added: dict[str, int | None], gone: set[str] | frozenset[str]) -> pa.Table:
+    if gone:
+        adds = adds.filter(pc.invert(pc.is_in(adds.column("path"), value_set=pa.array(sorted(gone), pa.string()))))
+    if added:
+        adds = pa.concat_tables([adds, pa.table({"path": pa.array(list(added), pa.string()),
+                                                 "num_records": pa.array(list(added.values()), pa.int64())})])
+    return adds.combine_chunks()
 
 
 def read_newest_checkpoint(storage: StorageConfig, root_uri: str) -> tuple[CheckpointState, int] | None:
@@ -141,29 +165,45 @@ def _read_newest(storage: StorageConfig, root_uri: str) -> tuple[CheckpointState
     return None if state is None else (state, max(commits, default=version))
 
 
-def read_checkpoint(storage: StorageConfig, uri: str, version: int) -> CheckpointState | None:
-    """One pass over the checkpoint, a batch at a time (a million-file checkpoint is one row group of a million rows:
-    read whole, its columns would take hundreds of MB): the rows of metadata, protocol and transactions, and each
-    add's path and row count."""
+@contextmanager
+def _parquet(storage: StorageConfig, uri: str) -> Iterator[pq.ParquetFile]:
+    # A page at a time (`buffer_size`): delta-rs writes a checkpoint as one uncompressed row group, and a column of a
+    # million files' statistics read whole is 140 MB.
     fs, path = storage.filesystem(uri)
     with fs.open_input_file(path) as f:
-        parquet = pq.ParquetFile(f, pre_buffer=False)
+        yield pq.ParquetFile(f, pre_buffer=False, buffer_size=_BUFFER)
+
+
+def read_checkpoint(storage: StorageConfig, uri: str, version: int) -> CheckpointState | None:
+    """The checkpoint's metadata, protocol and transaction rows (their columns only: a few MB to read at a million
+    files); None for a V2 checkpoint (its files live in sidecars) or one that is not one table's state."""
+    with _parquet(storage, uri) as parquet:
         columns = set(parquet.schema_arrow.names)
         if not {"add", "metaData", "protocol"} <= columns:
             return None
-        add_type = parquet.schema_arrow.field("add").type
-        with_stats = "stats" in {f.name for f in add_type}
-        # Spark may write the statistics as a struct too (delta.checkpoint.writeStatsAsStruct), or only so.
-        parsed = "stats_parsed" in {f.name for f in add_type} and "numRecords" in {f.name for f in add_type.field("stats_parsed").type}
         small = [c for c in ("metaData", "protocol", "txn", "sidecar", "checkpointMetadata") if c in columns]
         found: dict[str, list] = {c: [] for c in small}
-        paths, counts = [], []
-        wanted = small + ["add.path"] + (["add.stats"] if with_stats else []) + (["add.stats_parsed.numRecords"] if parsed else [])
-        for batch in parquet.iter_batches(batch_size=_BATCH, columns=wanted, use_threads=False):
+        for batch in parquet.iter_batches(batch_size=_BATCH, columns=small, use_threads=False):
             for name in small:
                 column = batch.column(name)
                 if column.null_count < len(column):
                     found[name].extend(column.filter(column.is_valid()).to_pylist())
+    if found.get("sidecar") or found.get("checkpointMetadata") or len(found["metaData"]) != 1 or len(found["protocol"]) != 1:
+        return None
+    transactions = {t["appId"]: int(t["version"]) for t in found.get("txn", [])}
+    return CheckpointState(version, LogMetadata.of(found["metaData"][0]), protocol_of(found["protocol"][0]), transactions, storage, uri)
+
+
+def read_adds(storage: StorageConfig, uri: str) -> pa.Table:
+    """Each add's path and row count, a batch at a time (the row count parsed from its statistics, which are dropped)."""
+    paths, counts = [], []
+    with _parquet(storage, uri) as parquet:
+        add_type = parquet.schema_arrow.field("add").type
+        with_stats = "stats" in {f.name for f in add_type}
+        # Spark may write the statistics as a struct too (delta.checkpoint.writeStatsAsStruct), or only so.
+        parsed = "stats_parsed" in {f.name for f in add_type} and "numRecords" in {f.name for f in add_type.field("stats_parsed").type}
+        wanted = ["add.path"] + (["add.stats"] if with_stats else []) + (["add.stats_parsed.numRecords"] if parsed else [])
+        for batch in parquet.iter_batches(batch_size=_BATCH, columns=wanted, use_threads=False):
             adds = batch.column("add")
             adds = adds.filter(adds.is_valid())
             paths.append(pc.struct_field(adds, "path"))
@@ -171,14 +211,8 @@ def read_checkpoint(storage: StorageConfig, uri: str, version: int) -> Checkpoin
             if parsed:
                 count = pc.coalesce(count, pc.cast(pc.struct_field(adds, ["stats_parsed", "numRecords"]), pa.int64()))
             counts.append(count)
-    if found.get("sidecar") or found.get("checkpointMetadata") or len(found["metaData"]) != 1 or len(found["protocol"]) != 1:
-        return None  # a V2 checkpoint (its files live in sidecars), or not one table's state
-    transactions = {t["appId"]: int(t["version"]) for t in found.get("txn", [])}
-    return CheckpointState(
-        version, LogMetadata.of(found["metaData"][0]), protocol_of(found["protocol"][0]), transactions,
-        pa.table({"path": pa.concat_arrays(paths) if paths else pa.array([], pa.string()),
-                  "num_records": pa.concat_arrays(counts) if counts else pa.array([], pa.int64())}),
-    )
+    return pa.table({"path": pa.concat_arrays(paths) if paths else pa.array([], pa.string()),
+                     "num_records": pa.concat_arrays(counts) if counts else pa.array([], pa.int64())})
 
 
 def _num_records(stats: pa.Array) -> pa.Array:

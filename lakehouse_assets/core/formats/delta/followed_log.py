@@ -197,6 +197,11 @@ class FollowedLog:
             self._version, self._tail = self.base.version(), _Tail()
 
     def _base_adds(self) -> tuple[pa.Table, LiveTotals]:
+        if isinstance(self.base, CheckpointState):
+            try:
+                self.base.adds  # noqa: B018 - read from the checkpoint at the first call
+            except (OSError, pa.ArrowException):  # the checkpoint was cleaned up since it was read: delta-rs reads the log
+                self.table()
         version = self.base.version()
         if self._base_files is None or self._base_files[0] != version:
             adds = (self.base.adds if isinstance(self.base, CheckpointState)

@@ -4,9 +4,9 @@ delta-rs 1.6.6 loads a log by materialising every live file's entry with its sta
 are deprecated and ignored): 550 MB at 1,000,000 files, held for as long as the table object lives. A write and
 the check follow the log from a base (followed_log.py) and need of that base only its version, metadata, protocol
 and schema, the transaction versions, and each live file's path and row count. Those are read here from the
-checkpoint's Parquet with pyarrow: the few rows holding metadata, protocol and transactions, and of the adds only
-their path and statistics, a batch at a time, keeping the row count parsed from the statistics (about 70 bytes a
-live file).
+checkpoint's Parquet with pyarrow, a batch at a time: the few rows holding metadata, protocol and transactions at
+once (a write needs no more), and of the adds only their path and statistics when the check first asks for the live
+totals, keeping the row count parsed from the statistics (about 50 bytes a live file).
 
 Only a log whose newest checkpoint is a classic single-file one (`<version>.checkpoint.parquet`, as delta-rs and
 Spark write by default) is read here; a multi-part or V2 checkpoint, sidecar files, or a log without a checkpoint

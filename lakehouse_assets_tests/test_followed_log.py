@@ -357,3 +357,29 @@ def test_a_checkpoint_read_takes_row_counts_from_statistics_as_a_struct_and_leav
     assert (state.metadata().id, state.metadata().partition_columns, state.metadata().configuration) == ("t-1", ["id"], {"delta.appendOnly": "true"})
     assert [f.name for f in state.schema().fields] == ["id"]
     assert read_checkpoint(StorageConfig(), _checkpoint_file(tmp_path / "v2.parquet", adds, sidecar=True), 3) is None
+
+
+def test_a_row_count_planted_in_the_checkpoint_is_a_difference_the_check_finds(lh):
+    """The check's live totals come from the checkpoint's read: an add whose row count there is not its file's (a Delta
+    reader would count that many rows) makes the check fail, as it does from delta-rs's read."""
+    import re
+
+    import pyarrow.parquet as pq
+
+    lh.write(_rows(range(10)), "fl.p")
+    report = lh.verify("fl.p")
+    pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
+    location = _checkpointed(lh, "fl.p")
+    checkpoint = f"{location.removeprefix('file://')}/_delta_log/{DeltaTable(location).version():020d}.checkpoint.parquet"
+    table = pq.read_table(checkpoint)
+    rows = table.to_pylist()
+    for row in rows:
+        if row["add"] is not None:
+            row["add"]["stats"] = re.sub(r'("numRecords"\s*:\s*)10\b', r"\g<1>11", row["add"]["stats"], count=1)
+    pq.write_table(pa.Table.from_pylist(rows, table.schema), checkpoint)
+    lh.write(_rows(range(10, 15)), "fl.p")
+    KEPT.clear()
+    followed = lh.mirror(lh.load("fl.p")).follow()
+    assert not followed.holds_every_file() and followed.live_totals().rows == 16
+    report = lh.verify("fl.p", since=pair)
+    assert not report["agree"], report

@@ -222,13 +222,14 @@ def _num_records(stats: pa.Array) -> pa.Array:
     counts = pc.cast(pc.struct_field(pc.extract_regex(stats, _LEADING_NUM_RECORDS), [0]), pa.int64())
     missing = pc.and_(pc.is_null(counts), pc.is_valid(stats))
     if missing.true_count:  # statistics that do not start with numRecords: decoded whole
-        counts = pa.array([_parsed(s) if m else n for s, m, n in zip(stats.to_pylist(), missing.to_pylist(), counts.to_pylist())], pa.int64())
+        counts = pa.array([num_records(s) if m else n for s, m, n in zip(stats.to_pylist(), missing.to_pylist(), counts.to_pylist())], pa.int64())
     return counts
 
 
-def _parsed(stats: str) -> int | None:
+def num_records(stats: str | None) -> int | None:
+    """An add's numRecords from its statistics JSON; None when it has none or they are not JSON."""
     try:
-        n = json.loads(stats).get("numRecords")
+        n = json.loads(stats or "{}").get("numRecords")
     except ValueError:
         return None
     return int(n) if n is not None else None

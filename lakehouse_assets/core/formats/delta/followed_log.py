@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from ...io.storage import StorageConfig, join_uri
-from .checkpoint_state import CheckpointState
+from .checkpoint_state import CheckpointState, num_records
 
 MAX_TAIL = 1000  # commits kept beside the base before delta-rs merges them (memory follows the files they touched)
 MAX_TAIL_FILES = 10_000  # files a tail touches before delta-rs merges it: what each `live_totals` walks stays small
@@ -172,7 +172,7 @@ class FollowedLog:
                 tail.added.pop(path, None)
         for a in actions:
             if "add" in a:
-                tail.added[a["add"]["path"]] = _num_records(a["add"])
+                tail.added[a["add"]["path"]] = num_records(a["add"].get("stats"))
             elif "txn" in a:
                 tail.transactions[a["txn"]["appId"]] = int(a["txn"]["version"])
             elif "metaData" in a:
@@ -285,9 +285,4 @@ def read_commit_info(storage: StorageConfig, root_uri: str, version: int) -> dic
 _INFO_BLOCK = 1 << 16
 
 
-def _num_records(add: dict[str, Any]) -> int | None:
-    try:
-        n = json.loads(add.get("stats") or "{}").get("numRecords")
-    except ValueError:
-        return None
-    return int(n) if n is not None else None
+

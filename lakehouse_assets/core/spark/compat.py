@@ -371,9 +371,9 @@ def stop_tagged_jobs(spark, tag: str, timeout_s: float = 60.0) -> bool:
     """Cancel what is left of the jobs tagged `tag` (`tagged_jobs`) and wait until none of their tasks runs.
 
     When a job fails its other tasks are still running (Spark kills them asynchronously). A classic session
-    watches them end through the status tracker and returns True. A Connect session interrupts the tagged
-    operations but cannot see tasks: it returns False, and the caller waits for them to stop another way
-    (`python_task_kill_seconds`)."""
+    watches them end through the status tracker (`_tagged_tasks_ended`) and returns True. A Connect session
+    interrupts the tagged operations but cannot see tasks: it returns False, and the caller waits for them to stop
+    another way (`python_task_kill_seconds`)."""
     if is_connect(spark):
         try:
             spark.interruptTag(tag)
@@ -382,19 +382,43 @@ def stop_tagged_jobs(spark, tag: str, timeout_s: float = 60.0) -> bool:
         return False
     sc = spark.sparkContext
     sc.cancelJobGroup(tag)
+    _status_store_caught_up(sc)
     tracker = sc.statusTracker()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        running = 0
-        for job_id in tracker.getJobIdsForGroup(tag):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job is not None else ():
-                stage = tracker.getStageInfo(stage_id)
-                running += stage.numActiveTasks if stage is not None else 0
-        if not running:
+        if _tagged_tasks_ended(tracker, tag):
             return True
         time.sleep(0.05)
     log.warning("tasks of the jobs %s still run after %.0f s", tag, timeout_s)
+    return True
+
+
+def _status_store_caught_up(sc, timeout_ms: int = 5000) -> None:
+    """Wait until Spark's listener bus has delivered the events posted so far: the status store is written by one of
+    its listeners, and a job that failed at once may not be in it yet."""
+    try:
+        sc._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)
+    except Exception as e:  # noqa: BLE001 - a bus busy past the timeout: the tracker as it is, still waited on
+        log.debug("Spark's listener bus not drained: %s", e)
+
+
+def _tagged_tasks_ended(tracker, tag: str) -> bool:
+    """Whether every job tagged `tag` has ended and none of its tasks still runs, as the status tracker says.
+
+    The tracker reads Spark's status store, which its listener writes behind the scheduler: a task's start reaches a
+    stage's count in the store at most every `spark.ui.liveUpdate.period` (100 ms), so a job failing within that
+    time can show no running task while one runs. The store is exact when a stage ends (and when its last task
+    does), and a job ends after its stages: once the job has ended there, its stages' counts are exact or higher."""
+    for job_id in tracker.getJobIdsForGroup(tag):
+        job = tracker.getJobInfo(job_id)
+        if job is None:  # no longer kept by the store: long over
+            continue
+        if job.status == "RUNNING":
+            return False
+        for stage_id in job.stageIds:
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None and stage.numActiveTasks:
+                return False
     return True
 
 

@@ -1,4 +1,4 @@
-"""A Python worker's input from its executor, acknowledged as it is read.
+"""A Python worker's socket to its executor: its input acknowledged as it is read, and whether its task has ended.
 
 The executor writes a task's input to the worker over a loopback TCP socket with Nagle's algorithm on (Spark does
 not set TCP_NODELAY there): a small segment waits until the worker acknowledges what came before it. A worker reused
@@ -11,17 +11,42 @@ before each read of the socket (the option is not sticky: the kernel returns to 
 ACK of what arrived goes out as the worker asks for more, and the held segment follows within a round trip.
 `reading_with_quick_acks` gives PySpark's daemon a `worker` that reads its input so; the daemon module
 (core/spark/daemon.py) installs it. Linux only: elsewhere, and on a socket that is not TCP, the worker is PySpark's.
+
+A worker can also outlive its task. When a job fails, Spark kills its other tasks; a killed task ends when it next
+reads from its worker, and Spark then closes the worker's socket, but kills the worker only if the task did not end.
+A worker still busy goes on (a task of several outputs writes the rest of its files) until it next writes to the
+socket. `task_ended` tells it: the executor has closed the socket of the task it runs. Its file writers ask before
+they report a file, and remove their files if so (core/write/parquet_files.py): files written after the driver
+swept the failed write's files are not left behind.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import select
 import socket
 import types
 from typing import Any, Callable
 
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux
+_task_socket: socket.socket | None = None  # in a worker forked by the project's daemon: its socket to the executor
+
+
+def task_ended() -> bool:
+    """In a Python worker: whether the executor has closed the socket of its task (the task ended while the worker
+    runs on, see the module docstring). False where it cannot tell: a worker not forked by the project's daemon, or
+    a system without poll(2)'s POLLRDHUP."""
+    sock = _task_socket
+    peer_closed = getattr(select, "POLLRDHUP", 0)  # the executor closed its end (unread input or not): Linux
+    if sock is None or not peer_closed:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock.fileno(), peer_closed | select.POLLHUP | select.POLLERR)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):  # cannot tell: the task goes on as if the check were not there
+        return False
 
 
 class QuickAckReader(io.RawIOBase):
@@ -77,10 +102,12 @@ def reading_with_quick_acks(pyspark_daemon: types.ModuleType) -> Callable[[socke
 
     PySpark's worker opens its input with `os.fdopen(os.dup(sock.fileno()), "rb", ...)` (3.5 and 4.x alike). The
     daemon calls `worker` in the forked child, once per task of a reused worker, so the `os` it sees is replaced
-    there only, for that worker's socket."""
+    there only, for that worker's socket. The socket is kept for `task_ended`."""
     run, real_os = pyspark_daemon.worker, pyspark_daemon.os
 
     def worker(sock: socket.socket, authenticated: bool) -> int:
+        global _task_socket
+        _task_socket = sock
         if applies_to(sock):
             pyspark_daemon.os = _OsReadingWith(real_os, sock)
         return run(sock, authenticated)

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from ..io.storage import StorageConfig
 from ..schema.conform import conform_batch
 from ..spark.archives import keep_spark_archives_indexed
+from ..spark.worker_socket import task_ended
 from .partition_keys import PARTITION_KEY_COLUMN, UNPARTITIONED_KEY, PartitionKeyer
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024
@@ -64,10 +65,14 @@ class FileWriter:
         self._seq = 0
         self._fs, _ = self.storage.filesystem(self.root_uri)
         self._opened: list[str] = []  # full paths this task created: removed again if the task fails
+        self._open_files: dict[str, _RollingFile] = {}
         try:
             yield from self._write(batches)
         except Exception:
             # Spark discards a failed task's output: remove its files (the driver sweeps what a killed task leaves).
+            # Open files close first: an object store's upload would complete when its stream is collected.
+            for f in self._open_files.values():
+                f.abandon()
             for path in self._opened:
                 try:
                     self._fs.delete_file(path)
@@ -78,7 +83,7 @@ class FileWriter:
     def _write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # One open file per partition key seen by this task ("fanout"): rows computed by Spark's partition
         # expressions arrive clustered by key (the shuffle) but not sorted, so no Spark sort is needed.
-        open_files: dict[str, _RollingFile] = {}
+        open_files = self._open_files
         results: list[dict] = []
         for groups in self._groups(batches):
             for key, part in groups:
@@ -86,7 +91,8 @@ class FileWriter:
                 if current is None:
                     if len(open_files) >= MAX_OPEN_FILES:  # bounded streams and buffers: close the oldest
                         oldest = next(iter(open_files))
-                        results.append(open_files.pop(oldest).close())
+                        results.append(open_files[oldest].close())
+                        del open_files[oldest]
                     current = open_files[key] = _RollingFile(self, key)
                 done = current.write(conform_batch(part, self.arrow_schema, self.input_names))
                 if done is not None:
@@ -94,11 +100,20 @@ class FileWriter:
                     del open_files[key]
             _bound_pending(open_files.values())
             if results:
-                yield file_rows(results)
+                yield self._reported(results)
                 results = []
-        results += [f.close() for f in open_files.values()]
+        for key in list(open_files):  # each removed once closed: a file failing to close is abandoned
+            results.append(open_files[key].close())
+            del open_files[key]
         if results:
-            yield file_rows(results)
+            yield self._reported(results)
+
+    def _reported(self, results: list[dict]) -> pa.RecordBatch:
+        """The rows of closed files, if the task still runs: a worker outliving its task (core/spark/worker_socket.py)
+        raises, and its files are removed."""
+        if task_ended():
+            raise TaskEnded(f"the executor ended this task of write {self._write_id} (its job failed or was cancelled): its files are removed")
+        return file_rows(results)
 
     def _groups(self, batches: Iterator[pa.RecordBatch]) -> Iterator[list[tuple[str, pa.RecordBatch]]]:
         """The input's rows as (partition key, rows) runs, a list of runs at a time."""
@@ -148,6 +163,10 @@ class FileWriter:
         self._seq += 1
         name = f"{self._write_id}-{self._attempt:05d}-{self._seq:05d}.parquet"
         return "/".join(p for p in ("data", key_dir, name) if p)
+
+
+class TaskEnded(RuntimeError):
+    """A Python worker's task ended on the executor while the worker still wrote its files."""
 
 
 def _tagged_write_id() -> str:
@@ -278,6 +297,15 @@ class _RollingFile:
             self._open(table)
         self.writer.write_table(table, row_group_size=max(1, table.num_rows))
         self.pending, self.pending_bytes = [], 0
+
+    def abandon(self) -> None:
+        """Close a failed task's file as it is (it is removed next)."""
+        for closable in (self.writer, self.stream):
+            try:
+                if closable is not None:
+                    closable.close()
+            except Exception:  # noqa: BLE001 - the task already failed; its file goes anyway
+                pass
 
     def close(self) -> dict:
         self.flush()

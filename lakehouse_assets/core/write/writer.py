@@ -189,7 +189,8 @@ def table_write_settings(table, schema: Schema, target_file_size: int | None = N
 def _stop_tasks_and_remove_files(spark, tag: str, storage: StorageConfig, root_uri: str, write_id: str) -> None:
     """Stop what still runs of a failed write's jobs, then remove every file it wrote. When a job fails, its other
     tasks are still running (Spark kills them asynchronously): one of them could open a file after the driver swept
-    the write's files, and a killed Python worker cannot remove it.
+    the write's files, and a killed Python worker cannot remove it. A worker that outlives its task removes what it
+    writes after the task ended itself (core/spark/worker_socket.py).
 
     A classic session sees the tasks end. A Connect session cannot see tasks: its tasks are interrupted, and the
     write's files are swept until Spark has surely killed every Python worker of the job (its kill timeout, plus a

@@ -299,8 +299,11 @@ without Spark on the same table, 2026-12-02):
   statistics again, and the first check after the import decoded that whole version for its commitInfo. A run of
   commits touching more than 10,000 files is now merged by delta-rs once, and a check reads only the commitInfo
   of the version it starts from. No write writes a checkpoint, which walks every live file: maintenance does, at
-  the table's `delta.checkpointInterval`. A step that needs delta-rs's state still walks them, e.g. mirroring
-  deletion vectors or checking an add the mirror did not derive.
+  the table's `delta.checkpointInterval`. A step that needs delta-rs's state still walks them, e.g. checking an
+  add the mirror did not derive. Mirroring deletion vectors (a merge-on-read delete, update or merge) reads, of the
+  checkpoint, only the adds of the files it gives a vector, picked in Arrow a batch at a time
+  (`checkpoint_state.read_adds_of`): on a checkpoint of 1,000,000 adds (35 MB, made with pyarrow), 0.48-0.49 s and about 93 MB, where
+  decoding every add into Python took 4.29-11.70 s and 1.5 GB (three runs each, alternating, 2026-12-05).
 - verify: the full comparison reads every live manifest entry (pyiceberg's Avro reader) and compares every file;
   it runs on demand (`lakehouse verify`) and in maintenance, not after each write. It holds delta-rs's state of
   the Delta log and the live adds as columns, and takes the manifests in batches of 10,000 entries, each compared

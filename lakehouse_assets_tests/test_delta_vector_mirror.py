@@ -280,3 +280,28 @@ def test_a_branch_with_position_deletes_is_published_to_delta_as_vectors(lh, spa
     assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
     assert pa.table(DeltaTable(root).deletion_vectors()).column("selection_vector").to_pylist() == [[i != 2 for i in range(10)]]
     assert published.delta_version is not None and lh.delta_lag(t) == 0
+
+
+def test_a_file_whose_vector_the_checkpoint_holds_gets_its_next_vector_naming_the_old_one(lh, spark, duck):
+    """After a checkpoint, the file's add (and its vector) comes from the checkpoint's rows of that file alone
+    (checkpoint_state.read_adds_of): the next delete's remove still names the old vector, and every reader agrees."""
+    from lakehouse_assets.core.formats.delta.kept_logs import KEPT
+    from lakehouse_assets.core.formats.delta.logged_vectors import live_vectors
+
+    t = "mor.checkpointed"
+    lh.write(people(spark), t, partition_by=["country"], table=TableOptions(properties=MOR))
+    root = lh.load(t).location().removeprefix("file://")
+    de = file_of(lh, t, "DE")
+    _, delete = delete_positions(lh, t, de, [1, 2])  # ids 2 and 4
+    DeltaTable(root).create_checkpoint()
+    KEPT.clear()  # the next commit follows the log from its checkpoint
+    (old,) = [a["add"]["deletionVector"] for a in log_actions(root, DeltaTable(root).version()) if "add" in a]
+    assert set(live_vectors(lh.storage, lh.load(t).location(), DeltaTable(root))) == {de.file_path.rsplit(f"{root}/", 1)[-1]}
+
+    again, _ = delete_positions(lh, t, de, [1, 2, 5], replaces=delete)  # and id 10
+    (remove,) = [a["remove"] for a in log_actions(root, again.delta_version) if "remove" in a]
+    assert remove["deletionVector"] == old
+    expected = [i for i in range(20) if i not in (2, 4, 10)]
+    assert iceberg_ids(lh, t) == expected and delta_ids(duck, root) == expected
+    assert sorted(pa.table(DeltaTable(root).scan(columns=["id"])).column("id").to_pylist()) == expected
+    assert lh.verify(t)["agree"]

@@ -383,3 +383,28 @@ def test_a_row_count_planted_in_the_checkpoint_is_a_difference_the_check_finds(l
     assert not followed.holds_every_file() and followed.live_totals().rows == 16
     report = lh.verify("fl.p", since=pair)
     assert not report["agree"], report
+
+
+def test_the_adds_of_some_paths_are_read_from_a_checkpoint_whole_and_decoded(tmp_path, monkeypatch):
+    """`read_adds_of` (the deletion-vector mirror's and the readers' replay of the log) picks its paths' adds in Arrow,
+    a batch at a time: the same actions as decoding every add of the checkpoint, paths stored URL-encoded too."""
+    from urllib.parse import unquote
+
+    import pyarrow.parquet as pq
+
+    from lakehouse_assets.core.formats.delta import checkpoint_state
+    from lakehouse_assets.core.io.storage import StorageConfig
+
+    location = str(tmp_path / "t")
+    for part in ("plain", "with space", "50%/sure"):
+        write_deltalake(location, pa.table({"id": [1, 2], "part": [part, part]}), partition_by=["part"], mode="append")
+    DeltaTable(location).create_checkpoint()
+    uri = f"file://{location}/_delta_log/{DeltaTable(location).version():020d}.checkpoint.parquet"
+    every = [a for a in pq.read_table(uri.removeprefix("file://"), columns=["add"]).column("add").to_pylist() if a is not None]
+    assert any("%" in a["path"] for a in every)  # partition values stored encoded in the path
+    expected = {unquote(a["path"]): {**a, "partitionValues": dict(a["partitionValues"] or [])} for a in every}
+    monkeypatch.setattr(checkpoint_state, "_BATCH", 2)  # several batches
+    wanted = set(list(expected)[::2]) | {"part=absent/x.parquet"}
+    assert checkpoint_state.read_adds_of(StorageConfig(), uri, wanted) == {p: a for p, a in expected.items() if p in wanted}
+    assert checkpoint_state.read_adds_of(StorageConfig(), uri, set(expected)) == expected
+    assert checkpoint_state.read_adds_of(StorageConfig(), uri, set(expected), vectors_only=True) == {}  # no add carries a vector

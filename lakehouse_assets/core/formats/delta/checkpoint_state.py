@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -213,6 +214,26 @@ def read_adds(storage: StorageConfig, uri: str) -> pa.Table:
             counts.append(count)
     return pa.table({"path": pa.concat_arrays(paths) if paths else pa.array([], pa.string()),
                      "num_records": pa.concat_arrays(counts) if counts else pa.array([], pa.int64())})
+
+
+def read_adds_of(storage: StorageConfig, uri: str, paths: set[str], vectors_only: bool = False) -> dict[str, dict[str, Any]]:
+    """The whole add actions of `paths` (relative, decoded) in one checkpoint file, by path, as JSON-like dicts; with
+    `vectors_only`, those carrying a deletion vector. Only those become Python objects: the rows are picked in Arrow a
+    batch at a time (a path is stored URL-encoded, and one without a `%` is its own decoding), where a checkpoint of a
+    million files would make a million dicts."""
+    wanted = pa.array(sorted(paths), pa.string())
+    out: dict[str, dict[str, Any]] = {}
+    with _parquet(storage, uri) as parquet:
+        for batch in parquet.iter_batches(batch_size=_BATCH, columns=["add"], use_threads=False):
+            adds = batch.column("add")
+            adds = adds.filter(adds.is_valid())
+            if vectors_only:
+                adds = adds.filter(pc.is_valid(pc.struct_field(adds, "deletionVector"))) if "deletionVector" in {f.name for f in adds.type} else adds.slice(0, 0)
+            raw = pc.struct_field(adds, "path")
+            for add in adds.filter(pc.or_(pc.is_in(raw, value_set=wanted), pc.match_substring(raw, "%"))).to_pylist():
+                if (path := unquote(add["path"])) in paths:
+                    out[path] = {**add, "partitionValues": dict(add["partitionValues"] or [])}
+    return out
 
 
 def _num_records(stats: pa.Array) -> pa.Array:

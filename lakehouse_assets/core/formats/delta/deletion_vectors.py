@@ -30,13 +30,12 @@ from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from pyroaring import BitMap64
 
 from ...errors import DeletionVectorError
 from ...io.storage import StorageConfig, delta_uri_path, join_uri
+from .checkpoint_state import read_adds_of
 
 MAGIC = 1681511377  # the Delta protocol's RoaringBitmapArray (portable) magic number
 FORMAT_VERSION = 1
@@ -224,10 +223,11 @@ def protocol_with_vectors(protocol: Any) -> dict | None:
                          "readerFeatures": [*dict.fromkeys([*readers, FEATURE])], "writerFeatures": [*dict.fromkeys([*writers, FEATURE])]}}
 
 
-def live_adds(storage: StorageConfig, root_uri: str, version: int, paths: set[str]) -> dict[str, dict]:
+def live_adds(storage: StorageConfig, root_uri: str, version: int, paths: set[str], vectors_only: bool = False) -> dict[str, dict]:
     """The `add` action that makes each of `paths` (relative, decoded) live at Delta `version`, with its
     `deletionVector`: delta-rs's API exposes no vector descriptors, so the log is replayed here for these paths only
-    (the newest checkpoint at or before `version`, then the commit files after it)."""
+    (the newest checkpoint at or before `version`, then the commit files after it). `vectors_only`: of the
+    checkpoint, only the adds that carry a vector (the commits after it are read whole)."""
     fs, log = storage.filesystem(join_uri(root_uri, "_delta_log"))
     names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(log))]
     checkpoints = [n for n in names if ".checkpoint." in n and n.endswith(".parquet") and int(n[:20]) <= version]
@@ -235,11 +235,7 @@ def live_adds(storage: StorageConfig, root_uri: str, version: int, paths: set[st
     if checkpoints:
         start = max(int(n[:20]) for n in checkpoints)
         for part in sorted(n for n in checkpoints if int(n[:20]) == start):
-            adds = pq.read_table(f"{log}/{part}", filesystem=fs, columns=["add"]).column("add").combine_chunks()
-            adds = adds.filter(pc.is_valid(adds))
-            for a in adds.to_pylist():
-                if unquote(a["path"]) in paths:
-                    state[unquote(a["path"])] = {**a, "partitionValues": dict(a["partitionValues"] or [])}
+            state.update(read_adds_of(storage, join_uri(root_uri, f"_delta_log/{part}"), paths, vectors_only))
         start += 1
     for v in range(start, version + 1):
         with fs.open_input_stream(f"{log}/{v:020d}.json") as f:

@@ -23,7 +23,7 @@ def live_vectors(storage: StorageConfig, root_uri: str, delta: DeltaTable) -> di
     if deletion_vectors.FEATURE not in (delta.protocol().reader_features or []):
         return {}
     paths = {delta_path(p) for p in pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()}
-    adds = deletion_vectors.live_adds(storage, root_uri, delta.version(), paths)
+    adds = deletion_vectors.live_adds(storage, root_uri, delta.version(), paths, vectors_only=True)
     return {p: d for p, a in adds.items() if (d := deletion_vectors.descriptor_of(a)) is not None}
 
 

@@ -209,6 +209,18 @@ def test_the_batch_check_refuses_null_and_duplicate_keys_on_either_path(lh, spar
     assert_all_readers_agree(lh, spark, duck, name, expected(want))
 
 
+def test_a_batch_used_again_after_its_merge_is_not_cached_again(lh, spark):
+    """The merge caches a DataFrame of its own over the batch, not the caller's object: the caller's DataFrame, run
+    again after the merge (a count, another sink), would otherwise carry the released cache in its plan and cache
+    itself anew, a cache nobody releases."""
+    three_files(lh, spark, "m.again")
+    cached_before = {r.id() for r in spark.sparkContext._jsc.getPersistentRDDs().values()}
+    batch = people(spark, 150, 160, version=1)
+    lh.write(batch, "m.again", mode="merge", merge=MergeOptions(keys=["id"]))
+    assert len(batch.collect()) == 10 and not batch.storageLevel.useMemory
+    assert {r.id() for r in spark.sparkContext._jsc.getPersistentRDDs().values()} == cached_before
+
+
 def test_merge_leaves_the_callers_cache_alone(lh, spark):
     """A batch the caller cached stays cached (a merge used to unpersist it); an uncached one is not left cached."""
     three_files(lh, spark, "m.cached")

@@ -110,9 +110,11 @@ def _write_batch(ctx: TableContext, df, request: WriteRequest, started: float, f
     if merge_opts is None:
         return _write(ctx, df, request, started, foreign_default, loaded=loaded, session=session)
     # Validation, pruning, matching and rewrite must all see the same rows, even from a nondeterministic DataFrame.
-    # A batch the caller already cached stays cached: unpersisting it would drop the caller's cache.
+    # A batch the caller already cached stays cached: unpersisting it would drop the caller's cache. Otherwise a new
+    # DataFrame over the batch is cached, not the caller's object: an object that ran while cached keeps the cache in
+    # its plan, and run again after `unpersist` it caches itself anew, a cache nobody releases.
     caller_cached = is_cached(df)
-    source = df if caller_cached else df.persist()
+    source = df if caller_cached else df.select("*").persist()
     try:
         batch, key_stats = merge_batch.prepare_batch(identifier, source, merge_opts)  # raises on null/duplicate keys before any write
         if not key_stats.deduplicated:

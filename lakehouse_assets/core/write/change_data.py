@@ -39,9 +39,8 @@ from ..schema.type_mapping import arrow_file_schema, iceberg_to_spark_schema, na
 from ..spark.archives import keep_spark_archives_indexed
 from ..spark.compat import default_parallelism
 from ..spark.session import active_session
-from ..spark.worker_socket import task_ended
 from ..table.evolution import column_names_moved, types_were_widened
-from .parquet_files import TaskEnded
+from .parquet_files import raise_if_task_ended
 
 CHANGE_BYTES_PER_TASK = 256 * 1024 * 1024
 _FILE_ROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string())])
@@ -177,8 +176,8 @@ class ChangeDataWriter:
                 writer.close()
                 out.append({"path": rel, "size": stream.tell(), "partition_values": json.dumps(dict(values))})
                 stream.close()
-            if out and task_ended():  # a worker outliving its task (core/spark/worker_socket.py): its files go
-                raise TaskEnded(f"the executor ended this task of write {self.write_id} (its job failed or was cancelled): its files are removed")
+            if out:
+                raise_if_task_ended(self.write_id)  # a worker outliving its task: its files go (below)
         except Exception:
             for rel, stream, _ in open_files.values():  # Spark retries the task: its files go
                 try:

@@ -111,8 +111,7 @@ class FileWriter:
     def _reported(self, results: list[dict]) -> pa.RecordBatch:
         """The rows of closed files, if the task still runs: a worker outliving its task (core/spark/worker_socket.py)
         raises, and its files are removed."""
-        if task_ended():
-            raise TaskEnded(f"the executor ended this task of write {self._write_id} (its job failed or was cancelled): its files are removed")
+        raise_if_task_ended(self._write_id)
         return file_rows(results)
 
     def _groups(self, batches: Iterator[pa.RecordBatch]) -> Iterator[list[tuple[str, pa.RecordBatch]]]:
@@ -167,6 +166,13 @@ class FileWriter:
 
 class TaskEnded(RuntimeError):
     """A Python worker's task ended on the executor while the worker still wrote its files."""
+
+
+def raise_if_task_ended(write_id: str) -> None:
+    """Raise `TaskEnded` in a worker whose task ended under it (core/spark/worker_socket.py): its caller removes the
+    files it wrote."""
+    if task_ended():
+        raise TaskEnded(f"the executor ended this task of write {write_id} (its job failed or was cancelled): its files are removed")
 
 
 def _tagged_write_id() -> str:

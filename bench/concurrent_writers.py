@@ -208,22 +208,26 @@ def catalog_settings(catalog: str, postgres, name: str, base: str | None = None)
 
 # Whole runs of the workload (Java's writers included), read off their pages: the ratio moves from run to run.
 THREE_RUNS = (
-    "Three runs of the whole workload (2026-12-05, each cell's p95 over at least 24 writes), our overwrites' p95 over N "
-    "x the lone median, min / median / max: on SQLite 1.43 / 1.44 / 1.57 at 8 writers, 1.29 / 1.31 / 1.35 at 16, "
-    "0.93 / 1.08 / 1.23 at 32; on PostgreSQL 1.13 / 1.28 / 1.38, 1.04 / 1.04 / 1.12, 0.88 / 1.03 / 1.05; appends 0.70 "
-    "to 0.99. The overwrites miss the target at 8 and 16 writers. The runs of 2026-12-04 took one burst a cell and "
-    "measured 0.76 / 1.00 / 1.06 at 8 writers on SQLite; the same code, run on 2026-12-05 in the same way, took "
-    "0.20-0.22 s at 8 writers on SQLite (0.14 s then), with the lone median unchanged. Every write of ours landed on its "
-    "first attempt in each run; Java's overwrites landed 19 to 21 of 24, 26 to 31 of 32 and 15 to 22 of 32 on SQLite, "
-    "19 to 22, 26 to 31 and 19 to 25 on PostgreSQL, with a p95 of 2.3 to 4.6 s."
+    "Three runs of the whole workload (2026-12-05, each cell's p95 over at least 24 writes; the table above is the "
+    "third), our overwrites' p95 over N x the lone median, min / median / max: on SQLite 0.93 / 0.94 / 0.98 at 8 "
+    "writers, 0.80 / 0.82 / 0.92 at 16, 0.68 / 0.81 / 1.03 at 32; on PostgreSQL 0.79 / 0.84 / 0.96, 0.84 / 0.85 / 0.87, "
+    "0.69 / 0.73 / 0.76; appends 0.64 to 0.88. Each cell meets the target at its median of the three runs; of the 36 "
+    "cells run, one missed it (SQLite, 32 writers, 1.03 in the third run). Every write of ours landed on its first attempt in "
+    "each run; Java's overwrites landed 18 to 20 of 24, 28 to 29 of 32 and 18 to 21 of 32 on SQLite, 18 to 22, 25 to "
+    "29 and 17 to 22 on PostgreSQL, with a p95 of 1.45 to 4.89 s."
 )
 CONTENDED_START = (
-    "Where the overwrites' excess goes, at 8 writers on SQLite (each writer's stages timed, 2026-12-05, 14 bursts): "
-    "the first two or three writers to take the lock commit their snapshot in 19-50 ms (their Delta version in up to "
-    "23 ms), while the others are still waking from the barrier (up to 23 ms apart) and writing their added files' "
-    "manifests; the later writers take 14-21 ms and 2-6 ms, and a lone commit 10-12 ms and 3 ms. A semaphore barrier "
-    "instead of the multiprocessing manager's changed little. That slow start is what the p95 at 8 and 16 writers "
-    "carries above N x the lone median; what the first committers wait on is not found yet."
+    "Where the overwrites' excess over N x the lone median went, at 8 writers on SQLite (each writer's stages timed in "
+    "wall clock, thread and process CPU time, 2026-12-05): the first writers to take the lock committed their snapshot "
+    "in 41-76 ms of wall clock against 13-14 ms of CPU, while most of the others spent 25-35 ms of CPU writing the "
+    "manifest of their added files, where a lone writer spent 2-3 ms (30 ms in one of 8). That time was the kernel's "
+    "(system time, one page "
+    "fault): pyiceberg opens every file it writes with a 1 MiB buffer, and a process's first buffer of that size took "
+    "20-30 ms of system time in about half the writers of a burst. The files a commit writes (manifests, manifest "
+    "lists, metadata JSON) are kilobytes, and now get a 64 KiB buffer (core/io/fileio.py): the manifest takes 5 ms of "
+    "CPU in a burst. Three runs alternating with the code before (2026-12-05, SQLite, without Java's writers), our "
+    "overwrites' p95 over N x the lone median, min / median / max: 1.30 / 1.31 / 1.38 before and 0.87 / 1.00 / 1.06 "
+    "after at 8 writers, 1.13 / 1.23 / 1.25 and 0.85 / 0.89 / 0.93 at 16."
 )
 
 

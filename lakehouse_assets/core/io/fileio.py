@@ -6,9 +6,9 @@
 - GCS emulators: PyArrowFileIO always asks Google for credentials; `lakehouse.gcs.anonymous`
   (set by StorageConfig when an emulator endpoint is configured) makes requests unauthenticated.
 - Output buffers: PyArrowFileIO opens every file it writes (manifests, manifest lists, metadata JSON: kilobytes) with a
-  1 MiB buffer. A process's first buffer of that size costs fresh memory from the kernel, which took 20-30 ms of system
-  time in about half of the writers of a burst (8 processes committing at once on 2 cores, the first manifest each
-  wrote), while the writer holding the commit lock waited for the CPU. Written files get OUTPUT_BUFFER_BYTES unless the
+  1 MiB buffer. Allocating a process's first buffer of that size took 20-30 ms of system time (one page fault) in
+  about half of the writers of a burst (8 processes committing at once on 2 cores, the first manifest each wrote),
+  while the writer holding the commit lock waited for the CPU. Written files get OUTPUT_BUFFER_BYTES unless the
   catalog sets pyiceberg's `buffer-size`. Reads keep 1 MiB: on an object store each refill of the buffer is a request.
   Azure keeps 1 MiB for writes too: its output stream may stage a block per buffered write.
 """

@@ -22,6 +22,7 @@ from ...model import WrittenFile
 from ...schema.spec import statistics_policy
 from ..file_columns import file_names, with_file_names
 from .clustered_manifests import PreparedAdds, clustered_append, clustered_overwrite
+from .filtered_files import filtered_data_files
 from .metadata import staged_metadata
 
 
@@ -234,6 +235,4 @@ def live_data_files(table: Table, snapshot_id: int | None = None, row_filter=Non
         from ..deletes import table_files
 
         return [e.data_file for e in table_files(table, snap).data]
-    scan = table.scan(snapshot_id=snap.snapshot_id, **({"row_filter": row_filter} if row_filter is not None else {}))
-    with collector_paused():  # (planning decodes every entry of the manifests the filter keeps)
-        return [task.file for task in scan.plan_files()]
+    return filtered_data_files(table, snap, row_filter)

@@ -107,6 +107,7 @@ def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict
                   "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 
     day_filter = f"day = '{HOT_DAY}'"
+    delta_root = ours.load("ts.t").location()  # (found once: delta-rs's read alone is timed)
     first = _agree(ours.verify("ts.t"))
     verified = [VerifiedPair(first["iceberg_snapshot_id"], first["delta_version"])]
 
@@ -124,7 +125,7 @@ def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict
         "verify": {"ours": lambda rep: _agree(ours.verify("ts.t"))},
         "read": {"ours": lambda rep: ours.read(spark, "ts.t", row_filter=day_filter).count(),
                  "java": lambda rep: spark.table(java_table).where(day_filter).count()},
-        "delta-rs read": {"ours": lambda rep: _delta_rs_count(ours.load("ts.t").location())},
+        "delta-rs read": {"ours": lambda rep: _delta_rs_count(delta_root)},
     }
     if not java:
         sides = {op: {side: fn for side, fn in fns.items() if side == "ours"} for op, fns in sides.items()}
@@ -151,7 +152,7 @@ def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict
         if rep:
             print(f"  table_size {files:,} files rep {rep}: " + ", ".join(f"{op} {side} {t[-1]:.2f}s" for op, s in times.items() for side, t in s.items()), flush=True)
     expected = files * ROWS_PER_FILE + 10 * (reps + 1)
-    counted = {"ours": ours.read(spark, "ts.t").count(), "delta-rs": _delta_rs_count(ours.load("ts.t").location(), day=None),
+    counted = {"ours": ours.read(spark, "ts.t").count(), "delta-rs": _delta_rs_count(delta_root, day=None),
                **({"java": spark.table(java_table).count()} if java else {})}
     if set(counted.values()) != {expected}:
         raise AssertionError(f"table_size {files}: expected {expected} rows on each side, found {counted}")

@@ -1,10 +1,12 @@
 """The `table_size` workload: what a write costs as the table grows, when the change does not.
 
-Per size (1,000, 10,000 and 100,000 files; `--files`), in a fresh process: that many tiny Parquet files (10 rows
+Per size (1,000, 10,000 and 100,000 files; `--files`), in a process of its own: that many tiny Parquet files (10 rows
 each) in 100 Hive-style day folders, where the first day always holds the same 10 files and the others share the
 rest; imported in place (`Lakehouse.import_table`, both formats over the files as they are). A second copy of the
 folder is imported into a second warehouse, whose table Java Iceberg writes through its JdbcCatalog over that
-warehouse's SQLite catalog (the same Iceberg table kind, the same files). Then, the sides taking turns:
+warehouse's SQLite catalog (the same Iceberg table kind, the same files). Then, in a fresh process with Spark (as a
+Dagster run meets a table another process made: the import's leftovers in memory are not the operations' to carry),
+the sides taking turns:
 
 - append: 10 new rows into the first day (ours, both formats; Java `writeTo().append()`);
 - merge: 10 rows of the first day updated by key and day (ours `keys=["id", "day"]`; Java `MERGE INTO ... ON t.id = b.id
@@ -67,28 +69,46 @@ def make_files(root: str, files: int) -> None:
 
 
 def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict:
-    """The operations on tables of `files` files made under `root`, on `spark` (with Java Iceberg's jars); Java's side
-    too when `java`."""
+    """The tables made and imported under `root`, then the operations on them, in this process (the suite's tiny run)."""
+    made = prepare(files, root, java)
+    return {**made, **operate(spark, files, reps, root, made["java_catalog"] if java else None)}
+
+
+def prepare(files: int, root: str, java: bool = True) -> dict:
+    """`files` files made under `root` and imported in place; a copy imported for Java Iceberg's side too when `java`.
+    Its own process in `make bench`: what the import leaves resident (pyiceberg's entries of every file, the
+    allocator's freed pages) is not the operations' to carry."""
     import uuid
 
-    from pyspark.sql import functions as F
-
-    from lakehouse_assets import Lakehouse, MergeOptions, VerifiedPair
-    from lakehouse_assets_tests import java_iceberg
+    from lakehouse_assets import Lakehouse
 
     t0 = time.perf_counter()
     make_files(os.path.join(root, "ours-files"), files)
     if java:
         shutil.copytree(os.path.join(root, "ours-files"), os.path.join(root, "java-files"))
     made = time.perf_counter() - t0
-    ours = Lakehouse(os.path.join(root, "ours"))
     t0 = time.perf_counter()
-    ours.import_table("ts.t", os.path.join(root, "ours-files"))
+    Lakehouse(os.path.join(root, "ours")).import_table("ts.t", os.path.join(root, "ours-files"))
     imported = time.perf_counter() - t0
     # Java's JdbcCatalog names its catalog like the lakehouse's; a catalog is built once per session: one name per warehouse.
-    java_catalog = f"table_size_{uuid.uuid4().hex[:8]}"
+    java_catalog = f"table_size_{uuid.uuid4().hex[:8]}" if java else None
     if java:
         Lakehouse(os.path.join(root, "java"), catalog_name=java_catalog).import_table("ts.t", os.path.join(root, "java-files"))
+    return {"make_seconds": made, "import_seconds": imported, "java_catalog": java_catalog,
+            "import_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -> dict:
+    """The operations on the tables `prepare` made under `root`, on `spark` (with Java Iceberg's jars); Java's side too
+    when it made Java's copy (`java_catalog`)."""
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets import Lakehouse, MergeOptions, VerifiedPair
+    from lakehouse_assets_tests import java_iceberg
+
+    java = java_catalog is not None
+    ours = Lakehouse(os.path.join(root, "ours"))
+    if java:
         for key, value in java_iceberg.jdbc_catalog_conf(java_catalog, os.path.join(root, "java")).items():
             spark.conf.set(key, value)
     java_table = f"{java_catalog}.ts.t"
@@ -157,7 +177,7 @@ def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict
     if set(counted.values()) != {expected}:
         raise AssertionError(f"table_size {files}: expected {expected} rows on each side, found {counted}")
     return {
-        "files": files, "live_files": len(ours.load("ts.t").inspect.files()), "make_seconds": made, "import_seconds": imported,
+        "files": files, "live_files": len(ours.load("ts.t").inspect.files()),
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "peak_mb": peak_mb, "added_mb": added_mb,
         "held_mb": held_mb, "times": times, "first_round": first_round, "fresh_verify": verify_in_fresh_process(os.path.join(root, "ours")),
     }
@@ -212,17 +232,15 @@ def verify_in_fresh_process(warehouse: str) -> dict:
     return result
 
 
-def _one_process(files: int, reps: int, tmp: str | None, java: bool) -> dict:
+def _operate_in_process(files: int, reps: int, root: str, java_catalog: str | None) -> dict:
     from lakehouse_assets.core.spark.session import spark_session
     from lakehouse_assets_tests import java_iceberg
 
-    root = tempfile.mkdtemp(prefix=f"bench-table-size-{files}-", dir=tmp)
     spark = spark_session({**java_iceberg.spark_conf(os.path.join(root, "java-hadoop")), "spark.app.name": "bench-table-size", "spark.sql.shuffle.partitions": "8"})
     try:
-        return one_size(spark, files, reps, root, java)
+        return operate(spark, files, reps, root, java_catalog)
     finally:
         spark.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _agree(report: dict) -> dict:
@@ -232,17 +250,25 @@ def _agree(report: dict) -> dict:
 
 
 def measure(sizes: list[int], reps: int, tmp: str | None = None, java_max_files: int = 100_000) -> list[dict]:
-    """Each size in a fresh process (its peak RSS is that size's alone)."""
+    """Each size made and imported in a process, then measured in a fresh one (its peak RSS is that size's operations' alone)."""
     out = []
     for files in sizes:
-        cmd = [sys.executable, os.path.abspath(__file__), "--one", str(files), "--reps", str(reps)] + (["--tmp", tmp] if tmp else [])
-        cmd += [] if files <= java_max_files else ["--no-java"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        print(done.stdout[-4000:], flush=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"table_size {files} failed:\n{done.stderr[-4000:]}")
-        out.append(json.loads(next(line for line in done.stdout.splitlines() if line.startswith("TABLE_SIZE ")).split(" ", 1)[1]))
+        root = tempfile.mkdtemp(prefix=f"bench-table-size-{files}-", dir=tmp)
+        try:
+            made = _subprocess(["--prepare", str(files), "--root", root] + ([] if files <= java_max_files else ["--no-java"]), files)
+            java = ["--java-catalog", made["java_catalog"]] if made["java_catalog"] else []
+            out.append({**made, **_subprocess(["--one", str(files), "--root", root, "--reps", str(reps), *java], files)})
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _subprocess(args: list[str], files: int) -> dict:
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), *args], capture_output=True, text=True)
+    print(done.stdout[-4000:], flush=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"table_size {files} ({args[0]}) failed:\n{done.stderr[-4000:]}")
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("TABLE_SIZE ")).split(" ", 1)[1])
 
 
 def render(results: list[dict]) -> str:
@@ -280,7 +306,8 @@ def render(results: list[dict]) -> str:
         lines.append(f"| {label} | " + " | ".join(f"{v:.{digits}f}" for v in values) + f" | {_ratio(values[-1], values[0])} | " + " | " * (len(results) - 1) + " |")
     lines += ["", "Setup per size (not timed above): " + "; ".join(
         f"{r['files']:,} files made in {r['make_seconds']:.0f} s and imported in {r['import_seconds']:.0f} s" for r in results)
-        + ". The whole process's peak RSS, the imports of both copies included: " + ", ".join(f"{r['rss_mb']:.0f} MB" for r in results) + ".",
+        + ". The peak RSS of the process that imported them: " + ", ".join(f"{r['import_rss_mb']:.0f} MB" for r in results)
+        + "; of the process that ran the operations above (a fresh one): " + ", ".join(f"{r['rss_mb']:.0f} MB" for r in results) + ".",
         *_first_round(results),
         "", WHERE_THE_GROWTH_GOES]
     return "\n".join(lines) + "\n"
@@ -346,7 +373,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--files", default="1000,10000,100000")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--prepare", type=int, help=argparse.SUPPRESS)
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--root", help=argparse.SUPPRESS)
+    p.add_argument("--java-catalog", help=argparse.SUPPRESS)
     p.add_argument("--tmp", default=None)
     p.add_argument("--java-max-files", type=int, default=100_000,
                    help="larger tables are measured without Java's side (its MERGE INTO takes minutes a run at 100,000 files)")
@@ -362,8 +392,11 @@ def main() -> None:
             with open(a.markdown, "a") as f:
                 f.write("\n" + section)
         return
+    if a.prepare:
+        print("TABLE_SIZE " + json.dumps(prepare(a.prepare, a.root, not a.no_java)), flush=True)
+        return
     if a.one:
-        print("TABLE_SIZE " + json.dumps(_one_process(a.one, a.reps, a.tmp, not a.no_java)), flush=True)
+        print("TABLE_SIZE " + json.dumps(_operate_in_process(a.one, a.reps, a.root, a.java_catalog)), flush=True)
         return
     results = measure([int(n) for n in a.files.split(",")], a.reps, a.tmp, a.java_max_files)
     if a.json:

@@ -11,8 +11,13 @@ the sides taking turns:
 - append: 10 new rows into the first day (ours, both formats; Java `writeTo().append()`);
 - merge: 10 rows of the first day updated by key and day (ours `keys=["id", "day"]`; Java `MERGE INTO ... ON t.id = b.id
   AND t.day = b.day`: the same condition);
+- delete: the row the round's append added with the smallest id deleted by a condition on the day and the id (ours
+  `Lakehouse.delete`; Java `DELETE FROM`), copy-on-write: that file rewritten without it;
 - check: the blocking `formats_agree` check after those writes, which compares what changed since the pair of
   versions its previous run found agreeing (`Lakehouse.verify(..., since=...)`; Java has no second format);
+- health: the table's health as the sensors and each write's materialization read it (files, small files, deletes,
+  snapshots, the Delta log and its lag); a process reads each manifest's figures once, so after its first reading
+  (reported apart) it reads only the manifests written since;
 - verify: the full comparison of every live file (`lakehouse verify`, on demand and in maintenance); after the
   rounds, once more in a process of its own, as the command runs it: its time and its peak over that process;
 - read: the first day's rows counted (ours `Lakehouse.read` with a row filter; Java `spark.table(...).where(...)`);
@@ -47,11 +52,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 DAYS, ROWS_PER_FILE, HOT_FILES = 100, 10, 10
 HOT_DAY = "2024-01-01"
-OPERATIONS = ("append", "merge", "check", "verify", "read", "delta-rs read")
+OPERATIONS = ("append", "merge", "delete", "check", "health", "verify", "read", "delta-rs read")
 # Ours: the figures held to 1.5x and whose memory the driver rows report. "delta-rs read" is another engine's cost of
 # reading our Delta side (delta-rs opening the table at its latest version, as any Delta reader does, and counting
 # the first day's rows): what a user of that format pays as the table grows.
-OURS = ("append", "merge", "check", "read")
+OURS = ("append", "merge", "delete", "check", "health", "read")
 
 
 def make_files(root: str, files: int) -> None:
@@ -104,6 +109,7 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse, MergeOptions, VerifiedPair
+    from lakehouse_assets.core.maintenance import table_health
     from lakehouse_assets_tests import java_iceberg
 
     java = java_catalog is not None
@@ -115,8 +121,11 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
     hot_ids = list(range(0, ROWS_PER_FILE * HOT_FILES, ROWS_PER_FILE))  # one row of each of the first day's files
 
     def new_rows(rep: int):
-        start = 10 * files * ROWS_PER_FILE + rep * 10
+        start = first_new_id(rep)
         return spark.range(start, start + 10, numPartitions=1).select("id", F.col("id").alias("v"), F.lit(HOT_DAY).alias("day"))
+
+    def first_new_id(rep: int) -> int:
+        return 10 * files * ROWS_PER_FILE + rep * 10
 
     def updates(rep: int):
         return spark.createDataFrame([(i, -rep - 1, HOT_DAY) for i in hot_ids], "id long, v long, day string")
@@ -127,6 +136,9 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
                   "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 
     day_filter = f"day = '{HOT_DAY}'"
+
+    def deleted(rep: int) -> str:
+        return f"{day_filter} AND id = {first_new_id(rep)}"
     delta_root = ours.load("ts.t").location()  # (found once: delta-rs's read alone is timed)
     first = _agree(ours.verify("ts.t"))
     verified = [VerifiedPair(first["iceberg_snapshot_id"], first["delta_version"])]
@@ -141,7 +153,10 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
                    "java": lambda rep: new_rows(rep).writeTo(java_table).append()},
         "merge": {"ours": lambda rep: ours.write(updates(rep), "ts.t", mode="merge", merge=MergeOptions(keys=["id", "day"])),
                   "java": lambda rep: java_merge(updates(rep))},
+        "delete": {"ours": lambda rep: ours.delete("ts.t", where=deleted(rep)),
+                   "java": lambda rep: spark.sql(f"DELETE FROM {java_table} WHERE {deleted(rep)}")},
         "check": {"ours": check},
+        "health": {"ours": lambda rep: table_health(ours.context, "ts.t")},
         "verify": {"ours": lambda rep: _agree(ours.verify("ts.t"))},
         "read": {"ours": lambda rep: ours.read(spark, "ts.t", row_filter=day_filter).count(),
                  "java": lambda rep: spark.table(java_table).where(day_filter).count()},
@@ -171,7 +186,7 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
                     added_mb[op], held_mb = max(added_mb[op], _rss_mb("VmHWM:") - before), max(held_mb, before)
         if rep:
             print(f"  table_size {files:,} files rep {rep}: " + ", ".join(f"{op} {side} {t[-1]:.2f}s" for op, s in times.items() for side, t in s.items()), flush=True)
-    expected = files * ROWS_PER_FILE + 10 * (reps + 1)
+    expected = files * ROWS_PER_FILE + 9 * (reps + 1)  # each round appends 10 rows and deletes one
     counted = {"ours": ours.read(spark, "ts.t").count(), "delta-rs": _delta_rs_count(delta_root, day=None),
                **({"java": spark.table(java_table).count()} if java else {})}
     if set(counted.values()) != {expected}:
@@ -293,11 +308,11 @@ def render(results: list[dict]) -> str:
         java = [statistics.median(r["times"][op]["java"]) if "java" in r["times"][op] else None for r in results]
         lines.append(f"| {op} | " + " | ".join(f"{v:.2f}" for v in ours) + f" | {_ratio(ours[-1], ours[0])} | "
                      + " | ".join("" if v is None else f"{v:.2f}" for v in java) + " |")
-    rows = [("driver peak RSS (MB), append, merge, check, read", [max(r["peak_mb"][op] for op in OURS) for r in results]),
+    rows = [("driver peak RSS (MB), " + ", ".join(OURS), [max(r["peak_mb"][op] for op in OURS) for r in results]),
             ("driver peak RSS (MB), verify", [r["peak_mb"]["verify"] for r in results])]
     if all("added_mb" in r for r in results):
         rows += [("driver memory held when an operation begins (MB)", [r["held_mb"] for r in results]),
-                 ("driver peak over it (MB), append, merge, check, read", [max(r["added_mb"][op] for op in OURS) for r in results])]
+                 ("driver peak over it (MB), " + ", ".join(OURS), [max(r["added_mb"][op] for op in OURS) for r in results])]
     if all("fresh_verify" in r for r in results):
         rows += [("verify in a fresh process (s)", [r["fresh_verify"]["seconds"] for r in results]),
                  ("its peak over the process before it (MB)", [r["fresh_verify"]["peak_mb"] - r["fresh_verify"]["before_mb"] for r in results])]
@@ -320,13 +335,14 @@ def _ratio(large: float, small: float) -> str:
 
 
 def _first_round(results: list[dict]) -> list[str]:
-    """The untimed first round's merge, ours: the first change of one day after the import, which reads and rewrites the
-    manifests that hold that day."""
-    firsts = [(r["files"], r["first_round"]["merge"]) for r in results if "merge" in r.get("first_round", {})]
-    if not firsts:
-        return []
-    return ["", "The first merge into the day after the import (the untimed first round, ours, one run): "
-            + "; ".join(f"{s:.2f} s at {n:,} files" for n, s in firsts) + "."]
+    """The untimed first round, ours: the first merge into the day after the import, which reads and rewrites the
+    manifests that hold that day, and the process's first health reading, which reads every manifest once."""
+    out = []
+    for op, what in (("merge", "The first merge into the day after the import"), ("health", "The process's first health reading")):
+        firsts = [(r["files"], r["first_round"][op]) for r in results if op in r.get("first_round", {})]
+        if firsts:
+            out += ["", f"{what} (the untimed first round, ours, one run): " + "; ".join(f"{t:.2f} s at {n:,} files" for n, t in firsts) + "."]
+    return out
 
 
 # Profiled by hand (cProfile, one operation at a time on the 100,000-file table after its import): what the figures

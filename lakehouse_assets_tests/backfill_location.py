@@ -1,4 +1,4 @@
-"""A code location as a team's backfill meets it: a daily-partitioned table asset over 30 days, one run per day
+"""A code location as a team's backfill meets it: a daily-partitioned table asset over 16 days, one run per day
 (`BackfillPolicy.multi_run`), each returning a pyarrow frame (no JVM in the run), with the blocking formats_agree
 check. test_concurrent_writers.py serves it with `dagster dev` and backfills every day at once."""
 
@@ -14,9 +14,9 @@ from lakehouse_assets.dagster.checks import build_formats_agree_checks
 from lakehouse_assets.dagster.io_manager import LakehouseIOManager
 from lakehouse_assets.dagster.resources import LakehouseResource, spark_resource
 
-DAYS = 30
+DAYS = 16  # two waves of the run queue's 8 at a time: the second queues while the first commits
 ROWS = 1_000
-days = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-31")  # 30 days: Jan 1 to Jan 30
+days = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-17")  # 16 days: Jan 1 to Jan 16
 
 
 def rows_of(day: dt.date) -> pa.Table:

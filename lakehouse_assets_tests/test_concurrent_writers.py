@@ -495,7 +495,7 @@ query Runs($id: String!) {
 RUN_QUEUE_THREADS = "run_queue:\n  max_concurrent_runs: 8\n  dequeue_use_threads: true\n  dequeue_num_workers: 8\n"
 
 
-def test_a_dagster_backfill_of_30_daily_partitions_in_parallel_runs_lands_every_partition(spark, duck, capsys, monkeypatch):
+def test_a_dagster_backfill_of_16_daily_partitions_in_parallel_runs_lands_every_partition(spark, duck, capsys, monkeypatch):
     """Launched as a person launches it, with the default run coordinator (its queue launching runs in threads, as
     production.md says): one run per day, executing at once. Every run succeeds without a retry, and each day's
     blocking formats_agree check passes, though other runs commit while it reads the table."""

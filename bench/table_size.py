@@ -139,6 +139,7 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
 
     def deleted(rep: int) -> str:
         return f"{day_filter} AND id = {first_new_id(rep)}"
+
     delta_root = ours.load("ts.t").location()  # (found once: delta-rs's read alone is timed)
     first = _agree(ours.verify("ts.t"))
     verified = [VerifiedPair(first["iceberg_snapshot_id"], first["delta_version"])]
@@ -378,11 +379,13 @@ without Spark on the same table, 2026-12-02):
   of the rest comparing each file's statistics in Python.
 - merge: keyed by `id` and `day` (the condition Java's `MERGE INTO` uses), the batch's day prunes every other
   day's manifests, and the files lacking their `day` column get its value from the files the merge reads.
-- the driver's memory: each operation's peak includes what the process already holds, here mostly what importing
-  both copies left resident (the allocator keeps freed pages). Between writes the process holds the kept log: from a
-  checkpoint, the path and row count of each live file once a check has asked for them (46 MB at 1,000,000 files);
-  for a log without a checkpoint, or after a step that needed every entry, delta-rs's state of every live file's
-  entry with its statistics (74 MB at 100,000 files, 550 MB at 1,000,000)."""
+- the driver's memory: the operations run in a process that did not import the tables (the import's process holds
+  pyiceberg's entries of every file and keeps the freed pages: its peak is on the setup line). Each operation's peak
+  includes what the process already holds: the interpreter with PySpark, pyiceberg, delta-rs and pyarrow, and what
+  the first round read and kept for the next ones. Between writes that is the kept log: from a checkpoint, the path
+  and row count of each live file once a check has asked for them (46 MB at 1,000,000 files); for a log without a
+  checkpoint, or after a step that needed every entry (the full verify), delta-rs's state of every live file's entry
+  with its statistics (74 MB at 100,000 files, 550 MB at 1,000,000); and each manifest's health figures, read once."""
 
 
 def main() -> None:

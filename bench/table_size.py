@@ -76,7 +76,7 @@ def make_files(root: str, files: int) -> None:
 def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict:
     """The tables made and imported under `root`, then the operations on them, in this process (the suite's tiny run)."""
     made = prepare(files, root, java)
-    return {**made, **operate(spark, files, reps, root, made["java_catalog"] if java else None)}
+    return {**made, **operate(spark, files, reps, root, made["java_catalog"])}
 
 
 def prepare(files: int, root: str, java: bool = True) -> dict:
@@ -120,12 +120,12 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
     java_table = f"{java_catalog}.ts.t"
     hot_ids = list(range(0, ROWS_PER_FILE * HOT_FILES, ROWS_PER_FILE))  # one row of each of the first day's files
 
+    def first_new_id(rep: int) -> int:
+        return 10 * files * ROWS_PER_FILE + rep * 10
+
     def new_rows(rep: int):
         start = first_new_id(rep)
         return spark.range(start, start + 10, numPartitions=1).select("id", F.col("id").alias("v"), F.lit(HOT_DAY).alias("day"))
-
-    def first_new_id(rep: int) -> int:
-        return 10 * files * ROWS_PER_FILE + rep * 10
 
     def updates(rep: int):
         return spark.createDataFrame([(i, -rep - 1, HOT_DAY) for i in hot_ids], "id long, v long, day string")
@@ -149,6 +149,7 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
         if not report["compared"].startswith("what changed since"):
             raise AssertionError(f"the check compared {report['compared']}, not what changed since the last one")
         verified.append(VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"]))
+
     sides = {
         "append": {"ours": lambda rep: ours.write(new_rows(rep), "ts.t"),
                    "java": lambda rep: new_rows(rep).writeTo(java_table).append()},

@@ -107,6 +107,29 @@ def test_an_append_merges_small_manifests_only_and_leaves_clustered_ones_as_writ
     assert_all_readers_agree(lh, spark, duck, "m.loaded", expected)
 
 
+def test_small_manifests_merge_with_their_partitions_neighbours_into_manifests_a_change_of_one_partition_reads_whole(lh, spark, duck, monkeypatch):
+    """Small manifests, once there are `commit.manifest.min-count-to-merge` of them, merge in the order of their
+    partitions into manifests of MANIFEST_ENTRIES entries at most: a later read or change of one partition reads a
+    bounded manifest of its neighbours, not one merged from every partition (pyiceberg packs them by size alone)."""
+    import pyarrow as pa
+
+    from lakehouse_assets.core.formats.iceberg import clustered_manifests
+
+    monkeypatch.setattr(clustered_manifests, "MANIFEST_ENTRIES", 4)  # manifests of 1 file are small
+    order = [5, 1, 4, 0, 3, 2, 6]  # the last append's own manifest waits for the next one to merge
+    for n, part in enumerate(order):
+        rows = pa.table({"id": pa.array([part * 10], pa.int64()), "part": pa.array([part], pa.int32())})
+        lh.write(rows, "m.neighbours", **({"partition_by": ["part"], "table": TableOptions(properties={"commit.manifest.min-count-to-merge": "6"})} if n == 0 else {}))
+        table = lh.load("m.neighbours")
+        manifests = table.current_snapshot().manifests(table.io)
+        if n < len(order) - 1:
+            assert len(manifests) == n + 1  # fewer small manifests than the count to merge: each append adds one
+    spans = sorted(sorted(e.data_file.partition[0] for e in m.fetch_manifest_entry(table.io)) for m in manifests)
+    assert spans == [[0, 1, 2, 3], [4, 5], [6]], spans
+    assert lh.read(spark, "m.neighbours", row_filter="part = 4").count() == 1
+    assert_all_readers_agree(lh, spark, duck, "m.neighbours", [(p * 10, p) for p in sorted(order)])
+
+
 def test_overwrites_and_deletes_leave_no_manifest_of_deleted_entries_only_for_later_snapshots(lh, spark, duck):
     """Each overwrite or delete writes its DELETED entries into a manifest of its own snapshot; the next commit leaves
     that manifest out of its list (as an append does), so the list holds what is live, not the table's history.

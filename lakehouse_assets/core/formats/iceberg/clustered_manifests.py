@@ -23,10 +23,18 @@ import uuid
 from dataclasses import dataclass
 from itertools import groupby
 
-from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile, ManifestWriter, write_manifest
+from pyiceberg.conversions import from_bytes
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile, ManifestWriter, write_manifest
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles, _MergeAppendFiles, _new_manifest_file_name, _OverwriteFiles, _SnapshotProducer
+from pyiceberg.table.update.snapshot import (
+    _FastAppendFiles,
+    _ManifestMergeManager,
+    _MergeAppendFiles,
+    _new_manifest_file_name,
+    _OverwriteFiles,
+    _SnapshotProducer,
+)
 
 from .one_read_overwrite import OneReadOverwrite
 
@@ -147,16 +155,48 @@ class ClusteredFastAppend(_ClusteredAdds, _FastAppendFiles):
 
 
 class ClusteredMergeAppend(_ClusteredAdds, _MergeAppendFiles):
-    """pyiceberg's merge append (small manifests merged at the table's target size), its added files clustered.
+    """pyiceberg's merge append, its added files clustered, and its small manifests merged without undoing clustering.
 
     Manifests of MANIFEST_ENTRIES / 2 files or more (what clustering writes) stay as they are: merging counts only
     the smaller ones against `commit.manifest.min-count-to-merge`. Otherwise the first append after an import of a
-    million files (100 clustered manifests) would merge them all, rewriting every entry (minutes), and undo the
-    clustering."""
+    million files (hundreds of clustered manifests) would merge them all, rewriting every entry (minutes), and undo the
+    clustering. The smaller ones, once there are that many, are merged in the order of their partitions, neighbours
+    with neighbours, up to MANIFEST_ENTRIES entries a manifest: pyiceberg packs them by size alone (the table's
+    `commit.manifest.target-size-bytes`, 8 MB: about 50,000 entries), so at a million files in 100 day folders the
+    first day's 10 files were merged with the other days' remainders into one manifest of 10,000 entries spanning every
+    day, and each later read, merge, delete and check of that day read or rewrote all of them (docs/performance.md)."""
 
     def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
-        large = [m for m in manifests if _entries(m) >= MANIFEST_ENTRIES // 2]
-        return super()._process_manifests([m for m in manifests if _entries(m) < MANIFEST_ENTRIES // 2]) + large
+        small = [m for m in manifests if m.content == ManifestContent.DATA and _entries(m) < MANIFEST_ENTRIES // 2]
+        others = [m for m in manifests if not (m.content == ManifestContent.DATA and _entries(m) < MANIFEST_ENTRIES // 2)]
+        if not self._merge_enabled or len(small) < self._min_count_to_merge:
+            return small + others
+        merger = _ManifestMergeManager(self._target_size_bytes, self._min_count_to_merge, True, self)
+        metadata, out = self._transaction.table_metadata, []
+        for spec_id, group in groupby(sorted(small, key=functools.partial(_lowest_partition, metadata)), key=lambda m: m.partition_spec_id):
+            out += [b[0] if len(b) == 1 else merger._create_manifest(spec_id, b) for b in _packed(list(group), MANIFEST_ENTRIES)]
+        return out + others
+
+
+def _lowest_partition(metadata, manifest: ManifestFile) -> tuple:
+    """A sort key of the manifest's spec and its lowest partition values (NULLs and unknown bounds last)."""
+    try:
+        fields = metadata.specs()[manifest.partition_spec_id].partition_type(metadata.schema()).fields
+        bounds = tuple((1, 0) if s.lower_bound is None else (0, from_bytes(f.field_type, s.lower_bound)) for f, s in zip(fields, manifest.partitions or []))
+    except Exception:  # noqa: BLE001 - a spec over a column the schema dropped: its manifests keep their order
+        bounds = ()
+    return manifest.partition_spec_id, bounds
+
+
+def _packed(manifests: list[ManifestFile], limit: int) -> list[list[ManifestFile]]:
+    """Consecutive runs of `manifests` holding `limit` entries at most (a larger manifest alone)."""
+    bins: list[list[ManifestFile]] = []
+    for manifest in manifests:
+        if bins and sum(map(_entries, bins[-1])) + _entries(manifest) <= limit:
+            bins[-1].append(manifest)
+        else:
+            bins.append([manifest])
+    return bins
 
 
 def _entries(manifest: ManifestFile) -> int:

@@ -140,7 +140,7 @@ def _snapshot_files(
         # Every planned file's partition satisfies the filter for all its rows (Iceberg's residual is "true"):
         # no row filter is left for Spark to evaluate, as Java Iceberg's Spark reader drops it then too.
         bound = None
-    constants = partition_constants.of_files(table, _planned_data_files(table, snap.snapshot_id, And(plan_expr, window_expr)), schema)
+    constants = partition_constants.of_files(table, plan.files, schema)
     deleted = {uri: IcebergPositionDeletes(uri, deletes) for uri, deletes in plan.deleted}
     return _Files(list(plan.uris), spark_schema, constants, schema, bound, deleted)
 
@@ -164,25 +164,28 @@ def _snapshot_to_read(identifier: str, table: Table, snapshot_id: int | None, as
 class _Plan:
     """The files a scan plans, whether their partitions alone decide the filter (every file's residual is
     AlwaysTrue: a strict projection of the filter holds for the file's partition, so every row matches), and
-    the position-delete files that apply to each file that has any (Iceberg's rules, applied by pyiceberg)."""
+    the position-delete files that apply to each file that has any (Iceberg's rules, applied by pyiceberg); on a
+    table with files that lack their partition columns, the planned data files too (their values fill the columns)."""
 
     uris: tuple[str, ...]
     partitions_decide: bool
     deleted: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    files: tuple = ()
 
 
 # Plans of a (metadata file, snapshot, filter): the metadata file names the schema, specs and manifest list
 # planning reads, and none of them ever changes, so repeated reads of one table state plan once per process
 # (pyiceberg re-reads the manifest list and each manifest on every plan: ~10 ms for 14 files). At most
-# 200,000 file URIs kept in all (~30 MB).
-_PLANS = ByImmutableFiles(max_weight=200_000, weight=lambda plan: len(plan.uris))
+# 200,000 file URIs kept in all (~30 MB), a data file weighing ten.
+_PLANS = ByImmutableFiles(max_weight=200_000, weight=lambda plan: len(plan.uris) + 10 * len(plan.files))
 
 
 def _planned_files(table: Table, snapshot_id: int, expr: BooleanExpression) -> _Plan:
     def plan() -> _Plan:
         tasks, residuals = scan_planning.plan_files(table, snapshot_id, expr)
         deleted = tuple((t.file.file_path, tuple(sorted(d.file_path for d in t.delete_files))) for t in tasks if t.delete_files)
-        return _Plan(tuple(t.file.file_path for t in tasks), residuals and all(t.residual == AlwaysTrue() for t in tasks), deleted)
+        files = tuple(t.file for t in tasks) if partition_constants.marked(table) else ()
+        return _Plan(tuple(t.file.file_path for t in tasks), residuals and all(t.residual == AlwaysTrue() for t in tasks), deleted, files)
 
     scan = table.scan(snapshot_id=snapshot_id, row_filter=expr)
     if not table.metadata_location or getattr(scan, "_should_use_server_side_planning", lambda: True)():
@@ -191,13 +194,6 @@ def _planned_files(table: Table, snapshot_id: int, expr: BooleanExpression) -> _
     # that would ever reuse a metadata location (the spec writes a new file per change).
     key = (table.metadata_location, table.metadata.last_updated_ms, table.metadata.current_schema_id, snapshot_id, repr(expr))
     return _PLANS.get(key, plan)
-
-
-def _planned_data_files(table: Table, snapshot_id: int, expr: BooleanExpression):
-    """The planned DataFiles (not cached), only on a table with files that lack partition columns."""
-    if not partition_constants.marked(table):
-        return []
-    return [t.file for t in scan_planning.plan_files(table, snapshot_id, expr)[0]]
 
 
 @functools.lru_cache(maxsize=256)

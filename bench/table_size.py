@@ -18,16 +18,18 @@ the sides taking turns:
 - health: the table's health as the sensors and each write's materialization read it (files, small files, deletes,
   snapshots, the Delta log and its lag); a process reads each manifest's figures once, so after its first reading
   (reported apart) it reads only the manifests written since;
-- verify: the full comparison of every live file (`lakehouse verify`, on demand and in maintenance); after the
-  rounds, once more in a process of its own, as the command runs it: its time and its peak over that process;
+- verify: the full comparison of every live file (`lakehouse verify`, on demand and in maintenance), before the
+  rounds, in a process of its own as the command runs it: its time and its peak over that process. The pair of
+  versions it finds agreeing is the one the first check compares from (as the check's previous run would leave it);
+  the operations' process never holds what a full comparison reads;
 - read: the first day's rows counted (ours `Lakehouse.read` with a row filter; Java `spark.table(...).where(...)`);
 - delta-rs read: the same count by delta-rs over the Delta side of our table (`DeltaTable(...)` opened anew each time,
   as a reader's process opens it, and counted by its `QueryBuilder`): a Delta reader's own cost, not ours.
 
 Each figure is the median of `--reps`. The Python driver's peak RSS is measured per operation (Linux: the peak is
-reset before each run, /proc/self/clear_refs, and read after it, VmHWM): the highest of append, merge, check and read,
-the full verify's apart, and the whole process's (with the imports) for reference; and each operation's peak over
-what the process held when it began, with the most it held. The target: each of ours within
+reset before each run, /proc/self/clear_refs, and read after it, VmHWM): the highest of ours' operations, and the
+whole process's for reference; and each operation's peak over what the process held when it began, with the most it
+held; the full verify's apart, in its own process. The target: each of ours within
 1.5x between the smallest and the largest table, and the peak memory of the writes, the check and the read flat.
 
     .venv/bin/python bench/table_size.py [--files 1000,10000,100000,1000000] [--reps 5] [--java-max-files 100000] [--json out.json] [--markdown page.md]
@@ -52,7 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 DAYS, ROWS_PER_FILE, HOT_FILES = 100, 10, 10
 HOT_DAY = "2024-01-01"
-OPERATIONS = ("append", "merge", "delete", "check", "health", "verify", "read", "delta-rs read")
+OPERATIONS = ("append", "merge", "delete", "check", "health", "read", "delta-rs read")
 # Ours: the figures held to 1.5x and whose memory the driver rows report. "delta-rs read" is another engine's cost of
 # reading our Delta side (delta-rs opening the table at its latest version, as any Delta reader does, and counting
 # the first day's rows): what a user of that format pays as the table grows.
@@ -141,8 +143,8 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
         return f"{day_filter} AND id = {first_new_id(rep)}"
 
     delta_root = ours.load("ts.t").location()  # (found once: delta-rs's read alone is timed)
-    first = _agree(ours.verify("ts.t"))
-    verified = [VerifiedPair(first["iceberg_snapshot_id"], first["delta_version"])]
+    fresh_verify = verify_in_fresh_process(os.path.join(root, "ours"))
+    verified = [VerifiedPair(fresh_verify["iceberg_snapshot_id"], fresh_verify["delta_version"])]
 
     def check(rep: int) -> None:
         report = _agree(ours.verify("ts.t", since=verified[-1]))
@@ -159,7 +161,6 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
                    "java": lambda rep: spark.sql(f"DELETE FROM {java_table} WHERE {deleted(rep)}")},
         "check": {"ours": check},
         "health": {"ours": lambda rep: table_health(ours.context, "ts.t")},
-        "verify": {"ours": lambda rep: _agree(ours.verify("ts.t"))},
         "read": {"ours": lambda rep: ours.read(spark, "ts.t", row_filter=day_filter).count(),
                  "java": lambda rep: spark.table(java_table).where(day_filter).count()},
         "delta-rs read": {"ours": lambda rep: _delta_rs_count(delta_root)},
@@ -196,7 +197,7 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
     return {
         "files": files, "live_files": len(ours.load("ts.t").inspect.files()),
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "peak_mb": peak_mb, "added_mb": added_mb,
-        "held_mb": held_mb, "times": times, "first_round": first_round, "fresh_verify": verify_in_fresh_process(os.path.join(root, "ours")),
+        "held_mb": held_mb, "times": times, "first_round": first_round, "fresh_verify": fresh_verify,
     }
 
 
@@ -235,7 +236,8 @@ lh.load("ts.t")
 before = rss("VmRSS:")
 t0 = time.perf_counter()
 report = lh.verify("ts.t")
-print(json.dumps({{"seconds": time.perf_counter() - t0, "before_mb": before, "peak_mb": rss("VmHWM:"), "agree": report["agree"]}}))
+print(json.dumps({{"seconds": time.perf_counter() - t0, "before_mb": before, "peak_mb": rss("VmHWM:"), "agree": report["agree"],
+                  "iceberg_snapshot_id": report["iceberg_snapshot_id"], "delta_version": report["delta_version"]}}))
 """
 
 
@@ -310,8 +312,7 @@ def render(results: list[dict]) -> str:
         java = [statistics.median(r["times"][op]["java"]) if "java" in r["times"][op] else None for r in results]
         lines.append(f"| {op} | " + " | ".join(f"{v:.2f}" for v in ours) + f" | {_ratio(ours[-1], ours[0])} | "
                      + " | ".join("" if v is None else f"{v:.2f}" for v in java) + " |")
-    rows = [("driver peak RSS (MB), " + ", ".join(OURS), [max(r["peak_mb"][op] for op in OURS) for r in results]),
-            ("driver peak RSS (MB), verify", [r["peak_mb"]["verify"] for r in results])]
+    rows = [("driver peak RSS (MB), " + ", ".join(OURS), [max(r["peak_mb"][op] for op in OURS) for r in results])]
     if all("added_mb" in r for r in results):
         rows += [("driver memory held when an operation begins (MB)", [r["held_mb"] for r in results]),
                  ("driver peak over it (MB), " + ", ".join(OURS), [max(r["added_mb"][op] for op in OURS) for r in results])]

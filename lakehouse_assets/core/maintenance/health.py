@@ -10,6 +10,7 @@ from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.table import Table
 
 from ..collector import collector_paused
+from ..formats import manifest_lists
 from ..memo import ByImmutableFiles
 from ..table.context import TableContext
 from .delete_figures import files_with_deletes, read_cost
@@ -59,7 +60,7 @@ def table_health(ctx: TableContext, identifier: str, settings: MaintenanceSettin
     table = table if table is not None else ctx.load(identifier)
     settings = settings or MaintenanceSettings.for_table(table)
     snapshot = table.current_snapshot()
-    manifests = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA] if snapshot is not None else []
+    manifests = [m for m in manifest_lists.manifests(table.io, snapshot) if m.content == ManifestContent.DATA] if snapshot is not None else []
     figures = [_manifest_figures(table, m, settings.small_file_bytes) for m in manifests]
     files = sum(f.files for f in figures)
     small_by_partition: Counter = Counter()

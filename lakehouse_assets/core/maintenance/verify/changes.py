@@ -24,7 +24,7 @@ from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from ...formats import file_columns
+from ...formats import file_columns, manifest_lists
 from ...formats.delta.actions import add_action
 from ...formats.delta.logged_stats import LoggedChanges, logged_changes, net_changes
 from ...io.storage import relative_to
@@ -121,7 +121,7 @@ def _iceberg_events(table: Table, chain: list[Snapshot], root: str) -> list[tupl
     when one of them touched delete files (their positions are compared by the full check)."""
     events: list[tuple[str, str, Any]] = []
     for snap in chain:
-        for manifest in snap.manifests(table.io):
+        for manifest in manifest_lists.manifests(table.io, snap):  # (read once: the check asks for them again)
             if manifest.added_snapshot_id != snap.snapshot_id or not ((manifest.added_files_count or 0) + (manifest.deleted_files_count or 0)):
                 continue  # written earlier, or merged from entries that existed before: no change of this snapshot
             if manifest.content != ManifestContent.DATA:

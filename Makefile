@@ -118,7 +118,7 @@ dev: setup
 # BENCH_ARGS e.g. "--rows 10000000" or "--only write_day,merge_cdc"; see bench/vs_java_iceberg.py.
 # MOR_ARGS e.g. "--rows 2000000 --merges 5": the merge-on-read workload (bench/merge_on_read.py), its own section.
 # SIZE_ARGS e.g. "--files 1000,10000": the table_size workload (bench/table_size.py), its own section; up to a
-# million files: "--files 1000,10000,100000,1000000 --java-max-files 10000 --reps 3" (about 45 minutes here).
+# million files: "--files 1000,10000,100000,1000000 --java-max-files 10000 --reps 3" (about 40 minutes here).
 # CONC_ARGS e.g. "--writers 8,16 --catalogs sqlite": the concurrent_writers workload (bench/concurrent_writers.py), its own section.
 # DEL_ARGS e.g. "--rows 200000 --reps 3": the deletes workload (bench/deletes.py), DELETE, UPDATE and an erasure against Java Iceberg.
 # Writes docs/performance.md and docs/performance.svg from this run (bench/docs_page.py), then adds our own

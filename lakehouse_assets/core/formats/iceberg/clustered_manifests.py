@@ -167,8 +167,9 @@ class ClusteredMergeAppend(_ClusteredAdds, _MergeAppendFiles):
     day, and each later read, merge, delete and check of that day read or rewrote all of them (docs/performance.md)."""
 
     def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
-        small = [m for m in manifests if m.content == ManifestContent.DATA and _entries(m) < MANIFEST_ENTRIES // 2]
-        others = [m for m in manifests if not (m.content == ManifestContent.DATA and _entries(m) < MANIFEST_ENTRIES // 2)]
+        is_small = [m.content == ManifestContent.DATA and _entries(m) < MANIFEST_ENTRIES // 2 for m in manifests]
+        small = [m for m, yes in zip(manifests, is_small) if yes]
+        others = [m for m, yes in zip(manifests, is_small) if not yes]
         if not self._merge_enabled or len(small) < self._min_count_to_merge:
             return small + others
         merger = _ManifestMergeManager(self._target_size_bytes, self._min_count_to_merge, True, self)
@@ -191,11 +192,14 @@ def _lowest_partition(metadata, manifest: ManifestFile) -> tuple:
 def _packed(manifests: list[ManifestFile], limit: int) -> list[list[ManifestFile]]:
     """Consecutive runs of `manifests` holding `limit` entries at most (a larger manifest alone)."""
     bins: list[list[ManifestFile]] = []
+    held = 0  # entries in the last bin
     for manifest in manifests:
-        if bins and sum(map(_entries, bins[-1])) + _entries(manifest) <= limit:
+        if bins and held + _entries(manifest) <= limit:
             bins[-1].append(manifest)
+            held += _entries(manifest)
         else:
             bins.append([manifest])
+            held = _entries(manifest)
     return bins
 
 

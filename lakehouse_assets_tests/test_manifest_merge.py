@@ -217,3 +217,42 @@ def test_an_overwrite_decodes_and_writes_each_manifest_that_may_hold_a_removed_f
     assert (ours_written, theirs_written) == (1, 2)  # the part-0 manifest again; pyiceberg adds one for the DELETED entry
     assert set(theirs.values()) == {2} and ours == {i: 1 for i in theirs}, (ours, theirs)  # the part-1-only manifest: never read
     assert len(ours) == 3
+
+
+def test_a_commit_keeps_the_manifest_list_it_wrote_as_a_reader_reads_it_back(lh, spark, monkeypatch):
+    """The project's commits keep the list of manifests they write (manifest_lists.remember), so the check after a
+    write and the next write read none back: every field of every manifest, sequence numbers included, is what a
+    reader of the list finds, after appends that merge manifests, an overwrite, a merge-on-read merge (delete files)
+    and a delete by condition."""
+    import pyiceberg.manifest
+
+    from lakehouse_assets import MergeOptions, Slice
+    from lakehouse_assets.core.formats import manifest_lists
+
+    name = "m.kept_lists"
+    lh.write(_rows(spark, 0, 6), name, partition_by=["part"], table=TableOptions(properties={"commit.manifest.min-count-to-merge": "3"}))
+    writes = [
+        lambda: lh.write(_rows(spark, 10, 16), name),
+        lambda: lh.write(_rows(spark, 20, 26), name),
+        lambda: lh.write(_rows(spark, 30, 36), name),  # the third small manifest: the append merges them
+        lambda: lh.write(_rows(spark, 40, 43).where("part = 1"), name, mode="overwrite", window=Slice(values={"part": [1]})),
+        lambda: lh.alter(name, write_mode="merge-on-read"),
+        lambda: lh.write(spark.createDataFrame([(0, 0), (200, 2)], "id long, part int"), name, mode="merge", merge=MergeOptions(keys=["id"])),
+        lambda: lh.delete(name, "id = 3"),
+    ]
+    reads = []
+    real_read = pyiceberg.manifest.read_manifest_list
+    monkeypatch.setattr(pyiceberg.manifest, "read_manifest_list", lambda f: reads.append(f.location) or real_read(f))
+    for write in writes:
+        write()
+        table = lh.load(name)
+        snapshot = table.current_snapshot()
+        reads.clear()
+        kept = manifest_lists.manifests(table.io, snapshot)
+        assert reads == [], f"{snapshot.summary.operation}: the list was read back, not kept"
+        read_back = list(snapshot.manifests(table.io))
+        assert [m.manifest_path for m in kept] == [m.manifest_path for m in read_back]
+        for k, r in zip(kept, read_back):
+            fields = [f.name for f in pyiceberg.manifest.MANIFEST_LIST_FILE_SCHEMAS[2].fields]
+            assert {f: getattr(k, f) for f in fields} == {f: getattr(r, f) for f in fields}, (snapshot.summary.operation, k.manifest_path)
+    assert int(lh.load(name).current_snapshot().summary.additional_properties.get("total-position-deletes", "0")) >= 1

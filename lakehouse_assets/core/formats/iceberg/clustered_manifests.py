@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from pyiceberg.conversions import from_bytes
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile, ManifestWriter, write_manifest
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile, ManifestWriter, write_manifest, write_manifest_list
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update import AddSnapshotUpdate
 from pyiceberg.table.update.snapshot import (
     _FastAppendFiles,
     _ManifestMergeManager,
@@ -36,6 +37,7 @@ from pyiceberg.table.update.snapshot import (
     _SnapshotProducer,
 )
 
+from .. import manifest_lists
 from .one_read_overwrite import OneReadOverwrite
 
 # About 320 KB of manifest with a few columns' bounds (160 bytes an entry, measured on an import of 100,000 files). A
@@ -123,6 +125,24 @@ class _ClusteredAdds:
         self._prepared = prepared.manifests
 
     def _manifests(self) -> list[ManifestFile]:
+        self._listed = self._clustered_manifests()
+        return self._listed
+
+    def _commit(self):
+        updates, requirements = super()._commit()
+        self._remember_list(updates)
+        return updates, requirements
+
+    def _remember_list(self, updates) -> None:
+        """The manifest list just written kept as a reader reads it back: numbered by pyiceberg's own list writer (a new
+        manifest takes the snapshot's sequence number). Format 2 only: a format 1 list reads back numbers it never wrote."""
+        snapshot = next((u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate)), None)
+        if snapshot is None or self._transaction.table_metadata.format_version != 2:
+            return
+        numbering = write_manifest_list(2, None, snapshot.snapshot_id, snapshot.parent_snapshot_id, snapshot.sequence_number, self._compression)
+        manifest_lists.remember(snapshot.manifest_list, [numbering.prepare_manifest(m) for m in self._listed])
+
+    def _clustered_manifests(self) -> list[ManifestFile]:
         added = self._added_data_files
         if self._prepared is None and len(added) <= MANIFEST_ENTRIES:
             return self._live(super()._manifests())
@@ -150,11 +170,24 @@ class _ClusteredAdds:
         return writer.to_manifest_file()
 
 
-class ClusteredFastAppend(_ClusteredAdds, _FastAppendFiles):
+class _ParentListKept:
+    """An append's existing manifests from the parent's list as this process keeps it (manifest_lists.py), by
+    pyiceberg's rule for a fast append: every manifest that lists a live file, or was written by this snapshot."""
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        if self._parent_snapshot_id is None:
+            return []
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id)
+        if parent is None:
+            raise ValueError(f"Snapshot could not be found: {self._parent_snapshot_id}")
+        return [m for m in manifest_lists.manifests(self._io, parent) if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id]
+
+
+class ClusteredFastAppend(_ClusteredAdds, _ParentListKept, _FastAppendFiles):
     """pyiceberg's fast append (one more manifest, existing ones kept as they are), its added files clustered."""
 
 
-class ClusteredMergeAppend(_ClusteredAdds, _MergeAppendFiles):
+class ClusteredMergeAppend(_ClusteredAdds, _ParentListKept, _MergeAppendFiles):
     """pyiceberg's merge append, its added files clustered, and its small manifests merged without undoing clustering.
 
     Manifests of MANIFEST_ENTRIES / 2 files or more (what clustering writes) stay as they are: merging counts only

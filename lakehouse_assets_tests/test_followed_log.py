@@ -47,6 +47,67 @@ def test_a_followed_log_says_what_a_fresh_read_says_after_appends_overwrites_and
     assert followed.live_totals().rows == 17
 
 
+def _lookups(monkeypatch) -> list[int]:
+    """The sizes of the value sets the followed log looks up among its base's files (each a scan of all of them)."""
+    looked_up: list[int] = []
+    real = followed_log.pc.is_in
+    monkeypatch.setattr(followed_log.pc, "is_in", lambda values, value_set: looked_up.append(len(value_set)) or real(values, value_set=value_set))
+    return looked_up
+
+
+def test_the_mirrors_removes_carry_their_row_counts_and_the_totals_need_no_lookup(lh, monkeypatch):
+    """The mirror's remove actions carry their file's row count (numRecords alone: no column value is written), so the
+    live totals of a log followed across overwrites and deletes never scan the base's files for the removed ones."""
+    lh.write(_rows(range(10)), "fl.r")
+    location = lh.table_location("fl.r")
+    followed = lh.mirror(lh.load("fl.r")).follow()
+    lh.write(_rows(range(10, 20)), "fl.r")
+    lh.write(_rows(range(20)), "fl.r", mode="overwrite")
+    lh.delete("fl.r", "id < 3")
+    removes = [json.loads(line)["remove"] for v in range(DeltaTable(location).version() + 1)
+               for line in open(f"{location.removeprefix('file://')}/_delta_log/{v:020d}.json") if '"remove"' in line]
+    assert removes and all(json.loads(r["stats"]) == {"numRecords": 10} or json.loads(r["stats"]) == {"numRecords": 20} for r in removes), removes
+    looked_up = _lookups(monkeypatch)
+    followed.update_incremental()
+    assert followed.base_version() < followed.version() and followed.live_totals().rows == 17
+    assert looked_up == []
+    _same_as_delta_rs(followed, location)
+
+
+def test_removes_without_a_row_count_are_looked_up_among_the_bases_files(lh, monkeypatch):
+    """Another writer's removes may carry no statistics: those files' rows come from the base's adds, exactly."""
+    lh.write(_rows(range(10)), "fl.u")
+    lh.write(_rows(range(10, 20)), "fl.u")
+    location = lh.table_location("fl.u")
+    followed = lh.mirror(lh.load("fl.u")).follow()
+    DeltaTable(location).delete("id < 10")  # delta-rs's remove of the first file carries no statistics
+    looked_up = _lookups(monkeypatch)
+    followed.update_incremental()
+    assert followed.live_totals().rows == 10
+    assert looked_up == [1]  # the one removed file, looked up
+    _same_as_delta_rs(followed, location)
+
+
+def test_a_base_with_files_without_a_row_count_looks_up_every_removed_file(lh, tmp_path, monkeypatch):
+    """An imported log whose adds record no row count: removing such a file must take it out of the files without one,
+    which only its add in the base can say, so every removed file is looked up, counted or not."""
+    from .test_import_statistics import rewrite_stats
+
+    root = tmp_path / "no_counts"
+    write_deltalake(str(root), _rows(range(5)))
+    write_deltalake(str(root), _rows(range(5, 10)), mode="append")
+    rewrite_stats(root, lambda add, stats: None, versions={0})
+    lh.import_table("fl.n", str(root))
+    followed = lh.mirror(lh.load("fl.n")).follow()
+    assert followed.live_totals().files_without_row_count == 1
+    lh.delete("fl.n", "id < 5")  # the mirror's remove of the file without a row count carries its count
+    looked_up = _lookups(monkeypatch)
+    followed.update_incremental()
+    totals = followed.live_totals()
+    assert looked_up == [1] and (totals.files, totals.rows, totals.files_without_row_count) == (1, 5, 0)
+    _same_as_delta_rs(followed, str(root))
+
+
 def test_a_commit_that_changes_the_schema_is_merged_and_the_schema_is_current(lh):
     lh.write(_rows(range(5)), "fl.s")
     location = lh.table_location("fl.s")

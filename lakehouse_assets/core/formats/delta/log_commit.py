@@ -53,19 +53,22 @@ def commit(
     transactions: list[Transaction],
     metadata: Mapping[str, str],
     protocol: dict | None = None,
+    removed_rows: Mapping[str, int] | None = None,
 ) -> int:
     """Commit `actions` and the `cdc` actions as version `delta.version() + 1`, with the `txn` actions of
     `transactions` (the mirror's own, and a streaming micro-batch's), and record it in `delta`. Returns that version.
     On any failure the cdc files are deleted (nothing referenced them).
     `actions` given as dicts are already rendered (delta_deletion_vectors: actions carrying a deletion vector);
-    `protocol`: a `protocol` action the version raises the table to."""
+    `protocol`: a `protocol` action the version raises the table to; `removed_rows`: {path: rows} of files the version
+    removes, written into their remove actions' statistics (numRecords alone, the protocol's optional `stats`: no
+    column value), so a reader of the log knows the live rows without looking up the files' adds (followed_log.py)."""
     _refuse_what_the_protocol_forbids(root_uri, delta, actions)
     version = delta.version() + 1
     now = int(time.time() * 1000)
     info = {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Append"}, "clientVersion": CLIENT,
             "isBlindAppend": False, **metadata}
     lines = [{"commitInfo": info}] + ([protocol] if protocol else []) + [{"txn": {"appId": t.app_id, "version": t.version, "lastUpdated": now}} for t in transactions]
-    lines += [_action_json(a) for a in actions]
+    lines += [_action_json(a, removed_rows or {}) for a in actions]
     lines += [{"cdc": c} for c in cdc]
     body = "".join(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines)
     try:
@@ -92,7 +95,7 @@ def _refuse_what_the_protocol_forbids(root_uri: str, delta: FollowedLog, actions
         )
 
 
-def _action_json(a: AddAction | RemoveAction | dict) -> dict:
+def _action_json(a: AddAction | RemoveAction | dict, removed_rows: Mapping[str, int]) -> dict:
     if isinstance(a, dict):
         return a
     if isinstance(a, AddAction):
@@ -102,4 +105,6 @@ def _action_json(a: AddAction | RemoveAction | dict) -> dict:
               "partitionValues": dict(a.partition_values or {})}
     if a.size is not None:
         remove["size"] = a.size
+    if (rows := removed_rows.get(a.path)) is not None:
+        remove["stats"] = json.dumps({"numRecords": rows})
     return {"remove": remove}

@@ -88,7 +88,8 @@ def _commit_written_here(
         else:
             cdc = change_data(table, change, root_uri, storage, [join_uri(root_uri, r.path) for r in raw_removes or []])
     rendered, protocol = (vectors.actions, vectors.protocol) if vectors is not None else (actions, None)
-    return log_commit.commit(root_uri, storage, delta, rendered, cdc, app_transactions(change.snapshot, change.summary), metadata, protocol)
+    removed_rows = {relative_to(root_uri, f.file_path): f.record_count for f in change.removes}
+    return log_commit.commit(root_uri, storage, delta, rendered, cdc, app_transactions(change.snapshot, change.summary), metadata, protocol, removed_rows)
 
 
 def _replace_with_wider_types(

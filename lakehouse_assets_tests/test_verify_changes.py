@@ -89,6 +89,31 @@ def test_a_file_the_delta_commit_did_not_remove_is_a_difference(lh):
     assert any("row counts differ" in d for d in report["differences"]), report["differences"]
 
 
+def test_a_manifest_merge_that_loses_an_entry_is_a_difference(lh, monkeypatch):
+    """An append that merges small manifests writes their entries again: one left out is a file Iceberg readers no
+    longer read, though no commit removed it (Delta still lists it, and the summary still counts it). The manifest
+    list's counts say so without a manifest read."""
+    from pyiceberg.manifest import ManifestWriter
+
+    from lakehouse_assets import TableOptions
+
+    t = "vc.lost_entry"
+    lh.write(_rows(0, 4), t, table=TableOptions(properties={"commit.manifest.min-count-to-merge": "3"}))
+    lh.write(_rows(4, 8), t)
+    lh.write(_rows(8, 12), t)
+    since = _pair(lh.verify(t))
+    real, lost = ManifestWriter.existing, []
+    monkeypatch.setattr(ManifestWriter, "existing", lambda self, entry: (lost.append(entry) or self) if not lost else real(self, entry))
+    lh.write(_rows(12, 16), t)  # three small manifests before it: this append merges them, and the planted writer drops one
+    monkeypatch.undo()
+    table = lh.load(t)
+    assert lost and [m.existing_files_count for m in table.current_snapshot().manifests(table.io)] == [0, 2]
+    report = lh.verify(t, since=since)
+    assert not report["agree"] and report["compared"].startswith("what changed since"), report
+    assert any("Iceberg's manifests list 3 live data files, its snapshot summary 4" in d for d in report["differences"]), report["differences"]
+    assert not lh.verify(t)["agree"]
+
+
 def test_a_wrong_row_count_or_statistic_in_a_new_add_is_a_difference(lh):
     t = "vc.stats"
     since = _verified(lh, t)

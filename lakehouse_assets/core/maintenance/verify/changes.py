@@ -105,6 +105,27 @@ def as_mirrored(table: Table, root_uri: str, changed: Changes) -> set[str]:
     return out
 
 
+def listed_count_differences(table: Table, snap: Snapshot) -> list[str]:
+    """Iceberg's snapshot summary against what its manifest list says the manifests hold (each manifest's added and
+    existing files and rows, counted as it was written): a manifest rewritten without an entry it had to keep, or
+    with one twice (a merge of manifests, an overwrite's rewrite), changes what Iceberg readers read, not the summary
+    (counted from the files the commit added and removed), nor the files the commits changed, which the check compares.
+    The list is the one the commits or the check already hold (manifest_lists.py): no manifest is read."""
+    summary = snap.summary.additional_properties if snap.summary else {}
+    manifests = [m for m in manifest_lists.manifests(table.io, snap) if m.content == ManifestContent.DATA]
+    out = []
+    for what, total, counts in (
+        ("data files", summary.get("total-data-files"), [(m.added_files_count, m.existing_files_count) for m in manifests]),
+        ("rows", summary.get("total-records"), [(m.added_rows_count, m.existing_rows_count) for m in manifests]),
+    ):
+        if total is None or any(n is None for pair in counts for n in pair):
+            continue  # a writer that does not record them
+        if (listed := sum(a + e for a, e in counts)) != int(total):
+            out.append(f"Iceberg's manifests list {listed} live {what}, its snapshot summary {total}: a manifest was "
+                       "rewritten without an entry it had to keep, or with one twice; Iceberg readers read what the manifests list")
+    return out
+
+
 def _snapshots_after(table: Table, snap: Snapshot, since_id: int) -> list[Snapshot] | None:
     """The ancestors of `snap` after the snapshot `since_id`, oldest first; None when it is no ancestor (a rollback
     to an older snapshot, a table made again under the same name) or history was expired past it."""

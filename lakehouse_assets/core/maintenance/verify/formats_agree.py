@@ -196,7 +196,7 @@ def _verify_changes(table: Table, snap, mirror: DeltaMirror, delta: FollowedLog,
     report.update(compared=f"what changed since Iceberg snapshot {changed.since.snapshot_id} and Delta version {changed.since.delta_version}")
     report.update(delta_version=delta.version(), delta_files=totals.files, delta_rows=totals.rows, delta_files_without_row_count=totals.files_without_row_count,
                   delta_mirrored_sequence_number=changed.mirrored_sequence_number, delta_lag_snapshots=0)
-    differences = changed.set_differences()
+    differences = changed.set_differences() + changes.listed_count_differences(table, snap)
     if report["iceberg_files"] is not None and report["iceberg_files"] != totals.files:
         differences.append(f"file counts differ: Iceberg's snapshot summary {report['iceberg_files']}, Delta {totals.files}")
     if report["iceberg_rows"] is not None and not totals.files_without_row_count and report["iceberg_rows"] != totals.rows:

@@ -209,19 +209,21 @@ class Timed(float):
 
 DELTA_RS_COUNT = """
 import sys, time
+sys.path.insert(0, {bench!r})
+import deltalake  # noqa: F401 - imported before the clock starts
+import table_size
 t0 = time.perf_counter()
-from deltalake import DeltaTable, QueryBuilder
-t1 = time.perf_counter()
-n = QueryBuilder().register("t", DeltaTable({location!r})).execute("SELECT count(*) AS n FROM t WHERE day = '{day}'").read_all().column("n")[0].as_py()
-print(n, time.perf_counter() - t1)
+n = table_size._delta_rs_count({location!r})
+print(n, time.perf_counter() - t0)
 """
 
 
 def _delta_rs_count_apart(location: str) -> Timed:
-    """delta-rs's count of the first day in a process of its own, as a Delta reader's process opens the table: what it
-    holds (its state of every live file: about 570 MB at 1,000,000 files) is not this process's to carry. Its time:
-    the open and the count, not the interpreter's start nor deltalake's import."""
-    done = subprocess.run([sys.executable, "-c", DELTA_RS_COUNT.format(location=location, day=HOT_DAY)], capture_output=True, text=True, check=True)
+    """`_delta_rs_count` in a process of its own, as a Delta reader's process opens the table: what it holds (its state
+    of every live file: about 570 MB at 1,000,000 files) is not this process's to carry. Its time: the open and the
+    count, not the interpreter's start nor deltalake's import."""
+    script = DELTA_RS_COUNT.format(bench=os.path.dirname(os.path.abspath(__file__)), location=location)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     _, seconds = done.stdout.split()
     return Timed(seconds)
 

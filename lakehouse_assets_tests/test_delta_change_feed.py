@@ -9,6 +9,7 @@ import pytest
 from deltalake import DeltaTable
 
 from lakehouse_assets import MergeOptions, Slice
+from lakehouse_assets.core.properties import STATS_AS_STRUCT
 
 from .servers import backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
@@ -127,11 +128,16 @@ def test_upgrade_without_column_mapping_turns_the_feed_on_alone_and_delta_rs_rea
     from lakehouse_assets import Lakehouse
 
     lh = Lakehouse(warehouse=warehouse, delta_configuration={"delta.enableChangeDataFeed": "false"})
+    del lh.delta_configuration[STATS_AS_STRUCT]  # a table created before new tables kept checkpoint statistics as a struct
     t = "cdf.feed_only"
     lh.write(people(spark, [(i, f"n{i}", "US") for i in range(20)]), t)
-    upgraded = lh.upgrade(t, column_mapping=False)
-    assert upgraded["change_data_feed_enabled"] and not upgraded["upgraded"]
     root = lh.load(t).location()
+    assert STATS_AS_STRUCT not in DeltaTable(root).metadata().configuration
+    upgraded = lh.upgrade(t, column_mapping=False)
+    assert upgraded["change_data_feed_enabled"] and upgraded["checkpoint_stats_as_struct_enabled"] and not upgraded["upgraded"]
+    assert DeltaTable(root).metadata().configuration[STATS_AS_STRUCT] == "true"
+    again = lh.upgrade(t, column_mapping=False)
+    assert not again["change_data_feed_enabled"] and not again["checkpoint_stats_as_struct_enabled"]  # idempotent
     protocol = DeltaTable(root).protocol()
     assert "columnMapping" not in set(protocol.writer_features or []) and protocol.min_reader_version == 1
     before = lh.write(people(spark, [(99, "n99", "US")]), t)

@@ -342,7 +342,8 @@ def test_a_call_needing_every_file_gives_the_checkpoints_read_way_to_delta_rs(lh
 def test_writes_and_their_checks_from_a_checkpoint_never_load_delta_rs_state(lh, monkeypatch):
     """What an append, an overwrite, a delete and their checks need of the log comes from the checkpoint's read and
     the commits since: delta-rs's state of every live file (550 MB at 1,000,000 files) is never loaded, the writes
-    read none of the checkpoint's adds, and the first check reads their paths and row counts once."""
+    read none of the checkpoint's adds, and the first check reads their row counts once and no path (the mirror's
+    removes carry their files' row counts, and the lakehouse's tables keep the counts as a struct column)."""
     lh.write(_rows(range(10)), "fl.n")
     report = lh.verify("fl.n")
     pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
@@ -352,14 +353,15 @@ def test_writes_and_their_checks_from_a_checkpoint_never_load_delta_rs_state(lh,
     loads: list[str] = []
     original = followed_log.LoadedDeltaTable.__init__
     monkeypatch.setattr(followed_log.LoadedDeltaTable, "__init__", lambda self, *a, **k: (loads.append(repr(a)), original(self, *a, **k))[1])
-    adds_read: list[str] = []
-    read_adds = checkpoint_state.read_adds
-    monkeypatch.setattr(checkpoint_state, "read_adds", lambda storage, uri: (adds_read.append(uri), read_adds(storage, uri))[1])
+    reads: list[str] = []
+    for name in ("read_adds", "read_totals", "_num_records"):
+        original_read = getattr(checkpoint_state, name)
+        monkeypatch.setattr(checkpoint_state, name, lambda *a, _name=name, _read=original_read, **k: (reads.append(_name), _read(*a, **k))[1])
     for step in range(3):
         lh.write(_rows(range(10 * step + 10, 10 * step + 20)), "fl.n")
         lh.write(_rows(range(10 * step + 10)), "fl.n", mode="overwrite")
         lh.delete("fl.n", f"id = {10 * step + 9}")
-        assert len(adds_read) == min(step, 1), "a write reads no live file's entry; the first check reads the checkpoint's adds once"
+        assert reads == ["read_totals"] * min(step, 1), "a write reads no live file's entry; the first check reads the checkpoint's row counts once"
         report = lh.verify("fl.n", since=pair)
         assert report["agree"], report["differences"]
         assert report["compared"].startswith("what changed since")
@@ -401,6 +403,7 @@ def test_a_checkpoint_read_takes_row_counts_from_statistics_as_a_struct_and_leav
 
     adds = [{"path": "id=1/a.parquet", "stats_parsed": {"numRecords": 4}}, {"path": "id=2/b.parquet", "stats_parsed": None}]
     state = read_checkpoint(StorageConfig(), _checkpoint_file(tmp_path / "c.parquet", adds), 3)
+    assert state.totals() == (2, 4, 1)
     assert state.adds.to_pylist() == [{"path": "id=1/a.parquet", "num_records": 4}, {"path": "id=2/b.parquet", "num_records": None}]
     assert (state.version(), state.transaction_version("app"), state.protocol().min_writer_version) == (3, 7, 2)
     assert (state.metadata().id, state.metadata().partition_columns, state.metadata().configuration) == ("t-1", ["id"], {"delta.appendOnly": "true"})
@@ -408,29 +411,82 @@ def test_a_checkpoint_read_takes_row_counts_from_statistics_as_a_struct_and_leav
     assert read_checkpoint(StorageConfig(), _checkpoint_file(tmp_path / "v2.parquet", adds, sidecar=True), 3) is None
 
 
-def test_a_row_count_planted_in_the_checkpoint_is_a_difference_the_check_finds(lh):
+def test_a_checkpoint_read_parses_statistics_json_only_where_no_struct_count_and_stops_after_the_actions_it_needs(tmp_path, monkeypatch):
+    """The live totals read the adds' struct row counts, and the statistics JSON only when some add has none there;
+    the metadata, protocol and transactions are read until the footer's null counts say all were found (delta-rs
+    writes them before the adds), and wherever they are (Spark's order is its own)."""
+    import pyarrow.parquet as pq
+
+    from lakehouse_assets.core.formats.delta import checkpoint_state
+    from lakehouse_assets.core.io.storage import StorageConfig
+
+    schema = pa.schema([
+        ("protocol", pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])),
+        ("metaData", pa.struct([("id", pa.string()), ("schemaString", pa.string()), ("partitionColumns", pa.list_(pa.string())),
+                                ("configuration", pa.map_(pa.string(), pa.string()))])),
+        ("txn", pa.struct([("appId", pa.string()), ("version", pa.int64())])),
+        ("add", pa.struct([("path", pa.string()), ("size", pa.int64()), ("stats", pa.string()),
+                           ("stats_parsed", pa.struct([("numRecords", pa.int64())]))])),
+    ])
+    schema_string = json.dumps({"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]})
+    actions = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+               {"metaData": {"id": "t-1", "schemaString": schema_string, "partitionColumns": [], "configuration": []}}]
+    adds = [{"add": {"path": f"f{i}.parquet", "size": 100, "stats": f'{{"numRecords":{i}}}', "stats_parsed": {"numRecords": i}}} for i in range(1, 21)]
+    json_parsed: list[int] = []
+    original = checkpoint_state._num_records
+    monkeypatch.setattr(checkpoint_state, "_num_records", lambda stats: (json_parsed.append(len(stats)), original(stats))[1])
+    monkeypatch.setattr(checkpoint_state, "_BATCH", 4)
+    batches: list[list[str]] = []
+    iter_batches = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda self, **k: (batches.append(k["columns"]), iter_batches(self, **k))[1])
+
+    def read(name: str, rows: list[dict]) -> checkpoint_state.CheckpointState:
+        pq.write_table(pa.Table.from_pylist(rows, schema), tmp_path / name)
+        json_parsed.clear()
+        batches.clear()
+        return checkpoint_state.read_checkpoint(StorageConfig(), str(tmp_path / name), 9)
+
+    first = read("delta_rs_order.parquet", [*actions, {"txn": {"appId": "app", "version": 7}}, *adds])
+    consumed = len([c for c in batches if "metaData" in c])
+    assert consumed == 1 and first.transaction_version("app") == 7, "the actions' rows are the first batch"
+    assert first.totals() == (20, 210, 0) and json_parsed == [], "every add has a struct count: no JSON parsed"
+    assert first.adds.column("num_records").to_pylist() == list(range(1, 21)) and json_parsed == []
+
+    last = read("spark_order.parquet", [*adds, *actions, {"txn": {"appId": "app", "version": 8}}])
+    assert last.transaction_version("app") == 8 and last.metadata().id == "t-1"
+    adds[3]["add"]["stats_parsed"] = None  # an add whose count only its JSON holds
+    adds[5]["add"]["stats_parsed"] = adds[5]["add"]["stats"] = None  # one with no count at all
+    mixed = read("mixed.parquet", [*actions, *adds])
+    assert mixed.totals() == (20, 210 - 6, 1) and sum(json_parsed) == 20, "the JSON read once, since some add has no struct count"
+    assert mixed.adds.column("num_records").to_pylist()[3:6] == [4, 5, None]
+
+
+@pytest.mark.parametrize("kept_as", ["json-and-struct", "json"])
+def test_a_row_count_planted_in_the_checkpoint_is_a_difference_the_check_finds(lh, kept_as):
     """The check's live totals come from the checkpoint's read: an add whose row count there is not its file's (a Delta
     reader would count that many rows) makes the check fail, as it does from delta-rs's read."""
     import re
 
     import pyarrow.parquet as pq
 
-    lh.write(_rows(range(10)), "fl.p")
-    report = lh.verify("fl.p")
+    identifier = f"fl.p_{kept_as.replace('-', '_')}"
+    lh.write(_rows(range(10)), identifier)
+    report = lh.verify(identifier)
     pair = VerifiedPair(report["iceberg_snapshot_id"], report["delta_version"])
-    location = _checkpointed(lh, "fl.p")
+    location = _checkpointed(lh, identifier)
     checkpoint = f"{location.removeprefix('file://')}/_delta_log/{DeltaTable(location).version():020d}.checkpoint.parquet"
     table = pq.read_table(checkpoint)
     rows = table.to_pylist()
     for row in rows:
-        if row["add"] is not None:
+        if row["add"] is not None:  # the lakehouse's tables keep the statistics as a struct too; other writers' JSON alone
             row["add"]["stats"] = re.sub(r'("numRecords"\s*:\s*)10\b', r"\g<1>11", row["add"]["stats"], count=1)
+            row["add"]["stats_parsed"] = {**row["add"]["stats_parsed"], "numRecords": 11} if kept_as == "json-and-struct" else None
     pq.write_table(pa.Table.from_pylist(rows, table.schema), checkpoint)
-    lh.write(_rows(range(10, 15)), "fl.p")
+    lh.write(_rows(range(10, 15)), identifier)
     KEPT.clear()
-    followed = lh.mirror(lh.load("fl.p")).follow()
+    followed = lh.mirror(lh.load(identifier)).follow()
     assert not followed.holds_every_file() and followed.live_totals().rows == 16
-    report = lh.verify("fl.p", since=pair)
+    report = lh.verify(identifier, since=pair)
     assert not report["agree"], report
 
 

@@ -236,12 +236,15 @@ def alter(ctx, table: str, renames: tuple[str, ...], drops: tuple[str, ...], wri
 @click.pass_context
 def upgrade(ctx, table: str, no_column_mapping: bool, as_json: bool) -> None:
     """Turn the Delta change data feed and Delta column mapping on, so that Delta's change feed is exact and renames
-    and drops work in both formats (metadata only; idempotent)."""
+    and drops work in both formats, and checkpoint statistics as a struct, as new tables have them (metadata only;
+    idempotent)."""
     result = _lakehouse(ctx).upgrade(table, column_mapping=not no_column_mapping)
 
     def render(r):
         if r.get("change_data_feed_enabled"):
             click.echo(f"{r['table']}: Delta change data feed on (from the next change on)")
+        if r.get("checkpoint_stats_as_struct_enabled"):
+            click.echo(f"{r['table']}: Delta checkpoints keep statistics as a struct too (from the next checkpoint on)")
         if not r["upgraded"]:
             click.echo(f"{r['table']}: {'column mapping: ' if r.get('change_data_feed_enabled') else ''}nothing to do: {r['reason']}")
             return

@@ -264,9 +264,11 @@ class Lakehouse:
         return result
 
     def upgrade(self, identifier: str, *, column_mapping: bool = True) -> dict[str, Any]:
-        """Turn the Delta change data feed on for a Delta-mirrored table (one created before the feed was the default)
-        and, unless `column_mapping=False`, Delta column mapping, so renames and drops work in both formats
-        (delta-rs's pyarrow reader and Polars refuse column-mapped tables).
+        """Turn the Delta change data feed on for a Delta-mirrored table (one created before the feed was the default),
+        and its checkpoints' statistics as a struct where the table does not say (new tables' default: a process's
+        first check then reads the live files' row counts alone), and, unless `column_mapping=False`, Delta column
+        mapping, so renames and drops work in both formats (delta-rs's pyarrow reader and Polars refuse column-mapped
+        tables).
 
         Metadata only: a Delta version each and one Iceberg property update; no data file is read or rewritten.
         Idempotent."""

@@ -13,7 +13,10 @@ from __future__ import annotations
 METADATA_FOLDER = "_iceberg"  # `_`-prefixed: Delta's vacuum and Iceberg's orphan cleanup both skip it
 DELTA_APP_ID = "lakehouse-iceberg"  # Delta txn app id; its version is the last mirrored Iceberg sequence number
 # New Delta tables keep a change data feed: the mirror writes the cdc files of every rewrite (core/write/change_data.py).
-DEFAULT_DELTA_CONFIGURATION = {"delta.checkpointInterval": "10", "delta.enableChangeDataFeed": "true"}
+# Their checkpoints carry each file's statistics as a struct too, so a process's first check reads the live files'
+# row counts as one int64 column, not every file's path and statistics JSON (formats/delta/checkpoint_state.py).
+STATS_AS_STRUCT = "delta.checkpoint.writeStatsAsStruct"
+DEFAULT_DELTA_CONFIGURATION = {"delta.checkpointInterval": "10", "delta.enableChangeDataFeed": "true", STATS_AS_STRUCT: "true"}
 
 
 class TableProperties:

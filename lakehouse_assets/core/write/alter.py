@@ -28,7 +28,7 @@ from ..formats import file_columns
 from ..formats.delta import column_mapping as delta_column_mapping
 from ..formats.delta import log_commit as delta_log_commit
 from ..formats.delta.committer import DeltaMirror
-from ..properties import Operation, SummaryKeys
+from ..properties import STATS_AS_STRUCT, Operation, SummaryKeys
 from ..schema.type_mapping import check_column_names
 from ..table.context import TableContext
 from ..table.tables import delta_enabled
@@ -149,19 +149,20 @@ def _validate(table: Table, identifier: str, rename: dict[str, str], drop: list[
 
 def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, attempts: int = 3, column_mapping: bool = True) -> dict[str, Any]:
     """Turn the Delta change data feed and column mapping on for a Delta-mirrored table, metadata only: the feed's
-    table property (its own version, when it is off), then for column mapping one Delta version (protocol and
+    table property and checkpoint statistics kept as a struct, as new tables have them (their own version, when
+    either is missing), then for column mapping one Delta version (protocol and
     metaData: each column's Iceberg field id, and its name in the existing files as its physical name) and one
     Iceberg property update. Idempotent. A rename another engine made on the Iceberg side, which Delta could
     not follow, lands in the same Delta version. `column_mapping=False` turns the feed on alone: delta-rs's
     pyarrow reader, Polars and delta-rs's change feed reader refuse column-mapped tables."""
     if mirror is None:
         return {"table": identifier, "upgraded": False, "reason": "the table is Iceberg-only: renames and drops need no upgrade"}
-    feed = _enable_change_data_feed(mirror)
+    feed, struct = _enable_delta_defaults(mirror)
+    turned_on = {"change_data_feed_enabled": feed, "checkpoint_stats_as_struct_enabled": struct}
     if not column_mapping:
-        return {"table": identifier, "upgraded": False, "reason": "column mapping not asked for", "change_data_feed_enabled": feed}
+        return {"table": identifier, "upgraded": False, "reason": "column mapping not asked for", **turned_on}
     if file_columns.enabled(table.properties):
-        return {"table": identifier, "upgraded": False, "reason": "column mapping is already on", "delta_version": sync_delta(mirror, table),
-                "change_data_feed_enabled": feed}
+        return {"table": identifier, "upgraded": False, "reason": "column mapping is already on", "delta_version": sync_delta(mirror, table), **turned_on}
     for attempt in range(attempts):
         try:
             sync_delta(mirror, table)
@@ -186,21 +187,26 @@ def upgrade_table(table: Table, identifier: str, mirror: DeltaMirror | None, att
             table = table.refresh()
             continue
         return {"table": identifier, "upgraded": True, "delta_version": version, "physical_names": {schema.find_column_name(i): n for i, n in names.items()},
-                "data_files_rewritten": 0, "change_data_feed_enabled": feed}
+                "data_files_rewritten": 0, **turned_on}
     raise AssertionError("unreachable")
 
 
-def _enable_change_data_feed(mirror: DeltaMirror) -> bool:
-    """Turn the Delta change data feed on (a metadata-only version through delta-rs), so that every rewrite from the
-    next one on carries its change data files. True when this call turned it on."""
+def _enable_delta_defaults(mirror: DeltaMirror) -> tuple[bool, bool]:
+    """Turn the Delta change data feed on, so that every rewrite from the next one on carries its change data files,
+    and, where the table does not say, checkpoint statistics kept as a struct too (what new tables get: a process's
+    first check then reads the row counts alone), in one metadata-only version through delta-rs. Whether this call
+    turned each on."""
     delta = mirror.load()
-    if delta is None or delta_log_commit.feed_enabled(delta):
-        return False
-    delta.alter.set_table_properties(
-        {delta_log_commit.CHANGE_DATA_FEED: "true"},
-        commit_properties=CommitProperties(custom_metadata={SummaryKeys.OPERATION: Operation.DELTA_CONFIGURATION}),
-    )
-    return True
+    if delta is None:
+        return False, False
+    feed = not delta_log_commit.feed_enabled(delta)
+    struct = STATS_AS_STRUCT not in (delta.metadata().configuration or {})
+    wanted = {**({delta_log_commit.CHANGE_DATA_FEED: "true"} if feed else {}), **({STATS_AS_STRUCT: "true"} if struct else {})}
+    if wanted:
+        delta.alter.set_table_properties(
+            wanted, commit_properties=CommitProperties(custom_metadata={SummaryKeys.OPERATION: Operation.DELTA_CONFIGURATION}),
+        )
+    return feed, struct
 
 
 def _schema_of_the_files(table: Table, identifier: str, mirror: DeltaMirror, delta) -> Any:

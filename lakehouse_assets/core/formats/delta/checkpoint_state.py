@@ -88,6 +88,7 @@ class CheckpointState:
     pending: tuple[tuple[dict[str, int | None], frozenset[str]], ...] = ()
     _adds: pa.Table | None = field(default=None, repr=False)
     _schema: Schema | None = field(default=None, repr=False)
+    _totals: tuple[int, int, int] | None = field(default=None, repr=False)
 
     # The read side of delta-rs's DeltaTable that followed_log.py uses of its base.
     def version(self) -> int:
@@ -116,6 +117,16 @@ class CheckpointState:
                 adds = _applied(adds, added, gone)
             self._adds, self.pending = adds, ()
         return self._adds
+
+    def totals(self) -> tuple[int, int, int]:
+        """Live files, their rows, and files without a row count at `version()`: from the checkpoint's row counts alone
+        while no commit is applied to it and its adds are not read (the path of every file is read only when asked)."""
+        if self._adds is None and not self.pending:
+            if self._totals is None:
+                self._totals = read_totals(self.storage, self.checkpoint_uri)
+            return self._totals
+        counts = self.adds.column("num_records")
+        return self.adds.num_rows, pc.sum(counts).as_py() or 0, counts.null_count
 
     def advanced(self, version: int, added: dict[str, int | None], gone: set[str], transactions: dict[str, int],
                  metadata: dict | None, protocol: dict | None) -> CheckpointState:
@@ -184,36 +195,82 @@ def read_checkpoint(storage: StorageConfig, uri: str, version: int) -> Checkpoin
             return None
         small = [c for c in ("metaData", "protocol", "txn", "sidecar", "checkpointMetadata") if c in columns]
         found: dict[str, list] = {c: [] for c in small}
+        expected = _action_counts(parquet.metadata, small)
         for batch in parquet.iter_batches(batch_size=_BATCH, columns=small, use_threads=False):
             for name in small:
                 column = batch.column(name)
                 if column.null_count < len(column):
                     found[name].extend(column.filter(column.is_valid()).to_pylist())
+            if expected is not None and all(len(found[c]) >= expected[c] for c in small):
+                break  # every such action read: delta-rs writes them first, before a million adds
     if found.get("sidecar") or found.get("checkpointMetadata") or len(found["metaData"]) != 1 or len(found["protocol"]) != 1:
         return None
     transactions = {t["appId"]: int(t["version"]) for t in found.get("txn", [])}
     return CheckpointState(version, LogMetadata.of(found["metaData"][0]), protocol_of(found["protocol"][0]), transactions, storage, uri)
 
 
+# A required field of each action: its column's values less its nulls are the rows that hold the action.
+_ACTION_LEAF = {"metaData": "metaData.id", "protocol": "protocol.minReaderVersion", "txn": "txn.appId",
+                "sidecar": "sidecar.path", "checkpointMetadata": "checkpointMetadata.version"}
+
+
+def _action_counts(metadata: pq.FileMetaData, actions: list[str]) -> dict[str, int] | None:
+    """How many rows hold each action, from the footer's null counts (delta-rs and Spark write them); None when a
+    column chunk has none."""
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    counts = {}
+    for action in actions:
+        if (i := leaves.get(_ACTION_LEAF[action])) is None:
+            return None
+        counts[action] = 0
+        for g in range(metadata.num_row_groups):
+            chunk = metadata.row_group(g).column(i)
+            if chunk.statistics is None or not chunk.statistics.has_null_count:
+                return None
+            counts[action] += chunk.num_values - chunk.statistics.null_count
+    return counts
+
+
 def read_adds(storage: StorageConfig, uri: str) -> pa.Table:
-    """Each add's path and row count, a batch at a time (the row count parsed from its statistics, which are dropped)."""
-    paths, counts = [], []
+    """Each add's path and row count, a batch at a time."""
     with _parquet(storage, uri) as parquet:
-        add_type = parquet.schema_arrow.field("add").type
-        with_stats = "stats" in {f.name for f in add_type}
-        # Spark may write the statistics as a struct too (delta.checkpoint.writeStatsAsStruct), or only so.
-        parsed = "stats_parsed" in {f.name for f in add_type} and "numRecords" in {f.name for f in add_type.field("stats_parsed").type}
-        wanted = ["add.path"] + (["add.stats"] if with_stats else []) + (["add.stats_parsed.numRecords"] if parsed else [])
-        for batch in parquet.iter_batches(batch_size=_BATCH, columns=wanted, use_threads=False):
-            adds = batch.column("add")
-            adds = adds.filter(adds.is_valid())
+        paths, counts = _adds_read(parquet, with_paths=True)
+    return pa.table({"path": paths, "num_records": counts})
+
+
+def read_totals(storage: StorageConfig, uri: str) -> tuple[int, int, int]:
+    """The checkpoint's live files, their rows, and files without a row count, reading the adds' row counts only (no path)."""
+    with _parquet(storage, uri) as parquet:
+        _, counts = _adds_read(parquet, with_paths=False)
+    return len(counts), pc.sum(counts).as_py() or 0, counts.null_count
+
+
+def _adds_read(parquet: pq.ParquetFile, with_paths: bool) -> tuple[pa.Array | None, pa.Array]:
+    """The adds' paths (when asked for) and row counts: the statistics struct's numRecords where the checkpoint has it
+    (`delta.checkpoint.writeStatsAsStruct`, set on the tables the lakehouse creates: 8 bytes a file), and the statistics
+    JSON (150 bytes a file, parsed) read in a second pass only when some add has no parsed count."""
+    add_type = parquet.schema_arrow.field("add").type
+    with_stats = "stats" in {f.name for f in add_type}
+    parsed = "stats_parsed" in {f.name for f in add_type} and "numRecords" in {f.name for f in add_type.field("stats_parsed").type}
+    # Which rows are adds, when no path is read: a required 8-byte field, or the counts themselves.
+    marker = "add.size" if "size" in {f.name for f in add_type} else "add.path"
+    wanted = ["add.path" if with_paths else marker] + (["add.stats_parsed.numRecords"] if parsed else [])
+    paths, counts = [], []
+    for adds in _add_batches(parquet, wanted):
+        if with_paths:
             paths.append(pc.struct_field(adds, "path"))
-            count = _num_records(pc.struct_field(adds, "stats")) if with_stats else pa.nulls(len(adds), pa.int64())
-            if parsed:
-                count = pc.coalesce(count, pc.cast(pc.struct_field(adds, ["stats_parsed", "numRecords"]), pa.int64()))
-            counts.append(count)
-    return pa.table({"path": pa.concat_arrays(paths) if paths else pa.array([], pa.string()),
-                     "num_records": pa.concat_arrays(counts) if counts else pa.array([], pa.int64())})
+        counts.append(pc.cast(pc.struct_field(adds, ["stats_parsed", "numRecords"]), pa.int64()) if parsed else pa.nulls(len(adds), pa.int64()))
+    count = pa.concat_arrays(counts) if counts else pa.array([], pa.int64())
+    if with_stats and count.null_count:
+        from_json = [_num_records(pc.struct_field(adds, "stats")) for adds in _add_batches(parquet, ["add.stats"])]
+        count = pc.coalesce(count, pa.concat_arrays(from_json)) if from_json else count
+    return (pa.concat_arrays(paths) if paths else pa.array([], pa.string())) if with_paths else None, count
+
+
+def _add_batches(parquet: pq.ParquetFile, columns: list[str]) -> Iterator[pa.StructArray]:
+    for batch in parquet.iter_batches(batch_size=_BATCH, columns=columns, use_threads=False):
+        adds = batch.column("add")
+        yield adds.filter(adds.is_valid())
 
 
 def read_adds_of(storage: StorageConfig, uri: str, paths: set[str], vectors_only: bool = False) -> dict[str, dict[str, Any]]:

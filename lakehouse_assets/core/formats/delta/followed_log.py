@@ -66,7 +66,7 @@ class FollowedLog:
         self.storage = storage
         self._version = base.version()
         self._tail = _Tail()
-        self._base_files: tuple[int, pa.Table, LiveTotals] | None = None  # (version, path and num_records of the base's live adds, their totals)
+        self._base_files: tuple[int, pa.Table | None, LiveTotals] | None = None  # (version, path and num_records of the base's live adds when read, their totals)
 
     # ---- what a write and the check read, from the base and the tail
 
@@ -111,21 +111,25 @@ class FollowedLog:
     def live_totals(self) -> LiveTotals:
         """Live files, their rows, and files whose add carries no row count, at `version()`."""
         self._follow_base()
-        base, totals = self._base_adds()
+        totals = self._base_totals()
         tail = self._tail
         # The base's totals less the files the tail removed. A remove that carries its file's row count (the mirror's
         # do, log_commit.py) is taken at its word; only the others are looked up among the base's files, a scan of
-        # all of them (0.02 s at a million), and all of them when the base holds files without a row count (whose
-        # removal the totals must see). An add of a path the base holds with no remove before it is not looked up:
-        # that version is not the mirror's, and the check names it (foreign_versions.py, the changed file sets).
+        # all of them (0.02 s at a million, once their paths are read), and all of them when the base holds files
+        # without a row count (whose removal the totals must see). An add of a path the base holds with no remove
+        # before it is not looked up: that version is not the mirror's, and the check names it (foreign_versions.py,
+        # the changed file sets).
         trusted = not totals.files_without_row_count
         counted = [n for n in tail.removed.values() if n is not None and trusted]
         unknown = [p for p, n in tail.removed.items() if n is None or not trusted]
-        hit = base.filter(pc.is_in(base.column("path"), value_set=pa.array(sorted(unknown), pa.string()))) if unknown else base.slice(0, 0)
-        counts = hit.column("num_records")
+        counts = pa.array([], pa.int64())
+        if unknown:
+            if (base := self._base_adds()) is None:  # the checkpoint is gone: delta-rs read the log, tail and all
+                return self.live_totals()
+            counts = base.filter(pc.is_in(base.column("path"), value_set=pa.array(sorted(unknown), pa.string()))).column("num_records")
         added = list(tail.added.values())
         return LiveTotals(
-            files=totals.files - len(counted) - hit.num_rows + len(added),
+            files=totals.files - len(counted) - len(counts) + len(added),
             rows=totals.rows - sum(counted) - (pc.sum(counts).as_py() or 0) + sum(n for n in added if n is not None),
             files_without_row_count=totals.files_without_row_count - counts.null_count + sum(n is None for n in added),
         )
@@ -203,19 +207,36 @@ class FollowedLog:
         if self.base.version() > self._version:
             self._version, self._tail = self.base.version(), _Tail()
 
-    def _base_adds(self) -> tuple[pa.Table, LiveTotals]:
-        if isinstance(self.base, CheckpointState):
-            try:
-                self.base.adds  # noqa: B018 - read from the checkpoint at the first call
-            except (OSError, pa.ArrowException):  # the checkpoint was cleaned up since it was read: delta-rs reads the log
-                self.table()
+    def _base_totals(self) -> LiveTotals:
+        """The base's live totals; of a checkpoint's read, from its row counts alone (its paths are read when a
+        remove must be looked up: `_base_adds`)."""
         version = self.base.version()
         if self._base_files is None or self._base_files[0] != version:
-            adds = (self.base.adds if isinstance(self.base, CheckpointState)
-                    else pa.table(self.base.get_add_actions(flatten=False)).select(["path", "num_records"]))
-            counts = adds.column("num_records")
-            self._base_files = (version, adds, LiveTotals(adds.num_rows, pc.sum(counts).as_py() or 0, counts.null_count))
-        return self._base_files[1], self._base_files[2]
+            if isinstance(self.base, CheckpointState):
+                try:
+                    totals = LiveTotals(*self.base.totals())
+                except (OSError, pa.ArrowException):  # the checkpoint was cleaned up since it was read: delta-rs reads the log
+                    self.table()
+                    return self._base_totals()
+                self._base_files = (version, None, totals)
+            else:
+                adds = pa.table(self.base.get_add_actions(flatten=False)).select(["path", "num_records"])
+                counts = adds.column("num_records")
+                self._base_files = (version, adds, LiveTotals(adds.num_rows, pc.sum(counts).as_py() or 0, counts.null_count))
+        return self._base_files[2]
+
+    def _base_adds(self) -> pa.Table | None:
+        """path and num_records of the base's live adds (after `_base_totals`); None when the checkpoint they were to
+        be read from is gone (delta-rs has then read the log at `version()`, the tail merged into it)."""
+        version, adds, totals = self._base_files
+        if adds is None:  # a checkpoint's read: the paths are read now
+            try:
+                adds = self.base.adds
+            except (OSError, pa.ArrowException):
+                self.table()
+                return None
+            self._base_files = (version, adds, totals)
+        return adds
 
     def _read(self, version: int) -> list[dict[str, Any]] | None:
         return read_commit(self.storage, self.root_uri, version)

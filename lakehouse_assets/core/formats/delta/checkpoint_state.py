@@ -5,8 +5,11 @@ are deprecated and ignored): 550 MB at 1,000,000 files, held for as long as the 
 the check follow the log from a base (followed_log.py) and need of that base only its version, metadata, protocol
 and schema, the transaction versions, and each live file's path and row count. Those are read here from the
 checkpoint's Parquet with pyarrow, a batch at a time: the few rows holding metadata, protocol and transactions at
-once (a write needs no more), and of the adds only their path and statistics when the check first asks for the live
-totals, keeping the row count parsed from the statistics (about 50 bytes a live file).
+once (a write needs no more; the footer's null counts say how many there are, so the read stops once it has them),
+and of the adds, when the check first asks for the live totals, only their row counts (the statistics struct's
+numRecords, 8 bytes a file, where the table keeps one: `delta.checkpoint.writeStatsAsStruct`, set on the tables the
+lakehouse creates; else parsed from the statistics JSON), and their paths only when a removed file must be looked up
+among them (about 50 bytes a live file).
 
 Only a log whose newest checkpoint is a classic single-file one (`<version>.checkpoint.parquet`, as delta-rs and
 Spark write by default) is read here; a multi-part or V2 checkpoint, sidecar files, or a log without a checkpoint
@@ -75,8 +78,8 @@ def protocol_of(action: dict[str, Any]) -> ProtocolVersions:
 @dataclass
 class CheckpointState:
     """The log at one version: its metadata, protocol and transaction versions, read at once, and its live files
-    (raw path, row count), read from the checkpoint when first asked for (`adds`): a write needs none of them, the
-    formats-agree check their totals."""
+    (raw path, row count), read from the checkpoint when first asked for (`adds`), or only their totals (`totals`):
+    a write needs none of them, the formats-agree check their totals."""
 
     at_version: int
     log_metadata: LogMetadata

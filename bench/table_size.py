@@ -366,9 +366,12 @@ def _ratio(large: float, small: float) -> str:
 
 def _first_round(results: list[dict]) -> list[str]:
     """The untimed first round, ours: the first merge into the day after the import, which reads and rewrites the
-    manifests that hold that day, and the process's first health reading, which reads every manifest once."""
+    manifests that hold that day; the process's first check, which reads the Delta checkpoint's row counts (what
+    every Dagster run that checks pays, a run being a process of its own); and its first health reading, which
+    reads every manifest once."""
     out = []
-    for op, what in (("merge", "The first merge into the day after the import"), ("health", "The process's first health reading")):
+    for op, what in (("merge", "The first merge into the day after the import"), ("check", "The process's first check"),
+                     ("health", "The process's first health reading")):
         firsts = [(r["files"], r["first_round"][op]) for r in results if op in r.get("first_round", {})]
         if firsts:
             out += ["", f"{what} (the untimed first round, ours, one run): " + "; ".join(f"{t:.2f} s at {n:,} files" for n, t in firsts) + "."]
@@ -382,7 +385,8 @@ without Spark on the same table, 2026-12-02):
 
 - append and check: a process's first write of a table reads the Delta log's newest checkpoint, of it only the
   metadata, protocol and transaction rows, and the commits since (core/formats/delta/checkpoint_state.py); its
-  first check reads the checkpoint's paths and row counts too, a page at a time. delta-rs's read, which holds every
+  first check reads the checkpoint's row counts too, one column a page at a time (the lakehouse's tables keep
+  the statistics as a struct in their checkpoints). delta-rs's read, which holds every
   live file's entry (0.28 s from the checkpoint the import wrote), is left to a log without a checkpoint and to the
   steps that need every entry. What was read is kept for the process's next write or check
   (core/formats/delta/kept_logs.py). From there the log is followed by its commit files
@@ -411,8 +415,9 @@ without Spark on the same table, 2026-12-02):
 - the driver's memory: the operations run in a process that did not import the tables (the import's process holds
   pyiceberg's entries of every file and keeps the freed pages: its peak is on the setup line). Each operation's peak
   includes what the process already holds: the interpreter with PySpark, pyiceberg, delta-rs and pyarrow, and what
-  the first round read and kept for the next ones. Between writes that is the kept log: from a checkpoint, the path
-  and row count of each live file once a check has asked for them (46 MB at 1,000,000 files); for a log without a
+  the first round read and kept for the next ones. Between writes that is the kept log: from a checkpoint, its
+  totals, and the path and row count of each live file only once a check had to look a removed file up among them
+  (46 MB at 1,000,000 files; the mirror's removes carry their row counts, another writer's may not); for a log without a
   checkpoint, or after a step that needed every entry (the full verify), delta-rs's state of every live file's entry
   with its statistics (74 MB at 100,000 files, 550 MB at 1,000,000); and each manifest's health figures, read once."""
 

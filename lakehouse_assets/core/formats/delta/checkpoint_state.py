@@ -5,10 +5,11 @@ are deprecated and ignored): 550 MB at 1,000,000 files, held for as long as the 
 the check follow the log from a base (followed_log.py) and need of that base only its version, metadata, protocol
 and schema, the transaction versions, and each live file's path and row count. Those are read here from the
 checkpoint's Parquet with pyarrow, a batch at a time: the few rows holding metadata, protocol and transactions at
-once (a write needs no more: their columns, 0.09 s over a checkpoint of 1,000,000 files), and of the adds, when the check first asks for the live totals, only their row counts (the statistics struct's
-numRecords, 8 bytes a file, where the table keeps one: `delta.checkpoint.writeStatsAsStruct`, set on the tables the
-lakehouse creates; else parsed from the statistics JSON), and their paths only when a removed file must be looked up
-among them (about 50 bytes a live file).
+once (a write needs no more: their columns, 0.09 s over a checkpoint of 1,000,000 files), and of the adds, when the
+check first asks for the live totals, only their row counts (the statistics struct's numRecords, 8 bytes a file,
+where the table keeps one: `delta.checkpoint.writeStatsAsStruct`, set on the tables the lakehouse creates; else
+parsed from the statistics JSON), and their paths only when a removed file must be looked up among them (about 50
+bytes a live file).
 
 Only a log whose newest checkpoint is a classic single-file one (`<version>.checkpoint.parquet`, as delta-rs and
 Spark write by default) is read here; a multi-part or V2 checkpoint, sidecar files, or a log without a checkpoint

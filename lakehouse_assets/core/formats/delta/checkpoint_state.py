@@ -129,8 +129,7 @@ class CheckpointState:
             if self._totals is None:
                 self._totals = read_totals(self.storage, self.checkpoint_uri)
             return self._totals
-        counts = self.adds.column("num_records")
-        return self.adds.num_rows, pc.sum(counts).as_py() or 0, counts.null_count
+        return totals_of(self.adds.column("num_records"))
 
     def advanced(self, version: int, added: dict[str, int | None], gone: set[str], transactions: dict[str, int],
                  metadata: dict | None, protocol: dict | None) -> CheckpointState:
@@ -221,6 +220,11 @@ def read_totals(storage: StorageConfig, uri: str) -> tuple[int, int, int]:
     """The checkpoint's live files, their rows, and files without a row count, reading the adds' row counts only (no path)."""
     with _parquet(storage, uri) as parquet:
         _, counts = _adds_read(parquet, with_paths=False)
+    return totals_of(counts)
+
+
+def totals_of(counts: pa.Array | pa.ChunkedArray) -> tuple[int, int, int]:
+    """Files, rows, and files without a row count, of the live files' row counts (null: none known)."""
     return len(counts), pc.sum(counts).as_py() or 0, counts.null_count
 
 

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from ...io.storage import StorageConfig, join_uri
-from .checkpoint_state import CheckpointState, num_records
+from .checkpoint_state import CheckpointState, num_records, totals_of
 
 MAX_TAIL = 1000  # commits kept beside the base before delta-rs merges them (memory follows the files they touched)
 MAX_TAIL_FILES = 10_000  # files a tail touches before delta-rs merges it: what each `live_totals` walks stays small
@@ -221,8 +221,7 @@ class FollowedLog:
                 self._base_files = (version, None, totals)
             else:
                 adds = pa.table(self.base.get_add_actions(flatten=False)).select(["path", "num_records"])
-                counts = adds.column("num_records")
-                self._base_files = (version, adds, LiveTotals(adds.num_rows, pc.sum(counts).as_py() or 0, counts.null_count))
+                self._base_files = (version, adds, LiveTotals(*totals_of(adds.column("num_records"))))
         return self._base_files[2]
 
     def _base_adds(self) -> pa.Table | None:

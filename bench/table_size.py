@@ -27,11 +27,13 @@ the sides taking turns:
   its own each time, as a reader's process opens it, and counted by its `QueryBuilder`): a Delta reader's own cost,
   not ours, and its memory not held by the operations' process.
 
-Each figure is the median of `--reps`. The Python driver's peak RSS is measured per operation (Linux: the peak is
-reset before each run, /proc/self/clear_refs, and read after it, VmHWM): the highest of ours' operations, and the
-whole process's for reference; and each operation's peak over what the process held when it began, with the most it
-held; the full verify's apart, in its own process. The target: each of ours within
-1.5x between the smallest and the largest table, and the peak memory of the writes, the check and the read flat.
+Each figure is the median of `--reps`. Every size's process lives through the whole run and the sizes take turns a
+round at a time (ascending, then descending), one running at a time: a machine that slows during the hour the largest
+size takes slows every size alike, instead of reading as the table's growth. The Python driver's peak RSS is measured
+per operation (Linux: the peak is reset before each run, /proc/self/clear_refs, and read after it, VmHWM): the highest
+of ours' operations, and the whole process's for reference; and each operation's peak over what the process held when
+it began, with the most it held; the full verify's apart, in its own process. The target: each of ours within 1.5x
+between the smallest and the largest table, and the peak memory of the writes, the check and the read flat.
 
     .venv/bin/python bench/table_size.py [--files 1000,10000,100000,1000000] [--reps 5] [--java-max-files 100000] [--json out.json] [--markdown page.md]
     .venv/bin/python bench/table_size.py --render out.json --markdown page.md   # the section from an earlier run
@@ -106,9 +108,10 @@ def prepare(files: int, root: str, java: bool = True) -> dict:
             "import_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -> dict:
+def operate(spark, files: int, reps: int, root: str, java_catalog: str | None, turn=lambda rep: None) -> dict:
     """The operations on the tables `prepare` made under `root`, on `spark` (with Java Iceberg's jars); Java's side too
-    when it made Java's copy (`java_catalog`)."""
+    when it made Java's copy (`java_catalog`). `turn(rep)` returns when round `rep` may start (`make bench`: when the
+    other sizes' processes have run theirs)."""
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse, MergeOptions, VerifiedPair
@@ -174,6 +177,7 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None) -
     held_mb = 0.0  # ours: the most the process held when one began
     first_round: dict[str, float] = {}  # ours, the untimed first round: the first of each operation after the import
     for rep in range(reps + 1):  # the first round warms both sides up, untimed
+        turn(rep)
         for op, fns in sides.items():
             for side in (list(fns) if rep % 2 == 0 else list(fns)[::-1]):
                 if side == "ours":
@@ -279,12 +283,19 @@ def verify_in_fresh_process(warehouse: str) -> dict:
 
 
 def _operate_in_process(files: int, reps: int, root: str, java_catalog: str | None) -> dict:
+    """`operate` in this process, each round on the coordinator's word (`measure`): this process says it waits, on its
+    standard output, and the coordinator's line on its standard input starts the round."""
     from lakehouse_assets.core.spark.session import spark_session
     from lakehouse_assets_tests import java_iceberg
 
+    def turn(rep: int) -> None:
+        print(f"{WAITING} {rep}", flush=True)
+        if not sys.stdin.readline():
+            raise SystemExit(f"table_size {files}: the coordinator went away before round {rep}")
+
     spark = spark_session({**java_iceberg.spark_conf(os.path.join(root, "java-hadoop")), "spark.app.name": "bench-table-size", "spark.sql.shuffle.partitions": "8"})
     try:
-        return operate(spark, files, reps, root, java_catalog)
+        return operate(spark, files, reps, root, java_catalog, turn)
     finally:
         spark.stop()
 
@@ -296,17 +307,59 @@ def _agree(report: dict) -> dict:
 
 
 def measure(sizes: list[int], reps: int, tmp: str | None = None, java_max_files: int = 100_000) -> list[dict]:
-    """Each size made and imported in a process, then measured in a fresh one (its peak RSS is that size's operations' alone)."""
-    out = []
-    for files in sizes:
-        root = tempfile.mkdtemp(prefix=f"bench-table-size-{files}-", dir=tmp)
-        try:
-            made = _subprocess(["--prepare", str(files), "--root", root] + ([] if files <= java_max_files else ["--no-java"]), files)
-            java = ["--java-catalog", made["java_catalog"]] if made["java_catalog"] else []
-            out.append({**made, **_subprocess(["--one", str(files), "--root", root, "--reps", str(reps), *java], files)})
-        finally:
+    """Each size made and imported in a process, then measured in a fresh one (its peak RSS is that size's operations'
+    alone). The sizes take turns round by round (ascending, then descending, ...), one process running at a time, so
+    a machine that slows during the run slows every size alike instead of reading as growth."""
+    roots = {files: tempfile.mkdtemp(prefix=f"bench-table-size-{files}-", dir=tmp) for files in sizes}
+    try:
+        made = {files: _subprocess(["--prepare", str(files), "--root", roots[files]] + ([] if files <= java_max_files else ["--no-java"]), files)
+                for files in sizes}
+        with tempfile.TemporaryDirectory() as logs:
+            procs = {}
+            for files in sizes:  # one at a time: each starts its Spark and runs its fresh verify alone
+                java = ["--java-catalog", made[files]["java_catalog"]] if made[files]["java_catalog"] else []
+                procs[files] = _Operations(["--one", str(files), "--root", roots[files], "--reps", str(reps), *java], files, logs)
+                procs[files].until_waiting()
+            for rep in range(reps + 1):
+                for files in (sizes if rep % 2 == 0 else sizes[::-1]):
+                    procs[files].run_round(last=rep == reps)
+            return [{**made[files], **procs[files].result} for files in sizes]
+    finally:
+        for root in roots.values():
             shutil.rmtree(root, ignore_errors=True)
-    return out
+
+
+WAITING = "TABLE_SIZE_WAITING"
+
+
+class _Operations:
+    """One size's `--one` process, driven a round at a time: its lines echoed, its result read when it ends."""
+
+    def __init__(self, args: list[str], files: int, logs: str):
+        self.files, self.result = files, None
+        self.stderr = open(os.path.join(logs, f"{files}.err"), "w+")
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+
+    def until_waiting(self) -> None:
+        """Echo the process's lines until it waits for its next round; keep its result if it ends."""
+        for line in self.proc.stdout:
+            if line.startswith(WAITING):
+                return
+            if line.startswith("TABLE_SIZE "):
+                self.result = json.loads(line.split(" ", 1)[1])
+            else:
+                print(line, end="", flush=True)
+        if self.proc.wait() != 0 or self.result is None:
+            self.stderr.seek(0)
+            raise RuntimeError(f"table_size {self.files} (--one) failed:\n{self.stderr.read()[-4000:]}")
+
+    def run_round(self, last: bool) -> None:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        if last:
+            self.proc.stdin.close()
+        self.until_waiting()
 
 
 def _subprocess(args: list[str], files: int) -> dict:
@@ -326,7 +379,8 @@ def render(results: list[dict]) -> str:
         "",
         f"Tables of {sizes} tiny files in {DAYS} day folders, imported in place; "
         f"the first day always holds the same {HOT_FILES} files, and every operation touches only that day. Median seconds "
-        f"of {len(small['times']['append']['ours'])} runs; ours writes both formats, Java Iceberg (through its JdbcCatalog, "
+        f"of {len(small['times']['append']['ours'])} runs, the sizes taking turns a round at a time (each in a process of its own, one "
+        "running at a time); ours writes both formats, Java Iceberg (through its JdbcCatalog, "
         "on a copy of the same table) one; delta-rs reads the Delta side of ours (a Delta reader's own cost, not ours). "
         "Target: each of ours within 1.5x from the smallest to the largest table.",
         "",

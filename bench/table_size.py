@@ -314,16 +314,20 @@ def measure(sizes: list[int], reps: int, tmp: str | None = None, java_max_files:
     try:
         made = {files: _subprocess(["--prepare", str(files), "--root", roots[files]] + ([] if files <= java_max_files else ["--no-java"]), files)
                 for files in sizes}
+        procs: dict[int, _Operations] = {}
         with tempfile.TemporaryDirectory() as logs:
-            procs = {}
-            for files in sizes:  # one at a time: each starts its Spark and runs its fresh verify alone
-                java = ["--java-catalog", made[files]["java_catalog"]] if made[files]["java_catalog"] else []
-                procs[files] = _Operations(["--one", str(files), "--root", roots[files], "--reps", str(reps), *java], files, logs)
-                procs[files].until_waiting()
-            for rep in range(reps + 1):
-                for files in (sizes if rep % 2 == 0 else sizes[::-1]):
-                    procs[files].run_round(last=rep == reps)
-            return [{**made[files], **procs[files].result} for files in sizes]
+            try:
+                for files in sizes:  # one at a time: each starts its Spark and runs its fresh verify alone
+                    java = ["--java-catalog", made[files]["java_catalog"]] if made[files]["java_catalog"] else []
+                    procs[files] = _Operations(["--one", str(files), "--root", roots[files], "--reps", str(reps), *java], files, logs)
+                    procs[files].until_waiting()
+                for rep in range(reps + 1):
+                    for files in (sizes if rep % 2 == 0 else sizes[::-1]):
+                        procs[files].run_round(last=rep == reps)
+                return [{**made[files], **procs[files].result} for files in sizes]
+            finally:
+                for proc in procs.values():  # a size that failed leaves the others waiting for their turn
+                    proc.close()
     finally:
         for root in roots.values():
             shutil.rmtree(root, ignore_errors=True)
@@ -353,6 +357,12 @@ class _Operations:
         if self.proc.wait() != 0 or self.result is None:
             self.stderr.seek(0)
             raise RuntimeError(f"table_size {self.files} (--one) failed:\n{self.stderr.read()[-4000:]}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
 
     def run_round(self, last: bool) -> None:
         self.proc.stdin.write("go\n")

@@ -23,12 +23,28 @@ if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
 
 
 def pytest_configure(config):
+    if not hasattr(config, "workerinput"):
+        compile_project_sources()
     # And they start from a class-data-sharing archive of Spark's classes (spark_classes.py), made once per venv by the
     # first test session and handed to the xdist workers, which this process starts after it, through the environment.
     if not hasattr(config, "workerinput") and "SharedArchiveFile" not in os.environ["SPARK_SUBMIT_OPTS"]:
         from .spark_classes import jvm_options
 
         os.environ["SPARK_SUBMIT_OPTS"] = jvm_options(os.environ["SPARK_SUBMIT_OPTS"])
+
+
+def compile_project_sources() -> None:
+    """The project's own modules compiled to bytecode once, before the workers start. Where the environment sets
+    PYTHONDONTWRITEBYTECODE (this machine's does), no import writes it, and every process the suite starts (the xdist
+    workers, Spark's Python workers, Dagster's run and step processes, subprocesses of the CLI and the bench) would
+    compile each of the project's modules it imports from source again. The venv's packages are compiled when
+    installed (Makefile). compileall skips a module whose bytecode is current; an edited one is compiled again."""
+    import compileall
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for package in ("lakehouse_assets", "lakehouse_assets_tests", "bench"):
+        compileall.compile_dir(str(root / package), quiet=1)
 
 
 # LAKEHOUSE_TEST_SPARK=connect (`make connect SPARK=4`): the `spark` fixture is a Spark Connect session to a server

@@ -5,9 +5,10 @@ The release is installed the way users install it, without a clone of theirs and
 tested set), into a fresh virtual environment that has nothing but Python, next to `dagster-dg-cli`. The clone's
 tag 0.1.0 is moved onto the code under test, so the install builds this commit from git as pip would. Nothing of
 this repository's editable install is used. The install goes through `uv pip install` (pip's interface, as a
-create-dagster project would run it) from the package index: the same requirement and resolution as `pip install`,
-in about 20 s where pip takes minutes (its `pip wheel` of the same set: 2 minutes alone, 5 beside the other tests),
-since `make setup` filled uv's cache with the same pinned versions. One environment serves both tests. Then:
+create-dagster project would run it) from the package index, compiled to bytecode as pip compiles it: the same
+requirement and resolution as `pip install`, in about 20 s where pip takes minutes (its `pip wheel` of the same
+set: 2 minutes alone, 5 beside the other tests), since `make setup` filled uv's cache with the same pinned versions.
+One environment serves both tests. Then:
 
 - a project made by `create-dagster project` scaffolds `lakehouse_assets.LakehouseComponent` with
   `dg scaffold defs`, configures it in `defs.yaml`, passes `dg check defs`, lists the checks, jobs, schedule
@@ -99,8 +100,10 @@ def user_env(tmp_path_factory):
     venv = tmp / "venv"
     run([sys.executable, "-m", "venv", venv])
     py = venv / "bin" / "python"
-    # The extra pins the tested set: no constraints file. From the package index, as users install it.
-    run([UV, "pip", "install", "-q", "--python", py, requirement, *TOOLS], timeout=1800)
+    # The extra pins the tested set: no constraints file. From the package index, as users install it, compiled to
+    # bytecode as pip compiles it (uv does not by default: where PYTHONDONTWRITEBYTECODE is set, as on this machine,
+    # every `dg` and Dagster process would then compile Dagster's and Spark's modules from source again).
+    run([UV, "pip", "install", "-q", "--compile-bytecode", "--python", py, requirement, *TOOLS], timeout=1800)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "LAKEHOUSE_", "VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(DAGSTER_DISABLE_TELEMETRY="1", SPARK_LOCAL_IP="127.0.0.1", PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
     show = "import importlib.metadata as m; print(m.version('lakehouse_assets')); print(*m.files('lakehouse_assets'), sep=chr(10))"

@@ -232,6 +232,44 @@ def test_python_workers_keep_sparks_own_archives_indexed(spark):
     assert {name for name, _ in seen} == {"_invalidate_unless_spark_archive"}
 
 
+def _pyspark_origin(_):
+    """In a Python worker: where its PySpark came from, and whether Spark's zip is on its path at all."""
+    import os
+    import sys
+
+    import pyspark
+
+    yield pyspark.__file__, any(os.path.basename(p) == "pyspark.zip" for p in sys.path)
+
+
+def test_python_workers_import_the_installed_pyspark_compiled_not_its_zip(spark):
+    """The suite's PySpark is pip-installed: the daemon takes the zip Spark puts first on the workers' path (the same
+    modules, never compiled) off it, and its workers import the package's compiled modules."""
+    import os
+
+    import pyspark
+
+    seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_pyspark_origin).collect()
+    assert {origin for origin, _ in seen} == {pyspark.__file__} and not any(on_path for _, on_path in seen), seen
+    assert os.path.isfile(os.path.join(os.path.dirname(pyspark.__file__), "python", "lib", "pyspark.zip"))  # what Spark puts on the path
+
+
+def test_a_pyspark_zip_of_another_installation_stays_first(tmp_path):
+    """A cluster's SPARK_HOME zip is not the installed package's: the daemon leaves it where Spark put it."""
+    import subprocess
+    import sys
+    import zipfile
+
+    spark_home_zip = tmp_path / "spark" / "python" / "lib" / "pyspark.zip"
+    spark_home_zip.parent.mkdir(parents=True)
+    with zipfile.ZipFile(spark_home_zip, "w") as z:
+        z.writestr("pyspark/__init__.py", "FROM_THE_ZIP = True\n")
+    script = "import sys; import lakehouse_assets.core.spark.daemon; import pyspark; print(pyspark.__file__)"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(spark_home_zip)}).stdout.strip()
+    assert out == str(spark_home_zip / "pyspark" / "__init__.py")
+
+
 def _frozen_objects(_):
     """In a Python worker: how many objects its garbage collections skip (frozen before the daemon forked it)."""
     import gc

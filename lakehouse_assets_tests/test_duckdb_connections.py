@@ -3,6 +3,8 @@ storage configuration and gives every caller a connection of its own to it."""
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 
@@ -47,3 +49,18 @@ def test_the_process_keeps_a_few_databases_and_drops_the_oldest_first():
     assert len(duckdb_readers._databases) == duckdb_readers._KEPT_DATABASES
     assert not _sees_probe(duckdb_readers.connect(_storage(3))), "the oldest database was kept"
 
+
+
+def test_a_forked_child_makes_a_database_of_its_own():
+    duckdb_readers.connect(_storage(20)).execute("CREATE TABLE probe AS SELECT 1 AS x")
+    pid = os.fork()
+    if pid == 0:  # the child exits 0 only if its connection answers and is not to the parent's database
+        code = 1
+        try:
+            con = duckdb_readers.connect(_storage(20))
+            code = 0 if not _sees_probe(con) and con.execute("SELECT 42").fetchone() == (42,) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _sees_probe(duckdb_readers.connect(_storage(20)))

@@ -6,6 +6,7 @@ Used by the demo and the tests to prove that engines other than ours read both f
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -31,6 +32,19 @@ def _extension_path(name: str) -> str:
 _KEPT_DATABASES = 4
 _databases: OrderedDict[StorageConfig | None, Any] = OrderedDict()
 _databases_lock = threading.Lock()
+# A forked child's copies of its parent's databases: never used (their worker threads stayed in the parent) and
+# never freed (closing one waits for those threads: the child would crash).
+_inherited: list = []
+
+
+def _forget_the_parents_databases() -> None:
+    global _databases_lock
+    _inherited.extend(_databases.values())
+    _databases.clear()
+    _databases_lock = threading.Lock()  # another thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_databases)
 
 
 def connect(storage: StorageConfig | None = None):
@@ -38,8 +52,7 @@ def connect(storage: StorageConfig | None = None):
 
     Each call returns a new connection (`cursor()`) to the process's database for `storage`: connections share its
     extensions, settings and secrets, not their registered tables or transactions, and one may be used from another
-    thread than its neighbours'. Closing it leaves the database to the next caller. (DuckDB is not fork-safe: a child
-    forked from a process that used it must not use it either.)"""
+    thread than its neighbours'. Closing it leaves the database to the next caller. A forked child makes its own."""
     with _databases_lock:
         database = _databases.get(storage)
         if database is None:

@@ -35,7 +35,8 @@ of ours' operations, and the whole process's for reference; and each operation's
 it began, with the most it held; the full verify's apart, in its own process. The target: each of ours within 1.5x
 between the smallest and the largest table, and the peak memory of the writes, the check and the read flat.
 
-    .venv/bin/python bench/table_size.py [--files 1000,10000,100000,1000000] [--reps 5] [--java-max-files 100000] [--json out.json] [--markdown page.md]
+    .venv/bin/python bench/table_size.py [--files 1000,10000,100000,1000000] [--reps 5] [--java-max-files 100000]
+        [--java-merge-max-files 100000] [--json out.json] [--markdown page.md]
     .venv/bin/python bench/table_size.py --render out.json --markdown page.md   # the section from an earlier run
 """
 
@@ -78,10 +79,10 @@ def make_files(root: str, files: int) -> None:
         pq.write_table(pa.table({"id": ids, "v": ids}), os.path.join(folder, f"part-{i:06d}.parquet"))
 
 
-def one_size(spark, files: int, reps: int, root: str, java: bool = True) -> dict:
+def one_size(spark, files: int, reps: int, root: str, java: bool = True, java_merge: bool = True) -> dict:
     """The tables made and imported under `root`, then the operations on them, in this process (the suite's tiny run)."""
     made = prepare(files, root, java)
-    return {**made, **operate(spark, files, reps, root, made["java_catalog"])}
+    return {**made, **operate(spark, files, reps, root, made["java_catalog"], java_merge=java_merge)}
 
 
 def prepare(files: int, root: str, java: bool = True) -> dict:
@@ -108,10 +109,11 @@ def prepare(files: int, root: str, java: bool = True) -> dict:
             "import_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def operate(spark, files: int, reps: int, root: str, java_catalog: str | None, turn=lambda rep: None) -> dict:
+def operate(spark, files: int, reps: int, root: str, java_catalog: str | None, turn=lambda rep: None, java_merge: bool = True) -> dict:
     """The operations on the tables `prepare` made under `root`, on `spark` (with Java Iceberg's jars); Java's side too
-    when it made Java's copy (`java_catalog`). `turn(rep)` returns when round `rep` may start (`make bench`: when the
-    other sizes' processes have run theirs)."""
+    when it made Java's copy (`java_catalog`), its MERGE INTO only when `java_merge` (it scans every file of the table:
+    at 1,000,000 files a task per 32 files, past half an hour). `turn(rep)` returns when round `rep` may start (`make
+    bench`: when the other sizes' processes have run theirs)."""
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse, MergeOptions, VerifiedPair
@@ -136,7 +138,7 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None, t
     def updates(rep: int):
         return spark.createDataFrame([(i, -rep - 1, HOT_DAY) for i in hot_ids], "id long, v long, day string")
 
-    def java_merge(df):
+    def java_merge_into(df):
         df.createOrReplaceTempView("table_size_batch")
         spark.sql(f"MERGE INTO {java_table} t USING table_size_batch b ON t.id = b.id AND t.day = b.day "
                   "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
@@ -160,7 +162,7 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None, t
         "append": {"ours": lambda rep: ours.write(new_rows(rep), "ts.t"),
                    "java": lambda rep: new_rows(rep).writeTo(java_table).append()},
         "merge": {"ours": lambda rep: ours.write(updates(rep), "ts.t", mode="merge", merge=MergeOptions(keys=["id", "day"])),
-                  "java": lambda rep: java_merge(updates(rep))},
+                  "java": lambda rep: java_merge_into(updates(rep))},
         "delete": {"ours": lambda rep: ours.delete("ts.t", where=deleted(rep)),
                    "java": lambda rep: spark.sql(f"DELETE FROM {java_table} WHERE {deleted(rep)}")},
         "check": {"ours": check},
@@ -171,6 +173,8 @@ def operate(spark, files: int, reps: int, root: str, java_catalog: str | None, t
     }
     if not java:
         sides = {op: {side: fn for side, fn in fns.items() if side == "ours"} for op, fns in sides.items()}
+    elif not java_merge:
+        del sides["merge"]["java"]
     times = {op: {side: [] for side in fns} for op, fns in sides.items()}
     peak_mb = {op: 0.0 for op in sides}  # ours: the driver's highest resident memory during each operation
     added_mb = {op: 0.0 for op in sides}  # ours: that peak over what the process held when the operation began
@@ -282,7 +286,7 @@ def verify_in_fresh_process(warehouse: str) -> dict:
     return result
 
 
-def _operate_in_process(files: int, reps: int, root: str, java_catalog: str | None) -> dict:
+def _operate_in_process(files: int, reps: int, root: str, java_catalog: str | None, java_merge: bool = True) -> dict:
     """`operate` in this process, each round on the coordinator's word (`measure`): this process says it waits, on its
     standard output, and the coordinator's line on its standard input starts the round."""
     from lakehouse_assets.core.spark.session import spark_session
@@ -295,7 +299,7 @@ def _operate_in_process(files: int, reps: int, root: str, java_catalog: str | No
 
     spark = spark_session({**java_iceberg.spark_conf(os.path.join(root, "java-hadoop")), "spark.app.name": "bench-table-size", "spark.sql.shuffle.partitions": "8"})
     try:
-        return operate(spark, files, reps, root, java_catalog, turn)
+        return operate(spark, files, reps, root, java_catalog, turn, java_merge)
     finally:
         spark.stop()
 
@@ -306,7 +310,7 @@ def _agree(report: dict) -> dict:
     return report
 
 
-def measure(sizes: list[int], reps: int, tmp: str | None = None, java_max_files: int = 100_000) -> list[dict]:
+def measure(sizes: list[int], reps: int, tmp: str | None = None, java_max_files: int = 100_000, java_merge_max_files: int = 100_000) -> list[dict]:
     """Each size made and imported in a process, then measured in a fresh one (its peak RSS is that size's operations'
     alone). The sizes take turns round by round (ascending, then descending, ...), one process running at a time, so
     a machine that slows during the run slows every size alike instead of reading as growth."""
@@ -319,6 +323,7 @@ def measure(sizes: list[int], reps: int, tmp: str | None = None, java_max_files:
             try:
                 for files in sizes:  # one at a time: each starts its Spark and runs its fresh verify alone
                     java = ["--java-catalog", made[files]["java_catalog"]] if made[files]["java_catalog"] else []
+                    java += ["--no-java-merge"] if java and files > java_merge_max_files else []
                     procs[files] = _Operations(["--one", str(files), "--root", roots[files], "--reps", str(reps), *java], files, logs)
                     procs[files].until_waiting()
                 for rep in range(reps + 1):
@@ -497,7 +502,10 @@ def main() -> None:
     p.add_argument("--tmp", default=None)
     p.add_argument("--java-max-files", type=int, default=100_000,
                    help="larger tables are measured without Java's side (its MERGE INTO takes minutes a run at 100,000 files)")
+    p.add_argument("--java-merge-max-files", type=int, default=100_000,
+                   help="larger tables measure Java's append, delete and read but not its MERGE INTO (a task per 32 files of the table)")
     p.add_argument("--no-java", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-java-merge", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json")
     p.add_argument("--markdown", help="append the section to this page")
     p.add_argument("--render", default=None, help="measure nothing: the section from this --json file")
@@ -513,9 +521,9 @@ def main() -> None:
         print("TABLE_SIZE " + json.dumps(prepare(a.prepare, a.root, not a.no_java)), flush=True)
         return
     if a.one:
-        print("TABLE_SIZE " + json.dumps(_operate_in_process(a.one, a.reps, a.root, a.java_catalog)), flush=True)
+        print("TABLE_SIZE " + json.dumps(_operate_in_process(a.one, a.reps, a.root, a.java_catalog, not a.no_java_merge)), flush=True)
         return
-    results = measure([int(n) for n in a.files.split(",")], a.reps, a.tmp, a.java_max_files)
+    results = measure([int(n) for n in a.files.split(",")], a.reps, a.tmp, a.java_max_files, a.java_merge_max_files)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -15,14 +15,15 @@ pytestmark = pytest.mark.java_iceberg
 
 
 def test_the_table_size_workload_runs_on_tiny_tables(spark, tmp_path):
-    results = [table_size.one_size(spark, files, 1, str(tmp_path / str(files)), java=files <= 200) for files in (110, 200, 300)]
+    results = [table_size.one_size(spark, files, 1, str(tmp_path / str(files)), java=files <= 200, java_merge=files <= 110) for files in (110, 200, 300)]
     assert all("java" not in ops for ops in results[-1]["times"].values()), "beyond --java-max-files, ours alone"
+    assert "java" not in results[1]["times"]["merge"] and "java" in results[1]["times"]["delete"], "beyond --java-merge-max-files, no Java MERGE INTO"
     for r in results[:-1]:
         # The other days' files untouched; the first day's rewritten by the merges and grown by the appends.
         assert r["live_files"] > r["files"] - table_size.HOT_FILES
         for op in table_size.OPERATIONS:
             assert len(r["times"][op]["ours"]) == 1
-            assert ("java" in r["times"][op]) == (op not in ("check", "health", "delta-rs read"))
+            assert ("java" in r["times"][op]) == (op not in ("check", "health", "delta-rs read") and (op != "merge" or r["files"] <= 110))
             assert r["peak_mb"][op] > 50  # the driver's resident memory while that operation ran (a Python process with Spark: well above)
         assert r["held_mb"] > 50 and all(r["added_mb"][op] >= 0 for op in table_size.OPERATIONS)
         # `lakehouse verify` as a user runs it: a process of its own, which holds no Spark.

@@ -112,8 +112,8 @@ def prepare(files: int, root: str, java: bool = True) -> dict:
 def operate(spark, files: int, reps: int, root: str, java_catalog: str | None, turn=lambda rep: None, java_merge: bool = True) -> dict:
     """The operations on the tables `prepare` made under `root`, on `spark` (with Java Iceberg's jars); Java's side too
     when it made Java's copy (`java_catalog`), its MERGE INTO only when `java_merge` (it reads every file of the table:
-    733 s at 1,000,000 files here). `turn(rep)` returns when round `rep` may start (`make
-    bench`: when the other sizes' processes have run theirs)."""
+    733 s at 1,000,000 files here). `turn(rep)` returns when round `rep` may start (`make bench`: when the other
+    sizes' processes have run theirs)."""
     from pyspark.sql import functions as F
 
     from lakehouse_assets import Lakehouse, MergeOptions, VerifiedPair

@@ -28,8 +28,10 @@ def _extension_path(name: str) -> str:
 
 # Loading the five extensions into a new DuckDB database costs about 0.4 s (0.8 s of CPU) here, more than a deep
 # check's queries on a small table: a process keeps one database per storage configuration (a few at most, the
-# oldest dropped first) and gives each caller a connection of its own to it.
-_KEPT_DATABASES = 4
+# oldest dropped first) and gives each caller a connection of its own to it. A kept database adds about 3 MB to the
+# process (the extensions' code is shared); a process that goes round more storages than it keeps (the conformance
+# tests' five) would load the extensions again on every call.
+_KEPT_DATABASES = 8
 _databases: OrderedDict[StorageConfig | None, Any] = OrderedDict()
 _databases_lock = threading.Lock()
 # A forked child's copies of its parent's databases: never used (their worker threads stayed in the parent) and

@@ -11,6 +11,11 @@ import sys
 
 import pytest
 
+# The servers' fixtures (servers.py) are this conftest's, so each test session (each xdist worker) starts one of each
+# at its first use and stops it at its end. Imported into a test module instead, a fixture is that module's own: every
+# module that imported them started its own SeaweedFS and Postgres, all kept until the session's end.
+from .servers import azurite, backend, fake_gcs, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
@@ -28,8 +33,8 @@ def _remember_the_jvm_classes_names_resolve_to() -> None:
     each of the view's wildcard imports in turn, and every miss searches all of Spark's jars (about 250) before it
     fails, 0.2-0.4 ms of the driver's CPU a name. The suite's helpers build many small frames: on
     test_merge_matching.py these lookups were 15% of the driver's sampled time, and remembering them took the module
-    from 161 to 150 CPU seconds (the project's own merge makes about 50 a call, a few ms: left to PySpark). A name
-    that resolved to a class resolves to it for the JVM's life; packages and misses are asked again."""
+    from 161 to 150 CPU seconds. The project's own small merge asks about 50 (10-20 ms of its 0.5 s): left to
+    PySpark. A name that resolved to a class resolves to it for the JVM's life; packages and misses are asked again."""
     from py4j.java_gateway import JavaClass, JVMView
 
     ask_the_jvm = JVMView.__getattr__

@@ -14,7 +14,7 @@ from lakehouse_assets.core.read import duckdb_readers
 from lakehouse_assets.core.write.small_writes import COMMITS, WINDOW_SECONDS
 
 from .conftest import assert_all_readers_agree
-from .servers import READONLY_ACCESS_KEY, READONLY_SECRET_KEY, SECRET_KEY, backend, free_ports, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+from .servers import READONLY_ACCESS_KEY, READONLY_SECRET_KEY, SECRET_KEY, free_ports
 from .test_failures import data_files_on_disk
 
 

@@ -17,7 +17,7 @@ from lakehouse_assets.dagster.checks import build_formats_agree_checks
 from lakehouse_assets.dagster.io_manager import LakehouseIOManager
 from lakehouse_assets.dagster.resources import LakehouseResource
 
-from .servers import ACCESS_KEY, AZURE_KEY, REGION, SECRET_KEY, azurite, backend, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
+from .servers import ACCESS_KEY, AZURE_KEY, REGION, SECRET_KEY
 
 # S3 key pair and the Azurite account key (GCS has no credential of ours: Application Default Credentials
 # are read by each library from the environment, and the emulator runs unauthenticated).

@@ -15,7 +15,6 @@ from lakehouse_assets import MergeOptions, TableOptions
 from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import assert_all_readers_agree, rows_of
-from .servers import azurite, backend, fake_gcs, moto, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
 
 def events(spark, start: int, n: int):

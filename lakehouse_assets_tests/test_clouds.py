@@ -23,18 +23,7 @@ from lakehouse_assets.core.errors import CatalogError
 from lakehouse_assets.core.io.storage import StorageConfig
 
 from .conftest import rows_of
-from .servers import (  # noqa: F401 - fixtures
-    AZURE_ACCOUNT,
-    AZURE_CONTAINER,
-    AZURE_KEY,
-    GCS_BACKEND_IDS,
-    GCS_BUCKET,
-    azurite,
-    backend,
-    fake_gcs,
-    postgres,
-    servers_dir,
-)
+from .servers import AZURE_ACCOUNT, AZURE_CONTAINER, AZURE_KEY, GCS_BACKEND_IDS, GCS_BUCKET
 from .test_catalogs import events, expected
 
 

@@ -14,8 +14,6 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from lakehouse_assets.core.table import commit_lock
 
-from .servers import postgres, servers_dir  # noqa: F401 - fixtures
-
 
 def _release_later(release, seconds: float) -> threading.Thread:
     thread = threading.Thread(target=lambda: (time.sleep(seconds), release()))

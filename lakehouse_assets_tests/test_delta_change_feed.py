@@ -11,8 +11,6 @@ from deltalake import DeltaTable
 from lakehouse_assets import MergeOptions, Slice
 from lakehouse_assets.core.properties import STATS_AS_STRUCT
 
-from .servers import backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
-
 COLUMNS = ["id", "name", "country"]
 
 

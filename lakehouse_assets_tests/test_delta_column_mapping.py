@@ -23,7 +23,6 @@ from lakehouse_assets.core.formats.delta import column_mapping as cm
 from lakehouse_assets.core.read import duckdb_readers
 
 from .conftest import rows_of
-from .servers import azurite, backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 from .test_edge_values import local
 
 

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets import GlueDeltaRegistration, Lakehouse, TableOptions
 
-from .servers import ACCESS_KEY, REGION, SECRET_KEY, glue_backend, moto, servers_dir  # noqa: F401 - fixtures
+from .servers import ACCESS_KEY, REGION, SECRET_KEY, glue_backend
 
 MAPPED = TableOptions(properties={"delta.columnMapping.mode": "name"})
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import assert_all_readers_agree
-from .servers import ACCESS_KEY, CLOUD_ENV_PREFIXES, REGION, REST_BUCKET, S3_BUCKET, SECRET_KEY, moto, postgres, seaweedfs, servers_dir  # noqa: F401
+from .servers import ACCESS_KEY, CLOUD_ENV_PREFIXES, REGION, REST_BUCKET, S3_BUCKET, SECRET_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKED = re.compile(r"<!-- servers: (?P<setup>[\w-]+) -->\s*\n^```(?P<lang>[\w-]*)[^\n]*\n(?P<code>.*?)^```\s*$", re.S | re.M)

@@ -11,8 +11,6 @@ from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThan
 from lakehouse_assets.core.formats.iceberg import filtered_files
 from lakehouse_assets.core.formats.iceberg.committer import live_data_files
 
-from .servers import backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
-
 FILTERS = {
     "keys in a set": In("id", {3, 250, 777}),
     "a partition": EqualTo("day", "2024-01-02"),

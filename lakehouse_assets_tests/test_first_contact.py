@@ -8,8 +8,6 @@ import multiprocessing
 import traceback
 import uuid
 
-from .servers import postgres, servers_dir  # noqa: F401 - fixtures
-
 PROCESSES = 4
 ROUNDS = 3
 

@@ -13,7 +13,6 @@ from lakehouse_assets.core.formats.delta import foreign_versions as foreign_delt
 
 from . import java_iceberg
 from .conftest import assert_all_readers_agree, read_everywhere
-from .servers import backend, postgres, seaweedfs, servers_dir  # noqa: F401 - fixtures
 
 
 def start(lh, spark, name, n=10, partitioned=True):

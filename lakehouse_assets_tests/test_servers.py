@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .servers import SEAWEEDFS_VOLUME_MB, SEAWEEDFS_VOLUMES, PortTaken, free_ports, seaweedfs, servers_dir, start_on_free_ports, stop_pid, wait_for_port  # noqa: F401 - fixtures
+from .servers import SEAWEEDFS_VOLUME_MB, SEAWEEDFS_VOLUMES, PortTaken, free_ports, start_on_free_ports, stop_pid, wait_for_port
 
 
 def _http_server(tmp_path: Path, port: int) -> tuple[subprocess.Popen, int]:

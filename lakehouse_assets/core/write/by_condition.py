@@ -243,10 +243,16 @@ def _by_position(spark, target: WriteTarget, files: list, whole: list, condition
 
 
 def _positions(spark, target: WriteTarget, files: list, condition: Condition, values: dict | None, limit: int):
-    """(`_matched_rows`, persisted, or None), {file URI: their positions}; (None, None) above `limit` matches."""
+    """(`_matched_rows`, persisted, or None: a delete within `limit` rows), {file URI: their positions}; (None, None)
+    above `limit` matches."""
     if not files:  # every candidate was dropped whole by its statistics: no scan
         return None, {}
-    hits = _matched_rows(spark, target, files, condition, values).persist()
+    hits = _matched_rows(spark, target, files, condition, values)
+    if values is None and sum(f.record_count for f in files) <= limit:
+        # A delete needs the positions only, and the files hold no more rows than `limit`: one scan, nothing cached
+        # or counted first (caching and counting the matched rows first took about 0.15 s of a 1.2 s delete of 2,000,000 rows).
+        return None, on_read.collect_positions(hits, [f.file_path for f in files])
+    hits = hits.persist()
     if hits.count() > limit:
         hits.unpersist()
         return None, None

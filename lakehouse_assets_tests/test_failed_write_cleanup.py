@@ -94,7 +94,8 @@ def test_a_worker_outliving_its_task_removes_the_files_it_writes_after(spark, tm
     deadline = time.monotonic() + 20
     while not os.path.exists(second_started) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert os.path.exists(second_started), "the worker never went on to its second file"
+    steps = open(second_started + ".steps").read() if os.path.exists(second_started + ".steps") else "(none)"
+    assert os.path.exists(second_started), f"the worker never went on to its second file; its steps, seconds after the test began:\n{steps}"
     time.sleep(1.0)  # the worker writes, checks and removes its second file
     left = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "table") for f in fs]
     assert left == []
@@ -105,22 +106,32 @@ def _two_files_after_a_flush(writers: list[FileWriter], second_started: str):
     enough to flush PySpark's 64 KB output buffer (the executor reads them and ends the killed task), then, once its
     task has ended, a file through `writers[1]`."""
 
+    began = time.time()
+
     def tasks(batches):
         from lakehouse_assets.core.spark import worker_socket
+
+        def step(text):  # what the worker did, and when: a failure's message shows where it stopped
+            with open(second_started + ".steps", "a") as f:
+                f.write(f"{time.time() - began:.2f} task 1 (pid {os.getpid()}): {text}\n")
 
         for batch in batches:
             for task in batch.column(0).to_pylist():
                 if task == 0:
                     time.sleep(0.3)
                     raise ValueError("task 0 fails")
+                step("started")
                 time.sleep(0.8)  # task 0 has failed the job: this task is to be killed
                 yield from writers[0](iter([pa.record_batch({"id": [1, 2, 3]})]))
+                step("wrote its first file")
                 padding = {"path": "padding", "size": 0, "record_count": 0, "partition_key": "{}", "footer": b"\0" * 200_000}
                 for _ in range(2):  # a classic session's RDD road sends rows two at a time by now
                     yield pa.RecordBatch.from_pylist([padding], schema=FILE_ROW_ARROW)
+                step("sent its padding rows")
                 deadline = time.monotonic() + 10
                 while not worker_socket.task_ended() and time.monotonic() < deadline:
                     time.sleep(0.05)
+                step(f"task ended: {worker_socket.task_ended()}")
                 open(second_started, "w").close()
                 yield from writers[1](iter([pa.record_batch({"id": [4, 5, 6]})]))
 

@@ -35,6 +35,9 @@ of ours' operations, and the whole process's for reference; and each operation's
 it began, with the most it held; the full verify's apart, in its own process. The target: each of ours within 1.5x
 between the smallest and the largest table, and the peak memory of the writes, the check and the read flat.
 
+The section names its run (dates and options) and then prints bench/table_size_notes.py: runs measured apart from
+`make bench` and where the growth goes, kept there so each new run writes them again.
+
     .venv/bin/python bench/table_size.py [--files 1000,10000,100000,1000000] [--reps 5] [--java-max-files 100000]
         [--java-merge-max-files 100000] [--json out.json] [--markdown page.md]
     .venv/bin/python bench/table_size.py --render out.json --markdown page.md   # the section from an earlier run
@@ -55,6 +58,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.table_size_notes import MEASURED_APART, WHERE_THE_GROWTH_GOES  # noqa: E402 - after the path
 
 DAYS, ROWS_PER_FILE, HOT_FILES = 100, 10, 10
 HOT_DAY = "2024-01-01"
@@ -422,8 +427,12 @@ def render(results: list[dict]) -> str:
         f"{r['files']:,} files made in {r['make_seconds']:.0f} s and imported in {r['import_seconds']:.0f} s" for r in results)
         + ". The peak RSS of the process that imported them: " + ", ".join(f"{r['import_rss_mb']:.0f} MB" for r in results)
         + "; of the process that ran the operations above (a fresh one): " + ", ".join(f"{r['rss_mb']:.0f} MB" for r in results) + ".",
-        *_first_round(results),
-        "", WHERE_THE_GROWTH_GOES]
+        *_first_round(results)]
+    if "measured" in small:
+        lines += ["", f"Measured {small['measured']}, the sizes taking turns a round at a time."]
+    for paragraph in MEASURED_APART:
+        lines += ["", paragraph]
+    lines += ["", WHERE_THE_GROWTH_GOES]
     return "\n".join(lines) + "\n"
 
 
@@ -445,50 +454,6 @@ def _first_round(results: list[dict]) -> list[str]:
         if firsts:
             out += ["", f"{what} (the untimed first round, ours, one run): " + "; ".join(f"{t:.2f} s at {n:,} files" for n, t in firsts) + "."]
     return out
-
-
-# Profiled by hand (cProfile, one operation at a time on the 100,000-file table after its import): what the figures
-# above cannot say. Kept with the workload so the page and the measurement change together.
-WHERE_THE_GROWTH_GOES = """Where the time goes, at 100,000 files (one operation at a time, pyarrow appends of 10 rows, in a process
-without Spark on the same table, 2026-12-02):
-
-- append and check: a process's first write of a table reads the Delta log's newest checkpoint, of it only the
-  metadata, protocol and transaction rows, and the commits since (core/formats/delta/checkpoint_state.py); its
-  first check reads the checkpoint's row counts too, one column a page at a time (the lakehouse's tables keep
-  the statistics as a struct in their checkpoints). delta-rs's read, which holds every
-  live file's entry (0.28 s from the checkpoint the import wrote), is left to a log without a checkpoint and to the
-  steps that need every entry. What was read is kept for the process's next write or check
-  (core/formats/delta/kept_logs.py). From there the log is followed by its commit files
-  (core/formats/delta/followed_log.py): a write reads the versions written since, writes its own version itself
-  (core/formats/delta/log_commit.py) and records it without reading it back; the check reads the manifests and
-  commits since its last pair and takes the live totals from the loaded state and the commits since. Neither
-  merges a version into delta-rs's state of every live file, which delta-rs 1.6.6's commit and update do (0.15 s
-  each at 100,000 files, twice per write before: an append took 0.33 s and its check 0.31 s; now 0.025 s and
-  0.012 s, as at 1,000 files). The check used to take 0.9-1.2 s in some rounds at 100,000 files: the import's
-  version, which lists every file, stayed in the followed log's commits, and each check parsed its 100,000 adds'
-  statistics again, and the first check after the import decoded that whole version for its commitInfo. A run of
-  commits touching more than 10,000 files is now merged by delta-rs once, and a check reads only the commitInfo
-  of the version it starts from. No write writes a checkpoint, which walks every live file: maintenance does, at
-  the table's `delta.checkpointInterval`. A step that needs delta-rs's state still walks them, e.g. checking an
-  add the mirror did not derive. Mirroring deletion vectors (a merge-on-read delete, update or merge) reads, of the
-  checkpoint, only the adds of the files it gives a vector, picked in Arrow a batch at a time
-  (`checkpoint_state.read_adds_of`): on a checkpoint of 1,000,000 adds (35 MB, made with pyarrow), 0.48-0.49 s and about 93 MB, where
-  decoding every add into Python took 4.29-11.70 s and 1.5 GB (three runs each, alternating, 2026-12-05).
-- verify: the full comparison reads every live manifest entry (pyiceberg's Avro reader) and compares every file;
-  it runs on demand (`lakehouse verify`) and in maintenance, not after each write. It holds delta-rs's state of
-  the Delta log and the live adds as columns, and takes the manifests in batches of 10,000 entries, each compared
-  and dropped (core/maintenance/verify/live_files.py): about half its time is pyiceberg decoding the entries, most
-  of the rest comparing each file's statistics in Python.
-- merge: keyed by `id` and `day` (the condition Java's `MERGE INTO` uses), the batch's day prunes every other
-  day's manifests, and the files lacking their `day` column get its value from the files the merge reads.
-- the driver's memory: the operations run in a process that did not import the tables (the import's process holds
-  pyiceberg's entries of every file and keeps the freed pages: its peak is on the setup line). Each operation's peak
-  includes what the process already holds: the interpreter with PySpark, pyiceberg, delta-rs and pyarrow, and what
-  the first round read and kept for the next ones. Between writes that is the kept log: from a checkpoint, its
-  totals, and the path and row count of each live file only once a check had to look a removed file up among them
-  (46 MB at 1,000,000 files; the mirror's removes carry their row counts, another writer's may not); for a log without a
-  checkpoint, or after a step that needed every entry (the full verify), delta-rs's state of every live file's entry
-  with its statistics (74 MB at 100,000 files, 550 MB at 1,000,000); and each manifest's health figures, read once."""
 
 
 def main() -> None:
@@ -523,7 +488,12 @@ def main() -> None:
     if a.one:
         print("TABLE_SIZE " + json.dumps(_operate_in_process(a.one, a.reps, a.root, a.java_catalog, not a.no_java_merge)), flush=True)
         return
+    began = dt.datetime.now(dt.timezone.utc)
     results = measure([int(n) for n in a.files.split(",")], a.reps, a.tmp, a.java_max_files, a.java_merge_max_files)
+    ended = dt.datetime.now(dt.timezone.utc)
+    options = " ".join(sys.argv[1:])
+    for r in results:  # the section names its run
+        r["measured"] = f"{began:%Y-%m-%d %H:%M}-{ended:%H:%M} UTC" + (f" (`{options}`)" if options else "")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -29,11 +29,14 @@ def test_the_table_size_workload_runs_on_tiny_tables(spark, tmp_path):
         # `lakehouse verify` as a user runs it: a process of its own, which holds no Spark.
         fresh = r["fresh_verify"]
         assert fresh["peak_mb"] >= fresh["before_mb"] > 50 and fresh["seconds"] > 0
-    section = table_size.render(results)
-    assert "| merge | " in section and "| delta-rs read | " in section and "ours 300 / 110" in section and "Java, 200 files" in section
-    assert "| delete | " in section and "| health | " in section and "first health reading" in section
-    assert "| driver peak RSS (MB), append, merge, delete, check, health, read | " in section and "| driver peak RSS (MB), verify | " not in section
-    assert "| verify in a fresh process (s) | " in section and "| its peak over the process before it (MB) | " in section
+    section = table_size.render([dict(r, measured="2026-12-07 03:00-03:20 UTC (`--files 110,200,300`)") for r in results])
+    run, notes = section.split(table_size.MEASURED_APART[0])  # this run's figures; then the runs measured apart, written again
+    assert "| merge | " in run and "| delta-rs read | " in run and "ours 300 / 110" in run and "Java, 200 files" in run
+    assert "| delete | " in run and "| health | " in run and "first health reading" in run
+    assert "| driver peak RSS (MB), append, merge, delete, check, health, read | " in run and "| driver peak RSS (MB), verify | " not in run
+    assert "| verify in a fresh process (s) | " in run and "| its peak over the process before it (MB) | " in run
+    assert "Measured 2026-12-07 03:00-03:20 UTC (`--files 110,200,300`), the sizes taking turns" in run
+    assert all(p in notes for p in table_size.MEASURED_APART[1:]) and notes.rstrip().endswith(table_size.WHERE_THE_GROWTH_GOES)
     # A tiny table's operation can peak at what the process already held: 0 MB over it, which has no ratio.
     still = [dict(r, added_mb={op: 0.0 for op in table_size.OPERATIONS}) for r in results]
     assert "| driver peak over it (MB), append, merge, delete, check, health, read | 0 | 0 | 0 | n/a |" in table_size.render(still)

@@ -102,9 +102,9 @@ def test_a_worker_outliving_its_task_removes_the_files_it_writes_after(spark, tm
 
 
 def _two_files_after_a_flush(writers: list[FileWriter], second_started: str):
-    """mapInArrow over task indexes: task 0 fails after 0.3 s; task 1 writes a file through `writers[0]`, then rows
-    enough to flush PySpark's 64 KB output buffer (the executor reads them and ends the killed task), then, once its
-    task has ended, a file through `writers[1]`."""
+    """mapInArrow over task indexes: task 0 fails 0.3 s after task 1 started; task 1 writes a file through
+    `writers[0]`, then rows enough to flush PySpark's 64 KB output buffer (the executor reads them and ends the killed
+    task), then, once its task has ended, a file through `writers[1]`."""
 
     began = time.time()
 
@@ -118,6 +118,11 @@ def _two_files_after_a_flush(writers: list[FileWriter], second_started: str):
         for batch in batches:
             for task in batch.column(0).to_pylist():
                 if task == 0:
+                    # Fail the job once task 1 runs: a task of an earlier test still holding a core would otherwise
+                    # leave task 1 unlaunched when the job fails, and nothing to test.
+                    deadline = time.monotonic() + 10
+                    while not os.path.exists(second_started + ".steps") and time.monotonic() < deadline:
+                        time.sleep(0.05)
                     time.sleep(0.3)
                     raise ValueError("task 0 fails")
                 step("started")

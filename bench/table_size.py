@@ -491,9 +491,9 @@ def main() -> None:
     began = dt.datetime.now(dt.timezone.utc)
     results = measure([int(n) for n in a.files.split(",")], a.reps, a.tmp, a.java_max_files, a.java_merge_max_files)
     ended = dt.datetime.now(dt.timezone.utc)
-    options = " ".join(sys.argv[1:])
+    options = f"--files {a.files} --reps {a.reps} --java-max-files {a.java_max_files} --java-merge-max-files {a.java_merge_max_files}"
     for r in results:  # the section names its run
-        r["measured"] = f"{began:%Y-%m-%d %H:%M}-{ended:%H:%M} UTC" + (f" (`{options}`)" if options else "")
+        r["measured"] = f"{began:%Y-%m-%d %H:%M}-{ended:%H:%M} UTC (`{options}`)"
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
